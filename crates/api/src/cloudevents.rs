@@ -1,0 +1,118 @@
+//! CloudEvents 1.0 over HTTP. Structured and batch events are stored whole, as
+//! JSON values (with a `content-type: application/cloudevents+json` header);
+//! binary events store the body as the value and each `ce-*` header as a
+//! `ce_*` record header, as the CloudEvents Kafka binding does. The
+//! `partitionkey` extension is the key; `time` is the timestamp.
+
+use axum::http::{header, HeaderMap};
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use sluice_core::NewEvent;
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+
+use crate::publish::{parse_json, parse_json_owned};
+use crate::ApiError;
+
+#[derive(Deserialize)]
+struct Envelope {
+    specversion: Option<String>,
+    id: Option<String>,
+    source: Option<String>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    time: Option<String>,
+    partitionkey: Option<String>,
+}
+
+fn invalid(message: impl Into<String>) -> ApiError {
+    ApiError::bad_request("invalid_cloudevent", message)
+}
+
+fn check_required(
+    specversion: Option<&str>,
+    id: Option<&str>,
+    source: Option<&str>,
+    kind: Option<&str>,
+) -> Result<(), ApiError> {
+    if specversion != Some("1.0") {
+        return Err(invalid("specversion must be \"1.0\""));
+    }
+    for (name, v) in [("id", id), ("source", source), ("type", kind)] {
+        if v.is_none_or(str::is_empty) {
+            return Err(invalid(format!("required attribute '{name}' is missing")));
+        }
+    }
+    Ok(())
+}
+
+fn parse_time(time: Option<&str>) -> Result<Option<i64>, ApiError> {
+    time.map(|t| {
+        OffsetDateTime::parse(t, &Rfc3339)
+            .map(|dt| (dt.unix_timestamp_nanos() / 1_000_000) as i64)
+            .map_err(|e| invalid(format!("time '{t}' is not RFC 3339: {e}")))
+    })
+    .transpose()
+}
+
+fn structured_event(raw: &RawValue) -> Result<NewEvent, ApiError> {
+    let env: Envelope = parse_json_owned(raw.get().as_bytes())?;
+    check_required(env.specversion.as_deref(), env.id.as_deref(), env.source.as_deref(), env.kind.as_deref())?;
+    Ok(NewEvent {
+        key: env.partitionkey.map(Bytes::from),
+        headers: vec![("content-type".into(), Bytes::from_static(b"application/cloudevents+json"))],
+        value: Bytes::copy_from_slice(raw.get().as_bytes()),
+        value_is_json: true,
+        timestamp_ms: parse_time(env.time.as_deref())?,
+        partition: None,
+    })
+}
+
+/// `application/cloudevents+json`: one event, the body is the event.
+pub fn structured(body: &[u8]) -> Result<NewEvent, ApiError> {
+    let raw: &RawValue = parse_json(body)?;
+    structured_event(raw)
+}
+
+/// `application/cloudevents-batch+json`: a JSON array of structured events.
+pub fn batch(body: &[u8], max_events: usize) -> Result<Vec<NewEvent>, ApiError> {
+    let raws: Vec<&RawValue> = parse_json(body)?;
+    if raws.len() > max_events {
+        return Err(ApiError::new(
+            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+            "too_many_events",
+            format!("{} events in one publish; the limit is {max_events}", raws.len()),
+        ));
+    }
+    raws.into_iter().map(structured_event).collect()
+}
+
+/// Binary mode: attributes in `ce-*` headers, the body is the data.
+pub fn binary(headers: &HeaderMap, body: &Bytes) -> Result<NewEvent, ApiError> {
+    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    check_required(get("ce-specversion"), get("ce-id"), get("ce-source"), get("ce-type"))?;
+    let mut record_headers = Vec::new();
+    for (name, value) in headers {
+        if let Some(attr) = name.as_str().strip_prefix("ce-") {
+            record_headers.push((format!("ce_{attr}"), Bytes::copy_from_slice(value.as_bytes())));
+        }
+    }
+    let content_type = get(header::CONTENT_TYPE.as_str());
+    if let Some(ct) = content_type {
+        record_headers.push(("content-type".into(), Bytes::copy_from_slice(ct.as_bytes())));
+    }
+    let json_type = content_type.is_some_and(|ct| {
+        let mime = ct.split(';').next().unwrap_or_default().trim();
+        mime == "application/json" || mime.ends_with("+json")
+    });
+    let value_is_json = json_type && serde_json::from_slice::<&RawValue>(body).is_ok();
+    Ok(NewEvent {
+        key: get("ce-partitionkey").map(|k| Bytes::copy_from_slice(k.as_bytes())),
+        headers: record_headers,
+        value: body.clone(),
+        value_is_json,
+        timestamp_ms: parse_time(get("ce-time"))?,
+        partition: None,
+    })
+}

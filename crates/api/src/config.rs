@@ -1,0 +1,53 @@
+//! Configuration, read once at start from flags or `SLUICE_*` environment variables.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use sluice_core::Limits;
+
+/// What every Sluice process needs: where the data lives and the request limits.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Config {
+    /// Directory of the embedded backend (created if missing).
+    #[arg(long, env = "SLUICE_DATA_DIR", default_value = "sluice-data")]
+    pub data_dir: PathBuf,
+    /// Largest event value, in bytes.
+    #[arg(long, env = "SLUICE_MAX_VALUE_BYTES", default_value_t = Limits::default().max_value_bytes)]
+    pub max_value_bytes: usize,
+    /// Largest request body, in bytes (Lambda's synchronous payload limit by default).
+    #[arg(long, env = "SLUICE_MAX_REQUEST_BYTES", default_value_t = Limits::default().max_request_bytes)]
+    pub max_request_bytes: usize,
+    /// Most events in one publish.
+    #[arg(long, env = "SLUICE_MAX_EVENTS_PER_PUBLISH", default_value_t = Limits::default().max_events_per_publish)]
+    pub max_events_per_publish: usize,
+    /// Most headers on one event.
+    #[arg(long, env = "SLUICE_MAX_HEADERS_PER_EVENT", default_value_t = Limits::default().max_headers_per_event)]
+    pub max_headers_per_event: usize,
+    /// Most partitions a topic may have.
+    #[arg(long, env = "SLUICE_MAX_PARTITIONS", default_value_t = Limits::default().max_partitions)]
+    pub max_partitions: u32,
+}
+
+#[derive(Parser)]
+struct EnvOnly {
+    #[command(flatten)]
+    config: Config,
+}
+
+impl Config {
+    /// Reads the configuration from the environment alone (the Lambda functions' way).
+    pub fn from_env() -> Result<Self, clap::Error> {
+        EnvOnly::try_parse_from(["sluice"]).map(|e| e.config)
+    }
+
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_value_bytes: self.max_value_bytes,
+            max_request_bytes: self.max_request_bytes,
+            max_events_per_publish: self.max_events_per_publish,
+            max_headers_per_event: self.max_headers_per_event,
+            max_partitions: self.max_partitions,
+            ..Limits::default()
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! Sluice's HTTP API (v1): one axum [`Router`] that `serve` runs on a socket and
+//! the Lambda functions run under `lambda_http`, so a route behaves the same
+//! everywhere. Handlers are thin: parse, call the [`Log`], render.
+
+mod cloudevents;
+pub mod config;
+mod error;
+mod publish;
+mod read;
+mod topics;
+
+use std::sync::Arc;
+
+use axum::routing::{get, post, put};
+use axum::Router;
+pub use config::Config;
+pub use error::ApiError;
+use sluice_core::{Log, LogConfig, SystemClock};
+
+/// Opens the embedded backend under `config.data_dir` and starts the log on it.
+pub fn open_embedded(config: &Config) -> Result<Log, sluice_core::StorageError> {
+    let (meta, objects) = sluice_local::open(&config.data_dir)?;
+    let log_config = LogConfig { limits: config.limits(), ..LogConfig::default() };
+    Ok(Log::new(meta, objects, Arc::new(SystemClock), log_config))
+}
+
+/// Every v1 route.
+pub fn router(log: Log) -> Router {
+    Router::new()
+        .route("/v1/topics", get(topics::list))
+        .route("/v1/topics/{topic}", put(topics::create).get(topics::describe).delete(topics::delete))
+        .route("/v1/topics/{topic}/events", post(publish::publish))
+        .route("/v1/topics/{topic}/partitions/{partition}/events", get(read::events))
+        .route("/v1/topics/{topic}/partitions/{partition}/offsets", get(read::offsets))
+        .fallback(|| async { ApiError::new(axum::http::StatusCode::NOT_FOUND, "not_found", "no such route") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(axum::http::StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed here")
+        })
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .with_state(log)
+}

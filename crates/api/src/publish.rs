@@ -1,0 +1,171 @@
+//! `POST /v1/topics/{topic}/events`: a JSON batch, or CloudEvents 1.0 in
+//! structured, batch or binary mode. Every check happens before the log is called.
+
+use std::collections::BTreeMap;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::Json;
+use base64::Engine;
+use bytes::Bytes;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use sluice_core::{IdempotencyKey, Log, NewEvent};
+
+use crate::cloudevents;
+use crate::ApiError;
+
+/// Reads a whole body, refusing it with 413 as soon as it passes `limit` bytes.
+pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(body, limit).await.map_err(|_| {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request_too_large",
+            format!("request body is larger than {limit} bytes (or could not be read)"),
+        )
+    })
+}
+
+/// Parses JSON, telling malformed JSON (`invalid_json`) from a well-formed body of the wrong shape.
+pub fn parse_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(json_error)
+}
+
+pub fn parse_json_owned<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(json_error)
+}
+
+fn json_error(e: serde_json::Error) -> ApiError {
+    use serde_json::error::Category;
+    match e.classify() {
+        Category::Syntax | Category::Eof | Category::Io => {
+            ApiError::bad_request("invalid_json", format!("malformed JSON: {e}"))
+        }
+        Category::Data => ApiError::bad_request("invalid_request", e.to_string()),
+    }
+}
+
+#[derive(Deserialize)]
+struct Batch<'a> {
+    #[serde(borrow)]
+    events: Vec<JsonEvent<'a>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonEvent<'a> {
+    key: Option<String>,
+    #[serde(borrow)]
+    value: Option<&'a RawValue>,
+    value_base64: Option<String>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    timestamp_ms: Option<i64>,
+    partition: Option<u32>,
+}
+
+pub async fn publish(
+    State(log): State<Log>,
+    Path(topic): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    let body = read_body(body, log.limits().max_request_bytes).await?;
+    let idempotency = idempotency_key(&headers, &body)?;
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
+    let mime = content_type.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    let events = if headers.contains_key("ce-specversion") {
+        vec![cloudevents::binary(&headers, &body)?]
+    } else {
+        match mime.as_str() {
+            "application/cloudevents+json" => vec![cloudevents::structured(&body)?],
+            "application/cloudevents-batch+json" => cloudevents::batch(&body, log.limits().max_events_per_publish)?,
+            "application/json" | "" => json_batch(&body, log.limits().max_events_per_publish)?,
+            other => {
+                return Err(ApiError::new(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "unsupported_media_type",
+                    format!("content type '{other}' is not accepted: send application/json or CloudEvents"),
+                ))
+            }
+        }
+    };
+    let results = log.publish(&topic, events, idempotency).await?;
+    let results: Vec<Value> = results.iter().map(|p| json!({ "partition": p.partition, "offset": p.offset })).collect();
+    Ok(Json(json!({ "results": results })))
+}
+
+fn json_batch(body: &[u8], max_events: usize) -> Result<Vec<NewEvent>, ApiError> {
+    // Count before building anything, so a huge batch is refused cheaply.
+    let batch: Batch<'_> = parse_json(body)?;
+    if batch.events.len() > max_events {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_many_events",
+            format!("{} events in one publish; the limit is {max_events}", batch.events.len()),
+        ));
+    }
+    batch.events.into_iter().enumerate().map(|(i, e)| json_event(i, e)).collect()
+}
+
+fn json_event(i: usize, e: JsonEvent<'_>) -> Result<NewEvent, ApiError> {
+    let (value, value_is_json) = match (e.value, e.value_base64) {
+        (Some(v), None) => (Bytes::copy_from_slice(v.get().as_bytes()), true),
+        (None, Some(b64)) => (
+            decode_base64(&b64).map_err(|m| ApiError::bad_request("invalid_base64", format!("event {i}: {m}")))?,
+            false,
+        ),
+        _ => {
+            return Err(ApiError::bad_request(
+                "invalid_event",
+                format!("event {i}: give exactly one of 'value' (any JSON) or 'value_base64'"),
+            ))
+        }
+    };
+    Ok(NewEvent {
+        key: e.key.map(Bytes::from),
+        headers: e.headers.into_iter().map(|(k, v)| (k, Bytes::from(v))).collect(),
+        value,
+        value_is_json,
+        timestamp_ms: e.timestamp_ms,
+        partition: e.partition,
+    })
+}
+
+pub fn decode_base64(s: &str) -> Result<Bytes, String> {
+    base64::engine::general_purpose::STANDARD
+        .decode(s)
+        .map(Bytes::from)
+        .map_err(|e| format!("value_base64 is not valid base64: {e}"))
+}
+
+/// The `Idempotency-Key` header, with a fingerprint of everything that makes the request what it is.
+fn idempotency_key(headers: &HeaderMap, body: &[u8]) -> Result<Option<IdempotencyKey>, ApiError> {
+    let Some(key) = headers.get("idempotency-key") else { return Ok(None) };
+    let key = key
+        .to_str()
+        .ok()
+        .filter(|k| !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic()))
+        .ok_or_else(|| {
+            ApiError::bad_request("invalid_idempotency_key", "Idempotency-Key must be 1-255 visible ASCII characters")
+        })?;
+    let mut hash = Sha256::new();
+    let mut fields: Vec<(&str, &[u8])> = headers
+        .iter()
+        .filter(|(n, _)| *n == header::CONTENT_TYPE || n.as_str().starts_with("ce-"))
+        .map(|(n, v)| (n.as_str(), v.as_bytes()))
+        .collect();
+    fields.sort();
+    for (name, value) in fields {
+        hash.update((name.len() as u64).to_le_bytes());
+        hash.update(name);
+        hash.update((value.len() as u64).to_le_bytes());
+        hash.update(value);
+    }
+    hash.update(body);
+    Ok(Some(IdempotencyKey { key: key.to_owned(), fingerprint: hash.finalize().to_vec() }))
+}

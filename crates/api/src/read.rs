@@ -1,0 +1,160 @@
+//! Replay (`…/partitions/{p}/events`) and offset lookup (`…/partitions/{p}/offsets`).
+
+use std::collections::HashMap;
+
+use axum::extract::{Path, Query, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use base64::Engine;
+use serde_json::{json, Value};
+use sluice_core::segment::Record;
+use sluice_core::{Log, OffsetQuery, ReadBatch, ReadRequest};
+
+use crate::ApiError;
+
+const DEFAULT_LIMIT: usize = 100;
+const DEFAULT_MAX_BYTES: usize = 1 << 20;
+
+type Params = Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>;
+
+fn params(q: Params) -> Result<HashMap<String, String>, ApiError> {
+    q.map(|Query(q)| q).map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))
+}
+
+fn partition(raw: &str) -> Result<u32, ApiError> {
+    raw.parse().map_err(|_| {
+        ApiError::bad_request("invalid_partition", format!("partition '{raw}' is not a non-negative integer"))
+    })
+}
+
+fn number<T: std::str::FromStr>(
+    q: &HashMap<String, String>,
+    name: &str,
+    code: &'static str,
+) -> Result<Option<T>, ApiError> {
+    q.get(name)
+        .map(|v| {
+            v.parse().map_err(|_| {
+                ApiError::bad_request(code, format!("{name} '{v}' is not a non-negative integer in range"))
+            })
+        })
+        .transpose()
+}
+
+pub async fn events(
+    State(log): State<Log>,
+    Path((topic, p)): Path<(String, String)>,
+    q: Params,
+) -> Result<Response, ApiError> {
+    let q = params(q)?;
+    let partition = partition(&p)?;
+    let limits = *log.limits();
+    let offset = match q.get("offset").map(String::as_str) {
+        None | Some("earliest") => log.offset(&topic, partition, OffsetQuery::Earliest).await?,
+        Some("latest") => log.offset(&topic, partition, OffsetQuery::Latest).await?,
+        Some(_) => number(&q, "offset", "invalid_offset")?.unwrap_or_default(),
+    };
+    let max_events = number(&q, "limit", "invalid_limit")?.unwrap_or(DEFAULT_LIMIT);
+    if max_events == 0 || max_events > limits.max_read_events {
+        return Err(ApiError::bad_request(
+            "invalid_limit",
+            format!("limit must be between 1 and {}", limits.max_read_events),
+        ));
+    }
+    let max_bytes = number(&q, "max_bytes", "invalid_max_bytes")?.unwrap_or(DEFAULT_MAX_BYTES);
+    if max_bytes == 0 || max_bytes > limits.max_read_bytes {
+        return Err(ApiError::bad_request(
+            "invalid_max_bytes",
+            format!("max_bytes must be between 1 and {}", limits.max_read_bytes),
+        ));
+    }
+    let wait_ms = number(&q, "wait_ms", "invalid_wait")?.unwrap_or(0);
+    if wait_ms > limits.max_wait_ms {
+        return Err(ApiError::bad_request("invalid_wait", format!("wait_ms must be at most {}", limits.max_wait_ms)));
+    }
+    let batch = log.read(&ReadRequest { topic, partition, offset, max_events, max_bytes, wait_ms }).await?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], render(&batch)).into_response())
+}
+
+/// Renders a page by hand: JSON values are copied as stored (they were validated on publish)
+/// instead of being parsed and re-serialized.
+fn render(batch: &ReadBatch) -> Vec<u8> {
+    let size: usize = batch.events.iter().map(|e| e.record.approx_size() * 4 / 3 + 96).sum();
+    let mut out = Vec::with_capacity(size + 128);
+    out.extend_from_slice(b"{\"events\":[");
+    for (i, e) in batch.events.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(format!("{{\"partition\":{},\"offset\":{},", e.partition, e.offset).as_bytes());
+        write_record(&mut out, &e.record);
+        out.push(b'}');
+    }
+    out.extend_from_slice(
+        format!(
+            "],\"next_offset\":{},\"high_watermark\":{},\"log_start_offset\":{}}}",
+            batch.next_offset, batch.high_watermark, batch.log_start_offset
+        )
+        .as_bytes(),
+    );
+    out
+}
+
+fn write_str(out: &mut Vec<u8>, s: &str) {
+    // Writing a &str into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
+fn write_record(out: &mut Vec<u8>, r: &Record) {
+    out.extend_from_slice(format!("\"timestamp_ms\":{},\"key\":", r.timestamp_ms).as_bytes());
+    match &r.key {
+        None => out.extend_from_slice(b"null"),
+        Some(k) => write_str(out, &String::from_utf8_lossy(k)),
+    }
+    out.extend_from_slice(b",\"headers\":{");
+    for (i, (name, value)) in r.headers.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_str(out, name);
+        out.push(b':');
+        write_str(out, &String::from_utf8_lossy(value));
+    }
+    out.push(b'}');
+    if r.value_is_json {
+        out.extend_from_slice(b",\"value\":");
+        out.extend_from_slice(&r.value);
+    } else {
+        out.extend_from_slice(b",\"value_base64\":\"");
+        out.extend_from_slice(base64::engine::general_purpose::STANDARD.encode(&r.value).as_bytes());
+        out.push(b'"');
+    }
+}
+
+pub async fn offsets(
+    State(log): State<Log>,
+    Path((topic, p)): Path<(String, String)>,
+    q: Params,
+) -> Result<Json<Value>, ApiError> {
+    let q = params(q)?;
+    let partition = partition(&p)?;
+    let query = match q.get("timestamp_ms").map(String::as_str) {
+        Some("earliest") => OffsetQuery::Earliest,
+        Some("latest") => OffsetQuery::Latest,
+        Some(t) => OffsetQuery::Timestamp(t.parse().map_err(|_| {
+            ApiError::bad_request(
+                "invalid_timestamp",
+                format!("timestamp_ms '{t}' is not an integer, 'earliest' or 'latest'"),
+            )
+        })?),
+        None => {
+            return Err(ApiError::bad_request(
+                "invalid_timestamp",
+                "give timestamp_ms: milliseconds, 'earliest' or 'latest'",
+            ))
+        }
+    };
+    let offset = log.offset(&topic, partition, query).await?;
+    Ok(Json(json!({ "partition": partition, "offset": offset })))
+}

@@ -1,0 +1,82 @@
+//! Topic administration: create (idempotent), list, describe, delete.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sluice_core::{Log, PartitionState, TopicConfig, TopicSpec};
+
+use crate::publish::{parse_json, read_body};
+use crate::ApiError;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateTopic {
+    #[serde(default = "one")]
+    partitions: u32,
+    retention_ms: Option<i64>,
+    retention_bytes: Option<i64>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn topic_json(t: &TopicConfig) -> Value {
+    json!({
+        "name": t.name,
+        "partitions": t.spec.partitions,
+        "retention_ms": t.spec.retention_ms,
+        "retention_bytes": t.spec.retention_bytes,
+        "created_ms": t.created_ms,
+    })
+}
+
+pub async fn create(
+    State(log): State<Log>,
+    Path(name): Path<String>,
+    body: Body,
+) -> Result<impl IntoResponse, ApiError> {
+    let body = read_body(body, 64 << 10).await?;
+    let req: CreateTopic = if body.iter().all(u8::is_ascii_whitespace) {
+        CreateTopic { partitions: 1, retention_ms: None, retention_bytes: None }
+    } else {
+        parse_json(&body)?
+    };
+    let spec =
+        TopicSpec { partitions: req.partitions, retention_ms: req.retention_ms, retention_bytes: req.retention_bytes };
+    let (topic, created) = log.create_topic(&name, spec).await?;
+    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(topic_json(&topic))))
+}
+
+pub async fn list(State(log): State<Log>) -> Result<Json<Value>, ApiError> {
+    let topics = log.list_topics().await?;
+    Ok(Json(json!({ "topics": topics.iter().map(topic_json).collect::<Vec<_>>() })))
+}
+
+pub async fn describe(State(log): State<Log>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
+    let (topic, partitions) = log.describe_topic(&name).await?;
+    let mut out = topic_json(&topic);
+    let states: Vec<Value> = partitions
+        .iter()
+        .map(|p: &PartitionState| {
+            json!({
+                "partition": p.partition,
+                "log_start_offset": p.log_start_offset,
+                "high_watermark": p.high_watermark,
+                "bytes": p.bytes,
+            })
+        })
+        .collect();
+    out["partition_states"] = Value::Array(states);
+    Ok(Json(out))
+}
+
+pub async fn delete(State(log): State<Log>, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
+    log.delete_topic(&name).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

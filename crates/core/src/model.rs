@@ -1,0 +1,115 @@
+//! The log's vocabulary: topics, partitions, positions and events.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::segment::Record;
+
+/// What a client asks for when it creates a topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicSpec {
+    pub partitions: u32,
+    pub retention_ms: Option<i64>,
+    pub retention_bytes: Option<i64>,
+}
+
+/// A topic as stored. `id` tells apart two topics created under one name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicConfig {
+    pub name: String,
+    pub id: u64,
+    pub spec: TopicSpec,
+    pub created_ms: i64,
+}
+
+/// A partition's bounds: offsets `log_start_offset..high_watermark` are readable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionState {
+    pub partition: u32,
+    pub log_start_offset: u64,
+    pub high_watermark: u64,
+    pub bytes: u64,
+}
+
+/// Where an acknowledged event lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Position {
+    pub partition: u32,
+    pub offset: u64,
+}
+
+/// An event to publish, before the log places it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewEvent {
+    pub key: Option<Bytes>,
+    pub headers: Vec<(String, Bytes)>,
+    pub value: Bytes,
+    pub value_is_json: bool,
+    /// `None`: the time the log accepts it.
+    pub timestamp_ms: Option<i64>,
+    /// `None`: chosen from the key, or spread when there is no key.
+    pub partition: Option<u32>,
+}
+
+/// An event read back from the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub partition: u32,
+    pub offset: u64,
+    pub record: Record,
+}
+
+/// A page of a partition read from an offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadBatch {
+    pub events: Vec<Event>,
+    /// The offset to ask for next.
+    pub next_offset: u64,
+    pub high_watermark: u64,
+    pub log_start_offset: u64,
+}
+
+/// Which offset a client looks up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffsetQuery {
+    Earliest,
+    Latest,
+    /// The first event with timestamp ≥ this; the high watermark if there is none.
+    Timestamp(i64),
+}
+
+/// A publish retried under the same key returns its first result; `fingerprint`
+/// tells a true retry from a different request reusing the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyKey {
+    pub key: String,
+    pub fingerprint: Vec<u8>,
+}
+
+/// Size limits, enforced before anything is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_value_bytes: usize,
+    pub max_request_bytes: usize,
+    pub max_events_per_publish: usize,
+    pub max_headers_per_event: usize,
+    pub max_partitions: u32,
+    pub max_read_events: usize,
+    pub max_read_bytes: usize,
+    pub max_wait_ms: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_value_bytes: 1 << 20,
+            max_request_bytes: 6 << 20,
+            max_events_per_publish: 1000,
+            max_headers_per_event: 64,
+            max_partitions: 1024,
+            max_read_events: 10_000,
+            max_read_bytes: 6 << 20,
+            max_wait_ms: 20_000,
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! `sluice`: run the event router locally (`serve`) or load-test one (`bench`).
+
+use std::net::SocketAddr;
+
+use clap::{Parser, Subcommand};
+use sluice_api::Config;
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(name = "sluice", version, about = "Serverless event router: one HTTP publish, a replayable log")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the HTTP API on the embedded backend (local files + SQLite).
+    Serve {
+        /// Address to listen on; loopback unless you say otherwise.
+        #[arg(long, env = "SLUICE_ADDR", default_value = "127.0.0.1:8080")]
+        addr: SocketAddr,
+        #[command(flatten)]
+        config: Config,
+    },
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .init();
+    match Cli::parse().command {
+        Command::Serve { addr, config } => serve(addr, config).await,
+    }
+}
+
+async fn serve(addr: SocketAddr, config: Config) -> Result<(), Box<dyn std::error::Error>> {
+    let log = sluice_api::open_embedded(&config)?;
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!(addr = %listener.local_addr()?, data_dir = %config.data_dir.display(), "sluice listening");
+    axum::serve(listener, sluice_api::router(log)).with_graceful_shutdown(shutdown()).await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Resolves on Ctrl-C or SIGTERM; in-flight requests then finish before the process exits.
+async fn shutdown() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}
