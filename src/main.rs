@@ -38,7 +38,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 async fn serve(addr: SocketAddr, config: Config) -> Result<(), Box<dyn std::error::Error>> {
     let log = sluice_api::open_embedded(&config)?;
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(addr = %listener.local_addr()?, data_dir = %config.data_dir.display(), "sluice listening");
+    let local = listener.local_addr()?;
+    tracing::info!(addr = %local, data_dir = %config.data_dir.display(), "sluice listening");
+    // A plain line for people and for tests that start the server on port 0.
+    println!("listening on http://{local}");
     axum::serve(listener, sluice_api::router(log)).with_graceful_shutdown(shutdown()).await?;
     tracing::info!("stopped");
     Ok(())
