@@ -24,14 +24,46 @@ pub fn open_embedded(config: &Config) -> Result<Log, sluice_core::StorageError> 
     Ok(Log::new(meta, objects, Arc::new(SystemClock), log_config))
 }
 
-/// Every v1 route.
-pub fn router(log: Log) -> Router {
+/// Publishing: `POST /v1/topics/{topic}/events`.
+pub fn publish_router(log: Log) -> Router {
+    finish(publish_routes(), log)
+}
+
+fn publish_routes() -> Router<Log> {
+    Router::new().route("/v1/topics/{topic}/events", post(publish::publish))
+}
+
+/// Reading: replay and offset lookup.
+pub fn read_router(log: Log) -> Router {
+    finish(read_routes(), log)
+}
+
+fn read_routes() -> Router<Log> {
+    Router::new()
+        .route("/v1/topics/{topic}/partitions/{partition}/events", get(read::events))
+        .route("/v1/topics/{topic}/partitions/{partition}/offsets", get(read::offsets))
+}
+
+/// Topic administration: create, list, describe, delete.
+pub fn admin_router(log: Log) -> Router {
+    finish(admin_routes(), log)
+}
+
+fn admin_routes() -> Router<Log> {
     Router::new()
         .route("/v1/topics", get(topics::list))
         .route("/v1/topics/{topic}", put(topics::create).get(topics::describe).delete(topics::delete))
-        .route("/v1/topics/{topic}/events", post(publish::publish))
-        .route("/v1/topics/{topic}/partitions/{partition}/events", get(read::events))
-        .route("/v1/topics/{topic}/partitions/{partition}/offsets", get(read::offsets))
+}
+
+/// Every v1 route: what `serve` runs. Each Lambda function runs the part it is for.
+pub fn router(log: Log) -> Router {
+    finish(publish_routes().merge(read_routes()).merge(admin_routes()), log)
+}
+
+/// JSON answers for unknown routes and methods, and the body limit left to the handlers
+/// (they refuse oversize bodies with a JSON 413 of their own).
+fn finish(routes: Router<Log>, log: Log) -> Router {
+    routes
         .fallback(|| async { ApiError::new(axum::http::StatusCode::NOT_FOUND, "not_found", "no such route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(axum::http::StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed here")
