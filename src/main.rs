@@ -1,5 +1,7 @@
 //! `sluice`: run the event router locally (`serve`) or load-test one (`bench`).
 
+mod bench;
+
 use std::net::SocketAddr;
 
 use clap::{Parser, Subcommand};
@@ -23,6 +25,8 @@ enum Command {
         #[command(flatten)]
         config: Config,
     },
+    /// Load a running Sluice over HTTP and print events/s, MB/s and latency percentiles.
+    Bench(bench::BenchArgs),
 }
 
 #[tokio::main]
@@ -32,6 +36,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .init();
     match Cli::parse().command {
         Command::Serve { addr, config } => serve(addr, config).await,
+        Command::Bench(args) => bench::run(args).await.map_err(|e| e as Box<dyn std::error::Error>),
     }
 }
 
