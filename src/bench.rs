@@ -14,6 +14,39 @@ use serde_json::{json, Value};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// One keep-alive HTTP/1.1 connection driven by hyper directly: the load generator shares
+/// the machine with the server, so every microsecond it spends per request is taken from it.
+struct Conn {
+    sender: hyper::client::conn::http1::SendRequest<http_body_util::Full<Bytes>>,
+    authority: String,
+}
+
+impl Conn {
+    async fn open(base: &str) -> Result<Self, BoxError> {
+        let authority = base.strip_prefix("http://").ok_or("bench speaks plain http:// only")?.trim_end_matches('/');
+        let stream = tokio::net::TcpStream::connect(authority).await?;
+        stream.set_nodelay(true)?;
+        let (sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+        tokio::spawn(connection);
+        Ok(Self { sender, authority: authority.to_owned() })
+    }
+
+    /// Sends one request and reads the whole answer.
+    async fn send(&mut self, method: hyper::Method, path: &str, body: Bytes) -> Result<(u16, Bytes), BoxError> {
+        use http_body_util::BodyExt;
+        let req = hyper::Request::builder()
+            .method(method)
+            .uri(path)
+            .header(hyper::header::HOST, &self.authority)
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .body(http_body_util::Full::new(body))?;
+        self.sender.ready().await?;
+        let resp = self.sender.send_request(req).await?;
+        let status = resp.status().as_u16();
+        Ok((status, resp.into_body().collect().await?.to_bytes()))
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// Base URL of the Sluice to load.
@@ -170,7 +203,7 @@ async fn publish(
     count: u64,
 ) -> Result<Report, BoxError> {
     let bodies = Arc::new(bodies(shape, 64));
-    let url = format!("{}/v1/topics/{}/events", t.base, t.topic);
+    let path = format!("/v1/topics/{}/events", t.topic);
     let sent = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicBool::new(false));
@@ -179,10 +212,11 @@ async fn publish(
     let progress = spawn_progress(sent.clone(), done.clone());
     let mut tasks = Vec::new();
     for c in 0..clients {
-        let (http, url, bodies) = (t.http.clone(), url.clone(), bodies.clone());
+        let (base, path, bodies) = (t.base.clone(), path.clone(), bodies.clone());
         let (sent, errors, done, latency) = (sent.clone(), errors.clone(), done.clone(), latency.clone());
         tasks.push(tokio::spawn(async move {
-            let mut local = Histogram::<u64>::new(3).expect("histogram");
+            let mut conn = Conn::open(&base).await?;
+            let mut local = Histogram::<u64>::new(3)?;
             let mut i = c;
             while !done.load(Ordering::Relaxed) {
                 let before = sent.fetch_add(shape.batch as u64, Ordering::Relaxed);
@@ -194,9 +228,13 @@ async fn publish(
                 let body = bodies[i % bodies.len()].clone();
                 i += clients;
                 let t0 = Instant::now();
-                let ok = match http.post(&url).header("content-type", "application/json").body(body).send().await {
-                    Ok(r) => r.status().is_success() && r.bytes().await.is_ok(),
-                    Err(_) => false,
+                let ok = match conn.send(hyper::Method::POST, &path, body).await {
+                    Ok((status, _)) => status == 200,
+                    // The connection is unusable after a transport error: open another.
+                    Err(_) => {
+                        conn = Conn::open(&base).await?;
+                        false
+                    }
                 };
                 if ok {
                     let _ = local.record(t0.elapsed().as_micros() as u64);
@@ -206,10 +244,11 @@ async fn publish(
                 }
             }
             let _ = latency.lock().map(|mut h| h.add(&local));
+            Ok::<_, BoxError>(())
         }));
     }
     for task in tasks {
-        task.await?;
+        task.await??;
     }
     let elapsed = start.elapsed();
     done.store(true, Ordering::Relaxed);
@@ -238,13 +277,16 @@ async fn replay(t: &Target, limit: usize) -> Result<Report, BoxError> {
     for (p, end) in partitions.clone() {
         let (t, events) = (t.clone(), events.clone());
         tasks.push(tokio::spawn(async move {
-            let mut hist = Histogram::<u64>::new(3).expect("histogram");
+            let mut conn = Conn::open(&t.base).await?;
+            let mut hist = Histogram::<u64>::new(3)?;
             let (mut offset, mut bytes, mut requests) = (0u64, 0u64, 0u64);
             while offset < end {
-                let url =
-                    format!("{}/v1/topics/{}/partitions/{p}/events?offset={offset}&limit={limit}", t.base, t.topic);
+                let path = format!("/v1/topics/{}/partitions/{p}/events?offset={offset}&limit={limit}", t.topic);
                 let t0 = Instant::now();
-                let body = t.http.get(&url).send().await?.bytes().await?;
+                let (status, body) = conn.send(hyper::Method::GET, &path, Bytes::new()).await?;
+                if status != 200 {
+                    return Err(format!("replay of partition {p}: HTTP {status}").into());
+                }
                 let _ = hist.record(t0.elapsed().as_micros() as u64);
                 requests += 1;
                 let page: Value = serde_json::from_slice(&body)?;

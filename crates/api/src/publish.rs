@@ -19,15 +19,35 @@ use sluice_core::{IdempotencyKey, Log, NewEvent};
 use crate::cloudevents;
 use crate::ApiError;
 
-/// Reads a whole body, refusing it with 413 as soon as it passes `limit` bytes.
+/// Past the limit, a body is still read and discarded up to this many more bytes, so the
+/// client (still sending) receives the 413 instead of a reset connection.
+const DRAIN_BYTES: usize = 16 << 20;
+
+/// Reads a whole body, refusing it with 413 once it passes `limit` bytes.
 pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
-    axum::body::to_bytes(body, limit).await.map_err(|_| {
-        ApiError::new(
+    use axum::body::HttpBody;
+    let mut body = std::pin::pin!(body);
+    let mut buf = bytes::BytesMut::new();
+    let mut seen = 0usize;
+    while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
+        let frame =
+            frame.map_err(|e| ApiError::bad_request("unreadable_body", format!("could not read the body: {e}")))?;
+        let Ok(data) = frame.into_data() else { continue };
+        seen = seen.saturating_add(data.len());
+        if seen <= limit {
+            buf.extend_from_slice(&data);
+        } else if seen > limit.saturating_add(DRAIN_BYTES) {
+            break;
+        }
+    }
+    if seen > limit {
+        return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "request_too_large",
-            format!("request body is larger than {limit} bytes (or could not be read)"),
-        )
-    })
+            format!("request body is larger than {limit} bytes"),
+        ));
+    }
+    Ok(buf.freeze())
 }
 
 /// Parses JSON, telling malformed JSON (`invalid_json`) from a well-formed body of the wrong shape.

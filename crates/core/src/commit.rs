@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::model::{IdempotencyKey, Position, TopicConfig};
 use crate::segment::{encode_segment, Record};
-use crate::storage::{CommitBatch, IdempotencyRecord, MetaStore, ObjectStore, SegmentEntry, StorageError};
+use crate::storage::{BlobRef, CommitBatch, IdempotencyRecord, MetaStore, ObjectStore, SegmentEntry, StorageError};
 use crate::{Clock, Error};
 
 /// A group stops growing at this many bytes or requests.
@@ -66,25 +66,24 @@ struct SegmentPlan {
 }
 
 impl Committer {
-    pub async fn run(mut self, mut rx: mpsc::Receiver<Pending>) {
-        while let Some(first) = rx.recv().await {
-            let mut bytes = first.size();
-            let mut group = vec![first];
-            while bytes < MAX_GROUP_BYTES && group.len() < MAX_GROUP_REQUESTS {
-                match rx.try_recv() {
-                    Ok(p) => {
-                        bytes += p.size();
-                        group.push(p);
-                    }
-                    Err(_) => break,
-                }
-            }
-            self.commit_group(group).await;
+    /// Runs the two stages as a pipeline: while one group's index commit is in flight,
+    /// the next group is already being collected and written, so the two durable
+    /// writes of consecutive groups overlap instead of queueing.
+    pub async fn run(mut self, rx: mpsc::Receiver<Pending>) {
+        let (written_tx, mut written) = mpsc::channel(1);
+        tokio::spawn(write_stage(self.objects.clone(), rx, written_tx));
+        while let Some(w) = written.recv().await {
+            self.commit_group(w).await;
         }
     }
 
-    async fn commit_group(&mut self, group: Vec<Pending>) {
-        match self.try_commit(&group).await {
+    async fn commit_group(&mut self, w: Written) {
+        let Written { group, layout, blob } = w;
+        let indexed = match blob {
+            Ok(blob) => self.index(&group, &layout, &blob).await,
+            Err(e) => Err(e),
+        };
+        match indexed {
             Ok(results) => {
                 for (p, r) in group.into_iter().zip(results) {
                     let _ = p.reply.send(Ok(r));
@@ -125,9 +124,20 @@ impl Committer {
         }
     }
 
+    /// Writes and indexes one group without the pipeline.
     async fn try_commit(&mut self, group: &[Pending]) -> Result<Vec<Vec<Position>>, StorageError> {
         let layout = layout(group);
         let blob = self.objects.put(layout.blob.clone()).await?;
+        self.index(group, &layout, &blob).await
+    }
+
+    /// Makes a written group visible at each partition's next offset, retrying lost races.
+    async fn index(
+        &mut self,
+        group: &[Pending],
+        layout: &Layout,
+        blob: &BlobRef,
+    ) -> Result<Vec<Vec<Position>>, StorageError> {
         let now = self.clock.now_ms();
         for attempt in 0..MAX_ATTEMPTS {
             let mut bases = Vec::with_capacity(layout.segments.len());
@@ -209,6 +219,35 @@ impl Committer {
             }
         }
         Err(StorageError::Throttled { message: "too many concurrent commits to one partition".into(), source: None })
+    }
+}
+
+/// A group whose blob has been written (or failed to be), on its way to the index.
+struct Written {
+    group: Vec<Pending>,
+    layout: Layout,
+    blob: Result<BlobRef, StorageError>,
+}
+
+/// Stage one: takes every publish waiting at that moment as one group and writes its blob.
+async fn write_stage(objects: Arc<dyn ObjectStore>, mut rx: mpsc::Receiver<Pending>, written: mpsc::Sender<Written>) {
+    while let Some(first) = rx.recv().await {
+        let mut bytes = first.size();
+        let mut group = vec![first];
+        while bytes < MAX_GROUP_BYTES && group.len() < MAX_GROUP_REQUESTS {
+            match rx.try_recv() {
+                Ok(p) => {
+                    bytes += p.size();
+                    group.push(p);
+                }
+                Err(_) => break,
+            }
+        }
+        let layout = layout(&group);
+        let blob = objects.put(layout.blob.clone()).await;
+        if written.send(Written { group, layout, blob }).await.is_err() {
+            return;
+        }
     }
 }
 
