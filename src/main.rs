@@ -8,11 +8,6 @@ use clap::{Parser, Subcommand};
 use sluice_api::Config;
 use tracing_subscriber::EnvFilter;
 
-// Many small, short-lived allocations per request (bodies, JSON, futures): mimalloc is measurably
-// faster than glibc's malloc for them (docs/PERFORMANCE.md).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Parser)]
 #[command(name = "sluice", version, about = "Serverless event router: one HTTP publish, a replayable log")]
 struct Cli {

@@ -22,13 +22,18 @@ async fn given_two_processes_on_one_data_dir_when_publishing_to_the_same_partiti
         tasks.push(tokio::spawn(async move {
             let mut acked = Vec::new();
             for n in 0..60 {
-                let events: Vec<Value> =
-                    (0..3).map(|i| json!({ "partition": (n % 2), "value": format!("c{client_id}-n{n}-i{i}") })).collect();
+                let events: Vec<Value> = (0..3)
+                    .map(|i| json!({ "partition": (n % 2), "value": format!("c{client_id}-n{n}-i{i}") }))
+                    .collect();
                 let r = c.post(&url).json(&json!({ "events": events })).send().await.unwrap();
                 assert_eq!(r.status(), 200);
                 let body: Value = r.json().await.unwrap();
                 for (e, res) in events.iter().zip(body["results"].as_array().unwrap()) {
-                    acked.push((res["partition"].as_u64().unwrap() as u32, res["offset"].as_u64().unwrap(), e["value"].clone()));
+                    acked.push((
+                        res["partition"].as_u64().unwrap() as u32,
+                        res["offset"].as_u64().unwrap(),
+                        e["value"].clone(),
+                    ));
                 }
             }
             acked
