@@ -4,7 +4,7 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::{assert_dense, client, create_topic, read_all, Server};
+use common::{assert_dense, assert_log_is_acked, client, create_topic, publish_acked, read_all, Server};
 use serde_json::{json, Value};
 use sluice_core::partitioner::partition_for_key;
 
@@ -36,16 +36,7 @@ async fn given_eight_concurrent_clients_when_replayed_then_every_acked_event_is_
                         json!({ "key": key, "value": { "key": key, "seq": *n, "client": client_id } })
                     })
                     .collect();
-                let r = c.post(&url).json(&json!({ "events": events })).send().await.unwrap();
-                assert_eq!(r.status(), 200);
-                let body: Value = r.json().await.unwrap();
-                for (e, res) in events.iter().zip(body["results"].as_array().unwrap()) {
-                    acked.push((
-                        res["partition"].as_u64().unwrap() as u32,
-                        res["offset"].as_u64().unwrap(),
-                        e["value"].clone(),
-                    ));
-                }
+                acked.extend(publish_acked(&c, &url, &events).await);
             }
             acked
         }));
@@ -72,8 +63,6 @@ async fn given_eight_concurrent_clients_when_replayed_then_every_acked_event_is_
             log.insert((p, e["offset"].as_u64().unwrap()), e["value"].clone());
         }
     }
-    assert_eq!(total, EVENTS, "the log holds exactly the acknowledged events");
-    for (p, offset, value) in acked {
-        assert_eq!(log.get(&(p, offset)), Some(&value), "acked event at {p}/{offset}");
-    }
+    assert_eq!(total, EVENTS);
+    assert_log_is_acked(&log, &acked);
 }

@@ -6,7 +6,7 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::{assert_dense, client, create_topic, read_all, Server};
+use common::{assert_dense, assert_log_is_acked, client, create_topic, publish_acked, read_all, Server};
 use serde_json::{json, Value};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -25,16 +25,7 @@ async fn given_two_processes_on_one_data_dir_when_publishing_to_the_same_partiti
                 let events: Vec<Value> = (0..3)
                     .map(|i| json!({ "partition": (n % 2), "value": format!("c{client_id}-n{n}-i{i}") }))
                     .collect();
-                let r = c.post(&url).json(&json!({ "events": events })).send().await.unwrap();
-                assert_eq!(r.status(), 200);
-                let body: Value = r.json().await.unwrap();
-                for (e, res) in events.iter().zip(body["results"].as_array().unwrap()) {
-                    acked.push((
-                        res["partition"].as_u64().unwrap() as u32,
-                        res["offset"].as_u64().unwrap(),
-                        e["value"].clone(),
-                    ));
-                }
+                acked.extend(publish_acked(&c, &url, &events).await);
             }
             acked
         }));
@@ -53,8 +44,5 @@ async fn given_two_processes_on_one_data_dir_when_publishing_to_the_same_partiti
             log.insert((p, e["offset"].as_u64().unwrap()), e["value"].clone());
         }
     }
-    assert_eq!(log.len(), acked.len(), "the log holds exactly the acknowledged events");
-    for (p, offset, value) in acked {
-        assert_eq!(log.get(&(p, offset)), Some(&value), "acked event at {p}/{offset}");
-    }
+    assert_log_is_acked(&log, &acked);
 }

@@ -85,3 +85,30 @@ pub fn assert_dense(events: &[Value]) {
         assert_eq!(e["offset"].as_u64(), Some(i as u64), "offsets not dense at index {i}");
     }
 }
+
+/// An acknowledged event: (partition, offset, the value published).
+pub type Acked = (u32, u64, Value);
+
+/// Publishes `events` and answers each one's acknowledged place; panics unless the publish succeeds.
+pub async fn publish_acked(c: &reqwest::Client, url: &str, events: &[Value]) -> Vec<Acked> {
+    let r = c.post(url).json(&json!({ "events": events })).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    let results = body["results"].as_array().expect("results");
+    assert_eq!(results.len(), events.len());
+    events
+        .iter()
+        .zip(results)
+        .map(|(e, res)| {
+            (res["partition"].as_u64().unwrap() as u32, res["offset"].as_u64().unwrap(), e["value"].clone())
+        })
+        .collect()
+}
+
+/// Asserts the replayed log (partition, offset → value) holds exactly the acknowledged events.
+pub fn assert_log_is_acked(log: &std::collections::HashMap<(u32, u64), Value>, acked: &[Acked]) {
+    assert_eq!(log.len(), acked.len(), "the log holds exactly the acknowledged events");
+    for (p, offset, value) in acked {
+        assert_eq!(log.get(&(*p, *offset)), Some(value), "acknowledged event at {p}/{offset}");
+    }
+}
