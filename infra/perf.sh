@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Reproduces the figures in docs/PERFORMANCE.md: starts a release `sluice serve` on a
+# fresh data dir, runs each `sluice bench` workload three times, and prints the median
+# and spread of each figure plus the server's peak RSS. Usage: infra/perf.sh [seconds]
+# (SLUICE_BIN=path uses that binary instead of building one.)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-5}
+if [ -z "${SLUICE_BIN:-}" ]; then cargo build --release --quiet; fi
+bin=${SLUICE_BIN:-target/release/sluice}
+data=$(mktemp -d)
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+url=http://127.0.0.1:$port
+"$bin" serve --addr "127.0.0.1:$port" --data-dir "$data" >"$data.log" 2>&1 &
+server=$!
+trap 'kill $server 2>/dev/null; rm -rf "$data" "$data.log"' EXIT
+until curl -sf "$url/v1/topics" >/dev/null; do sleep 0.1; done
+
+run() { # name, bench args…: three runs, one JSON report per line
+  local name=$1; shift
+  for _ in 1 2 3; do "$bin" bench --url "$url" --json "$@" 2>/dev/null | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)))'; done >"$data.$name"
+  python3 - "$name" "$data.$name" <<'PY'
+import json, statistics, sys
+name, path = sys.argv[1], sys.argv[2]
+runs = [json.loads(l) for l in open(path)]
+def fig(get):
+    xs = sorted(get(r) for r in runs)
+    return f"{statistics.median(xs):>10.3f} ({xs[0]:.3f}–{xs[-1]:.3f})"
+print(f"{name}: {json.dumps(runs[0]['settings'])}")
+print(f"  events/s   {fig(lambda r: r['events_per_sec'])}")
+print(f"  MB/s       {fig(lambda r: r['mb_per_sec'])}")
+print(f"  requests/s {fig(lambda r: r['requests_per_sec'])}")
+for q in ("p50", "p99", "p999"):
+    print(f"  {q:<10} {fig(lambda r: r['latency_ms'][q])} ms")
+PY
+}
+
+run publish-batched --topic batched publish --batch 100 --clients 8 --event-size 1024 --duration "$secs"
+run publish-single --topic single publish --batch 1 --clients 64 --event-size 1024 --duration "$secs"
+run latency --topic latency latency --event-size 1024 --count 10000
+"$bin" bench --url "$url" --topic replay publish --batch 100 --clients 8 --count 1000000 >/dev/null 2>&1
+run replay --topic replay replay --limit 1000
+echo "server peak RSS: $(awk '/VmHWM/ {printf "%.1f MiB", $2/1024}' /proc/$server/status)"
+echo "data dir: $(du -sh "$data" | cut -f1)"
