@@ -1,0 +1,178 @@
+//! End to end: the publish, read and admin Lambda functions run under `cargo
+//! lambda watch` (its Lambda runtime emulator and function URLs) on the AWS
+//! adapters against moto, and answer a sequence of HTTP requests exactly as
+//! `serve`'s router on the embedded backend answers the same sequence.
+
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use sluice_api::Config;
+use sluice_conformance::moto::{moto, workspace_root};
+use sluice_conformance::unique_topic;
+
+/// How long `cargo lambda watch` may take to build the functions on first use.
+const BUILD_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// One `cargo lambda watch`, in a process group of its own with the function it runs.
+struct Watch(Child);
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        // The whole group: cargo-lambda and the function binary it started.
+        let _ = Command::new("kill").args(["--", &format!("-{}", self.0.id())]).status();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Starts `cargo lambda watch` for one function package (run from the
+/// workspace root, cargo would look for the binary in the root package only).
+fn start_watch(function: &str, port: u16) -> Watch {
+    let root = workspace_root();
+    let cargo_lambda = root.join(".venv/bin/cargo-lambda");
+    assert!(cargo_lambda.exists(), "{} is missing: run infra/setup.sh first", cargo_lambda.display());
+    let s = &moto().settings;
+    let env = [
+        format!("SLUICE_BUCKET={}", s.bucket),
+        format!("SLUICE_TABLE={}", s.table),
+        format!("SLUICE_AWS_REGION={}", s.region.as_deref().unwrap_or("us-east-1")),
+        format!("SLUICE_AWS_ENDPOINT_URL={}", s.endpoint_url.as_deref().unwrap_or_default()),
+        "AWS_ACCESS_KEY_ID=test".into(),
+        "AWS_SECRET_ACCESS_KEY=test".into(),
+    ];
+    let mut cmd = Command::new(cargo_lambda);
+    let manifest = root.join("functions").join(function.trim_start_matches("sluice-")).join("Cargo.toml");
+    cmd.current_dir(&root)
+        .args(["lambda", "watch", "--ignore-changes", "--quiet", "-A", "127.0.0.1", "-P", &port.to_string()])
+        .arg("--manifest-path")
+        .arg(manifest)
+        .args(env.iter().flat_map(|e| ["--env-var", e.as_str()]))
+        // cargo-lambda finds its zig (for cross builds) beside itself.
+        .env("PATH", format!("{}:{}", root.join(".venv/bin").display(), std::env::var("PATH").unwrap_or_default()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0);
+    Watch(cmd.spawn().expect("start cargo lambda watch"))
+}
+
+/// Sends one request and returns its status and JSON body.
+async fn call(client: &reqwest::Client, base: &str, method: Method, path: &str, body: Option<&Value>) -> (u16, Value) {
+    let mut request = client.request(method, format!("{base}{path}"));
+    if let Some(body) = body {
+        request = request.json(body);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+/// Values that differ between two runs by nature (the clock at creation), replaced by a marker.
+fn normalize(mut v: Value) -> Value {
+    match &mut v {
+        Value::Object(map) => {
+            for (k, x) in map.iter_mut() {
+                *x = if k == "created_ms" { json!("<time>") } else { normalize(x.take()) };
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|x| *x = normalize(x.take())),
+        _ => {}
+    }
+    v
+}
+
+/// Runs the same requests against `base(path)` and records each answer.
+async fn script(client: &reqwest::Client, base: &dyn Fn(&str) -> String, topic: &str) -> Vec<(String, u16, Value)> {
+    let t = format!("/v1/topics/{topic}");
+    let publish = json!({"events": [
+        {"key": "customer-42", "value": {"n": 1}, "timestamp_ms": 1_700_000_000_000_i64},
+        {"value": "plain", "partition": 1, "headers": {"h": "v"}, "timestamp_ms": 1_700_000_000_001_i64},
+        {"value_base64": "AAEC", "partition": 1, "timestamp_ms": 1_700_000_000_002_i64},
+    ]});
+    let steps: Vec<(Method, String, Option<Value>)> = vec![
+        (Method::PUT, t.clone(), Some(json!({"partitions": 2}))),
+        (Method::PUT, t.clone(), Some(json!({"partitions": 2}))),
+        (Method::PUT, t.clone(), Some(json!({"partitions": 3}))),
+        (Method::GET, "/v1/topics".into(), None),
+        (Method::POST, format!("{t}/events"), Some(publish.clone())),
+        (Method::POST, format!("{t}/events"), Some(publish)),
+        (Method::GET, format!("{t}/partitions/1/events?offset=0&limit=10"), None),
+        (Method::GET, format!("{t}/partitions/1/events?offset=3"), None),
+        (Method::GET, format!("{t}/partitions/1/events?offset=99"), None),
+        (Method::GET, format!("{t}/partitions/1/offsets?timestamp_ms=1700000000002"), None),
+        (Method::GET, t.clone(), None),
+        (Method::POST, "/v1/topics/no-such-topic/events".into(), Some(json!({"events": [{"value": 1}]}))),
+        (Method::DELETE, t.clone(), None),
+        (Method::GET, t.clone(), None),
+    ];
+    let mut answers = Vec::new();
+    for (method, path, body) in steps {
+        let label = format!("{method} {path}");
+        let (status, value) = call(client, &base(&path), method, &path, body.as_ref()).await;
+        answers.push((label, status, normalize(value)));
+    }
+    answers
+}
+
+/// The function serving a path, as template.yaml routes it (the script POSTs to every …/events it uses).
+fn function_for(path: &str) -> &'static str {
+    if path.contains("/partitions/") {
+        "sluice-read"
+    } else if path.ends_with("/events") {
+        "sluice-publish"
+    } else {
+        "sluice-admin"
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_functions_under_cargo_lambda_watch_on_moto_then_answers_match_serve() {
+    let client = reqwest::Client::builder().timeout(BUILD_TIMEOUT).build().unwrap();
+    let topic = unique_topic("e2e");
+
+    // `serve`: the full router on the embedded backend, on a loopback socket.
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::from_env().map(|c| Config { data_dir: dir.path().to_owned(), ..c }).unwrap();
+    let log = sluice_api::open_embedded(&config).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let serve_base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, sluice_api::router(log)).await });
+    let expected = script(&client, &|_| serve_base.clone(), &topic).await;
+
+    let functions = ["sluice-admin", "sluice-publish", "sluice-read"];
+    let ports: Vec<u16> = functions.iter().map(|_| free_port()).collect();
+    let _watches: Vec<Watch> = functions.iter().zip(&ports).map(|(f, &port)| start_watch(f, port)).collect();
+    let url = |function: &str| {
+        let port = functions.iter().zip(&ports).find(|(f, _)| **f == function).map(|(_, p)| *p).unwrap_or_default();
+        format!("http://127.0.0.1:{port}/lambda-url/{function}")
+    };
+    let deadline = Instant::now() + BUILD_TIMEOUT;
+    // The first request to each function waits while cargo lambda builds it.
+    for function in functions {
+        loop {
+            match client.get(format!("{}/v1/not-a-route", url(function))).send().await {
+                Ok(r) if r.status() == StatusCode::NOT_FOUND => break,
+                other => {
+                    assert!(Instant::now() < deadline, "{function} never came up under cargo lambda watch: {other:?}");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+    }
+    let routed = script(&client, &|path| url(function_for(path)), &topic).await;
+    assert_eq!(routed.len(), expected.len());
+    for (got, want) in routed.iter().zip(&expected) {
+        assert_eq!(got, want, "cargo lambda watch on moto and serve disagree on {}", want.0);
+    }
+    // The answers say something: the publish landed, the replay found it.
+    assert_eq!(expected[4].1, 200);
+    assert!(expected[6].2["events"].as_array().map_or(0, Vec::len) >= 4, "{}", expected[6].2);
+}
