@@ -6,11 +6,24 @@ use clap::Parser;
 use sluice_core::Limits;
 
 /// What every Sluice process needs: where the data lives and the request limits.
+/// With `bucket` and `table` set the data lives in S3 and DynamoDB, otherwise in `data_dir`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Config {
     /// Directory of the embedded backend (created if missing).
     #[arg(long, env = "SLUICE_DATA_DIR", default_value = "sluice-data")]
     pub data_dir: PathBuf,
+    /// S3 bucket for segment objects; with `table`, selects the AWS backend.
+    #[arg(long, env = "SLUICE_BUCKET")]
+    pub bucket: Option<String>,
+    /// DynamoDB table for topics, the index and idempotency records; with `bucket`, selects the AWS backend.
+    #[arg(long, env = "SLUICE_TABLE")]
+    pub table: Option<String>,
+    /// AWS region of the bucket and table (default: the environment's, e.g. `AWS_REGION` on Lambda).
+    #[arg(long, env = "SLUICE_AWS_REGION")]
+    pub aws_region: Option<String>,
+    /// Endpoint for both S3 and DynamoDB, e.g. moto's on loopback (default: AWS's own).
+    #[arg(long, env = "SLUICE_AWS_ENDPOINT_URL")]
+    pub aws_endpoint_url: Option<String>,
     /// Largest event value, in bytes.
     #[arg(long, env = "SLUICE_MAX_VALUE_BYTES", default_value_t = Limits::default().max_value_bytes)]
     pub max_value_bytes: usize,

@@ -2,6 +2,7 @@
 //! the Lambda functions run under `lambda_http`, so a route behaves the same
 //! everywhere. Handlers are thin: parse, call the [`Log`], render.
 
+mod backend;
 mod cloudevents;
 pub mod config;
 mod error;
@@ -13,6 +14,7 @@ use std::sync::Arc;
 
 use axum::routing::{get, post, put};
 use axum::Router;
+pub use backend::{open_backend, BackendChoice, IncompleteAwsConfig, OpenError};
 pub use config::Config;
 pub use error::ApiError;
 use sluice_core::{Log, LogConfig, SystemClock};

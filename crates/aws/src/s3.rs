@@ -1,0 +1,111 @@
+//! [`ObjectStore`] on S3: each blob is a new object under `segments/`, created
+//! with `If-None-Match: *` so nothing is ever overwritten, and read back with
+//! ranged GETs, so a reader fetches one partition's segment out of an object
+//! that holds the segments of every partition a publish touched.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use aws_sdk_s3::error::ProvideErrorMetadata;
+use aws_sdk_s3::operation::get_object::GetObjectError;
+use aws_sdk_s3::primitives::ByteStream;
+use bytes::Bytes;
+use sluice_core::storage::BlobRef;
+use sluice_core::{ObjectStore, StorageError};
+
+use crate::{send_counted, unexpected, RequestCounts};
+
+/// Fresh names tried before a put gives up (a clash of 128 random bits means something is wrong).
+const NAME_ATTEMPTS: u32 = 3;
+
+/// Segment objects in one S3 bucket.
+pub struct S3ObjectStore {
+    client: aws_sdk_s3::Client,
+    bucket: String,
+    requests: RequestCounts,
+}
+
+impl S3ObjectStore {
+    pub fn new(client: aws_sdk_s3::Client, bucket: String) -> Self {
+        Self { client, bucket, requests: RequestCounts::default() }
+    }
+
+    /// The S3 requests this store has sent.
+    pub fn requests(&self) -> &RequestCounts {
+        &self.requests
+    }
+}
+
+/// `segments/<ms since epoch>-<128 random bits>`: unique without coordination,
+/// and time-ordered, so listing finds old objects first.
+fn object_name() -> String {
+    let ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis());
+    format!("segments/{ms:013}-{:032x}", rand::random::<u128>())
+}
+
+#[async_trait]
+impl ObjectStore for S3ObjectStore {
+    #[tracing::instrument(skip_all, fields(bytes = bytes.len()))]
+    async fn put(&self, bytes: Bytes) -> Result<BlobRef, StorageError> {
+        for _ in 0..NAME_ATTEMPTS {
+            let key = object_name();
+            let sent = send_counted(&self.requests, "s3:PutObject", || {
+                self.client
+                    .put_object()
+                    .bucket(&self.bucket)
+                    .key(&key)
+                    .if_none_match("*")
+                    .body(ByteStream::from(bytes.clone()))
+                    .send()
+            })
+            .await;
+            match sent {
+                Ok(_) => return Ok(BlobRef { object: key, position: 0 }),
+                // The name is taken (412), or another conditional write to it is in flight (409).
+                Err(e) if matches!(e.code(), Some("PreconditionFailed" | "ConditionalRequestConflict")) => {
+                    tracing::warn!(object = %key, "object name already taken; choosing another");
+                }
+                Err(e) => return Err(unexpected("s3:PutObject", e)),
+            }
+        }
+        Err(StorageError::Unavailable {
+            message: "s3:PutObject: every fresh object name was taken".into(),
+            source: None,
+        })
+    }
+
+    #[tracing::instrument(skip(self))]
+    async fn read(&self, object: &str, position: u64, len: u64) -> Result<Bytes, StorageError> {
+        if len == 0 {
+            return Ok(Bytes::new());
+        }
+        let range = format!("bytes={position}-{}", position + len - 1);
+        let sent = send_counted(&self.requests, "s3:GetObject", || {
+            self.client.get_object().bucket(&self.bucket).key(object).range(&range).send()
+        })
+        .await;
+        let output = match sent {
+            Ok(o) => o,
+            Err(e) if matches!(e.as_service_error(), Some(GetObjectError::NoSuchKey(_))) => {
+                return Err(StorageError::NotFound(format!("object {object}")));
+            }
+            Err(e) if e.code() == Some("InvalidRange") => {
+                return Err(StorageError::Corrupt(format!("object {object} holds no bytes at {position}")));
+            }
+            Err(e) => return Err(unexpected("s3:GetObject", e)),
+        };
+        let data = output
+            .body
+            .collect()
+            .await
+            .map_err(|e| StorageError::unavailable(format!("s3:GetObject {object}: reading the body"), e))?
+            .into_bytes();
+        if data.len() as u64 != len {
+            return Err(StorageError::Corrupt(format!(
+                "object {object} holds {} bytes at {position}, expected {len}",
+                data.len()
+            )));
+        }
+        Ok(data)
+    }
+}

@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Local AWS for tests and `cargo lambda watch`: moto's server (S3 and DynamoDB)
+on a free loopback port, with the bucket and table created from the resource
+definitions in template.yaml, so the emulated table is the deployed one.
+
+Prints `endpoint=http://127.0.0.1:PORT bucket=NAME table=NAME` on one line once
+ready, then serves until SIGTERM/SIGINT or, with --watch-stdin, until its
+standard input closes (how tests tie it to their own lifetime). Run with .venv/bin/python (infra/setup.sh makes it).
+"""
+import argparse
+import signal
+import socket
+import sys
+import threading
+from pathlib import Path
+
+import boto3
+import yaml
+from moto.server import ThreadedMotoServer
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class _CfnLoader(yaml.SafeLoader):
+    """YAML loader that keeps CloudFormation's short-form tags (!Ref, !Sub, …) as plain values."""
+
+
+_CfnLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
+
+
+def template_resources():
+    with open(ROOT / "template.yaml") as f:
+        return yaml.load(f, Loader=_CfnLoader)["Resources"]
+
+
+def table_definition(name):
+    """CreateTable arguments from the template's IndexTable (keys, billing, TTL)."""
+    props = template_resources()["IndexTable"]["Properties"]
+    create = {
+        "TableName": name,
+        "AttributeDefinitions": props["AttributeDefinitions"],
+        "KeySchema": props["KeySchema"],
+        "BillingMode": props["BillingMode"],
+    }
+    return create, props["TimeToLiveSpecification"]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=0, help="0: a free port")
+    parser.add_argument("--bucket", default="sluice-local")
+    parser.add_argument("--table", default="sluice-local")
+    parser.add_argument("--region", default="us-east-1")
+    parser.add_argument("--watch-stdin", action="store_true", help="stop when standard input closes")
+    args = parser.parse_args()
+
+    port = args.port or free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    session = boto3.session.Session(
+        aws_access_key_id="test", aws_secret_access_key="test", region_name=args.region
+    )
+    s3 = session.client("s3", endpoint_url=endpoint)
+    s3.create_bucket(Bucket=args.bucket)
+    dynamodb = session.client("dynamodb", endpoint_url=endpoint)
+    create, ttl = table_definition(args.table)
+    dynamodb.create_table(**create)
+    dynamodb.update_time_to_live(
+        TableName=args.table,
+        TimeToLiveSpecification={"AttributeName": ttl["AttributeName"], "Enabled": ttl["Enabled"]},
+    )
+    print(f"endpoint={endpoint} bucket={args.bucket} table={args.table}", flush=True)
+
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    if args.watch_stdin:
+        threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
+    done.wait()
+    server.stop()
+
+
+if __name__ == "__main__":
+    main()
