@@ -41,7 +41,8 @@ pub(crate) struct Committer {
     pub objects: Arc<dyn ObjectStore>,
     pub clock: Arc<dyn Clock>,
     /// Next offset of each partition as this process last committed it: a hint, checked by the commit.
-    pub heads: HashMap<(String, u32), u64>,
+    /// Keyed by topic id, so a topic recreated under the same name never inherits the old heads.
+    pub heads: HashMap<(u64, u32), u64>,
     /// Bumped after every commit, to wake long polls.
     pub committed: watch::Sender<u64>,
 }
@@ -142,7 +143,7 @@ impl Committer {
         for attempt in 0..MAX_ATTEMPTS {
             let mut bases = Vec::with_capacity(layout.segments.len());
             for s in &layout.segments {
-                let key = (s.topic.clone(), s.partition);
+                let key = (s.topic_id, s.partition);
                 let base = match self.heads.get(&key) {
                     Some(&b) => b,
                     None => self.meta.partition(&s.topic, s.partition).await?.high_watermark,
@@ -196,7 +197,7 @@ impl Committer {
             match self.meta.commit(&batch).await {
                 Ok(()) => {
                     for e in batch.entries {
-                        self.heads.insert((e.topic, e.partition), e.next_offset);
+                        self.heads.insert((e.topic_id, e.partition), e.next_offset);
                     }
                     self.committed.send_modify(|v| *v += 1);
                     return Ok(results);
@@ -204,7 +205,7 @@ impl Committer {
                 Err(StorageError::Precondition(why)) => {
                     tracing::debug!(attempt, %why, "commit lost a race; re-reading partition heads");
                     for s in &layout.segments {
-                        self.heads.remove(&(s.topic.clone(), s.partition));
+                        self.heads.remove(&(s.topic_id, s.partition));
                     }
                     if attempt > 2 {
                         tokio::time::sleep(Duration::from_micros(100 + u64::from(rand::random::<u16>() % 2000))).await;
@@ -212,7 +213,7 @@ impl Committer {
                 }
                 Err(e) => {
                     for s in &layout.segments {
-                        self.heads.remove(&(s.topic.clone(), s.partition));
+                        self.heads.remove(&(s.topic_id, s.partition));
                     }
                     return Err(e);
                 }
