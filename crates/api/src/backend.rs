@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+#[cfg(feature = "aws")]
 use sluice_aws::AwsSettings;
 use sluice_core::{Log, LogConfig, MetaStore, ObjectStore, StorageError, SystemClock};
 
@@ -32,6 +33,10 @@ pub enum OpenError {
     Config(#[from] IncompleteAwsConfig),
     #[error("cannot open the embedded backend")]
     Storage(#[from] StorageError),
+    #[error(
+        "SLUICE_BUCKET and SLUICE_TABLE select AWS, but this build has no AWS backend (sluice-api's `aws` feature)"
+    )]
+    NoAwsBackend,
 }
 
 /// An unset variable, or one set to the empty string (how a template leaves it unset).
@@ -64,6 +69,9 @@ pub async fn open_backend(config: &Config) -> Result<Log, OpenError> {
             tracing::info!(data_dir = %dir.display(), "embedded backend");
             (meta, objects)
         }
+        #[cfg(not(feature = "aws"))]
+        BackendChoice::Aws { .. } => return Err(OpenError::NoAwsBackend),
+        #[cfg(feature = "aws")]
         BackendChoice::Aws { bucket, table, region, endpoint_url } => {
             tracing::info!(%bucket, %table, endpoint = endpoint_url.as_deref().unwrap_or("aws"), "aws backend");
             let (meta, objects) = sluice_aws::connect(&AwsSettings { bucket, table, region, endpoint_url }).await;
