@@ -231,6 +231,17 @@ impl DynamoMetaStore {
     }
 
     async fn put_one(&self, item: Item, entry: &SegmentEntry) -> Result<(), StorageError> {
+        self.put_if_absent(item, || {
+            StorageError::Precondition(format!(
+                "{}/{} moved past offset {}",
+                entry.topic, entry.partition, entry.base_offset
+            ))
+        })
+        .await
+    }
+
+    /// One conditional `PutItem` that creates `item` only if its key is absent; `taken` says what it means if not.
+    async fn put_if_absent(&self, item: Item, taken: impl FnOnce() -> StorageError) -> Result<(), StorageError> {
         let sent = send_counted(&self.requests, "dynamodb:PutItem", || {
             self.client
                 .put_item()
@@ -242,12 +253,7 @@ impl DynamoMetaStore {
         .await;
         match sent {
             Ok(_) => Ok(()),
-            Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {
-                Err(StorageError::Precondition(format!(
-                    "{}/{} moved past offset {}",
-                    entry.topic, entry.partition, entry.base_offset
-                )))
-            }
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => Err(taken()),
             Err(e) => Err(unexpected("dynamodb:PutItem", e)),
         }
     }
@@ -329,22 +335,7 @@ impl MetaStore for DynamoMetaStore {
         if let Some(v) = topic.spec.retention_bytes {
             item.insert("retention_bytes".into(), n(v));
         }
-        let sent = send_counted(&self.requests, "dynamodb:PutItem", || {
-            self.client
-                .put_item()
-                .table_name(&self.table)
-                .set_item(Some(item.clone()))
-                .condition_expression(ABSENT)
-                .send()
-        })
-        .await;
-        match sent {
-            Ok(_) => Ok(()),
-            Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {
-                Err(StorageError::AlreadyExists(format!("topic {}", topic.name)))
-            }
-            Err(e) => Err(unexpected("dynamodb:PutItem", e)),
-        }
+        self.put_if_absent(item, || StorageError::AlreadyExists(format!("topic {}", topic.name))).await
     }
 
     #[tracing::instrument(skip(self))]
