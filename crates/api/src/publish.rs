@@ -1,20 +1,20 @@
 //! `POST /v1/topics/{topic}/events`: a JSON batch, or CloudEvents 1.0 in
 //! structured, batch or binary mode. Every check happens before the log is called.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
-use axum::Json;
+use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use sluice_core::{IdempotencyKey, Log, NewEvent};
+use sluice_core::{IdempotencyKey, Log, NewEvent, Position};
 
 use crate::cloudevents;
 use crate::ApiError;
@@ -23,11 +23,13 @@ use crate::ApiError;
 /// client (still sending) receives the 413 instead of a reset connection.
 const DRAIN_BYTES: usize = 16 << 20;
 
-/// Reads a whole body, refusing it with 413 once it passes `limit` bytes.
+/// Reads a whole body, refusing it with 413 once it passes `limit` bytes. A body that
+/// arrives in one frame (the usual case) is returned as is, without a copy.
 pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
     use axum::body::HttpBody;
     let mut body = std::pin::pin!(body);
-    let mut buf = bytes::BytesMut::new();
+    let mut first: Option<Bytes> = None;
+    let mut rest = bytes::BytesMut::new();
     let mut seen = 0usize;
     while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
         let frame =
@@ -35,7 +37,13 @@ pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
         let Ok(data) = frame.into_data() else { continue };
         seen = seen.saturating_add(data.len());
         if seen <= limit {
-            buf.extend_from_slice(&data);
+            match first.take() {
+                None if rest.is_empty() => first = Some(data),
+                earlier => {
+                    rest.extend_from_slice(&earlier.unwrap_or_default());
+                    rest.extend_from_slice(&data);
+                }
+            }
         } else if seen > limit.saturating_add(DRAIN_BYTES) {
             break;
         }
@@ -47,7 +55,7 @@ pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
             format!("request body is larger than {limit} bytes"),
         ));
     }
-    Ok(buf.freeze())
+    Ok(first.unwrap_or_else(|| rest.freeze()))
 }
 
 /// Parses JSON, telling malformed JSON (`invalid_json`) from a well-formed body of the wrong shape.
@@ -78,7 +86,8 @@ struct Batch<'a> {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct JsonEvent<'a> {
-    key: Option<String>,
+    #[serde(borrow)]
+    key: Option<Cow<'a, str>>,
     #[serde(borrow)]
     value: Option<&'a RawValue>,
     value_base64: Option<String>,
@@ -93,33 +102,45 @@ pub async fn publish(
     Path(topic): Path<String>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let body = read_body(body, log.limits().max_request_bytes).await?;
     let idempotency = idempotency_key(&headers, &body)?;
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
-    let mime = content_type.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    let mime = content_type.split(';').next().unwrap_or_default().trim();
+    let is = |m: &str| mime.eq_ignore_ascii_case(m);
     let events = if headers.contains_key("ce-specversion") {
         vec![cloudevents::binary(&headers, &body)?]
+    } else if is("application/cloudevents+json") {
+        vec![cloudevents::structured(&body)?]
+    } else if is("application/cloudevents-batch+json") {
+        cloudevents::batch(&body, log.limits().max_events_per_publish)?
+    } else if is("application/json") || mime.is_empty() {
+        json_batch(&body, log.limits().max_events_per_publish)?
     } else {
-        match mime.as_str() {
-            "application/cloudevents+json" => vec![cloudevents::structured(&body)?],
-            "application/cloudevents-batch+json" => cloudevents::batch(&body, log.limits().max_events_per_publish)?,
-            "application/json" | "" => json_batch(&body, log.limits().max_events_per_publish)?,
-            other => {
-                return Err(ApiError::new(
-                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                    "unsupported_media_type",
-                    format!("content type '{other}' is not accepted: send application/json or CloudEvents"),
-                ))
-            }
-        }
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            format!("content type '{mime}' is not accepted: send application/json or CloudEvents"),
+        ));
     };
     let results = log.publish(&topic, events, idempotency).await?;
-    let results: Vec<Value> = results.iter().map(|p| json!({ "partition": p.partition, "offset": p.offset })).collect();
-    Ok(Json(json!({ "results": results })))
+    Ok(([(header::CONTENT_TYPE, "application/json")], render_results(&results)).into_response())
 }
 
-fn json_batch(body: &[u8], max_events: usize) -> Result<Vec<NewEvent>, ApiError> {
+/// `{"results":[{"partition":P,"offset":O},…]}`, written directly: this answers every publish.
+fn render_results(results: &[Position]) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(16 + 40 * results.len());
+    out.push_str("{\"results\":[");
+    for (i, p) in results.iter().enumerate() {
+        let sep = if i == 0 { "" } else { "," };
+        let _ = write!(out, "{sep}{{\"partition\":{},\"offset\":{}}}", p.partition, p.offset);
+    }
+    out.push_str("]}");
+    out
+}
+
+fn json_batch(body: &Bytes, max_events: usize) -> Result<Vec<NewEvent>, ApiError> {
     // Count before building anything, so a huge batch is refused cheaply.
     let batch: Batch<'_> = parse_json(body)?;
     if batch.events.len() > max_events {
@@ -129,12 +150,14 @@ fn json_batch(body: &[u8], max_events: usize) -> Result<Vec<NewEvent>, ApiError>
             format!("{} events in one publish; the limit is {max_events}", batch.events.len()),
         ));
     }
-    batch.events.into_iter().enumerate().map(|(i, e)| json_event(i, e)).collect()
+    batch.events.into_iter().enumerate().map(|(i, e)| json_event(body, i, e)).collect()
 }
 
-fn json_event(i: usize, e: JsonEvent<'_>) -> Result<NewEvent, ApiError> {
+/// Builds an event whose key and value share the request body's memory where the JSON
+/// holds them verbatim (a value always does; a key does unless it has escapes).
+fn json_event(body: &Bytes, i: usize, e: JsonEvent<'_>) -> Result<NewEvent, ApiError> {
     let (value, value_is_json) = match (e.value, e.value_base64) {
-        (Some(v), None) => (Bytes::copy_from_slice(v.get().as_bytes()), true),
+        (Some(v), None) => (body.slice_ref(v.get().as_bytes()), true),
         (None, Some(b64)) => (
             decode_base64(&b64).map_err(|m| ApiError::bad_request("invalid_base64", format!("event {i}: {m}")))?,
             false,
@@ -146,8 +169,12 @@ fn json_event(i: usize, e: JsonEvent<'_>) -> Result<NewEvent, ApiError> {
             ))
         }
     };
+    let key = e.key.map(|k| match k {
+        Cow::Borrowed(k) => body.slice_ref(k.as_bytes()),
+        Cow::Owned(k) => Bytes::from(k),
+    });
     Ok(NewEvent {
-        key: e.key.map(Bytes::from),
+        key,
         headers: e.headers.into_iter().map(|(k, v)| (k, Bytes::from(v))).collect(),
         value,
         value_is_json,
@@ -188,4 +215,60 @@ fn idempotency_key(headers: &HeaderMap, body: &[u8]) -> Result<Option<Idempotenc
     }
     hash.update(body);
     Ok(Some(IdempotencyKey { key: key.to_owned(), fingerprint: hash.finalize().to_vec() }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A body that arrives in the given frames, as a streaming client sends it.
+    struct Frames(std::collections::VecDeque<Bytes>);
+
+    impl http_body::Body for Frames {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+            std::task::Poll::Ready(self.0.pop_front().map(|b| Ok(http_body::Frame::data(b))))
+        }
+    }
+
+    fn chunked(chunks: &[&'static [u8]]) -> Body {
+        Body::new(Frames(chunks.iter().map(|c| Bytes::from_static(c)).collect()))
+    }
+
+    #[tokio::test]
+    async fn given_body_in_several_frames_when_read_then_frames_are_joined_in_order() {
+        let body = read_body(chunked(&[b"{\"ev", b"ents\":", b"[]}"]), 100).await.unwrap();
+        assert_eq!(body, "{\"events\":[]}");
+        let one = read_body(Body::from("whole"), 100).await.unwrap();
+        assert_eq!(one, "whole");
+    }
+
+    #[tokio::test]
+    async fn given_frames_past_the_limit_when_read_then_413() {
+        let err = read_body(chunked(&[b"12345", b"67890", b"x"]), 10).await.unwrap_err();
+        assert_eq!(err.status, StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(read_body(chunked(&[b"12345", b"67890"]), 10).await.unwrap(), "1234567890");
+    }
+
+    #[test]
+    fn results_render_as_json() {
+        let rendered = render_results(&[Position { partition: 1, offset: 7 }, Position { partition: 0, offset: 0 }]);
+        let v: serde_json::Value = serde_json::from_str(&rendered).unwrap();
+        assert_eq!(v, serde_json::json!({"results": [{"partition": 1, "offset": 7}, {"partition": 0, "offset": 0}]}));
+    }
+
+    #[test]
+    fn given_plain_and_escaped_keys_when_parsed_then_both_keep_their_text() {
+        let body = Bytes::from_static(br#"{"events":[{"key":"k1","value":{"a":1}},{"key":"k\"2","value":"v"}]}"#);
+        let events = json_batch(&body, 10).unwrap();
+        assert_eq!(events[0].key.as_deref(), Some(&b"k1"[..]));
+        assert_eq!(events[0].value, r#"{"a":1}"#);
+        assert_eq!(events[1].key.as_deref(), Some(&b"k\"2"[..]));
+        assert_eq!(events[1].value, r#""v""#);
+    }
 }
