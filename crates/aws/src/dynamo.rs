@@ -81,6 +81,14 @@ pub struct DynamoMetaStore {
     heads: Mutex<HashMap<(String, u32), Head>>,
 }
 
+/// Where a page of a partition's index starts.
+enum Seek {
+    /// Segments whose base offset is at least this one, ascending.
+    From(u64),
+    /// Segments whose base offset is below this one, descending.
+    Before(u64),
+}
+
 impl DynamoMetaStore {
     pub fn new(client: aws_sdk_dynamodb::Client, table: String) -> Self {
         Self { client, table, requests: RequestCounts::default(), heads: Mutex::default() }
@@ -134,6 +142,35 @@ impl DynamoMetaStore {
         .await
         .map_err(|e| unexpected("dynamodb:Query", e))?;
         Ok(out.items().first().cloned())
+    }
+
+    /// One consistent page of a partition's segment items, in the direction `seek` gives.
+    async fn index_page(
+        &self,
+        topic: &str,
+        partition: u32,
+        seek: Seek,
+        limit: i32,
+    ) -> Result<Vec<SegmentEntry>, StorageError> {
+        let (condition, offset, forward) = match seek {
+            Seek::From(offset) => ("pk = :pk AND sk >= :sk", offset, true),
+            Seek::Before(offset) => ("pk = :pk AND sk < :sk", offset, false),
+        };
+        let out = send_counted(&self.requests, "dynamodb:Query", || {
+            self.client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression(condition)
+                .expression_attribute_values(":pk", s(&log_pk(topic, partition)))
+                .expression_attribute_values(":sk", s(&offset_key(offset)))
+                .scan_index_forward(forward)
+                .limit(limit)
+                .consistent_read(true)
+                .send()
+        })
+        .await
+        .map_err(|e| unexpected("dynamodb:Query", e))?;
+        out.items().iter().map(|i| segment_from_item(topic, partition, i)).collect()
     }
 
     /// The head of a partition read from the table; `NotFound` if the topic or partition is absent.
@@ -442,42 +479,12 @@ impl MetaStore for DynamoMetaStore {
         limit: usize,
     ) -> Result<Vec<SegmentEntry>, StorageError> {
         let limit = i32::try_from(limit.max(1)).unwrap_or(i32::MAX);
-        let pk = log_pk(topic, partition);
-        let out = send_counted(&self.requests, "dynamodb:Query", || {
-            self.client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("pk = :pk AND sk >= :sk")
-                .expression_attribute_values(":pk", s(&pk))
-                .expression_attribute_values(":sk", s(&offset_key(offset)))
-                .limit(limit)
-                .consistent_read(true)
-                .send()
-        })
-        .await
-        .map_err(|e| unexpected("dynamodb:Query", e))?;
-        let mut found =
-            out.items().iter().map(|i| segment_from_item(topic, partition, i)).collect::<Result<Vec<_>, _>>()?;
+        let mut found = self.index_page(topic, partition, Seek::From(offset), limit).await?;
         if found.first().is_some_and(|f| f.base_offset == offset) {
             return Ok(found);
         }
         // `offset` falls inside a segment (or past the last): the one holding it starts before it.
-        let out = send_counted(&self.requests, "dynamodb:Query", || {
-            self.client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("pk = :pk AND sk < :sk")
-                .expression_attribute_values(":pk", s(&pk))
-                .expression_attribute_values(":sk", s(&offset_key(offset)))
-                .scan_index_forward(false)
-                .limit(1)
-                .consistent_read(true)
-                .send()
-        })
-        .await
-        .map_err(|e| unexpected("dynamodb:Query", e))?;
-        if let Some(item) = out.items().first() {
-            let holder = segment_from_item(topic, partition, item)?;
+        if let Some(holder) = self.index_page(topic, partition, Seek::Before(offset), 1).await?.pop() {
             if holder.next_offset > offset {
                 found.insert(0, holder);
                 found.truncate(limit as usize);
