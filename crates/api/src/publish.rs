@@ -37,12 +37,11 @@ pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
         let Ok(data) = frame.into_data() else { continue };
         seen = seen.saturating_add(data.len());
         if seen <= limit {
-            match first.take() {
-                None if rest.is_empty() => first = Some(data),
-                earlier => {
-                    rest.extend_from_slice(&earlier.unwrap_or_default());
-                    rest.extend_from_slice(&data);
-                }
+            if first.is_none() && rest.is_empty() {
+                first = Some(data);
+            } else {
+                rest.extend_from_slice(&first.take().unwrap_or_default());
+                rest.extend_from_slice(&data);
             }
         } else if seen > limit.saturating_add(DRAIN_BYTES) {
             break;

@@ -87,6 +87,8 @@ enum Seek {
     From(u64),
     /// Segments whose base offset is below this one, descending.
     Before(u64),
+    /// The partition's segments from the last one, descending.
+    Last,
 }
 
 impl DynamoMetaStore {
@@ -128,23 +130,10 @@ impl DynamoMetaStore {
 
     /// The last segment item of a partition, if it has any.
     async fn last_segment(&self, topic: &str, partition: u32) -> Result<Option<Item>, StorageError> {
-        let out = send_counted(&self.requests, "dynamodb:Query", || {
-            self.client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("pk = :pk")
-                .expression_attribute_values(":pk", s(&log_pk(topic, partition)))
-                .scan_index_forward(false)
-                .limit(1)
-                .consistent_read(true)
-                .send()
-        })
-        .await
-        .map_err(|e| unexpected("dynamodb:Query", e))?;
-        Ok(out.items().first().cloned())
+        Ok(self.log_items(topic, partition, Seek::Last, 1).await?.pop())
     }
 
-    /// One consistent page of a partition's segment items, in the direction `seek` gives.
+    /// One consistent page of a partition's segments, in the direction `seek` gives.
     async fn index_page(
         &self,
         topic: &str,
@@ -152,17 +141,27 @@ impl DynamoMetaStore {
         seek: Seek,
         limit: i32,
     ) -> Result<Vec<SegmentEntry>, StorageError> {
-        let (condition, offset, forward) = match seek {
-            Seek::From(offset) => ("pk = :pk AND sk >= :sk", offset, true),
-            Seek::Before(offset) => ("pk = :pk AND sk < :sk", offset, false),
+        let items = self.log_items(topic, partition, seek, limit).await?;
+        items.iter().map(|i| segment_from_item(topic, partition, i)).collect()
+    }
+
+    /// One consistent page of a partition's segment items, in the direction `seek` gives.
+    async fn log_items(&self, topic: &str, partition: u32, seek: Seek, limit: i32) -> Result<Vec<Item>, StorageError> {
+        let (condition, from, forward) = match seek {
+            Seek::From(offset) => ("pk = :pk AND sk >= :sk", Some(offset), true),
+            Seek::Before(offset) => ("pk = :pk AND sk < :sk", Some(offset), false),
+            Seek::Last => ("pk = :pk", None, false),
         };
+        let mut values = Item::from([(":pk".to_owned(), s(&log_pk(topic, partition)))]);
+        if let Some(offset) = from {
+            values.insert(":sk".to_owned(), s(&offset_key(offset)));
+        }
         let out = send_counted(&self.requests, "dynamodb:Query", || {
             self.client
                 .query()
                 .table_name(&self.table)
                 .key_condition_expression(condition)
-                .expression_attribute_values(":pk", s(&log_pk(topic, partition)))
-                .expression_attribute_values(":sk", s(&offset_key(offset)))
+                .set_expression_attribute_values(Some(values.clone()))
                 .scan_index_forward(forward)
                 .limit(limit)
                 .consistent_read(true)
@@ -170,7 +169,7 @@ impl DynamoMetaStore {
         })
         .await
         .map_err(|e| unexpected("dynamodb:Query", e))?;
-        out.items().iter().map(|i| segment_from_item(topic, partition, i)).collect()
+        Ok(out.items.unwrap_or_default())
     }
 
     /// The head of a partition read from the table; `NotFound` if the topic or partition is absent.
