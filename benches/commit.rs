@@ -24,8 +24,8 @@ fn commit(c: &mut Criterion) {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let dir = tempfile::tempdir().expect("tempdir");
     let log = rt.block_on(async {
-        let (meta, objects) = sluice_local::open(dir.path()).expect("open");
-        let log = Log::new(meta, objects, Arc::new(SystemClock), LogConfig::default());
+        let (store, objects) = sluice_local::open(dir.path(), Arc::new(SystemClock)).expect("open");
+        let log = Log::new(store, objects, Arc::new(SystemClock), LogConfig::default());
         log.create_topic("bench", TopicSpec { partitions: 8, retention_ms: None, retention_bytes: None })
             .await
             .expect("topic");

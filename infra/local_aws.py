@@ -16,6 +16,7 @@ from pathlib import Path
 
 import boto3
 import yaml
+from moto.moto_server import werkzeug_app
 from moto.server import ThreadedMotoServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,6 +46,25 @@ def table_definition(name):
     return create, props["TimeToLiveSpecification"]
 
 
+def serialize_requests():
+    """Serves one request at a time, as DynamoDB applies each one atomically.
+
+    moto's threaded server runs requests on concurrent threads, and its backends
+    are not thread-safe: a conditional update that another request interleaves
+    with loses acknowledged writes, and a read can see an item half updated.
+    Every request passes through the dispatcher application's __call__, which
+    runs the request to its in-memory response, so one lock around it suffices.
+    """
+    call = werkzeug_app.DomainDispatcherApplication.__call__
+    lock = threading.Lock()
+
+    def serialized(self, environ, start_response):
+        with lock:
+            return call(self, environ, start_response)
+
+    werkzeug_app.DomainDispatcherApplication.__call__ = serialized
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -60,6 +80,7 @@ def main():
     parser.add_argument("--watch-stdin", action="store_true", help="stop when standard input closes")
     args = parser.parse_args()
 
+    serialize_requests()
     port = args.port or free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()

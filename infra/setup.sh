@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates .venv (gitignored) with the local AWS tooling: moto's server (S3 and
-# DynamoDB on loopback), cfn-lint, cargo-lambda and the zig it links with.
+# DynamoDB on loopback), cfn-lint, cargo-lambda and the zig it links with, and
+# the AWS SAM CLI (sam validate / build / deploy).
 # Idempotent: a second run only checks the pins.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,3 +9,10 @@ if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
 .venv/bin/pip install --quiet --disable-pip-version-check -r infra/requirements.txt
+# The functions run on arm64 (template.yaml); sam build cross-compiles them with
+# cargo lambda and zig, which needs the aarch64 Rust standard library. Not fatal:
+# only sam build needs it, and tests run on the host target.
+if command -v rustup >/dev/null 2>&1; then
+    rustup target add aarch64-unknown-linux-gnu >/dev/null 2>&1 ||
+        echo "warning: could not add the aarch64-unknown-linux-gnu Rust target; sam build needs it" >&2
+fi

@@ -39,8 +39,8 @@ proptest! {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         rt.block_on(async move {
             let dir = tempfile::tempdir().unwrap();
-            let (meta, objects) = sluice_local::open(dir.path()).unwrap();
-            let log = Log::new(meta, objects, Arc::new(SystemClock), LogConfig::default());
+            let (store, objects) = sluice_local::open(dir.path(), Arc::new(SystemClock)).unwrap();
+            let log = Log::new(store, objects, Arc::new(SystemClock), LogConfig::default());
             log.create_topic("m", TopicSpec { partitions: PARTITIONS, retention_ms: None, retention_bytes: None }).await.unwrap();
             let mut model: Vec<Vec<(Option<Bytes>, Bytes)>> = vec![Vec::new(); PARTITIONS as usize];
             for op in ops {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 #[cfg(feature = "aws")]
 use sluice_aws::AwsSettings;
-use sluice_core::{Log, LogConfig, MetaStore, ObjectStore, StorageError, SystemClock};
+use sluice_core::{Clock, Log, ObjectStore, StateStore, StorageError, SystemClock};
 
 use crate::Config;
 
@@ -37,6 +37,14 @@ pub enum OpenError {
         "SLUICE_BUCKET and SLUICE_TABLE select AWS, but this build has no AWS backend (sluice-api's `aws` feature)"
     )]
     NoAwsBackend,
+    /// On Lambda the embedded backend would write to the instance's /tmp, which vanishes
+    /// with it: acknowledged events would be lost. Only an explicit data dir (a local run
+    /// under `cargo lambda watch`) selects it there.
+    #[error(
+        "running on Lambda without SLUICE_BUCKET and SLUICE_TABLE: refusing to fall back to local storage \
+         (set SLUICE_DATA_DIR explicitly to run the function on the embedded backend)"
+    )]
+    NoStorageOnLambda,
 }
 
 /// An unset variable, or one set to the empty string (how a template leaves it unset).
@@ -61,25 +69,36 @@ impl Config {
     }
 }
 
+/// Whether this process is a Lambda function (or one emulated by `cargo lambda watch`).
+fn on_lambda() -> bool {
+    std::env::var_os("AWS_LAMBDA_FUNCTION_NAME").is_some()
+}
+
 /// Opens the backend the configuration selects and starts the log on it.
 pub async fn open_backend(config: &Config) -> Result<Log, OpenError> {
-    let (meta, objects): (Arc<dyn MetaStore>, Arc<dyn ObjectStore>) = match config.backend()? {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let choice = config.backend()?;
+    let aws = matches!(choice, BackendChoice::Aws { .. });
+    let (store, objects): (Arc<dyn StateStore>, Arc<dyn ObjectStore>) = match choice {
+        BackendChoice::Embedded(_) if on_lambda() && std::env::var_os("SLUICE_DATA_DIR").is_none() => {
+            return Err(OpenError::NoStorageOnLambda);
+        }
         BackendChoice::Embedded(dir) => {
-            let (meta, objects) = sluice_local::open(&dir)?;
+            let (store, objects) = sluice_local::open(&dir, clock.clone())?;
             tracing::info!(data_dir = %dir.display(), "embedded backend");
-            (meta, objects)
+            (store, objects)
         }
         #[cfg(not(feature = "aws"))]
         BackendChoice::Aws { .. } => return Err(OpenError::NoAwsBackend),
         #[cfg(feature = "aws")]
         BackendChoice::Aws { bucket, table, region, endpoint_url } => {
             tracing::info!(%bucket, %table, endpoint = endpoint_url.as_deref().unwrap_or("aws"), "aws backend");
-            let (meta, objects) = sluice_aws::connect(&AwsSettings { bucket, table, region, endpoint_url }).await;
-            (meta, objects)
+            let settings = AwsSettings { bucket, table, region, endpoint_url };
+            let (store, objects) = sluice_aws::connect(&settings, clock.clone()).await;
+            (store, objects)
         }
     };
-    let log_config = LogConfig { limits: config.limits(), ..LogConfig::default() };
-    Ok(Log::new(meta, objects, Arc::new(SystemClock), log_config))
+    Ok(Log::new(store, objects, clock, config.log_config(aws)))
 }
 
 #[cfg(test)]

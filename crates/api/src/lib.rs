@@ -17,13 +17,13 @@ use axum::Router;
 pub use backend::{open_backend, BackendChoice, IncompleteAwsConfig, OpenError};
 pub use config::Config;
 pub use error::ApiError;
-use sluice_core::{Log, LogConfig, SystemClock};
+use sluice_core::{Clock, Log, SystemClock};
 
 /// Opens the embedded backend under `config.data_dir` and starts the log on it.
 pub fn open_embedded(config: &Config) -> Result<Log, sluice_core::StorageError> {
-    let (meta, objects) = sluice_local::open(&config.data_dir)?;
-    let log_config = LogConfig { limits: config.limits(), ..LogConfig::default() };
-    Ok(Log::new(meta, objects, Arc::new(SystemClock), log_config))
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let (store, objects) = sluice_local::open(&config.data_dir, clock.clone())?;
+    Ok(Log::new(store, objects, clock, config.log_config(false)))
 }
 
 /// Publishing: `POST /v1/topics/{topic}/events`.

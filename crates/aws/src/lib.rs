@@ -1,7 +1,6 @@
-//! The AWS backend: segment objects in S3 ([`S3ObjectStore`]), topics, the
-//! segment index and idempotency records in one DynamoDB table
-//! ([`DynamoMetaStore`]). The item layout and the reasons for it are in
-//! [`dynamo`]'s module header.
+//! The AWS backend: segment objects in S3 ([`S3ObjectStore`]), every item of
+//! the state store in one DynamoDB table ([`DynamoStateStore`]). The item
+//! layout and the requests each call costs are in [`state`]'s module header.
 //!
 //! Retries: the SDKs' own retries are switched off. Their standard policy also
 //! retries ambiguous failures (timeouts, 5xx) of conditional writes, and a
@@ -11,9 +10,15 @@
 //! exponential backoff and full jitter); everything else reaches the caller as
 //! [`StorageError::Unavailable`] with the SDK error as its source. Doing the
 //! retries here also makes [`RequestCounts`] count every request sent.
+//!
+//! Timeouts: every request has deadlines ([`CONNECT_TIMEOUT`],
+//! [`ATTEMPT_TIMEOUT`], [`OPERATION_TIMEOUT`]) well under the functions' own
+//! timeout, so a stalled request ends as [`StorageError::Unavailable`] (for a
+//! write: outcome unknown) while the function can still answer, rather than
+//! with the function killed mid-request.
 
-pub mod dynamo;
 pub mod s3;
+pub mod state;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -21,16 +26,25 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
-pub use dynamo::DynamoMetaStore;
 pub use s3::S3ObjectStore;
-use sluice_core::StorageError;
+use sluice_core::{Clock, StorageError};
+pub use state::DynamoStateStore;
 
 /// Throttled attempts before a request gives up with [`StorageError::Throttled`].
 const MAX_THROTTLED_ATTEMPTS: u32 = 6;
 const BACKOFF_BASE: Duration = Duration::from_millis(25);
 const BACKOFF_CAP: Duration = Duration::from_secs(2);
+
+// Request deadlines: well under the functions' timeout (template.yaml's Globals).
+/// Most time to open a connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Most time for one attempt of a request, response included.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most time for one request, every attempt the SDK makes included.
+const OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Where the AWS backend lives. `endpoint_url` points both clients at an
 /// emulator (moto) instead of AWS.
@@ -43,9 +57,12 @@ pub struct AwsSettings {
     pub endpoint_url: Option<String>,
 }
 
-/// Builds both clients from the environment's credentials and region.
-pub async fn connect(settings: &AwsSettings) -> (Arc<DynamoMetaStore>, Arc<S3ObjectStore>) {
-    let mut loader = aws_config::defaults(BehaviorVersion::latest()).retry_config(RetryConfig::disabled());
+/// Builds both clients from the environment's credentials and region; `clock`
+/// decides which state items have expired.
+pub async fn connect(settings: &AwsSettings, clock: Arc<dyn Clock>) -> (Arc<DynamoStateStore>, Arc<S3ObjectStore>) {
+    let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        .retry_config(RetryConfig::disabled())
+        .timeout_config(timeouts());
     if let Some(region) = &settings.region {
         loader = loader.region(Region::new(region.clone()));
     }
@@ -53,23 +70,42 @@ pub async fn connect(settings: &AwsSettings) -> (Arc<DynamoMetaStore>, Arc<S3Obj
         loader = loader.endpoint_url(url.clone());
     }
     let sdk = loader.load().await;
-    from_sdk_config(&sdk, settings)
+    from_sdk_config(&sdk, settings, clock)
 }
 
-/// Builds both clients from an SDK config the caller made (tests pass static credentials).
-pub fn from_sdk_config(sdk: &SdkConfig, settings: &AwsSettings) -> (Arc<DynamoMetaStore>, Arc<S3ObjectStore>) {
-    let dynamo_config = aws_sdk_dynamodb::config::Builder::from(sdk).retry_config(RetryConfig::disabled()).build();
+/// Builds both clients from an SDK config the caller made (tests pass static
+/// credentials), with this backend's retry and timeout settings whatever `sdk` holds.
+pub fn from_sdk_config(
+    sdk: &SdkConfig,
+    settings: &AwsSettings,
+    clock: Arc<dyn Clock>,
+) -> (Arc<DynamoStateStore>, Arc<S3ObjectStore>) {
+    let dynamo_config = aws_sdk_dynamodb::config::Builder::from(sdk)
+        .retry_config(RetryConfig::disabled())
+        .timeout_config(timeouts())
+        .build();
     // Path-style addressing: emulators on loopback have no per-bucket host names.
     let s3_config = aws_sdk_s3::config::Builder::from(sdk)
         .retry_config(RetryConfig::disabled())
+        .timeout_config(timeouts())
         .force_path_style(settings.endpoint_url.is_some())
         .build();
-    let meta = DynamoMetaStore::new(aws_sdk_dynamodb::Client::from_conf(dynamo_config), settings.table.clone());
+    let state =
+        DynamoStateStore::new(aws_sdk_dynamodb::Client::from_conf(dynamo_config), settings.table.clone(), clock);
     let objects = S3ObjectStore::new(aws_sdk_s3::Client::from_conf(s3_config), settings.bucket.clone());
-    (Arc::new(meta), Arc::new(objects))
+    (Arc::new(state), Arc::new(objects))
 }
 
-/// AWS requests sent, by operation (`"dynamodb:PutItem"`, `"s3:GetObject"`, …),
+/// The deadlines of every request both clients send.
+fn timeouts() -> TimeoutConfig {
+    TimeoutConfig::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .operation_attempt_timeout(ATTEMPT_TIMEOUT)
+        .operation_timeout(OPERATION_TIMEOUT)
+        .build()
+}
+
+/// AWS requests sent, by operation (`"dynamodb:UpdateItem"`, `"s3:GetObject"`, …),
 /// throttled attempts included: what the bill counts.
 #[derive(Debug, Default)]
 pub struct RequestCounts {
@@ -147,8 +183,13 @@ where
         Some(code) => format!("{operation}: {code}"),
         None => operation.to_owned(),
     };
-    if is_throttling(&e) {
+    // A transaction in flight on the item refused a single-item write before it did anything.
+    if is_throttling(&e) || e.code() == Some("TransactionConflictException") {
         return StorageError::Throttled { message, source: Some(Box::new(e)) };
+    }
+    // A request DynamoDB will never accept (an item over 400 KB, …): nothing was written.
+    if e.code() == Some("ValidationException") {
+        return StorageError::Invalid(format!("{message}: {}", e.message().unwrap_or("")));
     }
     StorageError::Unavailable { message, source: Some(Box::new(e)) }
 }

@@ -8,7 +8,8 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
-use sluice_aws::{AwsSettings, DynamoMetaStore, S3ObjectStore};
+use sluice_aws::{AwsSettings, DynamoStateStore, S3ObjectStore};
+use sluice_core::Clock;
 
 use crate::{Backend, Stores};
 
@@ -64,8 +65,8 @@ fn start() -> Moto {
     Moto { settings, _stdin: Mutex::new(stdin), _child: Mutex::new(child) }
 }
 
-/// New AWS adapters on the moto server, with fake static credentials.
-pub async fn adapters(settings: &AwsSettings) -> (Arc<DynamoMetaStore>, Arc<S3ObjectStore>) {
+/// New AWS adapters on the moto server, with fake static credentials, reading time from `clock`.
+pub async fn adapters(settings: &AwsSettings, clock: Arc<dyn Clock>) -> (Arc<DynamoStateStore>, Arc<S3ObjectStore>) {
     let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest()).test_credentials();
     if let Some(region) = &settings.region {
         loader = loader.region(aws_config::Region::new(region.clone()));
@@ -73,7 +74,7 @@ pub async fn adapters(settings: &AwsSettings) -> (Arc<DynamoMetaStore>, Arc<S3Ob
     if let Some(url) = &settings.endpoint_url {
         loader = loader.endpoint_url(url.clone());
     }
-    sluice_aws::from_sdk_config(&loader.load().await, settings)
+    sluice_aws::from_sdk_config(&loader.load().await, settings, clock)
 }
 
 /// The AWS adapters against this binary's moto server.
@@ -81,8 +82,8 @@ pub struct MotoBackend;
 
 #[async_trait]
 impl Backend for MotoBackend {
-    async fn open(&self) -> Stores {
-        let (meta, objects) = adapters(&moto().settings).await;
-        (meta, objects)
+    async fn open_with(&self, clock: Arc<dyn Clock>) -> Stores {
+        let (state, objects) = adapters(&moto().settings, clock).await;
+        (state, objects)
     }
 }

@@ -1,10 +1,23 @@
-//! Time is an input: the core never reads the system clock directly.
+//! Time and chance are inputs: the core never reads the system clock or a
+//! random generator directly, so timeouts and expiry are tested with a
+//! [`ManualClock`] instead of sleeps, and ids with a [`SeededRandom`].
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// A source of wall-clock time in milliseconds since the Unix epoch.
+use tokio::sync::watch;
+
+/// A boxed future, as trait objects return them.
+pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Wall-clock time in milliseconds since the Unix epoch, and waiting on it.
 pub trait Clock: Send + Sync + 'static {
     fn now_ms(&self) -> i64;
+
+    /// Resolves once `ms` milliseconds of this clock's time have passed.
+    fn sleep(&self, ms: u64) -> Sleep;
 }
 
 /// The system's wall clock.
@@ -14,5 +27,108 @@ pub struct SystemClock;
 impl Clock for SystemClock {
     fn now_ms(&self) -> i64 {
         SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    }
+
+    fn sleep(&self, ms: u64) -> Sleep {
+        Box::pin(tokio::time::sleep(Duration::from_millis(ms)))
+    }
+}
+
+/// A clock that moves only when told to: for tests of timeouts and expiry.
+/// Its sleepers wake when [`ManualClock::advance`] moves it past their deadline.
+#[derive(Debug)]
+pub struct ManualClock {
+    now_ms: watch::Sender<i64>,
+}
+
+impl ManualClock {
+    pub fn new(now_ms: i64) -> Self {
+        Self { now_ms: watch::Sender::new(now_ms) }
+    }
+
+    /// Moves the clock forward by `ms`, waking every sleeper whose time has come.
+    pub fn advance(&self, ms: i64) {
+        self.now_ms.send_modify(|now| *now += ms);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> i64 {
+        *self.now_ms.borrow()
+    }
+
+    fn sleep(&self, ms: u64) -> Sleep {
+        let mut now = self.now_ms.subscribe();
+        let deadline = *now.borrow() + ms as i64;
+        Box::pin(async move {
+            // The sender lives as long as the clock; if it is dropped, nobody can wake us anyway.
+            if now.wait_for(|now| *now >= deadline).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        })
+    }
+}
+
+/// A source of random 64-bit numbers, for ids and jitter.
+pub trait Random: Send + Sync + 'static {
+    fn next_u64(&self) -> u64;
+}
+
+/// The operating system's randomness (through `rand`'s thread generator).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemRandom;
+
+impl Random for SystemRandom {
+    fn next_u64(&self) -> u64 {
+        rand::random()
+    }
+}
+
+/// A repeatable sequence (SplitMix64), for tests.
+#[derive(Debug, Default)]
+pub struct SeededRandom {
+    state: AtomicU64,
+}
+
+impl SeededRandom {
+    pub fn new(seed: u64) -> Self {
+        Self { state: AtomicU64::new(seed) }
+    }
+}
+
+impl Random for SeededRandom {
+    fn next_u64(&self) -> u64 {
+        let mut z = self.state.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed).wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn manual_clock_wakes_sleepers_only_when_advanced_past_their_deadline() {
+        let clock = Arc::new(ManualClock::new(1_000));
+        let sleeper = tokio::spawn(clock.sleep(500));
+        tokio::task::yield_now().await;
+        clock.advance(499);
+        tokio::task::yield_now().await;
+        assert!(!sleeper.is_finished(), "woke before its time");
+        clock.advance(1);
+        sleeper.await.unwrap();
+        assert_eq!(clock.now_ms(), 1_500);
+    }
+
+    #[test]
+    fn seeded_random_repeats_and_varies() {
+        let (a, b) = (SeededRandom::new(7), SeededRandom::new(7));
+        let xs: Vec<u64> = (0..4).map(|_| a.next_u64()).collect();
+        assert_eq!(xs, (0..4).map(|_| b.next_u64()).collect::<Vec<_>>());
+        assert!(xs.windows(2).all(|w| w[0] != w[1]));
     }
 }

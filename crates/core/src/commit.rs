@@ -1,25 +1,44 @@
 //! Group commit: one task per process takes every publish waiting at that
 //! moment, writes their segments as one blob (one fsync or one PUT), then makes
-//! them visible with one conditional index commit. Concurrent publishers thus
-//! share the cost of durability, and offsets are assigned in commit order.
+//! them visible with one atomic conditional write to the state store. Concurrent
+//! publishers thus share the cost of durability, and offsets are assigned in
+//! commit order.
+//!
+//! The write, per partition touched: replace the partition's head (next offset,
+//! log start, bytes) on condition that its version is the one this process read,
+//! and create the segment's index item at the head's old next offset; plus, per
+//! topic, a check that the topic record still has the version read (a delete
+//! turns it into a tombstone with a new version), and the requests' idempotency
+//! records. The safety argument is in docs/DESIGN.md: cached heads and topics
+//! only save reads; a stale one fails its condition, is re-read, and the commit
+//! retries with the same blob.
 
 use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::layout::{self, HeadRecord, IdempotencyRecord, SegmentRecord, IDEMPOTENCY_TTL_MS};
 use crate::model::{IdempotencyKey, Position, TopicConfig};
 use crate::segment::{encode_segment, Record};
-use crate::storage::{BlobRef, CommitBatch, IdempotencyRecord, MetaStore, ObjectStore, SegmentEntry, StorageError};
-use crate::{Clock, Error};
+use crate::storage::{BlobRef, ObjectStore, StorageError};
+use crate::store::{Expect, StateStore, WriteOp, MAX_WRITE_OPS};
+use crate::{topics, Clock, Error, Random};
 
 /// A group stops growing at this many bytes or requests.
 const MAX_GROUP_BYTES: usize = 16 << 20;
 const MAX_GROUP_REQUESTS: usize = 4096;
-/// Races lost in a row before the commit gives up (other processes keep winning).
+/// Attempts of one write before the commit gives up (other processes keep winning, or storage keeps throttling).
 const MAX_ATTEMPTS: u32 = 64;
+
+/// Writes with a lost answer (each read back and found not applied) before the commit gives up.
+const MAX_UNKNOWN_OUTCOMES: usize = 3;
+
+/// Most partitions one idempotent publish may touch: its head and segment items,
+/// its topic check and its record must fit one atomic write.
+pub const MAX_IDEMPOTENT_PARTITIONS: usize = (MAX_WRITE_OPS - 2) / 2;
 
 /// One publish request waiting for its commit.
 pub(crate) struct Pending {
@@ -36,13 +55,30 @@ impl Pending {
     }
 }
 
+/// Why a commit did not happen, beyond plain storage failures.
+enum CommitError {
+    /// A topic of the group was deleted (or replaced) since its request read it.
+    TopicGone,
+    /// An idempotency key of the group is taken.
+    KeyTaken,
+    Storage(StorageError),
+}
+
+impl From<StorageError> for CommitError {
+    fn from(e: StorageError) -> Self {
+        Self::Storage(e)
+    }
+}
+
 pub(crate) struct Committer {
-    pub meta: Arc<dyn MetaStore>,
+    pub store: Arc<dyn StateStore>,
     pub objects: Arc<dyn ObjectStore>,
     pub clock: Arc<dyn Clock>,
-    /// Next offset of each partition as this process last committed it: a hint, checked by the commit.
-    /// Keyed by topic id, so a topic recreated under the same name never inherits the old heads.
-    pub heads: HashMap<(u64, u32), u64>,
+    pub random: Arc<dyn Random>,
+    /// Each partition's head and its version as this process last wrote or read it: a hint, checked by the write.
+    pub heads: HashMap<(u64, u32), (HeadRecord, u64)>,
+    /// The newest version of each live topic's record (by id) this process has read: a hint too.
+    pub topic_versions: HashMap<u64, u64>,
     /// Bumped after every commit, to wake long polls.
     pub committed: watch::Sender<u64>,
 }
@@ -50,7 +86,6 @@ pub(crate) struct Committer {
 /// The segments of a group, encoded into one blob.
 struct Layout {
     blob: Bytes,
-    /// (topic, partition, start in blob, summary) per segment.
     segments: Vec<SegmentPlan>,
     /// For each request, for each event: (segment index, offset delta).
     placement: Vec<Vec<(usize, u32)>>,
@@ -60,14 +95,22 @@ struct SegmentPlan {
     topic: String,
     topic_id: u64,
     partition: u32,
+    /// Where the segment starts in the blob.
     start: u64,
     len: u64,
     records: u64,
     max_timestamp_ms: i64,
 }
 
+/// A group whose blob has been written (or failed to be), on its way to the state store.
+struct Written {
+    group: Vec<Pending>,
+    layout: Layout,
+    blob: Result<BlobRef, StorageError>,
+}
+
 impl Committer {
-    /// Runs the two stages as a pipeline: while one group's index commit is in flight,
+    /// Runs the two stages as a pipeline: while one group's index write is in flight,
     /// the next group is already being collected and written, so the two durable
     /// writes of consecutive groups overlap instead of queueing.
     pub async fn run(mut self, rx: mpsc::Receiver<Pending>) {
@@ -80,154 +123,377 @@ impl Committer {
 
     async fn commit_group(&mut self, w: Written) {
         let Written { group, layout, blob } = w;
-        let indexed = match blob {
-            Ok(blob) => self.index(&group, &layout, &blob).await,
-            Err(e) => Err(e),
+        let blob = match blob {
+            Ok(blob) => blob,
+            Err(e) => return self.fail_all(group, e),
         };
-        match indexed {
+        // A group too large for one atomic write, holding concurrent retries of one request,
+        // or in which one request's taken key or deleted topic would fail its neighbours,
+        // is committed one request at a time.
+        if group.len() > 1 && (ops_needed(&group, &layout) > MAX_WRITE_OPS || repeats_a_key(&group)) {
+            return self.commit_each(group).await;
+        }
+        match self.index(&group, &layout, &blob).await {
             Ok(results) => {
                 for (p, r) in group.into_iter().zip(results) {
                     let _ = p.reply.send(Ok(r));
                 }
             }
-            // One request's duplicate key or deleted topic must not fail its neighbours:
-            // commit them one by one so each gets its own answer.
-            Err(StorageError::AlreadyExists(_) | StorageError::NotFound(_)) if group.len() > 1 => {
-                for p in group {
-                    let result = self.try_commit(std::slice::from_ref(&p)).await;
-                    let answer = self.answer(&p, result.map(|mut r| r.remove(0))).await;
-                    let _ = p.reply.send(answer);
-                }
+            Err(CommitError::TopicGone | CommitError::KeyTaken) if group.len() > 1 => {
+                self.commit_each(group).await;
             }
             Err(e) => {
-                tracing::error!(error = %e, source = ?std::error::Error::source(&e), "group commit failed");
-                for p in group {
-                    let answer = self.answer(&p, Err(clone_kind(&e))).await;
+                if let Some(p) = group.into_iter().next() {
+                    let answer = self.answer(&p, e).await;
                     let _ = p.reply.send(answer);
                 }
             }
         }
     }
 
-    /// Turns a request's storage outcome into the answer its client gets.
-    async fn answer(&self, p: &Pending, result: Result<Vec<Position>, StorageError>) -> Result<Vec<Position>, Error> {
-        match (result, &p.idempotency) {
-            (Ok(r), _) => Ok(r),
-            // Lost a race with a concurrent retry of the same request: answer as the retry did.
-            (Err(StorageError::AlreadyExists(_)), Some(idem)) => {
-                match self.meta.idempotency(&p.topic.name, &idem.key).await? {
-                    Some(rec) if rec.fingerprint == idem.fingerprint => Ok(rec.results),
-                    _ => Err(Error::IdempotencyKeyReused(idem.key.clone())),
-                }
-            }
-            (Err(StorageError::NotFound(_)), _) => Err(Error::TopicNotFound(p.topic.name.clone())),
-            (Err(e), _) => Err(e.into()),
+    fn fail_all(&self, group: Vec<Pending>, e: StorageError) {
+        tracing::error!(error = %e, source = ?std::error::Error::source(&e), "group commit failed");
+        for p in group {
+            let _ = p.reply.send(Err(e.same_kind().into()));
         }
     }
 
-    /// Writes and indexes one group without the pipeline.
-    async fn try_commit(&mut self, group: &[Pending]) -> Result<Vec<Vec<Position>>, StorageError> {
-        let layout = layout(group);
-        let blob = self.objects.put(layout.blob.clone()).await?;
-        self.index(group, &layout, &blob).await
+    /// Commits each request of a group on its own (with a blob of its own), so each gets its own answer.
+    async fn commit_each(&mut self, group: Vec<Pending>) {
+        for p in group {
+            let single = std::slice::from_ref(&p);
+            let layout = layout(single);
+            let result = match self.objects.put(layout.blob.clone()).await {
+                Ok(blob) => self.index(single, &layout, &blob).await,
+                Err(e) => Err(CommitError::Storage(e)),
+            };
+            let answer = match result {
+                Ok(mut r) => Ok(r.remove(0)),
+                Err(e) => self.answer(&p, e).await,
+            };
+            let _ = p.reply.send(answer);
+        }
     }
 
-    /// Makes a written group visible at each partition's next offset, retrying lost races.
+    /// The answer a request gets when its commit failed.
+    async fn answer(&self, p: &Pending, e: CommitError) -> Result<Vec<Position>, Error> {
+        match e {
+            // Lost a race with a concurrent retry of the same request: answer as the retry did.
+            CommitError::KeyTaken => {
+                let Some(idem) = &p.idempotency else { return Err(Error::IdempotencyKeyReused(String::new())) };
+                let key = layout::idempotency_key(p.topic.id, &idem.key);
+                match self.store.get(&key).await? {
+                    Some(item) => {
+                        let rec: IdempotencyRecord = layout::decode("idempotency", &item.value)?;
+                        if rec.fp == layout::hex(&idem.fingerprint) {
+                            Ok(rec.results)
+                        } else {
+                            Err(Error::IdempotencyKeyReused(idem.key.clone()))
+                        }
+                    }
+                    None => Err(Error::IdempotencyKeyReused(idem.key.clone())),
+                }
+            }
+            CommitError::TopicGone => Err(Error::TopicNotFound(p.topic.name.clone())),
+            CommitError::Storage(e) => {
+                tracing::error!(error = %e, source = ?std::error::Error::source(&e), "commit failed");
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Makes a written group visible at each partition's next offset. One atomic
+    /// write when it fits; a single request without an idempotency key that touches
+    /// more partitions than one write holds is committed in several writes (the
+    /// contract's atomicity is per partition).
     async fn index(
         &mut self,
         group: &[Pending],
         layout: &Layout,
         blob: &BlobRef,
-    ) -> Result<Vec<Vec<Position>>, StorageError> {
-        let now = self.clock.now_ms();
+    ) -> Result<Vec<Vec<Position>>, CommitError> {
+        let mut bases = vec![0; layout.segments.len()];
+        let chunks = chunks(group, layout);
+        let with_records = chunks.len() == 1;
+        if !with_records && group.iter().any(|p| p.idempotency.is_some()) {
+            return Err(StorageError::Invalid("an idempotent publish must fit one atomic write".into()).into());
+        }
+        for chunk in chunks {
+            self.commit_chunk(group, layout, blob, chunk, with_records, &mut bases).await?;
+        }
+        Ok(positions(layout, &bases))
+    }
+
+    /// Commits the segments `chunk` of a layout with one atomic write, retrying lost
+    /// races and throttling; fills in their base offsets.
+    async fn commit_chunk(
+        &mut self,
+        group: &[Pending],
+        layout: &Layout,
+        blob: &BlobRef,
+        chunk: Range<usize>,
+        with_records: bool,
+        bases: &mut [u64],
+    ) -> Result<(), CommitError> {
+        // Bases of attempts whose outcome was lost: one of them may have landed.
+        let mut unknown: Vec<Vec<u64>> = Vec::new();
         for attempt in 0..MAX_ATTEMPTS {
-            let mut bases = Vec::with_capacity(layout.segments.len());
-            for s in &layout.segments {
-                let key = (s.topic_id, s.partition);
-                let base = match self.heads.get(&key) {
-                    Some(&b) => b,
-                    None => self.meta.partition(&s.topic, s.partition).await?.high_watermark,
-                };
-                bases.push(base);
-            }
-            let results: Vec<Vec<Position>> = layout
-                .placement
-                .iter()
-                .map(|events| {
-                    events
-                        .iter()
-                        .map(|&(seg, delta)| Position {
-                            partition: layout.segments[seg].partition,
-                            offset: bases[seg] + u64::from(delta),
-                        })
-                        .collect()
-                })
-                .collect();
-            let batch = CommitBatch {
-                entries: layout
-                    .segments
-                    .iter()
-                    .zip(&bases)
-                    .map(|(s, &base)| SegmentEntry {
-                        topic: s.topic.clone(),
-                        topic_id: s.topic_id,
-                        partition: s.partition,
-                        base_offset: base,
-                        next_offset: base + s.records,
-                        object: blob.object.clone(),
-                        position: blob.position + s.start,
-                        len: s.len,
-                        max_timestamp_ms: s.max_timestamp_ms,
-                    })
-                    .collect(),
-                idempotency: group
-                    .iter()
-                    .zip(&results)
-                    .filter_map(|(p, r)| {
-                        p.idempotency.as_ref().map(|idem| IdempotencyRecord {
-                            topic: p.topic.name.clone(),
-                            key: idem.key.clone(),
-                            fingerprint: idem.fingerprint.clone(),
-                            results: r.clone(),
-                            created_ms: now,
-                        })
-                    })
-                    .collect(),
-            };
-            match self.meta.commit(&batch).await {
+            self.load_heads(&layout.segments[chunk.clone()]).await?;
+            let plan = self.plan(group, layout, blob, chunk.clone(), with_records, bases);
+            let Plan { ops, kinds, heads } = plan;
+            let outcome = self.store.write(ops).await;
+            let retry = match outcome {
                 Ok(()) => {
-                    for e in batch.entries {
-                        self.heads.insert((e.topic_id, e.partition), e.next_offset);
-                    }
-                    self.committed.send_modify(|v| *v += 1);
-                    return Ok(results);
+                    self.landed(layout, chunk.clone(), &heads);
+                    return Ok(());
                 }
-                Err(StorageError::Precondition(why)) => {
-                    tracing::debug!(attempt, %why, "commit lost a race; re-reading partition heads");
-                    for s in &layout.segments {
+                Err(StorageError::ConditionFailed { op }) => {
+                    if self.resolve_unknown(layout, blob, chunk.clone(), &unknown, bases).await? {
+                        return Ok(());
+                    }
+                    match kinds.get(op) {
+                        Some(&OpKind::Topic(id)) => self.reread_topic(group, id).await?,
+                        Some(&OpKind::Head(seg)) | Some(&OpKind::Segment(seg)) => {
+                            let s = &layout.segments[seg];
+                            self.heads.remove(&(s.topic_id, s.partition));
+                        }
+                        Some(&OpKind::Record) => return Err(CommitError::KeyTaken),
+                        None => return Err(StorageError::Corrupt(format!("store named write op {op}")).into()),
+                    }
+                    tracing::debug!(attempt, op, "commit lost a race; re-reading");
+                    attempt > 2
+                }
+                Err(e @ StorageError::Throttled { .. }) => {
+                    tracing::debug!(attempt, error = %e, "commit throttled; backing off");
+                    true
+                }
+                Err(e @ StorageError::Unavailable { .. }) => {
+                    // The write may have landed: find out before answering or retrying.
+                    tracing::warn!(attempt, error = %e, "commit outcome unknown; reading back");
+                    unknown.push(bases[chunk.clone()].to_vec());
+                    if self.resolve_unknown(layout, blob, chunk.clone(), &unknown, bases).await? {
+                        return Ok(());
+                    }
+                    // It did not land: retry a few times, then let the client retry (storage is down).
+                    if unknown.len() >= MAX_UNKNOWN_OUTCOMES {
+                        return Err(e.into());
+                    }
+                    for s in &layout.segments[chunk.clone()] {
                         self.heads.remove(&(s.topic_id, s.partition));
                     }
-                    if attempt > 2 {
-                        tokio::time::sleep(Duration::from_micros(100 + u64::from(rand::random::<u16>() % 2000))).await;
-                    }
+                    true
                 }
-                Err(e) => {
-                    for s in &layout.segments {
-                        self.heads.remove(&(s.topic_id, s.partition));
-                    }
-                    return Err(e);
-                }
+                Err(e) => return Err(e.into()),
+            };
+            if retry {
+                self.clock.sleep(backoff(attempt, self.random.as_ref())).await;
             }
         }
-        Err(StorageError::Throttled { message: "too many concurrent commits to one partition".into(), source: None })
+        Err(StorageError::Throttled { message: "too many concurrent commits to one partition".into(), source: None }
+            .into())
+    }
+
+    /// Reads the heads of the chunk's partitions that this process has no hint for.
+    async fn load_heads(&mut self, segments: &[SegmentPlan]) -> Result<(), StorageError> {
+        for s in segments {
+            if !self.heads.contains_key(&(s.topic_id, s.partition)) {
+                let head = topics::head(self.store.as_ref(), s.topic_id, s.partition).await?;
+                self.heads.insert((s.topic_id, s.partition), head);
+            }
+        }
+        Ok(())
+    }
+
+    /// The write that commits a chunk at the partitions' current heads; sets `bases`.
+    fn plan(
+        &self,
+        group: &[Pending],
+        layout: &Layout,
+        blob: &BlobRef,
+        chunk: Range<usize>,
+        with_records: bool,
+        bases: &mut [u64],
+    ) -> Plan {
+        let mut plan = Plan { ops: Vec::new(), kinds: Vec::new(), heads: Vec::new() };
+        let mut checked: Vec<u64> = Vec::new();
+        for s in &layout.segments[chunk.clone()] {
+            if checked.contains(&s.topic_id) {
+                continue;
+            }
+            checked.push(s.topic_id);
+            let read = group.iter().find(|p| p.topic.id == s.topic_id).map_or(0, |p| p.topic.version);
+            let version = self.topic_versions.get(&s.topic_id).copied().unwrap_or(0).max(read);
+            plan.ops.push(WriteOp::Check { key: layout::topic_key(&s.topic), expect: Expect::Version(version) });
+            plan.kinds.push(OpKind::Topic(s.topic_id));
+        }
+        for (seg, s) in layout.segments.iter().enumerate().take(chunk.end).skip(chunk.start) {
+            let (head, version) = self.heads.get(&(s.topic_id, s.partition)).copied().unwrap_or_default();
+            bases[seg] = head.next;
+            let after = HeadRecord {
+                next: head.next + s.records,
+                start: head.start,
+                bytes: head.bytes + s.len,
+                max_ts: head.max_ts.max(s.max_timestamp_ms),
+            };
+            let expect = if version == 0 { Expect::Absent } else { Expect::Version(version) };
+            plan.ops.push(WriteOp::Put {
+                key: layout::head_key(s.topic_id, s.partition),
+                value: layout::encode(&after),
+                expires_at_ms: None,
+                expect,
+            });
+            plan.kinds.push(OpKind::Head(seg));
+            let entry = SegmentRecord {
+                next: after.next,
+                object: blob.object.clone(),
+                pos: blob.position + s.start,
+                len: s.len,
+                max_ts: s.max_timestamp_ms,
+            };
+            plan.ops
+                .push(WriteOp::create(layout::segment_key(s.topic_id, s.partition, head.next), layout::encode(&entry)));
+            plan.kinds.push(OpKind::Segment(seg));
+            plan.heads.push((after, version + 1));
+        }
+        if with_records {
+            let results = positions(layout, bases);
+            let expires = self.clock.now_ms() + IDEMPOTENCY_TTL_MS;
+            for (p, r) in group.iter().zip(results) {
+                let Some(idem) = &p.idempotency else { continue };
+                let record = IdempotencyRecord { fp: layout::hex(&idem.fingerprint), results: r };
+                plan.ops.push(WriteOp::Put {
+                    key: layout::idempotency_key(p.topic.id, &idem.key),
+                    value: layout::encode(&record),
+                    expires_at_ms: Some(expires),
+                    expect: Expect::Absent,
+                });
+                plan.kinds.push(OpKind::Record);
+            }
+        }
+        plan
+    }
+
+    /// Remembers the heads a successful write left, and wakes long polls.
+    fn landed(&mut self, layout: &Layout, chunk: Range<usize>, heads: &[(HeadRecord, u64)]) {
+        for (s, head) in layout.segments[chunk].iter().zip(heads) {
+            self.heads.insert((s.topic_id, s.partition), *head);
+        }
+        self.committed.send_modify(|v| *v += 1);
+    }
+
+    /// Whether one of the attempts whose answer was lost in fact landed; if so, takes its bases.
+    /// One segment item tells: a write lands whole or not at all, and no other
+    /// commit can index this blob's bytes at that place.
+    async fn resolve_unknown(
+        &mut self,
+        layout: &Layout,
+        blob: &BlobRef,
+        chunk: Range<usize>,
+        unknown: &[Vec<u64>],
+        bases: &mut [u64],
+    ) -> Result<bool, StorageError> {
+        let first = &layout.segments[chunk.start];
+        for attempt in unknown {
+            let key = layout::segment_key(first.topic_id, first.partition, attempt[0]);
+            let Some(item) = self.store.get(&key).await? else { continue };
+            let seg: SegmentRecord = layout::decode("segment", &item.value)?;
+            if seg.object == blob.object && seg.pos == blob.position + first.start {
+                tracing::info!("a commit whose answer was lost had landed");
+                bases[chunk.clone()].copy_from_slice(attempt);
+                for s in &layout.segments[chunk.clone()] {
+                    self.heads.remove(&(s.topic_id, s.partition));
+                }
+                self.committed.send_modify(|v| *v += 1);
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// After a topic check failed: the topic changed. Live under the same id: remember
+    /// its version and retry; otherwise the topic is gone.
+    async fn reread_topic(&mut self, group: &[Pending], id: u64) -> Result<(), CommitError> {
+        let Some(name) = group.iter().find(|p| p.topic.id == id).map(|p| p.topic.name.clone()) else {
+            return Err(CommitError::TopicGone);
+        };
+        match topics::record(self.store.as_ref(), &name).await? {
+            Some((r, version)) if r.id == id && r.deleted_ms.is_none() => {
+                self.topic_versions.insert(id, version);
+                Ok(())
+            }
+            _ => {
+                self.heads.retain(|(topic, _), _| *topic != id);
+                Err(CommitError::TopicGone)
+            }
+        }
     }
 }
 
-/// A group whose blob has been written (or failed to be), on its way to the index.
-struct Written {
-    group: Vec<Pending>,
-    layout: Layout,
-    blob: Result<BlobRef, StorageError>,
+/// What each operation of a commit's write is, to act on the one whose condition failed.
+#[derive(Debug, Clone, Copy)]
+enum OpKind {
+    Topic(u64),
+    Head(usize),
+    Segment(usize),
+    Record,
+}
+
+struct Plan {
+    ops: Vec<WriteOp>,
+    kinds: Vec<OpKind>,
+    /// The head (and its version) each segment's partition has once the write lands.
+    heads: Vec<(HeadRecord, u64)>,
+}
+
+/// Whether two requests of the group carry the same idempotency key (concurrent retries).
+fn repeats_a_key(group: &[Pending]) -> bool {
+    let mut keys: Vec<(u64, &str)> =
+        group.iter().filter_map(|p| p.idempotency.as_ref().map(|i| (p.topic.id, i.key.as_str()))).collect();
+    let n = keys.len();
+    keys.sort_unstable();
+    keys.dedup();
+    keys.len() < n
+}
+
+/// Operations one write of the whole group would need.
+fn ops_needed(group: &[Pending], layout: &Layout) -> usize {
+    let mut topics: Vec<u64> = layout.segments.iter().map(|s| s.topic_id).collect();
+    topics.dedup();
+    topics.len() + 2 * layout.segments.len() + group.iter().filter(|p| p.idempotency.is_some()).count()
+}
+
+/// Splits a layout's segments into runs that each fit one write: at worst each
+/// segment needs its head, its index item and a check of its own topic.
+fn chunks(group: &[Pending], layout: &Layout) -> Vec<Range<usize>> {
+    let n = layout.segments.len();
+    if ops_needed(group, layout) <= MAX_WRITE_OPS {
+        return vec![0..n];
+    }
+    let per_chunk = MAX_WRITE_OPS / 3;
+    (0..n).step_by(per_chunk).map(|s| s..(s + per_chunk).min(n)).collect()
+}
+
+/// Where each event of each request landed, given the segments' base offsets.
+fn positions(layout: &Layout, bases: &[u64]) -> Vec<Vec<Position>> {
+    layout
+        .placement
+        .iter()
+        .map(|events| {
+            events
+                .iter()
+                .map(|&(seg, delta)| Position {
+                    partition: layout.segments[seg].partition,
+                    offset: bases[seg] + u64::from(delta),
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Full jitter: a uniform wait, in milliseconds, up to an exponentially growing, capped ceiling.
+fn backoff(attempt: u32, random: &dyn Random) -> u64 {
+    let ceiling = (2u64 << attempt.min(9)).min(1000);
+    random.next_u64() % (ceiling + 1)
 }
 
 /// Stage one: takes every publish waiting at that moment as one group and writes its blob.
@@ -254,24 +520,23 @@ async fn write_stage(objects: Arc<dyn ObjectStore>, mut rx: mpsc::Receiver<Pendi
 
 /// Groups the events of every request by (topic, partition), in arrival order, into one blob.
 fn layout(group: &[Pending]) -> Layout {
-    let mut by_partition: BTreeMap<(&str, u32), Vec<(usize, usize)>> = BTreeMap::new();
+    let mut by_partition: BTreeMap<(&str, u64, u32), Vec<(usize, usize)>> = BTreeMap::new();
     for (ri, p) in group.iter().enumerate() {
         for (ei, (partition, _)) in p.events.iter().enumerate() {
-            by_partition.entry((p.topic.name.as_str(), *partition)).or_default().push((ri, ei));
+            by_partition.entry((p.topic.name.as_str(), p.topic.id, *partition)).or_default().push((ri, ei));
         }
     }
     let total: usize = group.iter().map(Pending::size).sum();
     let mut blob = Vec::with_capacity(total + 64 * by_partition.len());
     let mut placement: Vec<Vec<(usize, u32)>> = group.iter().map(|p| vec![(0, 0); p.events.len()]).collect();
     let mut segments = Vec::with_capacity(by_partition.len());
-    for (seg, ((topic, partition), members)) in by_partition.into_iter().enumerate() {
+    for (seg, ((topic, topic_id, partition), members)) in by_partition.into_iter().enumerate() {
         let start = blob.len();
         let records = members.iter().map(|&(ri, ei)| &group[ri].events[ei].1);
         let summary = encode_segment(records, &mut blob);
         for (delta, &(ri, ei)) in members.iter().enumerate() {
             placement[ri][ei] = (seg, delta as u32);
         }
-        let topic_id = group[members[0].0].topic.id;
         segments.push(SegmentPlan {
             topic: topic.to_owned(),
             topic_id,
@@ -283,18 +548,4 @@ fn layout(group: &[Pending]) -> Layout {
         });
     }
     Layout { blob: Bytes::from(blob), segments, placement }
-}
-
-/// Storage errors carry boxed sources and are not `Clone`; each waiting request gets the same kind.
-fn clone_kind(e: &StorageError) -> StorageError {
-    match e {
-        StorageError::NotFound(m) => StorageError::NotFound(m.clone()),
-        StorageError::AlreadyExists(m) => StorageError::AlreadyExists(m.clone()),
-        StorageError::Precondition(m) => StorageError::Precondition(m.clone()),
-        StorageError::Corrupt(m) => StorageError::Corrupt(m.clone()),
-        StorageError::Throttled { message, .. } => StorageError::Throttled { message: message.clone(), source: None },
-        StorageError::Unavailable { message, .. } => {
-            StorageError::Unavailable { message: message.clone(), source: None }
-        }
-    }
 }

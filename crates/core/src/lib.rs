@@ -1,19 +1,25 @@
 //! Sluice's domain: topics, the Kafka-compatible partitioner, the segment codec,
-//! and the log (publish with group commit, replay, offsets by time) over two
-//! storage traits. Nothing here knows about HTTP, AWS or SQLite.
+//! and the log (publish with group commit, replay, offsets by time), written once
+//! over two ports: a blob store ([`ObjectStore`]) and a transactional state
+//! store ([`StateStore`]). Nothing here knows about HTTP, AWS or SQLite.
 
 pub mod clock;
 mod commit;
 pub mod error;
+pub mod janitor;
+pub mod layout;
 pub mod log;
 pub mod model;
 pub mod names;
 pub mod partitioner;
 pub mod segment;
 pub mod storage;
+pub mod store;
+mod topics;
 
-pub use clock::{Clock, SystemClock};
+pub use clock::{Clock, ManualClock, Random, SeededRandom, SystemClock, SystemRandom};
 pub use error::Error;
 pub use log::{Log, LogConfig, ReadRequest};
 pub use model::*;
-pub use storage::{MetaStore, ObjectStore, StorageError};
+pub use storage::{BlobRef, ObjectStore, StorageError};
+pub use store::StateStore;

@@ -1,29 +1,40 @@
-//! The log: topics, publish and replay, over an [`ObjectStore`] and a [`MetaStore`].
+//! The log: topics, publish and replay, over an [`ObjectStore`] for segment
+//! bytes and a [`StateStore`] for everything else (see [`crate::layout`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures_util::{stream, StreamExt, TryStreamExt};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::commit::{Committer, Pending};
+use crate::commit::{Committer, Pending, MAX_IDEMPOTENT_PARTITIONS};
+use crate::layout::{self, HeadRecord, IdempotencyRecord, SegmentRecord};
 use crate::model::{
     Event, IdempotencyKey, Limits, NewEvent, OffsetQuery, PartitionState, Position, ReadBatch, TopicConfig, TopicSpec,
 };
 use crate::partitioner::partition_for_key;
 use crate::segment::{decode_segment, Record};
-use crate::storage::{MetaStore, ObjectStore, StorageError};
-use crate::{names, Clock, Error};
+use crate::storage::{ObjectStore, StorageError};
+use crate::store::{Query, StateStore};
+use crate::{names, topics, Clock, Error, Random, SystemRandom};
+
+/// Segment index items read per query during a replay.
+const INDEX_PAGE: usize = 32;
+/// Segment reads in flight at once during a replay.
+const READ_CONCURRENCY: usize = 8;
 
 /// How the log behaves, beyond its storage.
 #[derive(Debug, Clone)]
 pub struct LogConfig {
     pub limits: Limits,
-    /// How long a topic's config is trusted before it is read again (deletes elsewhere show up after this).
+    /// How long the publish path reuses a topic's config before reading it again. Only a
+    /// saving: every commit checks the topic record's version, so a deleted topic refuses
+    /// publishes at once whatever is cached.
     pub topic_cache_ttl: Duration,
-    /// How often a long poll re-checks storage for publishes made by other processes.
-    /// Publishes made by this process wake it at once.
+    /// How often a long poll re-reads the partition head for publishes made by other
+    /// processes (one small consistent read each). Publishes made by this process wake it at once.
     pub poll_interval: Duration,
 }
 
@@ -56,9 +67,10 @@ pub struct Log {
 }
 
 struct Inner {
-    meta: Arc<dyn MetaStore>,
+    store: Arc<dyn StateStore>,
     objects: Arc<dyn ObjectStore>,
     clock: Arc<dyn Clock>,
+    random: Arc<dyn Random>,
     config: LogConfig,
     commits: mpsc::Sender<Pending>,
     committed: watch::Receiver<u64>,
@@ -67,39 +79,69 @@ struct Inner {
     spread: AtomicU32,
 }
 
+/// One segment as the index describes it.
+struct Segment {
+    base: u64,
+    record: SegmentRecord,
+}
+
 impl Log {
     /// Starts the log and its group-commit task on the current tokio runtime.
     pub fn new(
-        meta: Arc<dyn MetaStore>,
+        store: Arc<dyn StateStore>,
         objects: Arc<dyn ObjectStore>,
         clock: Arc<dyn Clock>,
+        config: LogConfig,
+    ) -> Self {
+        Self::with_random(store, objects, clock, Arc::new(SystemRandom), config)
+    }
+
+    /// [`Log::new`] with the source of topic ids and jitter given.
+    pub fn with_random(
+        store: Arc<dyn StateStore>,
+        objects: Arc<dyn ObjectStore>,
+        clock: Arc<dyn Clock>,
+        random: Arc<dyn Random>,
         config: LogConfig,
     ) -> Self {
         let (commits, rx) = mpsc::channel(8192);
         let (committed_tx, committed) = watch::channel(0);
         let committer = Committer {
-            meta: meta.clone(),
+            store: store.clone(),
             objects: objects.clone(),
             clock: clock.clone(),
+            random: random.clone(),
             heads: HashMap::new(),
+            topic_versions: HashMap::new(),
             committed: committed_tx,
         };
         tokio::spawn(committer.run(rx));
+        let spread = AtomicU32::new(random.next_u64() as u32);
         let inner = Inner {
-            meta,
+            store,
             objects,
             clock,
+            random,
             config,
             commits,
             committed,
             topics: Mutex::new(HashMap::new()),
-            spread: AtomicU32::new(rand::random()),
+            spread,
         };
         Self { inner: Arc::new(inner) }
     }
 
     pub fn limits(&self) -> &Limits {
         &self.inner.config.limits
+    }
+
+    /// The state store the log keeps its state in (the janitor works on it too).
+    pub fn store(&self) -> &Arc<dyn StateStore> {
+        &self.inner.store
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.inner.clock
     }
 
     /// Creates a topic; `Ok((topic, false))` if it already exists with the same spec.
@@ -112,40 +154,27 @@ impl Log {
         if spec.retention_ms.is_some_and(|v| v <= 0) || spec.retention_bytes.is_some_and(|v| v <= 0) {
             return Err(Error::invalid("invalid_retention", "retention_ms and retention_bytes must be positive"));
         }
-        let topic = TopicConfig {
-            name: name.to_owned(),
-            id: rand::random::<u64>() >> 1,
-            spec,
-            created_ms: self.inner.clock.now_ms(),
-        };
-        match self.inner.meta.create_topic(&topic).await {
-            Ok(()) => Ok((topic, true)),
-            Err(StorageError::AlreadyExists(_)) => match self.inner.meta.topic(name).await? {
-                Some(existing) if existing.spec == spec => Ok((existing, false)),
-                Some(_) => Err(Error::TopicExists(name.to_owned())),
-                // Deleted between our create and our read: a client retry will create it.
-                None => Err(Error::Unavailable(StorageError::Precondition(format!("topic {name} changed")))),
-            },
-            Err(e) => Err(e.into()),
-        }
+        let id = self.inner.random.next_u64() >> 1;
+        topics::create(self.inner.store.as_ref(), name, spec, id, self.inner.clock.now_ms()).await
     }
 
     pub async fn list_topics(&self) -> Result<Vec<TopicConfig>, Error> {
-        Ok(self.inner.meta.list_topics().await?)
+        Ok(topics::list(self.inner.store.as_ref()).await?)
     }
 
     /// The topic and the state of each of its partitions.
     pub async fn describe_topic(&self, name: &str) -> Result<(TopicConfig, Vec<PartitionState>), Error> {
         names::validate("topic", name)?;
-        let topic = self.inner.meta.topic(name).await?.ok_or_else(|| Error::TopicNotFound(name.to_owned()))?;
-        let partitions = self.inner.meta.partitions(name).await.map_err(|e| not_found_topic(e, name))?;
-        Ok((topic, partitions))
+        let topic = topics::live(self.inner.store.as_ref(), name).await?;
+        let states = topics::states(self.inner.store.as_ref(), &topic).await?;
+        Ok((topic, states))
     }
 
+    /// Deletes a topic at once (one atomic write); its data is removed afterwards by the janitor.
     pub async fn delete_topic(&self, name: &str) -> Result<(), Error> {
         names::validate("topic", name)?;
-        self.inner.topics.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
-        self.inner.meta.delete_topic(name).await.map_err(|e| not_found_topic(e, name))
+        self.forget_topic(name);
+        topics::delete(self.inner.store.as_ref(), name, self.inner.clock.now_ms()).await
     }
 
     /// Appends `events` to `topic`, durably, and answers where each landed, in request order.
@@ -158,16 +187,17 @@ impl Log {
     ) -> Result<Vec<Position>, Error> {
         names::validate("topic", topic)?;
         self.check_limits(&events)?;
-        let topic = self.topic(topic).await?;
-        if let Some(idem) = &idempotency {
-            if let Some(rec) = self.inner.meta.idempotency(&topic.name, &idem.key).await? {
-                return if rec.fingerprint == idem.fingerprint {
-                    Ok(rec.results)
-                } else {
-                    Err(Error::IdempotencyKeyReused(idem.key.clone()))
-                };
+        let topic = match &idempotency {
+            // A stored answer is final: look it up under the topic as it is now, never a cached one.
+            Some(idem) => {
+                let topic = topics::live(self.inner.store.as_ref(), topic).await?;
+                if let Some(results) = self.previous_answer(&topic, idem).await? {
+                    return Ok(results);
+                }
+                topic
             }
-        }
+            None => self.topic(topic).await?,
+        };
         let partitions = topic.spec.partitions;
         // Kafka's sticky idea: a request's unkeyed events share one partition, the next request another.
         let sticky = self.inner.spread.fetch_add(1, Ordering::Relaxed) % partitions;
@@ -194,12 +224,49 @@ impl Log {
             };
             placed.push((partition, record));
         }
+        if idempotency.is_some() {
+            let mut touched: Vec<u32> = placed.iter().map(|(p, _)| *p).collect();
+            touched.sort_unstable();
+            touched.dedup();
+            if touched.len() > MAX_IDEMPOTENT_PARTITIONS {
+                return Err(Error::invalid(
+                    "too_many_partitions",
+                    format!(
+                        "a publish with an Idempotency-Key may touch at most {MAX_IDEMPOTENT_PARTITIONS} partitions \
+                         (this one touches {}): its record must commit atomically with every partition",
+                        touched.len()
+                    ),
+                ));
+            }
+        }
+        let name = topic.name.clone();
         let (reply, answer) = oneshot::channel();
         let pending = Pending { topic, events: placed, idempotency, reply };
         let closed =
             || Error::Unavailable(StorageError::Unavailable { message: "log is shutting down".into(), source: None });
         self.inner.commits.send(pending).await.map_err(|_| closed())?;
-        answer.await.map_err(|_| closed())?
+        let result = answer.await.map_err(|_| closed())?;
+        if matches!(result, Err(Error::TopicNotFound(_))) {
+            self.forget_topic(&name);
+        }
+        result
+    }
+
+    /// The stored answer of an earlier publish under the same key, if any.
+    async fn previous_answer(
+        &self,
+        topic: &TopicConfig,
+        idem: &IdempotencyKey,
+    ) -> Result<Option<Vec<Position>>, Error> {
+        let Some(item) = self.inner.store.get(&layout::idempotency_key(topic.id, &idem.key)).await? else {
+            return Ok(None);
+        };
+        let record: IdempotencyRecord = layout::decode("idempotency", &item.value)?;
+        if record.fp == layout::hex(&idem.fingerprint) {
+            Ok(Some(record.results))
+        } else {
+            Err(Error::IdempotencyKeyReused(idem.key.clone()))
+        }
     }
 
     fn check_limits(&self, events: &[NewEvent]) -> Result<(), Error> {
@@ -231,93 +298,126 @@ impl Log {
     }
 
     /// Events of one partition from an offset, waiting for the first one up to `wait_ms`.
+    /// The topic is read afresh, so a reader never sees a deleted topic's events under
+    /// a re-created topic's name.
     pub async fn read(&self, req: &ReadRequest) -> Result<ReadBatch, Error> {
         names::validate("topic", &req.topic)?;
-        let topic = self.topic(&req.topic).await?;
+        let topic = topics::live(self.inner.store.as_ref(), &req.topic).await?;
         check_partition(&topic, req.partition)?;
         let limits = self.limits();
         let max_events = req.max_events.clamp(1, limits.max_read_events);
         let max_bytes = req.max_bytes.clamp(1, limits.max_read_bytes);
         let wait = Duration::from_millis(req.wait_ms.min(limits.max_wait_ms));
-        let state = self.wait_for_data(&topic, req.partition, req.offset, wait).await?;
+        let head = self.wait_for_data(&topic, req.partition, req.offset, wait).await?;
 
-        let meta = &self.inner.meta;
         let mut events: Vec<Event> = Vec::new();
-        let mut bytes = 0;
+        let (mut bytes, mut rendered) = (0, 0);
         let mut next = req.offset;
-        'pages: while events.len() < max_events {
-            let page = meta
-                .segments(&topic.name, req.partition, next, 16)
-                .await
-                .map_err(|e| not_found_topic(e, &topic.name))?;
+        'pages: while events.len() < max_events && next < head.next {
+            let page = self.segments(&topic, req.partition, next).await?;
             if page.is_empty() {
                 break;
             }
-            for seg in page {
-                let data = self.inner.objects.read(&seg.object, seg.position, seg.len).await?;
-                let records = decode_segment(&data).map_err(|e| {
+            let reads: Vec<(String, u64, u64)> =
+                page.iter().map(|s| (s.record.object.clone(), s.record.pos, s.record.len)).collect();
+            let objects = self.inner.objects.clone();
+            let mut data = stream::iter(reads)
+                .map(move |(object, pos, len)| {
+                    let objects = objects.clone();
+                    async move { objects.read(&object, pos, len).await }
+                })
+                .buffered(READ_CONCURRENCY);
+            for seg in &page {
+                let Some(bytes_read) = data.try_next().await? else { break };
+                let records = decode_segment(&bytes_read).map_err(|e| {
                     Error::Corrupt(format!(
                         "segment {}@{} of {}/{}: {e}",
-                        seg.object, seg.position, seg.topic, seg.partition
+                        seg.record.object, seg.record.pos, topic.name, req.partition
                     ))
                 })?;
                 for d in records {
-                    let offset = seg.base_offset + u64::from(d.offset_delta);
+                    let offset = seg.base + u64::from(d.offset_delta);
                     if offset < next {
                         continue;
                     }
                     let size = d.record.approx_size();
+                    let rendering = rendered_size(&d.record);
                     // Like Kafka, always return the first event even if it alone exceeds max_bytes.
-                    if !events.is_empty() && bytes + size > max_bytes {
+                    if !events.is_empty()
+                        && (bytes + size > max_bytes || rendered + rendering > limits.max_response_bytes)
+                    {
                         break 'pages;
                     }
                     bytes += size;
+                    rendered += rendering;
                     events.push(Event { partition: req.partition, offset, record: d.record });
                     next = offset + 1;
                     if events.len() >= max_events {
                         break 'pages;
                     }
                 }
-                next = next.max(seg.next_offset);
+                next = next.max(seg.record.next);
             }
         }
-        Ok(ReadBatch {
-            events,
-            next_offset: next,
-            high_watermark: state.high_watermark.max(next),
-            log_start_offset: state.log_start_offset,
-        })
+        Ok(ReadBatch { events, next_offset: next, high_watermark: head.next.max(next), log_start_offset: head.start })
     }
 
-    /// The partition's state once `offset` is readable or `wait` has passed; refuses offsets out of range.
+    /// Up to a page of a partition's segments, from the one holding `offset`.
+    async fn segments(&self, topic: &TopicConfig, partition: u32, offset: u64) -> Result<Vec<Segment>, Error> {
+        let pk = layout::segments_pk(topic.id, partition);
+        let store = self.inner.store.as_ref();
+        let forward = Query {
+            pk: pk.clone(),
+            from: Some(layout::offset_sk(offset)),
+            to: None,
+            forward: true,
+            limit: INDEX_PAGE,
+            after: None,
+        };
+        let mut found = decode_segments(store.query(&forward).await?.items)?;
+        if found.first().is_some_and(|s| s.base == offset) {
+            return Ok(found);
+        }
+        // `offset` falls inside a segment: the one holding it starts before it.
+        let backward =
+            Query { pk, from: None, to: Some(layout::offset_sk(offset)), forward: false, limit: 1, after: None };
+        if let Some(holder) = decode_segments(store.query(&backward).await?.items)?.pop() {
+            if holder.record.next > offset {
+                found.insert(0, holder);
+            }
+        }
+        Ok(found)
+    }
+
+    /// The partition's head once `offset` is readable or `wait` has passed; refuses offsets out of range.
     async fn wait_for_data(
         &self,
         topic: &TopicConfig,
         partition: u32,
         offset: u64,
         wait: Duration,
-    ) -> Result<PartitionState, Error> {
-        let deadline = Instant::now() + wait;
+    ) -> Result<HeadRecord, Error> {
+        let clock = &self.inner.clock;
+        let deadline = clock.now_ms() + wait.as_millis() as i64;
         let mut committed = self.inner.committed.clone();
         loop {
             committed.borrow_and_update();
-            let state =
-                self.inner.meta.partition(&topic.name, partition).await.map_err(|e| not_found_topic(e, &topic.name))?;
-            if offset < state.log_start_offset || offset > state.high_watermark {
+            let (head, _) = topics::head(self.inner.store.as_ref(), topic.id, partition).await?;
+            if offset < head.start || offset > head.next {
                 return Err(Error::OffsetOutOfRange {
                     offset,
-                    log_start_offset: state.log_start_offset,
-                    high_watermark: state.high_watermark,
+                    log_start_offset: head.start,
+                    high_watermark: head.next,
                 });
             }
-            let now = Instant::now();
-            if offset < state.high_watermark || now >= deadline {
-                return Ok(state);
+            let now = clock.now_ms();
+            if offset < head.next || now >= deadline {
+                return Ok(head);
             }
-            let nap = self.inner.config.poll_interval.min(deadline - now);
+            let nap = (self.inner.config.poll_interval.as_millis() as i64).min(deadline - now);
             tokio::select! {
                 _ = committed.changed() => {}
-                () = tokio::time::sleep(nap) => {}
+                () = clock.sleep(nap as u64) => {}
             }
         }
     }
@@ -325,26 +425,38 @@ impl Log {
     /// Looks up an offset of a partition: earliest, latest, or the first at or after a time.
     pub async fn offset(&self, topic: &str, partition: u32, query: OffsetQuery) -> Result<u64, Error> {
         names::validate("topic", topic)?;
-        let topic = self.topic(topic).await?;
+        let topic = topics::live(self.inner.store.as_ref(), topic).await?;
         check_partition(&topic, partition)?;
-        let meta = &self.inner.meta;
-        let state = meta.partition(&topic.name, partition).await.map_err(|e| not_found_topic(e, &topic.name))?;
+        let store = self.inner.store.as_ref();
+        let (head, _) = topics::head(store, topic.id, partition).await?;
         let ts = match query {
-            OffsetQuery::Earliest => return Ok(state.log_start_offset),
-            OffsetQuery::Latest => return Ok(state.high_watermark),
+            OffsetQuery::Earliest => return Ok(head.start),
+            OffsetQuery::Latest => return Ok(head.next),
+            OffsetQuery::Timestamp(ts) if ts > head.max_ts => return Ok(head.next),
             OffsetQuery::Timestamp(ts) => ts,
         };
-        let Some(seg) = meta.segment_at_time(&topic.name, partition, ts).await? else {
-            return Ok(state.high_watermark);
+        // Walks the index in offset order to the first segment reaching the time: a lookup
+        // by time is rare, and a time index would cost a write per commit (retention's issue adds one).
+        let mut query = Query::all(layout::segments_pk(topic.id, partition), topics::PAGE);
+        query.from = Some(layout::offset_sk(head.start));
+        let seg = loop {
+            let page = store.query(&query).await?;
+            query.after = page.next.clone();
+            if let Some(seg) = decode_segments(page.items)?.into_iter().find(|s| s.record.max_ts >= ts) {
+                break seg;
+            }
+            if query.after.is_none() {
+                return Ok(head.next);
+            }
         };
-        let data = self.inner.objects.read(&seg.object, seg.position, seg.len).await?;
-        let records = decode_segment(&data).map_err(|e| Error::Corrupt(format!("segment {}: {e}", seg.object)))?;
-        let found =
-            records.iter().find(|d| d.record.timestamp_ms >= ts).map(|d| seg.base_offset + u64::from(d.offset_delta));
-        Ok(found.unwrap_or(seg.next_offset).max(state.log_start_offset))
+        let data = self.inner.objects.read(&seg.record.object, seg.record.pos, seg.record.len).await?;
+        let records =
+            decode_segment(&data).map_err(|e| Error::Corrupt(format!("segment {}: {e}", seg.record.object)))?;
+        let found = records.iter().find(|d| d.record.timestamp_ms >= ts).map(|d| seg.base + u64::from(d.offset_delta));
+        Ok(found.unwrap_or(seg.record.next).max(head.start))
     }
 
-    /// The topic's config, from a short-lived cache: its partition count never changes.
+    /// The topic's config for publishing, from a short-lived cache (the commit checks it).
     async fn topic(&self, name: &str) -> Result<TopicConfig, Error> {
         let ttl = self.inner.config.topic_cache_ttl;
         if let Some((t, at)) = self.inner.topics.lock().unwrap_or_else(|p| p.into_inner()).get(name) {
@@ -352,7 +464,7 @@ impl Log {
                 return Ok(t.clone());
             }
         }
-        let topic = self.inner.meta.topic(name).await?.ok_or_else(|| Error::TopicNotFound(name.to_owned()))?;
+        let topic = topics::live(self.inner.store.as_ref(), name).await?;
         self.inner
             .topics
             .lock()
@@ -360,6 +472,26 @@ impl Log {
             .insert(name.to_owned(), (topic.clone(), Instant::now()));
         Ok(topic)
     }
+
+    fn forget_topic(&self, name: &str) {
+        self.inner.topics.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
+    }
+}
+
+fn decode_segments(items: Vec<crate::store::Item>) -> Result<Vec<Segment>, StorageError> {
+    items
+        .into_iter()
+        .map(|i| Ok(Segment { base: layout::offset_of(&i.key.sk)?, record: layout::decode("segment", &i.value)? }))
+        .collect()
+}
+
+/// About how many bytes an event takes once rendered as JSON (base64 grows bytes by a third).
+fn rendered_size(r: &Record) -> usize {
+    // Keys and headers are JSON strings: a control character escapes to six bytes.
+    let headers: usize = r.headers.iter().map(|(k, v)| (k.len() + v.len()) * 6 + 6).sum();
+    let key = r.key.as_ref().map_or(4, |k| k.len() * 6 + 2);
+    let value = if r.value_is_json { r.value.len() } else { r.value.len().div_ceil(3) * 4 + 2 };
+    128 + key + headers + value
 }
 
 fn check_partition(topic: &TopicConfig, partition: u32) -> Result<(), Error> {
@@ -367,11 +499,4 @@ fn check_partition(topic: &TopicConfig, partition: u32) -> Result<(), Error> {
         return Err(Error::PartitionNotFound { topic: topic.name.clone(), partition });
     }
     Ok(())
-}
-
-fn not_found_topic(e: StorageError, topic: &str) -> Error {
-    match e {
-        StorageError::NotFound(_) => Error::TopicNotFound(topic.to_owned()),
-        e => e.into(),
-    }
 }

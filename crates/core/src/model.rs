@@ -13,13 +13,15 @@ pub struct TopicSpec {
     pub retention_bytes: Option<i64>,
 }
 
-/// A topic as stored. `id` tells apart two topics created under one name.
+/// A topic as stored. `id` tells apart two topics created under one name;
+/// `version` is the version of its record when it was read, which a commit checks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicConfig {
     pub name: String,
     pub id: u64,
     pub spec: TopicSpec,
     pub created_ms: i64,
+    pub version: u64,
 }
 
 /// A partition's bounds: offsets `log_start_offset..high_watermark` are readable.
@@ -96,6 +98,8 @@ pub struct Limits {
     pub max_partitions: u32,
     pub max_read_events: usize,
     pub max_read_bytes: usize,
+    /// A replay page stops before its JSON rendering could pass this (Lambda answers at most 6 MB).
+    pub max_response_bytes: usize,
     pub max_wait_ms: u64,
 }
 
@@ -109,6 +113,7 @@ impl Default for Limits {
             max_partitions: 1024,
             max_read_events: 10_000,
             max_read_bytes: 6 << 20,
+            max_response_bytes: 5_500_000,
             max_wait_ms: 20_000,
         }
     }

@@ -1,25 +1,30 @@
-//! The embedded backend: segment blobs appended to local files, indexed in SQLite.
+//! The embedded backend: segment blobs appended to local files, state in SQLite.
 //! Safe for several processes on one data directory (`serve`, or the Lambda
 //! functions under `cargo lambda watch`): each process appends to files of its
-//! own, and SQLite's write lock orders the index commits.
+//! own, and SQLite's write lock orders the state store's writes.
 
-mod meta;
 mod objects;
+mod state;
 
 use std::path::Path;
 use std::sync::Arc;
 
-pub use meta::SqliteMetaStore;
 pub use objects::LocalObjectStore;
-use sluice_core::StorageError;
+use sluice_core::{Clock, StorageError};
+pub use state::SqliteStateStore;
 
-/// Opens (creating if needed) the object files and index under `data_dir`.
-pub fn open(data_dir: &Path) -> Result<(Arc<SqliteMetaStore>, Arc<LocalObjectStore>), StorageError> {
+/// Opens (creating if needed) the object files and the state store under
+/// `data_dir`; `clock` decides which state items have expired.
+pub fn open(
+    data_dir: &Path,
+    clock: Arc<dyn Clock>,
+) -> Result<(Arc<SqliteStateStore>, Arc<LocalObjectStore>), StorageError> {
     std::fs::create_dir_all(data_dir)
         .map_err(|e| StorageError::unavailable(format!("create {}", data_dir.display()), e))?;
-    let meta = SqliteMetaStore::open(&data_dir.join("index.sqlite3"))?;
+    // Not the old `index.sqlite3`: a data directory of the earlier schema is not misread.
+    let state = SqliteStateStore::open(&data_dir.join("state.sqlite3"), clock)?;
     let objects = LocalObjectStore::open(&data_dir.join("objects"))?;
-    Ok((Arc::new(meta), Arc::new(objects)))
+    Ok((Arc::new(state), Arc::new(objects)))
 }
 
 /// Runs blocking file or database work off the async threads.

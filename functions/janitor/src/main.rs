@@ -1,14 +1,20 @@
-//! The janitor Lambda function, run by an EventBridge schedule. Retention (the
-//! upkeep it exists for) arrives with its own issue; until then its one job is
-//! an honest report: per topic, how many events and bytes the log holds, as one
-//! structured log line each and as the invocation's result. Expired idempotency
-//! records need no janitor: DynamoDB's TTL deletes them.
+//! The janitor Lambda function, run by an EventBridge schedule: removes the
+//! items of deleted topics and expired records in bounded steps until its time
+//! is nearly up (whatever is left, the next run continues), then reports per
+//! topic how many events and bytes the log holds, as one structured log line
+//! each and as the invocation's result.
+
+use std::time::{Duration, SystemTime};
 
 use lambda_runtime::{run, service_fn, tracing, Error, LambdaEvent};
 use serde::Serialize;
 use serde_json::Value;
 use sluice_api::Config;
+use sluice_core::janitor::{self, JanitorReport, STEP_BUDGET};
 use sluice_core::Log;
+
+/// Time kept back from the invocation's deadline for the report.
+const RESERVE: Duration = Duration::from_secs(15);
 
 /// What the log holds on one topic.
 #[derive(Debug, Serialize, PartialEq, Eq)]
@@ -19,11 +25,31 @@ struct TopicReport {
     bytes: u64,
 }
 
+/// What one run did and found.
+#[derive(Debug, Serialize)]
+struct Report {
+    upkeep: JanitorReport,
+    topics: Vec<TopicReport>,
+}
+
 /// One scheduled run; the event's content does not matter, only that it came.
-async fn janitor(log: &Log, event: LambdaEvent<Value>) -> Result<Vec<TopicReport>, Error> {
+async fn janitor(log: &Log, event: LambdaEvent<Value>) -> Result<Report, Error> {
     let scheduled = event.payload.get("time").and_then(Value::as_str).unwrap_or("unknown");
     tracing::info!(request_id = %event.context.request_id, scheduled, "janitor run");
-    let mut reports = Vec::new();
+    let deadline = SystemTime::from(event.context.deadline()).checked_sub(RESERVE);
+    let mut upkeep = JanitorReport::default();
+    loop {
+        let step = janitor::step(log.store().as_ref(), STEP_BUDGET).await?;
+        upkeep.topics_purged += step.topics_purged;
+        upkeep.items_deleted += step.items_deleted;
+        upkeep.expired_removed += step.expired_removed;
+        upkeep.more = step.more;
+        if !step.more || deadline.is_some_and(|d| SystemTime::now() >= d) {
+            break;
+        }
+    }
+    tracing::info!(?upkeep, "upkeep done");
+    let mut topics = Vec::new();
     for topic in log.list_topics().await? {
         let (topic, partitions) = log.describe_topic(&topic.name).await?;
         let report = TopicReport {
@@ -33,9 +59,9 @@ async fn janitor(log: &Log, event: LambdaEvent<Value>) -> Result<Vec<TopicReport
             bytes: partitions.iter().map(|p| p.bytes).sum(),
         };
         tracing::info!(topic = %report.topic, events = report.events, bytes = report.bytes, "topic size");
-        reports.push(report);
+        topics.push(report);
     }
-    Ok(reports)
+    Ok(Report { upkeep, topics })
 }
 
 #[tokio::main]
@@ -56,15 +82,13 @@ mod tests {
     const SCHEDULED: &str = include_str!("../../../tests/fixtures/eventbridge-scheduled.json");
 
     #[tokio::test]
-    async fn given_scheduled_event_then_reports_each_topic_size() {
+    async fn given_scheduled_event_then_purges_deleted_topics_and_reports_each_topic_size() {
         let scheduled: EventBridgeEvent = serde_json::from_str(SCHEDULED).unwrap();
         assert_eq!(scheduled.detail_type, "Scheduled Event", "the fixture is EventBridge's scheduled event");
         let dir = tempfile::tempdir().unwrap();
         let config = Config::from_env().map(|c| Config { data_dir: dir.path().to_owned(), ..c }).unwrap();
         let log = sluice_api::open_embedded(&config).unwrap();
-        log.create_topic("orders", TopicSpec { partitions: 2, retention_ms: None, retention_bytes: None })
-            .await
-            .unwrap();
+        let spec = TopicSpec { partitions: 2, retention_ms: None, retention_bytes: None };
         let event = |p| NewEvent {
             key: None,
             headers: Vec::new(),
@@ -73,12 +97,24 @@ mod tests {
             timestamp_ms: None,
             partition: Some(p),
         };
-        log.publish("orders", vec![event(0), event(1), event(1)], None).await.unwrap();
+        for name in ["orders", "old"] {
+            log.create_topic(name, spec).await.unwrap();
+            log.publish(name, vec![event(0), event(1), event(1)], None).await.unwrap();
+        }
+        log.delete_topic("old").await.unwrap();
 
         let payload = serde_json::from_str(SCHEDULED).unwrap();
-        let reports = janitor(&log, LambdaEvent::new(payload, Default::default())).await.unwrap();
-        assert_eq!(reports.len(), 1);
-        assert_eq!((reports[0].topic.as_str(), reports[0].partitions, reports[0].events), ("orders", 2, 3));
-        assert!(reports[0].bytes > 0);
+        let mut context = lambda_runtime::Context::default();
+        context.deadline =
+            (SystemTime::now() + Duration::from_secs(120)).duration_since(SystemTime::UNIX_EPOCH).unwrap().as_millis()
+                as u64;
+        let report = janitor(&log, LambdaEvent::new(payload, context)).await.unwrap();
+        assert_eq!(report.upkeep.topics_purged, 1, "{:?}", report.upkeep);
+        assert_eq!(report.upkeep.items_deleted, 4, "two heads and two segment entries: {:?}", report.upkeep);
+        assert!(!report.upkeep.more);
+        let topics = &report.topics;
+        assert_eq!(topics.len(), 1);
+        assert_eq!((topics[0].topic.as_str(), topics[0].partitions, topics[0].events), ("orders", 2, 3));
+        assert!(topics[0].bytes > 0);
     }
 }

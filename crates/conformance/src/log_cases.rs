@@ -1,0 +1,475 @@
+//! The log's conformance cases: the promises of the contract (dense offsets,
+//! acknowledged events never lost, deletes that take effect at once), checked
+//! through the real [`Log`] on each backend, with other "processes" (separate
+//! handles with their own caches) and injected storage faults.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use sluice_core::layout::{self, HeadRecord, SegmentRecord};
+use sluice_core::store::{Item, Key, Page, Query, StateStore, WriteOp};
+use sluice_core::{
+    janitor, Error, IdempotencyKey, Log, LogConfig, ManualClock, NewEvent, Position, ReadRequest, StorageError,
+    SystemClock, TopicSpec,
+};
+
+use crate::{unique_topic, Backend, Stores};
+
+/// Generates one `#[tokio::test]` per log case; `$backend` is an async expression yielding a [`Backend`].
+#[macro_export]
+macro_rules! log_conformance_suite {
+    ($backend:expr) => {
+        $crate::log_conformance_suite!(@cases $backend;
+            given_warm_process_when_topic_deleted_elsewhere_then_publish_404_and_recreated_topic_starts_clean,
+            given_stale_head_after_earlier_index_items_removed_when_publish_then_retries_and_offsets_stay_dense,
+            given_commit_applied_but_answer_lost_when_publish_then_answered_once_and_written_once,
+            given_commit_failed_and_answer_lost_when_publish_then_retried_and_written_once,
+            given_storage_down_when_publish_then_error_nothing_visible_and_keyed_retry_succeeds_once,
+            given_throttling_and_conflicts_when_publish_then_retried_and_acknowledged,
+            given_publish_touching_150_partitions_then_committed_per_partition_or_refused_with_a_key,
+            given_idempotency_key_then_retry_answers_the_same_and_other_request_is_refused,
+            given_idempotency_record_older_than_its_ttl_then_key_can_be_reused,
+            given_deleted_topic_with_many_index_items_then_janitor_purges_in_bounded_steps_and_nothing_shows,
+            given_events_then_replay_from_any_offset_and_offset_lookup_by_time,
+        );
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn eight_concurrent_publishers_to_one_partition_get_dense_offsets() {
+            let backend = $backend.await;
+            $crate::log_cases::eight_concurrent_publishers_to_one_partition_get_dense_offsets(&backend).await;
+        }
+    };
+    (@cases $backend:expr; $($case:ident),+ $(,)?) => {
+        $(
+            #[tokio::test]
+            async fn $case() {
+                let backend = $backend.await;
+                $crate::log_cases::$case(&backend).await;
+            }
+        )+
+    };
+}
+
+fn spec(partitions: u32) -> TopicSpec {
+    TopicSpec { partitions, retention_ms: None, retention_bytes: None }
+}
+
+fn event(value: &str, partition: u32) -> NewEvent {
+    NewEvent {
+        key: None,
+        headers: Vec::new(),
+        value: Bytes::from(value.to_owned()),
+        value_is_json: false,
+        timestamp_ms: None,
+        partition: Some(partition),
+    }
+}
+
+/// A log on `stores` that trusts its topic cache for ten minutes: a warm, stale process.
+fn warm_log((store, objects): Stores) -> Log {
+    let config = LogConfig { topic_cache_ttl: Duration::from_secs(600), ..LogConfig::default() };
+    Log::new(store, objects, Arc::new(SystemClock), config)
+}
+
+fn log_on((store, objects): Stores) -> Log {
+    Log::new(store, objects, Arc::new(SystemClock), LogConfig::default())
+}
+
+async fn read_all(log: &Log, topic: &str, partition: u32) -> Result<Vec<(u64, Bytes)>, Error> {
+    let request = ReadRequest {
+        topic: topic.to_owned(),
+        partition,
+        offset: 0,
+        max_events: 10_000,
+        max_bytes: 64 << 20,
+        wait_ms: 0,
+    };
+    let batch = log.read(&request).await?;
+    Ok(batch.events.into_iter().map(|e| (e.offset, e.record.value)).collect())
+}
+
+fn values(events: &[(u64, Bytes)]) -> Vec<(u64, String)> {
+    events.iter().map(|(o, v)| (*o, String::from_utf8_lossy(v).into_owned())).collect()
+}
+
+pub async fn given_warm_process_when_topic_deleted_elsewhere_then_publish_404_and_recreated_topic_starts_clean(
+    backend: &dyn Backend,
+) {
+    let topic = unique_topic("reborn");
+    let (a, b) = (warm_log(backend.open().await), warm_log(backend.open().await));
+    a.create_topic(&topic, spec(1)).await.unwrap();
+    let first: Vec<NewEvent> = (0..5).map(|i| event(&format!("old-{i}"), 0)).collect();
+    a.publish(&topic, first, None).await.unwrap();
+    assert_eq!(read_all(&b, &topic, 0).await.unwrap().len(), 5, "b has read (and cached) the old topic");
+
+    b.delete_topic(&topic).await.unwrap();
+    let refused = a.publish(&topic, vec![event("after-delete", 0)], None).await;
+    assert!(matches!(refused, Err(Error::TopicNotFound(_))), "{refused:?}");
+    assert!(matches!(read_all(&a, &topic, 0).await, Err(Error::TopicNotFound(_))));
+
+    b.create_topic(&topic, spec(1)).await.unwrap();
+    let acked = a.publish(&topic, vec![event("new-0", 0), event("new-1", 0)], None).await.unwrap();
+    assert_eq!(acked, vec![Position { partition: 0, offset: 0 }, Position { partition: 0, offset: 1 }]);
+    let expected = vec![(0, "new-0".to_owned()), (1, "new-1".to_owned())];
+    assert_eq!(values(&read_all(&a, &topic, 0).await.unwrap()), expected);
+    assert_eq!(values(&read_all(&b, &topic, 0).await.unwrap()), expected, "the other process too");
+    let (_, states) = b.describe_topic(&topic).await.unwrap();
+    assert_eq!((states[0].high_watermark, states[0].log_start_offset), (2, 0));
+}
+
+pub async fn given_stale_head_after_earlier_index_items_removed_when_publish_then_retries_and_offsets_stay_dense(
+    backend: &dyn Backend,
+) {
+    let topic = unique_topic("stale");
+    let (a_stores, b_stores) = (backend.open().await, backend.open().await);
+    let store = b_stores.0.clone();
+    let (a, b) = (warm_log(a_stores), warm_log(b_stores));
+    a.create_topic(&topic, spec(1)).await.unwrap();
+    a.publish(&topic, vec![event("a0", 0), event("a1", 0)], None).await.unwrap();
+    for i in 0..3 {
+        b.publish(&topic, vec![event(&format!("b{i}"), 0)], None).await.unwrap();
+    }
+    // What retention will do: advance the log start in the head, then remove the index items below it.
+    let id = b.describe_topic(&topic).await.unwrap().0.id;
+    let head_key = layout::head_key(id, 0);
+    let item = store.get(&head_key).await.unwrap().expect("head");
+    let mut head: HeadRecord = layout::decode("head", &item.value).unwrap();
+    assert_eq!(head.next, 5);
+    head.start = 4;
+    store.write(vec![WriteOp::replace(head_key, layout::encode(&head), Some(item.version))]).await.unwrap();
+    let below: Vec<Key> = [0u64, 2, 3].iter().map(|&base| layout::segment_key(id, 0, base)).collect();
+    store.delete_many(below).await.unwrap();
+
+    // `a` still believes the partition ends at 2, where no item is any more.
+    let acked = a.publish(&topic, vec![event("a2", 0)], None).await.unwrap();
+    assert_eq!(acked, vec![Position { partition: 0, offset: 5 }], "committed at the true head, not into the past");
+    let acked = b.publish(&topic, vec![event("b3", 0)], None).await.unwrap();
+    assert_eq!(acked, vec![Position { partition: 0, offset: 6 }]);
+    let mut request =
+        ReadRequest { topic: topic.clone(), partition: 0, offset: 4, max_events: 100, max_bytes: 1 << 20, wait_ms: 0 };
+    let page = a.read(&request).await.unwrap();
+    let read: Vec<(u64, Bytes)> = page.events.into_iter().map(|e| (e.offset, e.record.value)).collect();
+    assert_eq!(values(&read), vec![(4, "b2".into()), (5, "a2".into()), (6, "b3".into())]);
+    request.offset = 1;
+    let below_start = a.read(&request).await;
+    assert!(matches!(below_start, Err(Error::OffsetOutOfRange { log_start_offset: 4, .. })), "{below_start:?}");
+}
+
+/// What an injected fault does to the next commit write (a write that indexes a segment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The write is applied, then its answer is lost.
+    LoseAnswer,
+    /// The write is not applied and its answer is lost.
+    FailBefore,
+    /// The store refuses it before doing anything (throttling, a transaction conflict).
+    Throttle,
+}
+
+/// A [`StateStore`] that injects faults into commit writes, in order.
+pub struct FaultyStore {
+    inner: Arc<dyn StateStore>,
+    faults: Mutex<VecDeque<Fault>>,
+    commits_seen: Mutex<usize>,
+}
+
+impl FaultyStore {
+    pub fn new(inner: Arc<dyn StateStore>, faults: impl IntoIterator<Item = Fault>) -> Self {
+        Self { inner, faults: Mutex::new(faults.into_iter().collect()), commits_seen: Mutex::new(0) }
+    }
+
+    /// Commit writes attempted so far, faulty ones included.
+    pub fn commits_seen(&self) -> usize {
+        *self.commits_seen.lock().unwrap()
+    }
+}
+
+#[async_trait]
+impl StateStore for FaultyStore {
+    async fn get(&self, key: &Key) -> Result<Option<Item>, StorageError> {
+        self.inner.get(key).await
+    }
+
+    async fn query(&self, query: &Query) -> Result<Page, StorageError> {
+        self.inner.query(query).await
+    }
+
+    async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
+        let is_commit = ops.iter().any(|op| op.key().pk.starts_with("seg#"));
+        if !is_commit {
+            return self.inner.write(ops).await;
+        }
+        *self.commits_seen.lock().unwrap() += 1;
+        let fault = self.faults.lock().unwrap().pop_front();
+        let lost = || StorageError::Unavailable { message: "injected: answer lost".into(), source: None };
+        match fault {
+            None => self.inner.write(ops).await,
+            Some(Fault::LoseAnswer) => {
+                self.inner.write(ops).await?;
+                Err(lost())
+            }
+            Some(Fault::FailBefore) => Err(lost()),
+            Some(Fault::Throttle) => Err(StorageError::Throttled { message: "injected".into(), source: None }),
+        }
+    }
+
+    async fn delete_many(&self, keys: Vec<Key>) -> Result<(), StorageError> {
+        self.inner.delete_many(keys).await
+    }
+
+    async fn purge_expired(&self, limit: usize) -> Result<usize, StorageError> {
+        self.inner.purge_expired(limit).await
+    }
+}
+
+/// A log whose commits meet `faults`, beside a clean log on the same storage.
+async fn faulty_log(backend: &dyn Backend, faults: &[Fault]) -> (Log, Arc<FaultyStore>, Log) {
+    let (store, objects) = backend.open().await;
+    let faulty = Arc::new(FaultyStore::new(store, faults.iter().copied()));
+    let log = Log::new(faulty.clone(), objects, Arc::new(SystemClock), LogConfig::default());
+    (log, faulty, log_on(backend.open().await))
+}
+
+pub async fn given_commit_applied_but_answer_lost_when_publish_then_answered_once_and_written_once(
+    backend: &dyn Backend,
+) {
+    let (log, faulty, clean) = faulty_log(backend, &[Fault::LoseAnswer]).await;
+    let topic = unique_topic("lost");
+    clean.create_topic(&topic, spec(1)).await.unwrap();
+    let acked = log.publish(&topic, vec![event("a", 0), event("b", 0)], None).await.unwrap();
+    assert_eq!(acked, vec![Position { partition: 0, offset: 0 }, Position { partition: 0, offset: 1 }]);
+    assert_eq!(faulty.commits_seen(), 1, "resolved by reading back, not by writing again");
+    let acked = log.publish(&topic, vec![event("c", 0)], None).await.unwrap();
+    assert_eq!(acked, vec![Position { partition: 0, offset: 2 }]);
+    let read = values(&read_all(&clean, &topic, 0).await.unwrap());
+    assert_eq!(read, vec![(0, "a".into()), (1, "b".into()), (2, "c".into())], "nothing written twice");
+}
+
+pub async fn given_commit_failed_and_answer_lost_when_publish_then_retried_and_written_once(backend: &dyn Backend) {
+    let (log, faulty, clean) = faulty_log(backend, &[Fault::FailBefore]).await;
+    let topic = unique_topic("unknown");
+    clean.create_topic(&topic, spec(1)).await.unwrap();
+    let acked = log.publish(&topic, vec![event("a", 0)], None).await.unwrap();
+    assert_eq!(acked, vec![Position { partition: 0, offset: 0 }]);
+    assert_eq!(faulty.commits_seen(), 2, "read back, found missing, written again");
+    assert_eq!(values(&read_all(&clean, &topic, 0).await.unwrap()), vec![(0, "a".into())]);
+}
+
+pub async fn given_storage_down_when_publish_then_error_nothing_visible_and_keyed_retry_succeeds_once(
+    backend: &dyn Backend,
+) {
+    let (log, _, clean) = faulty_log(backend, &[Fault::FailBefore; 3]).await;
+    let topic = unique_topic("down");
+    clean.create_topic(&topic, spec(1)).await.unwrap();
+    let key = || Some(IdempotencyKey { key: "retry-me".into(), fingerprint: vec![9; 32] });
+    let events = || vec![event("a", 0), event("b", 0)];
+    let failed = log.publish(&topic, events(), key()).await;
+    assert!(matches!(failed, Err(Error::Unavailable(_))), "{failed:?}");
+    assert_eq!(read_all(&clean, &topic, 0).await.unwrap(), vec![], "nothing visible");
+
+    // The client retries with the same key, then once more (say its ack was lost).
+    let first = log.publish(&topic, events(), key()).await.unwrap();
+    let again = clean.publish(&topic, events(), key()).await.unwrap();
+    let expected = vec![Position { partition: 0, offset: 0 }, Position { partition: 0, offset: 1 }];
+    assert_eq!((first, again), (expected.clone(), expected));
+    assert_eq!(values(&read_all(&clean, &topic, 0).await.unwrap()), vec![(0, "a".into()), (1, "b".into())]);
+}
+
+pub async fn given_throttling_and_conflicts_when_publish_then_retried_and_acknowledged(backend: &dyn Backend) {
+    let (log, faulty, clean) = faulty_log(backend, &[Fault::Throttle; 4]).await;
+    let topic = unique_topic("throttled");
+    clean.create_topic(&topic, spec(1)).await.unwrap();
+    let acked = log.publish(&topic, vec![event("a", 0)], None).await.unwrap();
+    assert_eq!(acked, vec![Position { partition: 0, offset: 0 }]);
+    assert_eq!(faulty.commits_seen(), 5);
+    assert_eq!(values(&read_all(&clean, &topic, 0).await.unwrap()), vec![(0, "a".into())]);
+}
+
+pub async fn given_publish_touching_150_partitions_then_committed_per_partition_or_refused_with_a_key(
+    backend: &dyn Backend,
+) {
+    let log = log_on(backend.open().await);
+    let topic = unique_topic("wide");
+    log.create_topic(&topic, spec(150)).await.unwrap();
+    let wide = || (0..150).map(|p| event(&format!("e{p}"), p)).collect::<Vec<_>>();
+    let key = IdempotencyKey { key: "wide".into(), fingerprint: vec![1; 32] };
+    let refused = log.publish(&topic, wide(), Some(key)).await;
+    assert!(matches!(refused, Err(Error::Invalid { code: "too_many_partitions", .. })), "{refused:?}");
+    let (_, states) = log.describe_topic(&topic).await.unwrap();
+    assert!(states.iter().all(|s| s.high_watermark == 0), "the refused publish wrote nothing");
+
+    let acked = log.publish(&topic, wide(), None).await.unwrap();
+    assert_eq!(acked, (0..150).map(|p| Position { partition: p, offset: 0 }).collect::<Vec<_>>());
+    let (_, states) = log.describe_topic(&topic).await.unwrap();
+    assert!(states.iter().all(|s| s.high_watermark == 1), "every partition committed");
+    assert_eq!(values(&read_all(&log, &topic, 149).await.unwrap()), vec![(0, "e149".into())]);
+}
+
+pub async fn given_idempotency_key_then_retry_answers_the_same_and_other_request_is_refused(backend: &dyn Backend) {
+    let (a, b) = (log_on(backend.open().await), log_on(backend.open().await));
+    let topic = unique_topic("idem");
+    a.create_topic(&topic, spec(2)).await.unwrap();
+    let key = |fp: u8| Some(IdempotencyKey { key: "k1".into(), fingerprint: vec![fp; 32] });
+    let first = a.publish(&topic, vec![event("x", 1), event("y", 0)], key(1)).await.unwrap();
+    let again = b.publish(&topic, vec![event("x", 1), event("y", 0)], key(1)).await.unwrap();
+    assert_eq!(first, again);
+    let reused = b.publish(&topic, vec![event("z", 0)], key(2)).await;
+    assert!(matches!(reused, Err(Error::IdempotencyKeyReused(_))), "{reused:?}");
+    assert_eq!(read_all(&a, &topic, 0).await.unwrap().len(), 1, "written once");
+    // Keys belong to a topic incarnation: a re-created topic starts with none.
+    a.delete_topic(&topic).await.unwrap();
+    a.create_topic(&topic, spec(2)).await.unwrap();
+    let fresh = b.publish(&topic, vec![event("z", 0)], key(2)).await.unwrap();
+    assert_eq!(fresh, vec![Position { partition: 0, offset: 0 }]);
+}
+
+pub async fn given_idempotency_record_older_than_its_ttl_then_key_can_be_reused(backend: &dyn Backend) {
+    let clock = Arc::new(ManualClock::new(1_800_000_000_000));
+    let (store, objects) = backend.open_with(clock.clone()).await;
+    let log = Log::new(store, objects, clock.clone(), LogConfig::default());
+    let topic = unique_topic("ttl");
+    log.create_topic(&topic, spec(1)).await.unwrap();
+    let key = |fp: u8| Some(IdempotencyKey { key: "k".into(), fingerprint: vec![fp; 32] });
+    log.publish(&topic, vec![event("a", 0)], key(1)).await.unwrap();
+    clock.advance(24 * 3600 * 1000);
+    let reused = log.publish(&topic, vec![event("b", 0)], key(2)).await;
+    assert!(matches!(reused, Err(Error::IdempotencyKeyReused(_))), "kept at least 24 h: {reused:?}");
+    clock.advance(24 * 3600 * 1000 + 1000);
+    let fresh = log.publish(&topic, vec![event("b", 0)], key(2)).await.unwrap();
+    assert_eq!(fresh, vec![Position { partition: 0, offset: 1 }], "after its TTL the key is free again");
+}
+
+pub async fn given_deleted_topic_with_many_index_items_then_janitor_purges_in_bounded_steps_and_nothing_shows(
+    backend: &dyn Backend,
+) {
+    let items = backend.large_count();
+    let log = log_on(backend.open().await);
+    let store = log.store().clone();
+    let topic = unique_topic("purge");
+    let (config, _) = log.create_topic(&topic, spec(2)).await.unwrap();
+    log.publish(&topic, vec![event("real", 1)], None).await.unwrap();
+    // Index items as `items` one-event publishes would have left them, written directly to save time.
+    for chunk in (0..items as u64).collect::<Vec<_>>().chunks(100) {
+        let ops = chunk
+            .iter()
+            .map(|&base| {
+                let record = SegmentRecord { next: base + 1, object: "none".into(), pos: 0, len: 1, max_ts: 0 };
+                WriteOp::create(layout::segment_key(config.id, 0, base), layout::encode(&record))
+            })
+            .collect();
+        store.write(ops).await.unwrap();
+    }
+    log.delete_topic(&topic).await.unwrap();
+    assert!(matches!(log.describe_topic(&topic).await, Err(Error::TopicNotFound(_))));
+
+    const BUDGET: usize = 2_000;
+    let mut steps = 0;
+    loop {
+        let report = janitor::step(store.as_ref(), BUDGET).await.unwrap();
+        assert!(report.items_deleted <= BUDGET, "a step stays within its budget: {report:?}");
+        steps += 1;
+        if steps == 2 {
+            // Half-way: the name is free again and shows nothing of its predecessor.
+            log.create_topic(&topic, spec(2)).await.unwrap();
+            let (_, states) = log.describe_topic(&topic).await.unwrap();
+            assert!(states.iter().all(|s| s.high_watermark == 0));
+            assert_eq!(read_all(&log, &topic, 0).await.unwrap(), vec![]);
+        }
+        if !report.more && report.topics_purged > 0 {
+            break;
+        }
+        assert!(steps <= items / BUDGET + 5, "purge makes progress");
+    }
+    assert!(steps >= items / BUDGET, "{items} items took {steps} steps of {BUDGET}");
+    let left = store.query(&Query::all(layout::segments_pk(config.id, 0), 10)).await.unwrap();
+    assert_eq!(left.items, vec![], "the old index is gone");
+    let heads = store.query(&Query::all(layout::heads_pk(config.id), 10)).await.unwrap();
+    assert_eq!(heads.items, vec![], "the old heads are gone");
+    let orders = store.get(&layout::purge_key(config.id)).await.unwrap();
+    assert_eq!(orders, None, "the purge order is done");
+    let report = janitor::step(store.as_ref(), BUDGET).await.unwrap();
+    assert_eq!((report.items_deleted, report.topics_purged), (0, 0), "nothing left to do");
+    let (_, states) = log.describe_topic(&topic).await.unwrap();
+    assert!(states.iter().all(|s| s.high_watermark == 0), "the new topic is untouched");
+}
+
+pub async fn given_events_then_replay_from_any_offset_and_offset_lookup_by_time(backend: &dyn Backend) {
+    let log = log_on(backend.open().await);
+    let topic = unique_topic("replay");
+    log.create_topic(&topic, spec(1)).await.unwrap();
+    for (batch, ts) in [(3u64, 100i64), (1, 300), (2, 200), (4, 400)] {
+        let events = (0..batch)
+            .map(|i| NewEvent { timestamp_ms: Some(ts + i as i64), ..event(&format!("t{ts}-{i}"), 0) })
+            .collect();
+        log.publish(&topic, events, None).await.unwrap();
+    }
+    // Segments hold offsets 0..3, 3..4, 4..6, 6..10.
+    for offset in 0..10u64 {
+        let request =
+            ReadRequest { topic: topic.clone(), partition: 0, offset, max_events: 3, max_bytes: 1 << 20, wait_ms: 0 };
+        let page = log.read(&request).await.unwrap();
+        let offsets: Vec<u64> = page.events.iter().map(|e| e.offset).collect();
+        let expected: Vec<u64> = (offset..(offset + 3).min(10)).collect();
+        assert_eq!(offsets, expected, "from {offset}");
+        assert_eq!(page.next_offset, offset + expected.len() as u64);
+        assert_eq!(page.high_watermark, 10);
+    }
+    let at = |ts| log.offset(&topic, 0, sluice_core::OffsetQuery::Timestamp(ts));
+    assert_eq!(at(0).await.unwrap(), 0);
+    assert_eq!(at(101).await.unwrap(), 1);
+    assert_eq!(at(150).await.unwrap(), 3, "the first event at or after the time, in offset order");
+    assert_eq!(at(300).await.unwrap(), 3);
+    assert_eq!(at(301).await.unwrap(), 6);
+    assert_eq!(at(403).await.unwrap(), 9);
+    assert_eq!(at(404).await.unwrap(), 10, "past every event: the high watermark");
+}
+
+/// Publishers in each of this many separate "processes" (own handles, own logs).
+const PUBLISHERS: usize = 8;
+const PUBLISHES_EACH: usize = 12;
+
+pub async fn eight_concurrent_publishers_to_one_partition_get_dense_offsets(backend: &dyn Backend) {
+    let topic = unique_topic("race");
+    let admin = log_on(backend.open().await);
+    admin.create_topic(&topic, spec(1)).await.unwrap();
+    let mut tasks = Vec::new();
+    for p in 0..PUBLISHERS {
+        let log = log_on(backend.open().await);
+        let topic = topic.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut acked = Vec::new();
+            for i in 0..PUBLISHES_EACH {
+                let value = format!("p{p}-e{i}");
+                let batch = if i % 3 == 0 {
+                    vec![event(&value, 0), event(&format!("{value}-b"), 0)]
+                } else {
+                    vec![event(&value, 0)]
+                };
+                let values: Vec<String> =
+                    batch.iter().map(|e| String::from_utf8_lossy(&e.value).into_owned()).collect();
+                let positions = tokio::time::timeout(Duration::from_secs(60), log.publish(&topic, batch, None))
+                    .await
+                    .expect("publish finished")
+                    .expect("publish acknowledged");
+                acked.extend(positions.into_iter().map(|pos| pos.offset).zip(values));
+            }
+            acked
+        }));
+    }
+    let mut acked: Vec<(u64, String)> = Vec::new();
+    for t in tasks {
+        acked.extend(t.await.unwrap());
+    }
+    acked.sort();
+    let expected = PUBLISHERS * (PUBLISHES_EACH + PUBLISHES_EACH.div_ceil(3));
+    assert_eq!(acked.len(), expected);
+    let offsets: Vec<u64> = acked.iter().map(|(o, _)| *o).collect();
+    assert_eq!(offsets, (0..expected as u64).collect::<Vec<_>>(), "offsets dense, each acknowledged once");
+
+    let reader = log_on(backend.open().await);
+    let read = values(&read_all(&reader, &topic, 0).await.unwrap());
+    assert_eq!(read, acked, "every acknowledged event read back exactly once, at its offset");
+    assert_eq!(admin.describe_topic(&topic).await.unwrap().1[0].high_watermark, expected as u64);
+}

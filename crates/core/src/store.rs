@@ -1,0 +1,160 @@
+//! The state-store port: the one transactional key-value interface that every
+//! piece of Sluice's state (topics, partition heads, the segment index,
+//! idempotency records; groups, queues and retention next) is written on, in
+//! core, once. DynamoDB implements it in `sluice-aws`, SQLite in `sluice-local`.
+//!
+//! The model is DynamoDB's, cut to what the domain needs:
+//! - an [`Item`] is addressed by a [`Key`]: a partition key (`pk`, which groups
+//!   items into one collection) and a sort key (`sk`, which orders them within it);
+//! - it holds an opaque `value` (core encodes its own records), a `version` that
+//!   the store sets to 1 when the item is created and adds 1 to on every put,
+//!   and an optional expiry time;
+//! - reads are strongly consistent: a read sees every write that returned before it;
+//! - [`StateStore::write`] applies up to [`MAX_WRITE_OPS`] operations
+//!   atomically, each optionally conditional on the item's version or absence.
+//!
+//! Sort keys compare as byte strings; core zero-pads numbers so that string
+//! order is numeric order.
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use crate::storage::StorageError;
+
+/// Most operations in one [`StateStore::write`] (DynamoDB's transaction limit;
+/// SQLite enforces the same, so both backends refuse and split alike).
+pub const MAX_WRITE_OPS: usize = 100;
+
+/// Where an item lives: its collection (`pk`) and its place in it (`sk`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    pub pk: String,
+    pub sk: String,
+}
+
+impl Key {
+    pub fn new(pk: impl Into<String>, sk: impl Into<String>) -> Self {
+        Self { pk: pk.into(), sk: sk.into() }
+    }
+}
+
+/// A stored item, as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item {
+    pub key: Key,
+    pub value: Bytes,
+    /// See [`WriteOp::Put`]: 1 when created, +1 on every put since.
+    pub version: u64,
+    /// Milliseconds since the epoch after which the item reads as absent.
+    pub expires_at_ms: Option<i64>,
+}
+
+/// What an operation requires of the item's current state for the write to apply.
+/// An expired item counts as absent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// No condition.
+    Any,
+    /// The item does not exist.
+    Absent,
+    /// The item exists with exactly this version.
+    Version(u64),
+}
+
+/// One operation of an atomic [`StateStore::write`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteOp {
+    /// Creates or replaces the item's value and expiry. Its version becomes 1
+    /// under [`Expect::Absent`], `n + 1` under [`Expect::Version(n)`], and under
+    /// [`Expect::Any`] the stored version + 1 (1 if there was none).
+    Put { key: Key, value: Bytes, expires_at_ms: Option<i64>, expect: Expect },
+    /// Removes the item (nothing to remove is not an error under [`Expect::Any`]).
+    Delete { key: Key, expect: Expect },
+    /// Changes nothing; only its condition takes part in the write.
+    Check { key: Key, expect: Expect },
+}
+
+impl WriteOp {
+    pub fn key(&self) -> &Key {
+        match self {
+            Self::Put { key, .. } | Self::Delete { key, .. } | Self::Check { key, .. } => key,
+        }
+    }
+
+    pub fn expect(&self) -> Expect {
+        match self {
+            Self::Put { expect, .. } | Self::Delete { expect, .. } | Self::Check { expect, .. } => *expect,
+        }
+    }
+
+    /// A put that must create the item.
+    pub fn create(key: Key, value: Bytes) -> Self {
+        Self::Put { key, value, expires_at_ms: None, expect: Expect::Absent }
+    }
+
+    /// A put that applies only over the version read (or only if absent, for `None`).
+    pub fn replace(key: Key, value: Bytes, read_version: Option<u64>) -> Self {
+        let expect = read_version.map_or(Expect::Absent, Expect::Version);
+        Self::Put { key, value, expires_at_ms: None, expect }
+    }
+}
+
+/// A range of one collection, read in sort-key order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Query {
+    pub pk: String,
+    /// Smallest sort key included, if any.
+    pub from: Option<String>,
+    /// Largest sort key included, if any.
+    pub to: Option<String>,
+    /// Ascending sort keys if true, descending otherwise.
+    pub forward: bool,
+    /// Most items returned (at least 1).
+    pub limit: usize,
+    /// Continue after this sort key (exclusive, in the query's direction): a [`Page::next`].
+    pub after: Option<String>,
+}
+
+impl Query {
+    /// The whole collection `pk`, ascending, `limit` items at a time.
+    pub fn all(pk: impl Into<String>, limit: usize) -> Self {
+        Self { pk: pk.into(), from: None, to: None, forward: true, limit, after: None }
+    }
+}
+
+/// Items of a [`Query`], and where to continue if there may be more.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Page {
+    pub items: Vec<Item>,
+    /// `Some(sort key)` to pass as [`Query::after`] when the range may hold more items.
+    pub next: Option<String>,
+}
+
+/// A transactional key-value store with strongly consistent reads.
+///
+/// Errors: [`StorageError::ConditionFailed`] names the first operation whose
+/// condition did not hold, and then nothing was written;
+/// [`StorageError::Throttled`] means the store refused before doing anything
+/// (safe to retry); [`StorageError::Unavailable`] from a write means the outcome
+/// is unknown: the write may or may not have been applied.
+#[async_trait]
+pub trait StateStore: Send + Sync + 'static {
+    /// The item at `key`, unless it is absent or expired.
+    async fn get(&self, key: &Key) -> Result<Option<Item>, StorageError>;
+
+    /// Up to `query.limit` unexpired items of one collection within the bounds, in order.
+    async fn query(&self, query: &Query) -> Result<Page, StorageError>;
+
+    /// Applies every operation or none, atomically with respect to every other
+    /// read and write. At most [`MAX_WRITE_OPS`] operations, each on a different key
+    /// (otherwise [`StorageError::Invalid`] and nothing written).
+    async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError>;
+
+    /// Deletes every key, unconditionally and not atomically as a whole (each
+    /// delete is atomic on its own): cheap bulk cleanup of items nothing reads any more.
+    async fn delete_many(&self, keys: Vec<Key>) -> Result<(), StorageError>;
+
+    /// Removes up to `limit` items whose expiry has passed and answers how many;
+    /// a store that removes them by itself (DynamoDB's TTL) answers 0.
+    async fn purge_expired(&self, limit: usize) -> Result<usize, StorageError>;
+}

@@ -1,0 +1,149 @@
+//! The topic catalog and partition heads, on the [`StateStore`]: create, look up,
+//! list and delete topics, and read the heads of their partitions.
+
+use crate::layout::{self, HeadRecord, PurgeRecord, TopicRecord};
+use crate::model::{PartitionState, TopicConfig, TopicSpec};
+use crate::store::{Expect, Query, StateStore, WriteOp};
+use crate::{Error, StorageError};
+
+/// Items read per query when walking a collection.
+pub(crate) const PAGE: usize = 1000;
+
+/// The topic record under `name`, live or tombstone, with its version.
+pub(crate) async fn record(store: &dyn StateStore, name: &str) -> Result<Option<(TopicRecord, u64)>, StorageError> {
+    let Some(item) = store.get(&layout::topic_key(name)).await? else { return Ok(None) };
+    Ok(Some((layout::decode("topic", &item.value)?, item.version)))
+}
+
+/// The live topic called `name`, read now (never from a cache).
+pub(crate) async fn live(store: &dyn StateStore, name: &str) -> Result<TopicConfig, Error> {
+    match record(store, name).await? {
+        Some((r, version)) if r.deleted_ms.is_none() => Ok(r.config(name, version)),
+        _ => Err(Error::TopicNotFound(name.to_owned())),
+    }
+}
+
+/// Creates `name` with `id` unless it exists; `Ok((existing, false))` for the same spec.
+/// A tombstone of a deleted topic is replaced (conditionally on its version), so
+/// the record's version keeps growing across incarnations.
+pub(crate) async fn create(
+    store: &dyn StateStore,
+    name: &str,
+    spec: TopicSpec,
+    id: u64,
+    now_ms: i64,
+) -> Result<(TopicConfig, bool), Error> {
+    // Two attempts: a concurrent create or delete can change the record between our read and write.
+    for _ in 0..2 {
+        let existing = record(store, name).await?;
+        let read_version = match &existing {
+            Some((r, version)) if r.deleted_ms.is_none() => {
+                let topic = r.config(name, *version);
+                return if topic.spec == spec { Ok((topic, false)) } else { Err(Error::TopicExists(name.to_owned())) };
+            }
+            Some((_, version)) => Some(*version),
+            None => None,
+        };
+        let topic = TopicConfig {
+            name: name.to_owned(),
+            id,
+            spec,
+            created_ms: now_ms,
+            version: read_version.map_or(1, |v| v + 1),
+        };
+        let put = WriteOp::replace(layout::topic_key(name), layout::encode(&TopicRecord::live(&topic)), read_version);
+        match store.write(vec![put]).await {
+            Ok(()) => return Ok((topic, true)),
+            Err(StorageError::ConditionFailed { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(Error::Unavailable(StorageError::Throttled {
+        message: format!("topic {name} is being changed concurrently"),
+        source: None,
+    }))
+}
+
+/// Every live topic, by name.
+pub(crate) async fn list(store: &dyn StateStore) -> Result<Vec<TopicConfig>, StorageError> {
+    let mut topics = Vec::new();
+    let mut query = Query::all(layout::topics_pk(), PAGE);
+    loop {
+        let page = store.query(&query).await?;
+        for item in &page.items {
+            let r: TopicRecord = layout::decode("topic", &item.value)?;
+            if r.deleted_ms.is_none() {
+                topics.push(r.config(&item.key.sk, item.version));
+            }
+        }
+        match page.next {
+            Some(after) => query.after = Some(after),
+            None => return Ok(topics),
+        }
+    }
+}
+
+/// Deletes a topic with one atomic write: its record becomes a tombstone (so
+/// every commit to it fails its check from now on, whatever the committer has
+/// cached) and a purge order is filed for the janitor, which removes the items.
+pub(crate) async fn delete(store: &dyn StateStore, name: &str, now_ms: i64) -> Result<(), Error> {
+    for _ in 0..2 {
+        let Some((mut r, version)) = record(store, name).await?.filter(|(r, _)| r.deleted_ms.is_none()) else {
+            return Err(Error::TopicNotFound(name.to_owned()));
+        };
+        r.deleted_ms = Some(now_ms);
+        let purge =
+            PurgeRecord { name: name.to_owned(), partitions: r.partitions, deleted_ms: now_ms, done_partitions: 0 };
+        let ops = vec![
+            WriteOp::replace(layout::topic_key(name), layout::encode(&r), Some(version)),
+            WriteOp::Put {
+                key: layout::purge_key(r.id),
+                value: layout::encode(&purge),
+                expires_at_ms: None,
+                expect: Expect::Any,
+            },
+        ];
+        match store.write(ops).await {
+            Ok(()) => return Ok(()),
+            Err(StorageError::ConditionFailed { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(Error::Unavailable(StorageError::Throttled {
+        message: format!("topic {name} is being changed concurrently"),
+        source: None,
+    }))
+}
+
+/// A partition's head and its version (0: absent, an empty partition).
+pub(crate) async fn head(store: &dyn StateStore, id: u64, partition: u32) -> Result<(HeadRecord, u64), StorageError> {
+    match store.get(&layout::head_key(id, partition)).await? {
+        Some(item) => Ok((layout::decode("head", &item.value)?, item.version)),
+        None => Ok((HeadRecord::default(), 0)),
+    }
+}
+
+/// The heads of every partition of a topic, with their versions, by partition: one query.
+pub(crate) async fn heads(store: &dyn StateStore, topic: &TopicConfig) -> Result<Vec<(HeadRecord, u64)>, StorageError> {
+    let mut heads = vec![(HeadRecord::default(), 0); topic.spec.partitions as usize];
+    let mut query = Query::all(layout::heads_pk(topic.id), PAGE);
+    loop {
+        let page = store.query(&query).await?;
+        for item in &page.items {
+            let p = layout::partition_of(&item.key.sk)? as usize;
+            if let Some(slot) = heads.get_mut(p) {
+                *slot = (layout::decode("head", &item.value)?, item.version);
+            }
+        }
+        match page.next {
+            Some(after) => query.after = Some(after),
+            None => return Ok(heads),
+        }
+    }
+}
+
+/// The state of every partition of a topic.
+pub(crate) async fn states(store: &dyn StateStore, topic: &TopicConfig) -> Result<Vec<PartitionState>, StorageError> {
+    let heads = heads(store, topic).await?;
+    Ok(heads.iter().enumerate().map(|(p, (h, _))| h.state(p as u32)).collect())
+}

@@ -1,0 +1,334 @@
+//! [`StateStore`] on one SQLite file in WAL mode with `synchronous=FULL`: a
+//! write is on disk when it returns, readers never block the writer, and
+//! SQLite's write lock orders the writes of every process sharing the file.
+//!
+//! Every item is a row of one table, `items(pk, sk, value, version,
+//! expires_ms)`, keyed by `(pk, sk)`; sort keys are `TEXT` under SQLite's
+//! default `BINARY` collation, so they compare as UTF-8 byte strings, as
+//! DynamoDB's do. A [`StateStore::write`] is one `BEGIN IMMEDIATE` transaction
+//! that checks every condition, then applies every operation.
+//!
+//! Expired rows stay until [`StateStore::purge_expired`] removes them; until
+//! then every read and condition treats them as absent. A put under
+//! [`Expect::Any`] over an expired row continues from its version, as
+//! DynamoDB's `ADD` does before TTL removes the item.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, Row, Transaction, TransactionBehavior};
+use sluice_core::store::{Expect, Item, Key, Page, Query, StateStore, WriteOp, MAX_WRITE_OPS};
+use sluice_core::{Clock, StorageError};
+
+use crate::blocking;
+
+/// Read-only connections per store, so reads run in parallel with each other and the writer.
+const READERS: usize = 4;
+/// How long a writer waits for another process's write lock before giving up with `Throttled`.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS items (
+    pk TEXT NOT NULL, sk TEXT NOT NULL, value BLOB NOT NULL,
+    version INTEGER NOT NULL, expires_ms INTEGER,
+    PRIMARY KEY (pk, sk)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS items_expiry ON items (expires_ms) WHERE expires_ms IS NOT NULL;
+";
+
+/// Every item of the state store, in one SQLite file.
+pub struct SqliteStateStore {
+    writer: Arc<Mutex<Connection>>,
+    readers: Arc<Vec<Mutex<Connection>>>,
+    next_reader: AtomicUsize,
+    clock: Arc<dyn Clock>,
+}
+
+fn db(e: rusqlite::Error) -> StorageError {
+    let busy = matches!(e.sqlite_error_code(), Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked));
+    if busy {
+        return StorageError::Throttled {
+            message: "state store is locked by another writer".into(),
+            source: Some(Box::new(e)),
+        };
+    }
+    StorageError::unavailable("sqlite", e)
+}
+
+fn connect(path: &Path, flags: OpenFlags) -> Result<Connection, StorageError> {
+    let conn = Connection::open_with_flags(path, flags).map_err(db)?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(db)?;
+    conn.pragma_update(None, "journal_mode", "WAL").map_err(db)?;
+    conn.pragma_update(None, "synchronous", "FULL").map_err(db)?;
+    Ok(conn)
+}
+
+impl SqliteStateStore {
+    /// Opens (creating if needed) the database at `path`; `clock` decides what has expired.
+    pub fn open(path: &Path, clock: Arc<dyn Clock>) -> Result<Self, StorageError> {
+        let mut writer = connect(path, OpenFlags::default())?;
+        let tx = writer.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db)?;
+        tx.execute_batch(SCHEMA).map_err(db)?;
+        tx.commit().map_err(db)?;
+        let readers = (0..READERS)
+            .map(|_| connect(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX).map(Mutex::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self {
+            writer: Arc::new(Mutex::new(writer)),
+            readers: Arc::new(readers),
+            next_reader: AtomicUsize::new(0),
+            clock,
+        })
+    }
+
+    async fn read<T, F>(&self, f: F) -> Result<T, StorageError>
+    where
+        F: FnOnce(&Connection) -> Result<T, StorageError> + Send + 'static,
+        T: Send + 'static,
+    {
+        let readers = self.readers.clone();
+        let i = self.next_reader.fetch_add(1, Ordering::Relaxed) % READERS;
+        blocking(move || f(&readers[i].lock().unwrap_or_else(|p| p.into_inner()))).await
+    }
+
+    /// Runs `f` in one `BEGIN IMMEDIATE` transaction, committed if `f` succeeds.
+    async fn transaction<T, F>(&self, f: F) -> Result<T, StorageError>
+    where
+        F: FnOnce(&Transaction<'_>) -> Result<T, StorageError> + Send + 'static,
+        T: Send + 'static,
+    {
+        let writer = self.writer.clone();
+        blocking(move || {
+            let mut conn = writer.lock().unwrap_or_else(|p| p.into_inner());
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db)?;
+            let out = f(&tx)?;
+            tx.commit().map_err(db)?;
+            Ok(out)
+        })
+        .await
+    }
+}
+
+/// Whether a row expiring at `expires_ms` has expired at `now_ms`.
+fn expired(expires_ms: Option<i64>, now_ms: i64) -> bool {
+    expires_ms.is_some_and(|e| e <= now_ms)
+}
+
+fn item_from_row(row: &Row<'_>) -> rusqlite::Result<Item> {
+    Ok(Item {
+        key: Key { pk: row.get(0)?, sk: row.get(1)? },
+        value: Bytes::from(row.get::<_, Vec<u8>>(2)?),
+        version: row.get::<_, i64>(3)? as u64,
+        expires_at_ms: row.get(4)?,
+    })
+}
+
+/// Refuses a write that no backend may apply: too many operations, or two on one key.
+fn validate(ops: &[WriteOp]) -> Result<(), StorageError> {
+    if ops.len() > MAX_WRITE_OPS {
+        return Err(StorageError::Invalid(format!(
+            "a write of {} operations exceeds the limit of {MAX_WRITE_OPS}",
+            ops.len()
+        )));
+    }
+    let mut keys = HashSet::with_capacity(ops.len());
+    for op in ops {
+        let key = op.key();
+        if !keys.insert(key) {
+            return Err(StorageError::Invalid(format!("two operations of one write on {}/{}", key.pk, key.sk)));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `expect` holds for an item at `current` (its live version, `None` if absent or expired).
+fn holds(expect: Expect, current: Option<u64>) -> bool {
+    match expect {
+        Expect::Any => true,
+        Expect::Absent => current.is_none(),
+        Expect::Version(n) => current == Some(n),
+    }
+}
+
+/// Checks every condition of `ops`, then applies them all, inside `tx`.
+fn apply(tx: &Transaction<'_>, ops: &[WriteOp], now_ms: i64) -> Result<(), StorageError> {
+    // (stored version, live) of each op's key; ops are on distinct keys, so
+    // applying one never changes what another's condition sees.
+    let mut stored = Vec::with_capacity(ops.len());
+    {
+        let mut select =
+            tx.prepare_cached("SELECT version, expires_ms FROM items WHERE pk = ?1 AND sk = ?2").map_err(db)?;
+        for (i, op) in ops.iter().enumerate() {
+            let key = op.key();
+            let row: Option<(i64, Option<i64>)> =
+                select.query_row([&key.pk, &key.sk], |r| Ok((r.get(0)?, r.get(1)?))).optional().map_err(db)?;
+            let live = row.filter(|&(_, expires)| !expired(expires, now_ms)).map(|(v, _)| v as u64);
+            if !holds(op.expect(), live) {
+                return Err(StorageError::ConditionFailed { op: i });
+            }
+            stored.push(row.map(|(v, _)| v as u64));
+        }
+    }
+    let mut upsert = tx
+        .prepare_cached(
+            "INSERT INTO items (pk, sk, value, version, expires_ms) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (pk, sk) DO UPDATE SET
+                value = excluded.value, version = excluded.version, expires_ms = excluded.expires_ms",
+        )
+        .map_err(db)?;
+    let mut delete = tx.prepare_cached("DELETE FROM items WHERE pk = ?1 AND sk = ?2").map_err(db)?;
+    for (op, stored) in ops.iter().zip(stored) {
+        match op {
+            WriteOp::Put { key, value, expires_at_ms, expect } => {
+                let version = match expect {
+                    Expect::Absent => 1,
+                    Expect::Version(n) => n + 1,
+                    Expect::Any => stored.unwrap_or(0) + 1,
+                };
+                upsert.execute(params![key.pk, key.sk, value.as_ref(), version as i64, expires_at_ms]).map_err(db)?;
+            }
+            WriteOp::Delete { key, .. } => {
+                delete.execute([&key.pk, &key.sk]).map_err(db)?;
+            }
+            WriteOp::Check { .. } => {}
+        }
+    }
+    Ok(())
+}
+
+/// The `WHERE` clause and its parameters for `query` at `now_ms`, and its order.
+fn query_sql(query: &Query, now_ms: i64) -> (String, Vec<rusqlite::types::Value>) {
+    use rusqlite::types::Value;
+    let mut sql = String::from(
+        "SELECT pk, sk, value, version, expires_ms FROM items
+         WHERE pk = ?1 AND (expires_ms IS NULL OR expires_ms > ?2)",
+    );
+    let mut values = vec![Value::Text(query.pk.clone()), Value::Integer(now_ms)];
+    let mut bound = |sql: &mut String, op: &str, sk: &str| {
+        values.push(Value::Text(sk.to_owned()));
+        sql.push_str(&format!(" AND sk {op} ?{}", values.len()));
+    };
+    if let Some(from) = &query.from {
+        bound(&mut sql, ">=", from);
+    }
+    if let Some(to) = &query.to {
+        bound(&mut sql, "<=", to);
+    }
+    if let Some(after) = &query.after {
+        bound(&mut sql, if query.forward { ">" } else { "<" }, after);
+    }
+    // One row more than asked for, to know whether the range holds more.
+    let limit = i64::try_from(query.limit.max(1)).map_or(i64::MAX, |l| l.saturating_add(1));
+    values.push(Value::Integer(limit));
+    sql.push_str(&format!(" ORDER BY sk {} LIMIT ?{}", if query.forward { "ASC" } else { "DESC" }, values.len()));
+    (sql, values)
+}
+
+#[async_trait]
+impl StateStore for SqliteStateStore {
+    #[tracing::instrument(skip(self))]
+    async fn get(&self, key: &Key) -> Result<Option<Item>, StorageError> {
+        let key = key.clone();
+        let now_ms = self.clock.now_ms();
+        self.read(move |conn| {
+            conn.prepare_cached(
+                "SELECT pk, sk, value, version, expires_ms FROM items
+                 WHERE pk = ?1 AND sk = ?2 AND (expires_ms IS NULL OR expires_ms > ?3)",
+            )
+            .and_then(|mut s| s.query_row(params![key.pk, key.sk, now_ms], item_from_row).optional())
+            .map_err(db)
+        })
+        .await
+    }
+
+    #[tracing::instrument(skip(self))]
+    async fn query(&self, query: &Query) -> Result<Page, StorageError> {
+        let limit = query.limit.max(1);
+        let (sql, values) = query_sql(query, self.clock.now_ms());
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(&sql).map_err(db)?;
+            let rows = stmt.query_map(rusqlite::params_from_iter(values), item_from_row).map_err(db)?;
+            let mut items = rows.collect::<Result<Vec<_>, _>>().map_err(db)?;
+            let next = if items.len() > limit {
+                items.truncate(limit);
+                items.last().map(|i| i.key.sk.clone())
+            } else {
+                None
+            };
+            Ok(Page { items, next })
+        })
+        .await
+    }
+
+    #[tracing::instrument(skip_all, fields(ops = ops.len()))]
+    async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
+        validate(&ops)?;
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let now_ms = self.clock.now_ms();
+        self.transaction(move |tx| apply(tx, &ops, now_ms)).await
+    }
+
+    #[tracing::instrument(skip_all, fields(keys = keys.len()))]
+    async fn delete_many(&self, keys: Vec<Key>) -> Result<(), StorageError> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        self.transaction(move |tx| {
+            let mut delete = tx.prepare_cached("DELETE FROM items WHERE pk = ?1 AND sk = ?2").map_err(db)?;
+            for key in &keys {
+                delete.execute([&key.pk, &key.sk]).map_err(db)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    #[tracing::instrument(skip(self))]
+    async fn purge_expired(&self, limit: usize) -> Result<usize, StorageError> {
+        let now_ms = self.clock.now_ms();
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.transaction(move |tx| {
+            tx.prepare_cached(
+                "DELETE FROM items WHERE (pk, sk) IN (
+                    SELECT pk, sk FROM items WHERE expires_ms <= ?1 LIMIT ?2)",
+            )
+            .and_then(|mut s| s.execute(params![now_ms, limit]))
+            .map_err(db)
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(pk: &str, sk: &str) -> WriteOp {
+        WriteOp::create(Key::new(pk, sk), Bytes::from_static(b"x"))
+    }
+
+    #[test]
+    fn validate_refuses_duplicate_keys_and_too_many_ops() {
+        assert!(validate(&[]).is_ok());
+        assert!(validate(&[put("a", "1"), put("a", "2"), put("b", "1")]).is_ok());
+        assert!(matches!(validate(&[put("a", "1"), put("a", "1")]), Err(StorageError::Invalid(_))));
+        let many: Vec<WriteOp> = (0..=MAX_WRITE_OPS).map(|i| put("a", &i.to_string())).collect();
+        assert!(matches!(validate(&many), Err(StorageError::Invalid(_))));
+        assert!(validate(&many[..MAX_WRITE_OPS]).is_ok());
+    }
+
+    #[test]
+    fn expiry_is_inclusive_of_its_instant() {
+        assert!(!expired(None, 10));
+        assert!(!expired(Some(11), 10));
+        assert!(expired(Some(10), 10));
+        assert!(expired(Some(9), 10));
+    }
+}
