@@ -65,6 +65,65 @@ def serialize_requests():
     werkzeug_app.DomainDispatcherApplication.__call__ = serialized
 
 
+def cheap_transactions():
+    """Makes moto's TransactWriteItems cost what the transaction touches, not the table.
+
+    moto backs up the whole table (a deep copy, once per item of the transaction)
+    before applying a transaction, so it can roll back if a condition fails: a
+    100-item transaction on a table of 10,000 items takes seconds. With requests
+    served one at a time (serialize_requests), checking every condition first and
+    applying only when all hold gives the same all-or-nothing result, so the
+    backup is skipped: conditions are evaluated against the table as it is, and a
+    failing transaction is cancelled before anything is applied.
+    """
+    import copy
+
+    import moto.dynamodb.models as models
+    from moto.dynamodb.exceptions import TransactionCanceledException
+
+    original = models.DynamoDBBackend.transact_write_items
+
+    class NoBackup:
+        @staticmethod
+        def deepcopy(table):
+            return table
+
+    def transact_write_items(self, transact_items):
+        reasons, failed, seen = [], False, set()
+        for item in transact_items:
+            op_type, op = next(iter(item.items()))
+            table = self.get_table(op["TableName"])
+            if op_type == "Put":
+                key = {table.hash_key_attr: op["Item"][table.hash_key_attr]}
+                if table.range_key_attr is not None:
+                    key[table.range_key_attr] = op["Item"][table.range_key_attr]
+            else:
+                key = op["Key"]
+            identity = (op["TableName"], str(sorted(key.items())))
+            if identity in seen or op_type not in {"ConditionCheck", "Put", "Delete", "Update"}:
+                return original(self, transact_items)  # moto reports the malformed request
+            seen.add(identity)
+            condition = op.get("ConditionExpression")
+            if condition is not None:
+                holds = models.get_filter_expression(
+                    condition, op.get("ExpressionAttributeNames"), op.get("ExpressionAttributeValues")
+                ).expr(self.get_item(op["TableName"], key))
+                if not holds:
+                    reasons.append(("ConditionalCheckFailed", "The conditional request failed", None))
+                    failed = True
+                    continue
+            reasons.append((None, None, None))
+        if failed:
+            raise TransactionCanceledException(reasons)
+        models.copy = NoBackup
+        try:
+            return original(self, transact_items)
+        finally:
+            models.copy = copy
+
+    models.DynamoDBBackend.transact_write_items = transact_write_items
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -81,6 +140,7 @@ def main():
     args = parser.parse_args()
 
     serialize_requests()
+    cheap_transactions()
     port = args.port or free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()

@@ -6,13 +6,17 @@
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use sluice_api::Config;
-use sluice_conformance::moto::{moto, workspace_root};
+use sluice_conformance::moto::{adapters, moto, workspace_root};
 use sluice_conformance::unique_topic;
+use sluice_core::layout;
+use sluice_core::store::StateStore;
+use sluice_core::SystemClock;
 
 /// How long `cargo lambda watch` may take to build the functions on first use.
 const BUILD_TIMEOUT: Duration = Duration::from_secs(900);
@@ -115,6 +119,12 @@ async fn script(client: &reqwest::Client, base: &dyn Fn(&str) -> String, topic: 
         (Method::POST, "/v1/topics/no-such-topic/events".into(), Some(json!({"events": [{"value": 1}]}))),
         (Method::DELETE, t.clone(), None),
         (Method::GET, t.clone(), None),
+        // The sequence that once acked a publish to a deleted topic on AWS and showed its
+        // events under a re-created one: refused at once, and the new topic starts clean.
+        (Method::POST, format!("{t}/events"), Some(json!({"events": [{"value": "after-delete", "partition": 1}]}))),
+        (Method::PUT, t.clone(), Some(json!({"partitions": 2}))),
+        (Method::POST, format!("{t}/events"), Some(json!({"events": [{"value": "reborn", "partition": 1}]}))),
+        (Method::GET, format!("{t}/partitions/1/events?offset=0&limit=10"), None),
     ];
     let mut answers = Vec::new();
     for (method, path, body) in steps {
@@ -175,7 +185,16 @@ async fn given_functions_under_cargo_lambda_watch_on_moto_then_answers_match_ser
     for (got, want) in routed.iter().zip(&expected) {
         assert_eq!(got, want, "cargo lambda watch on moto and serve disagree on {}", want.0);
     }
-    // The answers say something: the publish landed, the replay found it.
+    // The answers say something: the publish landed, the replay found it, the delete took hold.
     assert_eq!(expected[4].1, 200);
     assert!(expected[6].2["events"].as_array().map_or(0, Vec::len) >= 4, "{}", expected[6].2);
+    assert_eq!(expected[14].1, 404, "publish to a deleted topic: {:?}", expected[14]);
+    let reborn = &expected[17].2["events"];
+    assert_eq!(reborn.as_array().map(Vec::len), Some(1), "only the new topic's event: {reborn}");
+    assert_eq!(reborn[0]["offset"], 0);
+
+    // And they ran on moto, not on a local fallback: the table holds the topic they created.
+    let (state, _) = adapters(&moto().settings, Arc::new(SystemClock)).await;
+    let item = state.get(&layout::topic_key(&topic)).await.unwrap();
+    assert!(item.is_some_and(|i| i.version >= 3), "created, deleted and re-created on moto's table");
 }

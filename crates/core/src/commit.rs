@@ -466,10 +466,7 @@ fn ops_needed(group: &[Pending], layout: &Layout) -> usize {
 /// segment needs its head, its index item and a check of its own topic.
 fn chunks(group: &[Pending], layout: &Layout) -> Vec<Range<usize>> {
     let n = layout.segments.len();
-    if ops_needed(group, layout) <= MAX_WRITE_OPS {
-        return vec![0..n];
-    }
-    let per_chunk = MAX_WRITE_OPS / 3;
+    let per_chunk = if ops_needed(group, layout) <= MAX_WRITE_OPS { n.max(1) } else { MAX_WRITE_OPS / 3 };
     (0..n).step_by(per_chunk).map(|s| s..(s + per_chunk).min(n)).collect()
 }
 
@@ -520,7 +517,9 @@ async fn write_stage(objects: Arc<dyn ObjectStore>, mut rx: mpsc::Receiver<Pendi
 
 /// Groups the events of every request by (topic, partition), in arrival order, into one blob.
 fn layout(group: &[Pending]) -> Layout {
-    let mut by_partition: BTreeMap<(&str, u64, u32), Vec<(usize, usize)>> = BTreeMap::new();
+    // (topic, topic id, partition) → (request, event) indices, in arrival order.
+    type Members = Vec<(usize, usize)>;
+    let mut by_partition: BTreeMap<(&str, u64, u32), Members> = BTreeMap::new();
     for (ri, p) in group.iter().enumerate() {
         for (ei, (partition, _)) in p.events.iter().enumerate() {
             by_partition.entry((p.topic.name.as_str(), p.topic.id, *partition)).or_default().push((ri, ei));

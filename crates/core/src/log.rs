@@ -314,10 +314,21 @@ impl Log {
         let (mut bytes, mut rendered) = (0, 0);
         let mut next = req.offset;
         'pages: while events.len() < max_events && next < head.next {
-            let page = self.segments(&topic, req.partition, next).await?;
+            let mut page = self.segments(&topic, req.partition, next).await?;
             if page.is_empty() {
                 break;
             }
+            // Read only the segments this page can use: every object read is billed.
+            let (mut events_left, mut bytes_left) = (max_events - events.len(), max_bytes.saturating_sub(bytes));
+            let needed = page
+                .iter()
+                .position(|s| {
+                    events_left = events_left.saturating_sub((s.record.next - s.base.max(next)) as usize);
+                    bytes_left = bytes_left.saturating_sub(s.record.len as usize);
+                    events_left == 0 || bytes_left == 0
+                })
+                .map_or(page.len(), |last| last + 1);
+            page.truncate(needed);
             let reads: Vec<(String, u64, u64)> =
                 page.iter().map(|s| (s.record.object.clone(), s.record.pos, s.record.len)).collect();
             let objects = self.inner.objects.clone();

@@ -36,7 +36,7 @@ struct Report {
 async fn janitor(log: &Log, event: LambdaEvent<Value>) -> Result<Report, Error> {
     let scheduled = event.payload.get("time").and_then(Value::as_str).unwrap_or("unknown");
     tracing::info!(request_id = %event.context.request_id, scheduled, "janitor run");
-    let deadline = SystemTime::from(event.context.deadline()).checked_sub(RESERVE);
+    let deadline = event.context.deadline().checked_sub(RESERVE);
     let mut upkeep = JanitorReport::default();
     loop {
         let step = janitor::step(log.store().as_ref(), STEP_BUDGET).await?;

@@ -1,0 +1,170 @@
+//! AWS requests per operation, counted by the adapters' own counters while the
+//! real log publishes and replays against moto. docs/AWS.md's cost model is
+//! computed from the table this test prints (`cargo test -p sluice-conformance
+//! --test aws_request_counts -- --nocapture`); the assertions pin the counts the
+//! commit protocol promises, so a change that adds requests fails here.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use sluice_aws::{DynamoStateStore, S3ObjectStore};
+use sluice_conformance::moto::{adapters, moto};
+use sluice_conformance::unique_topic;
+use sluice_core::{janitor, Clock, IdempotencyKey, Log, LogConfig, NewEvent, ReadRequest, SystemClock, TopicSpec};
+
+type Counts = BTreeMap<&'static str, u64>;
+
+fn all_counts(state: &DynamoStateStore, objects: &S3ObjectStore) -> Counts {
+    let mut counts = state.requests().snapshot();
+    counts.extend(objects.requests().snapshot());
+    counts
+}
+
+fn delta(after: &Counts, before: &Counts) -> Counts {
+    after.iter().map(|(op, n)| (*op, n - before.get(op).copied().unwrap_or(0))).filter(|(_, n)| *n > 0).collect()
+}
+
+/// A 1 KiB value, with a key (spread over partitions by the partitioner) or on partition 0.
+fn kib_event(i: usize, keyed: bool) -> NewEvent {
+    let mut value = format!("event-{i:06}-").into_bytes();
+    value.resize(1024, b'x');
+    NewEvent {
+        key: keyed.then(|| Bytes::from(format!("key-{i}"))),
+        headers: Vec::new(),
+        value: Bytes::from(value),
+        value_is_json: false,
+        timestamp_ms: None,
+        partition: (!keyed).then_some(0),
+    }
+}
+
+fn per_request(label: &str, counts: &Counts, requests: usize) {
+    let per: Vec<String> = counts.iter().map(|(op, n)| format!("{op}={:.2}", *n as f64 / requests as f64)).collect();
+    println!("COUNTS {label}: {requests} requests; per request: {}", per.join(" "));
+}
+
+/// Runs `f` and answers the requests it made.
+macro_rules! counted {
+    ($state:expr, $objects:expr, $f:expr) => {{
+        let before = all_counts(&$state, &$objects);
+        $f;
+        delta(&all_counts(&$state, &$objects), &before)
+    }};
+}
+
+#[tokio::test]
+async fn requests_per_operation_are_what_the_cost_model_says() {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let (state, objects) = adapters(&moto().settings, clock.clone()).await;
+    // A long topic cache, as a warm Lambda instance has between config changes; the cold
+    // reads are counted separately below. Long polls check every 500 ms, as on AWS.
+    let config = LogConfig {
+        topic_cache_ttl: Duration::from_secs(600),
+        poll_interval: Duration::from_millis(500),
+        ..LogConfig::default()
+    };
+    let log = Log::new(state.clone(), objects.clone(), clock, config);
+    let topic = unique_topic("costs");
+    let spec = TopicSpec { partitions: 8, retention_ms: None, retention_bytes: None };
+
+    let create = counted!(state, objects, log.create_topic(&topic, spec).await.unwrap());
+    per_request("create topic", &create, 1);
+    assert_eq!(create, Counts::from([("dynamodb:GetItem", 1), ("dynamodb:UpdateItem", 1)]));
+
+    // A fresh (or long-frozen) instance reads the topic and the partition head first.
+    let cold = counted!(state, objects, log.publish(&topic, vec![kib_event(0, false)], None).await.unwrap());
+    per_request("cold publish, batch 1", &cold, 1);
+    assert_eq!(cold, Counts::from([("dynamodb:GetItem", 2), ("dynamodb:TransactWriteItems", 1), ("s3:PutObject", 1)]));
+
+    const WARM: usize = 20;
+    let batch1 = counted!(state, objects, {
+        for i in 0..WARM {
+            log.publish(&topic, vec![kib_event(i, false)], None).await.unwrap();
+        }
+    });
+    per_request("warm publish, batch 1", &batch1, WARM);
+    assert_eq!(batch1, Counts::from([("dynamodb:TransactWriteItems", WARM as u64), ("s3:PutObject", WARM as u64)]));
+
+    const BATCHES: usize = 5;
+    let batch100 = counted!(state, objects, {
+        for b in 0..BATCHES {
+            log.publish(&topic, (0..100).map(|i| kib_event(b * 100 + i, false)).collect(), None).await.unwrap();
+        }
+    });
+    per_request("warm publish, batch 100, one partition", &batch100, BATCHES);
+    assert_eq!(
+        batch100,
+        Counts::from([("dynamodb:TransactWriteItems", BATCHES as u64), ("s3:PutObject", BATCHES as u64)])
+    );
+
+    // Keyed over 8 partitions: the first batch reads the 7 heads this instance has not seen yet.
+    let keyed = |b: usize| (0..100).map(|i| kib_event(10_000 + b * 100 + i, true)).collect::<Vec<_>>();
+    log.publish(&topic, keyed(0), None).await.unwrap();
+    let spread = counted!(state, objects, {
+        for b in 1..=BATCHES {
+            log.publish(&topic, keyed(b), None).await.unwrap();
+        }
+    });
+    per_request("warm publish, batch 100 keyed over 8 partitions", &spread, BATCHES);
+    assert_eq!(
+        spread,
+        Counts::from([("dynamodb:TransactWriteItems", BATCHES as u64), ("s3:PutObject", BATCHES as u64)])
+    );
+
+    let idempotent = counted!(state, objects, {
+        for i in 0..10 {
+            let key = IdempotencyKey { key: format!("k{i}"), fingerprint: vec![1; 32] };
+            log.publish(&topic, vec![kib_event(i, false)], Some(key)).await.unwrap();
+        }
+    });
+    per_request("warm publish with Idempotency-Key, batch 1", &idempotent, 10);
+    assert_eq!(
+        idempotent,
+        Counts::from([("dynamodb:GetItem", 20), ("dynamodb:TransactWriteItems", 10), ("s3:PutObject", 10)]),
+        "the topic and the key are read afresh"
+    );
+
+    // Replay: 100 events written as one segment, then 20 written one per segment.
+    let read = |offset: u64, max_events: usize, wait_ms: u64| ReadRequest {
+        topic: topic.clone(),
+        partition: 0,
+        offset,
+        max_events,
+        max_bytes: 6 << 20,
+        wait_ms,
+    };
+    let replay100 = counted!(state, objects, {
+        let page = log.read(&read(1 + WARM as u64, 100, 0)).await.unwrap();
+        assert_eq!(page.events.len(), 100);
+    });
+    per_request("replay 100 events from one batch-100 segment", &replay100, 1);
+    assert_eq!(replay100, Counts::from([("dynamodb:GetItem", 2), ("dynamodb:Query", 1), ("s3:GetObject", 1)]));
+
+    let singles = counted!(state, objects, {
+        let page = log.read(&read(1, WARM, 0)).await.unwrap();
+        assert_eq!(page.events.len(), WARM);
+    });
+    per_request("replay 20 events stored one per segment", &singles, 1);
+    assert_eq!(singles.get("s3:GetObject"), Some(&(WARM as u64)), "one ranged GET per segment");
+
+    // An idle long poll: one head read per check interval.
+    let hw = log.describe_topic(&topic).await.unwrap().1[0].high_watermark;
+    let idle = counted!(state, objects, {
+        let page = log.read(&read(hw, 10, 2_000)).await.unwrap();
+        assert!(page.events.is_empty());
+    });
+    per_request("idle long poll of 2 s at a 500 ms interval", &idle, 1);
+    let head_reads = idle.get("dynamodb:GetItem").copied().unwrap_or(0);
+    assert!((5..=7).contains(&head_reads), "topic read + ~5 head checks, got {idle:?}");
+
+    let delete = counted!(state, objects, log.delete_topic(&topic).await.unwrap());
+    per_request("delete topic", &delete, 1);
+    assert_eq!(delete, Counts::from([("dynamodb:GetItem", 1), ("dynamodb:TransactWriteItems", 1)]));
+
+    let purge =
+        counted!(state, objects, { while janitor::step(state.as_ref(), janitor::STEP_BUDGET).await.unwrap().more {} });
+    per_request("janitor: purge the deleted topic (~560 index items)", &purge, 1);
+    assert!(purge.contains_key("dynamodb:BatchWriteItem"), "{purge:?}");
+}
