@@ -46,3 +46,34 @@ async fn given_two_processes_on_one_data_dir_when_publishing_to_the_same_partiti
     }
     assert_log_is_acked(&log, &acked);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_two_processes_when_one_deletes_and_recreates_a_topic_then_the_other_never_shows_the_old_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (Server::start(dir.path()), Server::start(dir.path()));
+    let c = client();
+    create_topic(&c, &a, "reborn", 1).await;
+    let old: Vec<Value> = (0..5).map(|i| json!({ "value": format!("old-{i}") })).collect();
+    // Both processes publish and read the old topic, so both hold it in their caches.
+    publish_acked(&c, &a.url("/v1/topics/reborn/events"), &old[..3]).await;
+    publish_acked(&c, &b.url("/v1/topics/reborn/events"), &old[3..]).await;
+    assert_eq!(read_all(&c, &b, "reborn", 0).await.len(), 5);
+
+    let deleted = c.delete(a.url("/v1/topics/reborn")).send().await.unwrap();
+    assert_eq!(deleted.status(), 204);
+    let refused = c.post(b.url("/v1/topics/reborn/events")).json(&json!({"events": [{"value": "late"}]})).send();
+    let refused = refused.await.unwrap();
+    assert_eq!(refused.status(), 404, "the warm process refuses a publish to the deleted topic at once");
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "topic_not_found");
+
+    create_topic(&c, &a, "reborn", 1).await;
+    let acked = publish_acked(&c, &b.url("/v1/topics/reborn/events"), &[json!({ "value": "new-0" })]).await;
+    assert_eq!(acked[0].1, 0, "the new topic starts at offset 0");
+    for server in [&a, &b] {
+        let events = read_all(&c, server, "reborn", 0).await;
+        assert_dense(&events);
+        let values: Vec<&Value> = events.iter().map(|e| &e["value"]).collect();
+        assert_eq!(values, vec![&json!("new-0")], "only the new topic's events");
+    }
+}

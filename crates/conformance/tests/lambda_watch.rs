@@ -123,7 +123,11 @@ async fn script(client: &reqwest::Client, base: &dyn Fn(&str) -> String, topic: 
         // events under a re-created one: refused at once, and the new topic starts clean.
         (Method::POST, format!("{t}/events"), Some(json!({"events": [{"value": "after-delete", "partition": 1}]}))),
         (Method::PUT, t.clone(), Some(json!({"partitions": 2}))),
-        (Method::POST, format!("{t}/events"), Some(json!({"events": [{"value": "reborn", "partition": 1}]}))),
+        (
+            Method::POST,
+            format!("{t}/events"),
+            Some(json!({"events": [{"value": "reborn", "partition": 1, "timestamp_ms": 1_700_000_000_003_i64}]})),
+        ),
         (Method::GET, format!("{t}/partitions/1/events?offset=0&limit=10"), None),
     ];
     let mut answers = Vec::new();

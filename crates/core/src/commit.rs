@@ -180,7 +180,9 @@ impl Committer {
         match e {
             // Lost a race with a concurrent retry of the same request: answer as the retry did.
             CommitError::KeyTaken => {
-                let Some(idem) = &p.idempotency else { return Err(Error::IdempotencyKeyReused(String::new())) };
+                let Some(idem) = &p.idempotency else {
+                    return Err(StorageError::Corrupt("a key was taken by a request without one".into()).into());
+                };
                 let key = layout::idempotency_key(p.topic.id, &idem.key);
                 match self.store.get(&key).await? {
                     Some(item) => {

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::{stream, StreamExt, TryStreamExt};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -74,7 +74,8 @@ struct Inner {
     config: LogConfig,
     commits: mpsc::Sender<Pending>,
     committed: watch::Receiver<u64>,
-    topics: Mutex<HashMap<String, (TopicConfig, Instant)>>,
+    /// Topic configs for publishing, with the clock time they were read at.
+    topics: Mutex<HashMap<String, (TopicConfig, i64)>>,
     /// Round-robin cursor for events without a key.
     spread: AtomicU32,
 }
@@ -469,9 +470,10 @@ impl Log {
 
     /// The topic's config for publishing, from a short-lived cache (the commit checks it).
     async fn topic(&self, name: &str) -> Result<TopicConfig, Error> {
-        let ttl = self.inner.config.topic_cache_ttl;
+        let ttl = self.inner.config.topic_cache_ttl.as_millis() as i64;
+        let now = self.inner.clock.now_ms();
         if let Some((t, at)) = self.inner.topics.lock().unwrap_or_else(|p| p.into_inner()).get(name) {
-            if at.elapsed() < ttl {
+            if now - at < ttl {
                 return Ok(t.clone());
             }
         }
@@ -480,7 +482,7 @@ impl Log {
             .topics
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(name.to_owned(), (topic.clone(), Instant::now()));
+            .insert(name.to_owned(), (topic.clone(), self.inner.clock.now_ms()));
         Ok(topic)
     }
 
