@@ -3,6 +3,7 @@
 
 mod common;
 
+use base64::Engine;
 use common::{client, create_topic, Server};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -262,4 +263,27 @@ async fn given_topic_lifecycle_when_managed_then_create_is_idempotent_and_delete
     assert_eq!(put(json!({ "partitions": 1 })).await.unwrap().status(), 201);
     let d: Value = c.get(s.url("/v1/topics/life")).send().await.unwrap().json().await.unwrap();
     assert_eq!(d["partition_states"][0]["high_watermark"], 0);
+}
+
+#[tokio::test]
+async fn given_large_binary_events_when_replayed_then_the_rendered_page_fits_a_lambda_response() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path());
+    let c = client();
+    create_topic(&c, &s, "big", 1).await;
+    // Eight events of 1 MiB of bytes: 8 MiB stored, over 11 MB once rendered as base64.
+    let mib = base64::engine::general_purpose::STANDARD.encode(vec![0xA5u8; 1 << 20]);
+    for _ in 0..8 {
+        let (status, body) = publish(&c, &s, "big", None, &json!({ "events": [{ "value_base64": mib }] })).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let url = s.url("/v1/topics/big/partitions/0/events?offset=0&limit=100&max_bytes=6291456");
+    let response = c.get(url).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let bytes = response.bytes().await.unwrap();
+    assert!(bytes.len() < 6_000_000, "a page of {} bytes would not fit Lambda's 6 MB response", bytes.len());
+    let page: Value = serde_json::from_slice(&bytes).unwrap();
+    let events = page["events"].as_array().unwrap();
+    assert!(!events.is_empty() && events.len() < 8, "{} events", events.len());
+    assert_eq!(page["next_offset"], events.len(), "the next page starts where this one stopped");
 }

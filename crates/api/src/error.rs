@@ -33,6 +33,8 @@ impl From<Error> for ApiError {
             Error::TooLarge { code, message } => Self::new(StatusCode::PAYLOAD_TOO_LARGE, code, message),
             Error::TopicNotFound(_) => Self::new(StatusCode::NOT_FOUND, "topic_not_found", msg),
             Error::PartitionNotFound { .. } => Self::new(StatusCode::NOT_FOUND, "partition_not_found", msg),
+            Error::GroupNotFound(_) => Self::new(StatusCode::NOT_FOUND, "group_not_found", msg),
+            Error::Conflict { code, message } => Self::new(StatusCode::CONFLICT, code, message),
             Error::TopicExists(_) => Self::new(StatusCode::CONFLICT, "topic_exists", msg),
             Error::IdempotencyKeyReused(_) => Self::new(StatusCode::CONFLICT, "idempotency_key_reused", msg),
             Error::OffsetOutOfRange { log_start_offset, high_watermark, .. } => Self {

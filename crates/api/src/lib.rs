@@ -6,6 +6,7 @@ mod backend;
 mod cloudevents;
 pub mod config;
 mod error;
+mod groups;
 mod publish;
 mod read;
 mod topics;
@@ -57,9 +58,24 @@ fn admin_routes() -> Router<Log> {
         .route("/v1/topics/{topic}", put(topics::create).get(topics::describe).delete(topics::delete))
 }
 
+/// Consumer groups: poll, commit, leave, seek, list, describe, delete.
+pub fn groups_router(log: Log) -> Router {
+    finish(groups_routes(), log)
+}
+
+fn groups_routes() -> Router<Log> {
+    Router::new()
+        .route("/v1/groups", get(groups::list))
+        .route("/v1/groups/{group}", get(groups::describe).delete(groups::delete))
+        .route("/v1/groups/{group}/poll", post(groups::poll))
+        .route("/v1/groups/{group}/commit", post(groups::commit))
+        .route("/v1/groups/{group}/leave", post(groups::leave))
+        .route("/v1/groups/{group}/seek", post(groups::seek))
+}
+
 /// Every v1 route: what `serve` runs. Each Lambda function runs the part it is for.
 pub fn router(log: Log) -> Router {
-    finish(publish_routes().merge(read_routes()).merge(admin_routes()), log)
+    finish(publish_routes().merge(read_routes()).merge(admin_routes()).merge(groups_routes()), log)
 }
 
 /// JSON answers for unknown routes and methods, and the body limit left to the handlers

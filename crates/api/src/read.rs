@@ -101,12 +101,12 @@ fn render(batch: &ReadBatch) -> Vec<u8> {
     out
 }
 
-fn write_str(out: &mut Vec<u8>, s: &str) {
+pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
     // Writing a &str into a Vec cannot fail.
     let _ = serde_json::to_writer(&mut *out, s);
 }
 
-fn write_record(out: &mut Vec<u8>, r: &Record) {
+pub(crate) fn write_record(out: &mut Vec<u8>, r: &Record) {
     out.extend_from_slice(format!("\"timestamp_ms\":{},\"key\":", r.timestamp_ms).as_bytes());
     match &r.key {
         None => out.extend_from_slice(b"null"),

@@ -15,6 +15,11 @@ pub enum Error {
     TopicNotFound(String),
     #[error("topic '{topic}' has no partition {partition}")]
     PartitionNotFound { topic: String, partition: u32 },
+    #[error("group '{0}' does not exist")]
+    GroupNotFound(String),
+    /// The request conflicts with the current state (a fenced commit, a non-empty group, …).
+    #[error("{message}")]
+    Conflict { code: &'static str, message: String },
     #[error("topic '{0}' already exists with a different configuration")]
     TopicExists(String),
     #[error("Idempotency-Key '{0}' was already used for a different request")]

@@ -6,6 +6,7 @@
 pub mod clock;
 mod commit;
 pub mod error;
+pub mod groups;
 pub mod janitor;
 pub mod layout;
 pub mod log;

@@ -145,6 +145,10 @@ impl Log {
         &self.inner.clock
     }
 
+    pub fn random(&self) -> &Arc<dyn Random> {
+        &self.inner.random
+    }
+
     /// Creates a topic; `Ok((topic, false))` if it already exists with the same spec.
     pub async fn create_topic(&self, name: &str, spec: TopicSpec) -> Result<(TopicConfig, bool), Error> {
         names::validate("topic", name)?;
@@ -310,12 +314,27 @@ impl Log {
         let max_bytes = req.max_bytes.clamp(1, limits.max_read_bytes);
         let wait = Duration::from_millis(req.wait_ms.min(limits.max_wait_ms));
         let head = self.wait_for_data(&topic, req.partition, req.offset, wait).await?;
+        self.read_at(&topic, req.partition, req.offset, max_events, max_bytes, head).await
+    }
 
+    /// Up to `max_events` and about `max_bytes` of a partition from `offset`, which the
+    /// caller has checked against `head` (read after it, so every offset below it is readable).
+    pub(crate) async fn read_at(
+        &self,
+        topic: &TopicConfig,
+        partition: u32,
+        offset: u64,
+        max_events: usize,
+        max_bytes: usize,
+        head: HeadRecord,
+    ) -> Result<ReadBatch, Error> {
+        let limits = self.limits();
+        let req = ReadRequest { topic: topic.name.clone(), partition, offset, max_events, max_bytes, wait_ms: 0 };
         let mut events: Vec<Event> = Vec::new();
         let (mut bytes, mut rendered) = (0, 0);
         let mut next = req.offset;
         'pages: while events.len() < max_events && next < head.next {
-            let mut page = self.segments(&topic, req.partition, next).await?;
+            let mut page = self.segments(topic, req.partition, next).await?;
             if page.is_empty() {
                 break;
             }
@@ -434,11 +453,57 @@ impl Log {
         }
     }
 
+    /// Waits up to `wait_ms` until any of `positions` ((topic, partition, offset)) has an
+    /// event at or past its offset: woken at once by this process's commits, and re-reading
+    /// the topics' heads (one query per topic) every poll interval for other processes'.
+    pub(crate) async fn wait_for_any(&self, positions: &[(TopicConfig, u32, u64)], wait_ms: u64) -> Result<(), Error> {
+        let clock = &self.inner.clock;
+        let deadline = clock.now_ms() + wait_ms as i64;
+        let mut committed = self.inner.committed.clone();
+        loop {
+            committed.borrow_and_update();
+            let now = clock.now_ms();
+            if positions.is_empty() || now >= deadline {
+                return Ok(());
+            }
+            let mut checked: Vec<u64> = Vec::new();
+            for (topic, _, _) in positions {
+                if checked.contains(&topic.id) {
+                    continue;
+                }
+                checked.push(topic.id);
+                let heads = topics::heads(self.inner.store.as_ref(), topic).await?;
+                let ready = positions
+                    .iter()
+                    .filter(|(t, _, _)| t.id == topic.id)
+                    .any(|(_, p, offset)| heads.get(*p as usize).is_some_and(|(h, _)| h.next > *offset));
+                if ready {
+                    return Ok(());
+                }
+            }
+            let nap = (self.inner.config.poll_interval.as_millis() as i64).min(deadline - now);
+            tokio::select! {
+                _ = committed.changed() => {}
+                () = clock.sleep(nap as u64) => {}
+            }
+        }
+    }
+
     /// Looks up an offset of a partition: earliest, latest, or the first at or after a time.
     pub async fn offset(&self, topic: &str, partition: u32, query: OffsetQuery) -> Result<u64, Error> {
         names::validate("topic", topic)?;
         let topic = topics::live(self.inner.store.as_ref(), topic).await?;
         check_partition(&topic, partition)?;
+        self.offset_of(&topic, partition, query).await
+    }
+
+    /// [`Log::offset`] for a topic already read.
+    pub(crate) async fn offset_of(
+        &self,
+        topic: &TopicConfig,
+        partition: u32,
+        query: OffsetQuery,
+    ) -> Result<u64, Error> {
         let store = self.inner.store.as_ref();
         let (head, _) = topics::head(store, topic.id, partition).await?;
         let ts = match query {

@@ -1,0 +1,242 @@
+//! Consumer groups: `POST /v1/groups/{group}/poll`, `…/commit`, `…/leave`,
+//! `…/seek`; `GET /v1/groups`, `GET|DELETE /v1/groups/{group}`.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sluice_core::groups::{CommitOffset, Groups, PollAnswer, PollRequest, ResetPolicy, SeekTarget, TopicPartition};
+use sluice_core::Log;
+
+use crate::publish::{parse_json_owned, read_body};
+use crate::read::write_record;
+use crate::ApiError;
+
+/// Group requests are small JSON documents.
+const MAX_BODY: usize = 256 << 10;
+const DEFAULT_MAX_EVENTS: usize = 500;
+const DEFAULT_MAX_BYTES: usize = 1 << 20;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Poll {
+    member_id: Option<String>,
+    topics: Vec<String>,
+    max_events: Option<usize>,
+    max_bytes: Option<usize>,
+    #[serde(default)]
+    wait_ms: u64,
+    #[serde(default = "earliest")]
+    reset: ResetPolicy,
+    session_timeout_ms: Option<u64>,
+    #[serde(default)]
+    auto_commit: bool,
+}
+
+fn earliest() -> ResetPolicy {
+    ResetPolicy::Earliest
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Commit {
+    member_id: String,
+    generation: u64,
+    offsets: Vec<Offset>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Offset {
+    topic: String,
+    partition: u32,
+    offset: u64,
+    metadata: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Leave {
+    member_id: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Seek {
+    /// One topic; every topic the group reads if absent.
+    topic: Option<String>,
+    partitions: Option<Vec<u32>>,
+    /// `earliest` or `latest`.
+    to: Option<String>,
+    offset: Option<u64>,
+    timestamp_ms: Option<i64>,
+}
+
+pub async fn poll(State(log): State<Log>, Path(group): Path<String>, body: Body) -> Result<Response, ApiError> {
+    let req: Poll = parse_json_owned(&read_body(body, MAX_BODY).await?)?;
+    let limits = *log.limits();
+    let max_events = req.max_events.unwrap_or(DEFAULT_MAX_EVENTS);
+    if max_events == 0 || max_events > limits.max_read_events {
+        let message = format!("max_events must be between 1 and {}", limits.max_read_events);
+        return Err(ApiError::bad_request("invalid_max_events", message));
+    }
+    let max_bytes = req.max_bytes.unwrap_or(DEFAULT_MAX_BYTES);
+    if max_bytes == 0 || max_bytes > limits.max_read_bytes {
+        let message = format!("max_bytes must be between 1 and {}", limits.max_read_bytes);
+        return Err(ApiError::bad_request("invalid_max_bytes", message));
+    }
+    if req.wait_ms > limits.max_wait_ms {
+        let message = format!("wait_ms must be at most {}", limits.max_wait_ms);
+        return Err(ApiError::bad_request("invalid_wait", message));
+    }
+    let request = PollRequest {
+        group,
+        member_id: req.member_id,
+        topics: req.topics,
+        max_events,
+        max_bytes,
+        wait_ms: req.wait_ms,
+        reset: req.reset,
+        session_timeout_ms: req.session_timeout_ms,
+        auto_commit: req.auto_commit,
+    };
+    let answer = Groups::new(log).poll(&request).await?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], render(&answer)).into_response())
+}
+
+fn assignment_json(parts: &[TopicPartition]) -> Value {
+    Value::Array(parts.iter().map(|tp| json!({ "topic": tp.topic, "partition": tp.partition })).collect())
+}
+
+/// Renders a poll's answer by hand, as replay does: values are copied as stored.
+fn render(answer: &PollAnswer) -> Vec<u8> {
+    let head = json!({
+        "member_id": answer.member_id,
+        "generation": answer.generation,
+        "assignment": assignment_json(&answer.assignment),
+    })
+    .to_string();
+    let mut out = Vec::with_capacity(head.len() + answer.events.len() * 256);
+    out.extend_from_slice(&head.as_bytes()[..head.len() - 1]);
+    out.extend_from_slice(b",\"events\":[");
+    for (i, e) in answer.events.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"topic\":");
+        crate::read::write_str(&mut out, &e.topic);
+        out.extend_from_slice(
+            format!(",\"partition\":{},\"offset\":{},", e.event.partition, e.event.offset).as_bytes(),
+        );
+        write_record(&mut out, &e.event.record);
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"]}");
+    out
+}
+
+pub async fn commit(State(log): State<Log>, Path(group): Path<String>, body: Body) -> Result<StatusCode, ApiError> {
+    let req: Commit = parse_json_owned(&read_body(body, MAX_BODY).await?)?;
+    let offsets: Vec<CommitOffset> = req
+        .offsets
+        .into_iter()
+        .map(|o| CommitOffset { topic: o.topic, partition: o.partition, offset: o.offset, metadata: o.metadata })
+        .collect();
+    Groups::new(log).commit(&group, &req.member_id, req.generation, &offsets).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn leave(State(log): State<Log>, Path(group): Path<String>, body: Body) -> Result<StatusCode, ApiError> {
+    let req: Leave = parse_json_owned(&read_body(body, MAX_BODY).await?)?;
+    Groups::new(log).leave(&group, &req.member_id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn seek(State(log): State<Log>, Path(group): Path<String>, body: Body) -> Result<Json<Value>, ApiError> {
+    let req: Seek = parse_json_owned(&read_body(body, MAX_BODY).await?)?;
+    let target = match (req.to.as_deref(), req.offset, req.timestamp_ms) {
+        (Some("earliest"), None, None) => SeekTarget::Earliest,
+        (Some("latest"), None, None) => SeekTarget::Latest,
+        (None, Some(o), None) => SeekTarget::Offset(o),
+        (None, None, Some(t)) => SeekTarget::Timestamp(t),
+        _ => {
+            return Err(ApiError::bad_request(
+                "invalid_seek",
+                "give exactly one of \"to\": \"earliest\"|\"latest\", \"offset\" or \"timestamp_ms\"",
+            ))
+        }
+    };
+    let groups = Groups::new(log);
+    let topics = match req.topic {
+        Some(t) => vec![t],
+        None => {
+            let mut names: Vec<String> =
+                groups.describe(&group).await?.partitions.into_iter().map(|p| p.topic).collect();
+            names.dedup();
+            names
+        }
+    };
+    if req.partitions.is_some() && topics.len() != 1 {
+        return Err(ApiError::bad_request("invalid_seek", "\"partitions\" needs one \"topic\""));
+    }
+    let mut moved = Vec::new();
+    for topic in topics {
+        for (partition, offset) in groups.seek(&group, &topic, req.partitions.as_deref(), target).await? {
+            moved.push(json!({ "topic": topic, "partition": partition, "offset": offset }));
+        }
+    }
+    Ok(Json(json!({ "offsets": moved })))
+}
+
+pub async fn list(State(log): State<Log>) -> Result<Json<Value>, ApiError> {
+    let names = Groups::new(log).list().await?;
+    Ok(Json(json!({ "groups": names })))
+}
+
+pub async fn describe(State(log): State<Log>, Path(group): Path<String>) -> Result<Json<Value>, ApiError> {
+    let d = Groups::new(log).describe(&group).await?;
+    let members: Vec<Value> = d
+        .members
+        .iter()
+        .map(|m| {
+            json!({
+                "member_id": m.member_id,
+                "assignment": assignment_json(&m.assignment),
+                "session_timeout_ms": m.session_timeout_ms,
+                "expires_at_ms": m.expires_at_ms,
+            })
+        })
+        .collect();
+    let partitions: Vec<Value> = d
+        .partitions
+        .iter()
+        .map(|p| {
+            json!({
+                "topic": p.topic,
+                "partition": p.partition,
+                "committed_offset": p.committed,
+                "metadata": p.metadata,
+                "log_start_offset": p.log_start_offset,
+                "high_watermark": p.high_watermark,
+                "lag": p.lag,
+                "member_id": p.owner,
+            })
+        })
+        .collect();
+    let lag: u64 = d.partitions.iter().map(|p| p.lag).sum();
+    Ok(Json(json!({
+        "group": d.group,
+        "generation": d.generation,
+        "members": members,
+        "partitions": partitions,
+        "lag": lag,
+    })))
+}
+
+pub async fn delete(State(log): State<Log>, Path(group): Path<String>) -> Result<StatusCode, ApiError> {
+    Groups::new(log).delete(&group).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

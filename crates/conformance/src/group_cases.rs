@@ -1,0 +1,393 @@
+//! Consumer group conformance cases, on every backend, with a [`ManualClock`]:
+//! session timeouts pass by advancing it, never by sleeping.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use sluice_core::groups::{CommitOffset, Groups, PollAnswer, PollRequest, ResetPolicy, SeekTarget};
+use sluice_core::{Error, Log, LogConfig, ManualClock, NewEvent, TopicSpec};
+
+use crate::{unique_topic, Backend};
+
+/// Generates one `#[tokio::test]` per group case; `$backend` is an async expression yielding a [`Backend`].
+#[macro_export]
+macro_rules! group_conformance_suite {
+    ($backend:expr) => {
+        $crate::group_conformance_suite!(@cases $backend;
+            given_three_members_on_six_partitions_then_two_each_and_leave_and_eviction_rebalance,
+            given_evicted_member_when_commit_then_refused_and_unowned_partition_refused,
+            given_member_killed_between_poll_and_commit_then_new_owner_gets_its_events,
+            given_two_groups_then_independent_and_a_late_group_replays_everything_from_earliest,
+            given_seek_by_timestamp_then_first_event_at_or_after_and_lag_is_watermark_minus_committed,
+            given_reset_none_without_offsets_when_poll_then_refused_and_nothing_written,
+        );
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn given_members_joining_and_leaving_while_publishers_write_then_every_acked_event_delivered() {
+            let backend = $backend.await;
+            $crate::group_cases::given_members_joining_and_leaving_while_publishers_write_then_every_acked_event_delivered(&backend).await;
+        }
+    };
+    (@cases $backend:expr; $($case:ident),+ $(,)?) => {
+        $(
+            #[tokio::test]
+            async fn $case() {
+                let backend = $backend.await;
+                $crate::group_cases::$case(&backend).await;
+            }
+        )+
+    };
+}
+
+const START_MS: i64 = 1_800_000_000_000;
+
+/// A log and its groups on `backend`, reading time from `clock`.
+async fn groups_on(backend: &dyn Backend, clock: &Arc<ManualClock>) -> (Log, Groups) {
+    let (store, objects) = backend.open_with(clock.clone()).await;
+    let log = Log::new(store, objects, clock.clone(), LogConfig::default());
+    (log.clone(), Groups::new(log))
+}
+
+fn request(group: &str, member: Option<&str>, topic: &str, max_events: usize) -> PollRequest {
+    PollRequest {
+        group: group.to_owned(),
+        member_id: member.map(str::to_owned),
+        topics: vec![topic.to_owned()],
+        max_events,
+        max_bytes: 64 << 20,
+        wait_ms: 0,
+        reset: ResetPolicy::Earliest,
+        session_timeout_ms: None,
+        auto_commit: false,
+    }
+}
+
+async fn poll(groups: &Groups, group: &str, member: Option<&str>, topic: &str) -> PollAnswer {
+    groups.poll(&request(group, member, topic, 1000)).await.expect("poll")
+}
+
+fn partitions(answer: &PollAnswer) -> Vec<u32> {
+    answer.assignment.iter().map(|tp| tp.partition).collect()
+}
+
+async fn publish(log: &Log, topic: &str, partition: u32, values: impl IntoIterator<Item = (String, i64)>) {
+    let events = values
+        .into_iter()
+        .map(|(v, ts)| NewEvent {
+            key: None,
+            headers: Vec::new(),
+            value: Bytes::from(v),
+            value_is_json: false,
+            timestamp_ms: Some(ts),
+            partition: Some(partition),
+        })
+        .collect();
+    log.publish(topic, events, None).await.expect("publish");
+}
+
+fn commit_of(topic: &str, partition: u32, offset: u64) -> CommitOffset {
+    CommitOffset { topic: topic.to_owned(), partition, offset, metadata: None }
+}
+
+async fn committed(groups: &Groups, group: &str, partition: u32) -> Option<u64> {
+    let d = groups.describe(group).await.expect("describe");
+    d.partitions.iter().find(|p| p.partition == partition).and_then(|p| p.committed)
+}
+
+pub async fn given_three_members_on_six_partitions_then_two_each_and_leave_and_eviction_rebalance(
+    backend: &dyn Backend,
+) {
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (log, groups) = groups_on(backend, &clock).await;
+    let (topic, group) = (unique_topic("six"), unique_topic("g"));
+    log.create_topic(&topic, TopicSpec { partitions: 6, retention_ms: None, retention_bytes: None }).await.unwrap();
+    let a = poll(&groups, &group, None, &topic).await.member_id;
+    let b = poll(&groups, &group, None, &topic).await.member_id;
+    let c = poll(&groups, &group, None, &topic).await.member_id;
+    let answers = [
+        poll(&groups, &group, Some(&a), &topic).await,
+        poll(&groups, &group, Some(&b), &topic).await,
+        poll(&groups, &group, Some(&c), &topic).await,
+    ];
+    let all: Vec<u32> = answers.iter().flat_map(partitions).collect();
+    assert!(answers.iter().all(|x| x.assignment.len() == 2), "two each: {answers:?}");
+    assert_eq!(all.iter().copied().collect::<BTreeSet<_>>(), (0..6).collect(), "disjoint and complete");
+    assert!(answers.iter().all(|x| x.generation == answers[0].generation));
+
+    groups.leave(&group, &c).await.unwrap();
+    let (pa, pb) = (poll(&groups, &group, Some(&a), &topic).await, poll(&groups, &group, Some(&b), &topic).await);
+    assert_eq!((pa.assignment.len(), pb.assignment.len()), (3, 3), "{pa:?} {pb:?}");
+    assert!(pa.generation > answers[0].generation, "every change bumps the generation");
+    let rejoin = groups.poll(&request(&group, Some(&c), &topic, 10)).await;
+    assert!(matches!(rejoin, Err(Error::Conflict { code: "unknown_member", .. })), "{rejoin:?}");
+
+    // b goes silent; a keeps polling. After b's session timeout (45 s) a holds everything.
+    clock.advance(30_000);
+    assert_eq!(poll(&groups, &group, Some(&a), &topic).await.assignment.len(), 3, "b is still within its session");
+    clock.advance(15_001);
+    let alone = poll(&groups, &group, Some(&a), &topic).await;
+    assert_eq!(partitions(&alone), (0..6).collect::<Vec<_>>(), "b's partitions moved to a");
+    let d = groups.describe(&group).await.unwrap();
+    assert_eq!(d.members.len(), 1);
+    assert_eq!(d.generation, alone.generation);
+}
+
+pub async fn given_evicted_member_when_commit_then_refused_and_unowned_partition_refused(backend: &dyn Backend) {
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (log, groups) = groups_on(backend, &clock).await;
+    let (topic, group) = (unique_topic("fence"), unique_topic("g"));
+    log.create_topic(&topic, TopicSpec { partitions: 2, retention_ms: None, retention_bytes: None }).await.unwrap();
+    publish(&log, &topic, 0, (0..5).map(|i| (format!("e{i}"), START_MS))).await;
+    publish(&log, &topic, 1, (0..5).map(|i| (format!("e{i}"), START_MS))).await;
+    let a = poll(&groups, &group, None, &topic).await.member_id;
+    let b = poll(&groups, &group, None, &topic).await.member_id;
+    let pa = poll(&groups, &group, Some(&a), &topic).await;
+    let pb = poll(&groups, &group, Some(&b), &topic).await;
+    let (a_part, b_part) = (pa.assignment[0].partition, pb.assignment[0].partition);
+    assert_ne!(a_part, b_part);
+
+    let not_mine = groups.commit(&group, &a, pa.generation, &[commit_of(&topic, b_part, 3)]).await;
+    assert!(matches!(not_mine, Err(Error::Conflict { code: "not_assigned", .. })), "{not_mine:?}");
+    let stale = groups.commit(&group, &a, pa.generation - 1, &[commit_of(&topic, a_part, 3)]).await;
+    assert!(matches!(stale, Err(Error::Conflict { code: "stale_generation", .. })), "{stale:?}");
+    assert_eq!(committed(&groups, &group, b_part).await, None, "a refused commit moves nothing");
+
+    // b goes silent while a keeps polling; b's session ends, nobody has rebalanced yet,
+    // and its commit is refused all the same.
+    clock.advance(30_000);
+    let heartbeat = poll(&groups, &group, Some(&a), &topic).await;
+    assert_eq!(heartbeat.generation, pa.generation, "a heartbeat alone changes nothing");
+    clock.advance(15_001);
+    let zombie = groups.commit(&group, &b, pb.generation, &[commit_of(&topic, b_part, 4)]).await;
+    assert!(matches!(zombie, Err(Error::Conflict { code: "unknown_member", .. })), "{zombie:?}");
+    let a_again = poll(&groups, &group, Some(&a), &topic).await;
+    assert_eq!(a_again.assignment.len(), 2);
+    let zombie = groups.commit(&group, &b, pb.generation, &[commit_of(&topic, b_part, 4)]).await;
+    assert!(matches!(zombie, Err(Error::Conflict { .. })), "{zombie:?}");
+    assert_eq!(committed(&groups, &group, b_part).await, None, "no offset moved");
+
+    groups.commit(&group, &a, a_again.generation, &[commit_of(&topic, b_part, 4)]).await.unwrap();
+    groups.commit(&group, &a, a_again.generation, &[commit_of(&topic, b_part, 2)]).await.unwrap();
+    assert_eq!(committed(&groups, &group, b_part).await, Some(4), "committed offsets never go backwards");
+}
+
+pub async fn given_member_killed_between_poll_and_commit_then_new_owner_gets_its_events(backend: &dyn Backend) {
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (log, groups) = groups_on(backend, &clock).await;
+    let (topic, group) = (unique_topic("killed"), unique_topic("g"));
+    log.create_topic(&topic, TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None }).await.unwrap();
+    publish(&log, &topic, 0, (0..10).map(|i| (format!("e{i}"), START_MS))).await;
+
+    let first = groups.poll(&request(&group, None, &topic, 4)).await.unwrap();
+    let offsets: Vec<u64> = first.events.iter().map(|e| e.event.offset).collect();
+    assert_eq!(offsets, vec![0, 1, 2, 3]);
+    groups.commit(&group, &first.member_id, first.generation, &[commit_of(&topic, 0, 4)]).await.unwrap();
+    let second = groups.poll(&request(&group, Some(&first.member_id), &topic, 4)).await.unwrap();
+    let offsets: Vec<u64> = second.events.iter().map(|e| e.event.offset).collect();
+    assert_eq!(offsets, vec![4, 5, 6, 7], "successive polls continue without repeats");
+    // …and the member dies before committing them.
+
+    let other = poll(&groups, &group, None, &topic).await;
+    assert!(other.events.is_empty(), "the partition is still the first member's");
+    clock.advance(30_000);
+    let waiting = poll(&groups, &group, Some(&other.member_id), &topic).await;
+    assert!(waiting.events.is_empty(), "still within the first member's session");
+    clock.advance(15_001);
+    let taken = groups.poll(&request(&group, Some(&other.member_id), &topic, 100)).await.unwrap();
+    assert_eq!(partitions(&taken), vec![0]);
+    let offsets: Vec<u64> = taken.events.iter().map(|e| e.event.offset).collect();
+    assert_eq!(offsets, (4..10).collect::<Vec<_>>(), "resumes at the committed offset: nothing skipped");
+}
+
+pub async fn given_two_groups_then_independent_and_a_late_group_replays_everything_from_earliest(
+    backend: &dyn Backend,
+) {
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (log, groups) = groups_on(backend, &clock).await;
+    let topic = unique_topic("replay");
+    log.create_topic(&topic, TopicSpec { partitions: 4, retention_ms: None, retention_bytes: None }).await.unwrap();
+    const TOTAL: usize = 10_000;
+    for batch in 0..(TOTAL / 1000) {
+        for p in 0..4u32 {
+            publish(&log, &topic, p, (0..250).map(|i| (format!("b{batch}-p{p}-{i}"), START_MS))).await;
+        }
+    }
+    let consume_all = |group: String| {
+        let groups = groups.clone();
+        let topic = topic.clone();
+        async move {
+            let mut seen = BTreeSet::new();
+            let mut member = None;
+            for _ in 0..100 {
+                let mut req = request(&group, member.as_deref(), &topic, 2_000);
+                req.auto_commit = true;
+                let answer = groups.poll(&req).await.unwrap();
+                member = Some(answer.member_id.clone());
+                for e in &answer.events {
+                    assert!(seen.insert((e.event.partition, e.event.offset)), "no repeats within one member");
+                }
+                if seen.len() == TOTAL {
+                    break;
+                }
+            }
+            seen.len()
+        }
+    };
+    let first = unique_topic("g1");
+    assert_eq!(consume_all(first.clone()).await, TOTAL);
+    let late = unique_topic("g2");
+    assert_eq!(consume_all(late.clone()).await, TOTAL, "a group created after 10,000 events replays them all");
+    let d1 = groups.describe(&first).await.unwrap();
+    let d2 = groups.describe(&late).await.unwrap();
+    assert!(d1.partitions.iter().all(|p| p.high_watermark == 2_500));
+    assert_ne!(d1.members[0].member_id, d2.members[0].member_id, "independent memberships");
+}
+
+pub async fn given_seek_by_timestamp_then_first_event_at_or_after_and_lag_is_watermark_minus_committed(
+    backend: &dyn Backend,
+) {
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (log, groups) = groups_on(backend, &clock).await;
+    let (topic, group) = (unique_topic("seek"), unique_topic("g"));
+    log.create_topic(&topic, TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None }).await.unwrap();
+    publish(&log, &topic, 0, (0..10).map(|i| (format!("e{i}"), 1_000 + 10 * i))).await;
+    let answer = poll(&groups, &group, None, &topic).await;
+    assert_eq!(answer.events.len(), 10);
+    groups.commit(&group, &answer.member_id, answer.generation, &[commit_of(&topic, 0, 7)]).await.unwrap();
+    let d = groups.describe(&group).await.unwrap();
+    assert_eq!((d.partitions[0].committed, d.partitions[0].high_watermark, d.partitions[0].lag), (Some(7), 10, 3));
+
+    // 1,041 falls between the events stamped 1,040 (offset 4) and 1,050 (offset 5).
+    let moved = groups.seek(&group, &topic, None, SeekTarget::Timestamp(1_041)).await.unwrap();
+    assert_eq!(moved, vec![(0, 5)]);
+    let d = groups.describe(&group).await.unwrap();
+    assert_eq!((d.partitions[0].committed, d.partitions[0].lag), (Some(5), 5), "seek may move backwards");
+    let after = poll(&groups, &group, Some(&answer.member_id), &topic).await;
+    let offsets: Vec<u64> = after.events.iter().map(|e| e.event.offset).collect();
+    assert_eq!(offsets, (5..10).collect::<Vec<_>>(), "the member's next poll continues from the seek");
+    groups.seek(&group, &topic, Some(&[0]), SeekTarget::Latest).await.unwrap();
+    assert_eq!(groups.describe(&group).await.unwrap().partitions[0].lag, 0);
+}
+
+pub async fn given_reset_none_without_offsets_when_poll_then_refused_and_nothing_written(backend: &dyn Backend) {
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (log, groups) = groups_on(backend, &clock).await;
+    let (topic, group) = (unique_topic("none"), unique_topic("g"));
+    log.create_topic(&topic, TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None }).await.unwrap();
+    let mut req = request(&group, None, &topic, 10);
+    req.reset = ResetPolicy::None;
+    let refused = groups.poll(&req).await;
+    assert!(matches!(refused, Err(Error::Invalid { code: "no_committed_offset", .. })), "{refused:?}");
+    assert!(!groups.list().await.unwrap().contains(&group), "not even a join");
+    assert!(matches!(groups.describe(&group).await, Err(Error::GroupNotFound(_))));
+}
+
+/// Publishers and members at once; members join and leave. Checks at-least-once
+/// delivery of every acknowledged event and monotonic committed offsets.
+pub async fn given_members_joining_and_leaving_while_publishers_write_then_every_acked_event_delivered(
+    backend: &dyn Backend,
+) {
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (log, groups) = groups_on(backend, &clock).await;
+    let (topic, group) = (unique_topic("busy"), unique_topic("g"));
+    log.create_topic(&topic, TopicSpec { partitions: 4, retention_ms: None, retention_bytes: None }).await.unwrap();
+    const PUBLISHERS: usize = 4;
+    const EACH: usize = 60;
+    let mut publishers = Vec::new();
+    for p in 0..PUBLISHERS {
+        let log = log.clone();
+        let topic = topic.clone();
+        publishers.push(tokio::spawn(async move {
+            let mut acked = Vec::new();
+            for i in 0..EACH {
+                let event = NewEvent {
+                    key: Some(Bytes::from(format!("k{p}-{i}"))),
+                    headers: Vec::new(),
+                    value: Bytes::from(format!("p{p}-{i}")),
+                    value_is_json: false,
+                    timestamp_ms: None,
+                    partition: None,
+                };
+                let at = log.publish(&topic, vec![event], None).await.expect("publish");
+                acked.push((at[0].partition, at[0].offset));
+            }
+            acked
+        }));
+    }
+    let delivered = Arc::new(std::sync::Mutex::new(BTreeSet::new()));
+    // Held across the describe, so the sequences are in the order the offsets were observed.
+    let commits = Arc::new(tokio::sync::Mutex::new(BTreeMap::<u32, Vec<u64>>::new()));
+    let mut members = Vec::new();
+    for m in 0..4usize {
+        let (groups, topic, group) = (groups.clone(), topic.clone(), group.clone());
+        let (delivered, commits) = (delivered.clone(), commits.clone());
+        members.push(tokio::spawn(async move {
+            let mut member: Option<String> = None;
+            for round in 0..400usize {
+                // Members 2 and 3 leave now and then, and come back as new members.
+                if m >= 2 && round % 25 == 24 {
+                    if let Some(id) = member.take() {
+                        groups.leave(&group, &id).await.expect("leave");
+                    }
+                    continue;
+                }
+                let answer = match groups.poll(&request(&group, member.as_deref(), &topic, 50)).await {
+                    Ok(a) => a,
+                    Err(Error::Conflict { code: "unknown_member", .. }) => {
+                        member = None;
+                        continue;
+                    }
+                    Err(e) => panic!("poll: {e:?}"),
+                };
+                member = Some(answer.member_id.clone());
+                let mut next: BTreeMap<u32, u64> = BTreeMap::new();
+                for e in &answer.events {
+                    delivered.lock().unwrap().insert((e.event.partition, e.event.offset));
+                    next.insert(e.event.partition, e.event.offset + 1);
+                }
+                let offsets: Vec<CommitOffset> = next.iter().map(|(&p, &o)| commit_of(&topic, p, o)).collect();
+                if offsets.is_empty() {
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+                match groups.commit(&group, &answer.member_id, answer.generation, &offsets).await {
+                    Ok(()) => {
+                        let mut c = commits.lock().await;
+                        let d = groups.describe(&group).await.expect("describe");
+                        for p in &d.partitions {
+                            c.entry(p.partition).or_default().push(p.committed.unwrap_or(0));
+                        }
+                    }
+                    Err(Error::Conflict { .. }) => {} // fenced by a rebalance: the new owner redelivers
+                    Err(e) => panic!("commit: {e:?}"),
+                }
+            }
+        }));
+    }
+    let mut acked = BTreeSet::new();
+    for p in publishers {
+        acked.extend(p.await.unwrap());
+    }
+    for m in members {
+        m.await.unwrap();
+    }
+    // A final member drains what is left from the committed offsets.
+    let mut last = poll(&groups, &group, None, &topic).await;
+    for _ in 0..50 {
+        delivered.lock().unwrap().extend(last.events.iter().map(|e| (e.event.partition, e.event.offset)));
+        let next: BTreeMap<u32, u64> = last.events.iter().map(|e| (e.event.partition, e.event.offset + 1)).collect();
+        if next.is_empty() && acked.is_subset(&delivered.lock().unwrap()) {
+            break;
+        }
+        let offsets: Vec<CommitOffset> = next.iter().map(|(&p, &o)| commit_of(&topic, p, o)).collect();
+        let _ = groups.commit(&group, &last.member_id, last.generation, &offsets).await;
+        last = poll(&groups, &group, Some(&last.member_id), &topic).await;
+    }
+    assert_eq!(acked.len(), PUBLISHERS * EACH);
+    let delivered = delivered.lock().unwrap();
+    let missing: Vec<_> = acked.difference(&delivered).collect();
+    assert!(missing.is_empty(), "acknowledged events never delivered: {missing:?}");
+    for (p, seq) in commits.lock().await.iter() {
+        assert!(seq.windows(2).all(|w| w[0] <= w[1]), "partition {p}: committed offsets went backwards: {seq:?}");
+    }
+}

@@ -1,0 +1,898 @@
+//! Consumer groups over stateless HTTP, with server-side assignment (Kafka's
+//! KIP-848 idea): members join and heartbeat by polling; the server assigns the
+//! partitions of the group's topics over the live members, numbers every
+//! assignment with a generation, tracks each member's fetch position, and fences
+//! offset commits by generation and ownership. Written once, on the state store.
+//!
+//! | item | `pk` | `sk` | value |
+//! |---|---|---|---|
+//! | group registry entry | `groups` | group | [`RegistryRecord`] |
+//! | group state (generation, assignment) | `group#<group>` | `meta` | [`GroupRecord`] |
+//! | member (expires when its session does) | `group#<group>` | `member#<id>` | [`MemberRecord`] |
+//! | committed offset | `goff#<group>` | `<topic>#<partition>` | [`OffsetRecord`] |
+//!
+//! Why it holds up without clocks deciding safety:
+//! - The group record changes only by a write conditional on the version read,
+//!   so two members rebalancing at once cannot both win; its version grows on
+//!   every change (rebalance, seek, leave).
+//! - A member's liveness is its item's expiry: the store hides an expired item,
+//!   so a member silent past its session timeout is not live to anyone, and its
+//!   commits fail their check of its item. The next poll by anyone rebalances it away.
+//! - A commit is one write that checks the group record's version and the
+//!   member's item, so a commit racing a rebalance or an eviction fails whole.
+//! - A position is only trusted if it was recorded at or after the group version
+//!   at which its member got the partition (or at which the partition was last
+//!   seeked); otherwise the member resumes from the committed offset. A member
+//!   therefore never skips events another owner fetched but did not commit.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::layout;
+use crate::log::Log;
+use crate::model::{Event, OffsetQuery, TopicConfig};
+use crate::store::{Expect, Key, Query, StateStore, WriteOp, MAX_WRITE_OPS};
+use crate::{names, topics, Error, StorageError};
+
+/// Kafka's bounds for a session timeout, and KIP-848's default.
+pub const MIN_SESSION_TIMEOUT_MS: u64 = 6_000;
+pub const MAX_SESSION_TIMEOUT_MS: u64 = 300_000;
+pub const DEFAULT_SESSION_TIMEOUT_MS: u64 = 45_000;
+/// Conditional writes lost to concurrent members before a request gives up.
+const MAX_ATTEMPTS: usize = 16;
+/// Offsets one commit may carry: its checks and puts must fit one atomic write.
+pub const MAX_COMMIT_OFFSETS: usize = MAX_WRITE_OPS - 2;
+
+/// Where a member starts on a partition with no usable committed offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResetPolicy {
+    Earliest,
+    Latest,
+    None,
+}
+
+/// One partition of one topic.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TopicPartition {
+    pub topic: String,
+    pub partition: u32,
+}
+
+/// A poll: join (no member id) or heartbeat, and fetch.
+#[derive(Debug, Clone)]
+pub struct PollRequest {
+    pub group: String,
+    pub member_id: Option<String>,
+    pub topics: Vec<String>,
+    pub max_events: usize,
+    pub max_bytes: usize,
+    pub wait_ms: u64,
+    pub reset: ResetPolicy,
+    pub session_timeout_ms: Option<u64>,
+    /// Commit what this member's previous poll returned, before fetching.
+    pub auto_commit: bool,
+}
+
+/// An event with the topic it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupEvent {
+    pub topic: String,
+    pub event: Event,
+}
+
+/// What a poll answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PollAnswer {
+    pub member_id: String,
+    pub generation: u64,
+    pub assignment: Vec<TopicPartition>,
+    pub events: Vec<GroupEvent>,
+}
+
+/// One offset to commit: the next offset to read (last processed + 1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitOffset {
+    pub topic: String,
+    pub partition: u32,
+    pub offset: u64,
+    pub metadata: Option<String>,
+}
+
+/// Where a seek moves the committed offsets to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeekTarget {
+    Earliest,
+    Latest,
+    Offset(u64),
+    /// The first event with a timestamp at or after this.
+    Timestamp(i64),
+}
+
+/// A group as described: members, assignment, and per partition the committed offset and lag.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupDescription {
+    pub group: String,
+    pub generation: u64,
+    pub members: Vec<MemberDescription>,
+    pub partitions: Vec<PartitionLag>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberDescription {
+    pub member_id: String,
+    pub assignment: Vec<TopicPartition>,
+    pub session_timeout_ms: u64,
+    /// When the session ends unless the member polls again.
+    pub expires_at_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionLag {
+    pub topic: String,
+    pub partition: u32,
+    pub committed: Option<u64>,
+    pub metadata: Option<String>,
+    pub log_start_offset: u64,
+    pub high_watermark: u64,
+    /// High watermark − committed (from the log start when nothing is committed).
+    pub lag: u64,
+    pub owner: Option<String>,
+}
+
+/// A group's entry in the list of groups.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegistryRecord {
+    pub created_ms: i64,
+}
+
+/// A group's state: changed only by conditional writes, on membership change, seek or leave.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupRecord {
+    pub generation: u64,
+    /// Each member's assigned partitions.
+    pub members: BTreeMap<String, Vec<TopicPartition>>,
+    /// The ids of the topics the assignment was made for (a re-created topic forces a new one).
+    pub topics: BTreeMap<String, u64>,
+    /// Per partition (`topic#partition`): the group version from which fetch positions
+    /// recorded for it are trusted (when it changed hands, or was last seeked).
+    pub since: BTreeMap<String, u64>,
+}
+
+/// A member: its subscription and fetch positions. Its expiry is its session.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberRecord {
+    pub topics: Vec<String>,
+    pub session_timeout_ms: u64,
+    /// Per partition (`topic#partition`): the next offset to fetch.
+    pub positions: BTreeMap<String, u64>,
+    /// The group version the positions were recorded at.
+    pub positions_version: u64,
+}
+
+/// A committed offset.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OffsetRecord {
+    /// The topic incarnation it was committed for: an offset of a deleted topic means nothing.
+    pub topic_id: u64,
+    pub offset: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<String>,
+}
+
+fn group_pk(group: &str) -> String {
+    format!("group#{group}")
+}
+
+fn meta_key(group: &str) -> Key {
+    Key::new(group_pk(group), "meta")
+}
+
+fn member_key(group: &str, member: &str) -> Key {
+    Key::new(group_pk(group), format!("member#{member}"))
+}
+
+fn registry_key(group: &str) -> Key {
+    Key::new("groups", group)
+}
+
+fn offsets_pk(group: &str) -> String {
+    format!("goff#{group}")
+}
+
+fn tp_key(topic: &str, partition: u32) -> String {
+    format!("{topic}#{partition:010}")
+}
+
+fn offset_key(group: &str, topic: &str, partition: u32) -> Key {
+    Key::new(offsets_pk(group), tp_key(topic, partition))
+}
+
+fn conflict(code: &'static str, message: impl Into<String>) -> Error {
+    Error::Conflict { code, message: message.into() }
+}
+
+/// What one read of a group's collection found.
+struct GroupState {
+    record: GroupRecord,
+    /// 0 when the group has no record yet.
+    version: u64,
+    /// Live members (unexpired items) with their item versions and expiry.
+    members: BTreeMap<String, (MemberRecord, u64, i64)>,
+}
+
+/// Consumer groups on a [`Log`].
+#[derive(Clone)]
+pub struct Groups {
+    log: Log,
+}
+
+impl Groups {
+    pub fn new(log: Log) -> Self {
+        Self { log }
+    }
+
+    fn store(&self) -> &dyn StateStore {
+        self.log.store().as_ref()
+    }
+
+    fn now(&self) -> i64 {
+        self.log.clock().now_ms()
+    }
+
+    async fn state(&self, group: &str) -> Result<GroupState, StorageError> {
+        let mut state = GroupState { record: GroupRecord::default(), version: 0, members: BTreeMap::new() };
+        let mut query = Query::all(group_pk(group), 1000);
+        loop {
+            let page = self.store().query(&query).await?;
+            for item in page.items {
+                if item.key.sk == "meta" {
+                    state.record = layout::decode("group", &item.value)?;
+                    state.version = item.version;
+                } else if let Some(id) = item.key.sk.strip_prefix("member#") {
+                    let member: MemberRecord = layout::decode("member", &item.value)?;
+                    state.members.insert(id.to_owned(), (member, item.version, item.expires_at_ms.unwrap_or(i64::MAX)));
+                }
+            }
+            match page.next {
+                Some(after) => query.after = Some(after),
+                None => return Ok(state),
+            }
+        }
+    }
+
+    async fn offsets(&self, group: &str) -> Result<BTreeMap<String, (OffsetRecord, u64)>, StorageError> {
+        let mut offsets = BTreeMap::new();
+        let mut query = Query::all(offsets_pk(group), 1000);
+        loop {
+            let page = self.store().query(&query).await?;
+            for item in page.items {
+                offsets.insert(item.key.sk.clone(), (layout::decode("offset", &item.value)?, item.version));
+            }
+            match page.next {
+                Some(after) => query.after = Some(after),
+                None => return Ok(offsets),
+            }
+        }
+    }
+
+    /// Joins or heartbeats, rebalancing if membership changed, then fetches events of the
+    /// member's partitions from its positions (waiting up to `wait_ms` for the first).
+    pub async fn poll(&self, req: &PollRequest) -> Result<PollAnswer, Error> {
+        names::validate("group", &req.group)?;
+        if req.topics.is_empty() {
+            return Err(Error::invalid("invalid_topics", "a poll names at least one topic"));
+        }
+        for t in &req.topics {
+            names::validate("topic", t)?;
+        }
+        let session = req.session_timeout_ms.unwrap_or(DEFAULT_SESSION_TIMEOUT_MS);
+        if !(MIN_SESSION_TIMEOUT_MS..=MAX_SESSION_TIMEOUT_MS).contains(&session) {
+            return Err(Error::invalid(
+                "invalid_session_timeout",
+                format!("session_timeout_ms must be between {MIN_SESSION_TIMEOUT_MS} and {MAX_SESSION_TIMEOUT_MS}"),
+            ));
+        }
+        let limits = *self.log.limits();
+        let max_events = req.max_events.clamp(1, limits.max_read_events);
+        let max_bytes = req.max_bytes.clamp(1, limits.max_read_bytes);
+        // A member must heartbeat within its session: a long poll never outlasts half of it.
+        let wait_ms = req.wait_ms.min(limits.max_wait_ms).min(session / 2);
+        let mut subscribed: Vec<String> = req.topics.clone();
+        subscribed.sort();
+        subscribed.dedup();
+
+        for _ in 0..MAX_ATTEMPTS {
+            let mut topics = BTreeMap::new();
+            for name in &subscribed {
+                topics.insert(name.clone(), topics::live(self.store(), name).await?);
+            }
+            let state = self.state(&req.group).await?;
+            let member_id = match &req.member_id {
+                Some(id) if state.members.contains_key(id) => id.clone(),
+                Some(id) => return Err(conflict(
+                    "unknown_member",
+                    format!(
+                        "member '{id}' is not in group '{}' (its session ended): poll without a member_id to rejoin",
+                        req.group
+                    ),
+                )),
+                None => format!("{:016x}", self.log.random().next_u64()),
+            };
+            // The other topics the group reads (other members' subscriptions) count for the assignment too.
+            let mut all_topics = topics.clone();
+            for (id, (m, _, _)) in &state.members {
+                if *id == member_id {
+                    continue;
+                }
+                for name in &m.topics {
+                    if !all_topics.contains_key(name) {
+                        match topics::live(self.store(), name).await {
+                            Ok(t) => {
+                                all_topics.insert(name.clone(), t);
+                            }
+                            Err(Error::TopicNotFound(_)) => {}
+                            Err(e) => return Err(e),
+                        }
+                    }
+                }
+            }
+            let mut subscriptions: BTreeMap<String, Vec<String>> =
+                state.members.iter().map(|(id, (m, _, _))| (id.clone(), m.topics.clone())).collect();
+            subscriptions.insert(member_id.clone(), subscribed.clone());
+            let topic_ids: BTreeMap<String, u64> = all_topics.iter().map(|(n, t)| (n.clone(), t.id)).collect();
+            let assignment = assign(&state.record, &subscriptions, &all_topics);
+            let rebalance = assignment != state.record.members || topic_ids != state.record.topics;
+            let version_after = if rebalance { state.version + 1 } else { state.version };
+            let mut record = state.record.clone();
+            if rebalance {
+                for (id, parts) in &assignment {
+                    for tp in parts {
+                        let before = state.record.members.get(id).is_some_and(|old| old.contains(tp));
+                        let same_topic = state.record.topics.get(&tp.topic) == topic_ids.get(&tp.topic);
+                        if !(before && same_topic) {
+                            record.since.insert(tp_key(&tp.topic, tp.partition), version_after);
+                        }
+                    }
+                }
+                record.generation += 1;
+                record.members = assignment.clone();
+                record.topics = topic_ids;
+            }
+            let mine = record.members.get(&member_id).cloned().unwrap_or_default();
+
+            // Where to fetch each partition from; nothing is written before this can fail.
+            let previous = state.members.get(&member_id).map(|(m, _, _)| m.clone()).unwrap_or_default();
+            let offsets = self.offsets(&req.group).await?;
+            let mut positions: Vec<(TopicConfig, u32, u64)> = Vec::with_capacity(mine.len());
+            let mut auto_commits: Vec<(TopicPartition, u64)> = Vec::new();
+            for tp in &mine {
+                let topic = &all_topics[&tp.topic];
+                let key = tp_key(&tp.topic, tp.partition);
+                let trusted_from = record.since.get(&key).copied().unwrap_or(0);
+                let kept = previous.positions.get(&key).copied().filter(|_| previous.positions_version >= trusted_from);
+                let (head, _) = topics::head(self.store(), topic.id, tp.partition).await?;
+                let committed = offsets
+                    .get(&key)
+                    .filter(|(o, _)| o.topic_id == topic.id && o.offset >= head.start && o.offset <= head.next)
+                    .map(|(o, _)| o.offset);
+                if req.auto_commit && !rebalance {
+                    if let Some(p) = kept.filter(|p| committed.is_none_or(|c| *p > c)) {
+                        auto_commits.push((tp.clone(), p));
+                    }
+                }
+                let start = match (kept, committed, req.reset) {
+                    (Some(p), _, _) if p >= head.start => p,
+                    (_, Some(c), _) => c,
+                    (_, None, ResetPolicy::Earliest) => head.start,
+                    (_, None, ResetPolicy::Latest) => head.next,
+                    (_, None, ResetPolicy::None) => {
+                        return Err(Error::invalid(
+                            "no_committed_offset",
+                            format!(
+                                "group '{}' has no usable committed offset for {}/{} and reset is 'none'",
+                                req.group, tp.topic, tp.partition
+                            ),
+                        ))
+                    }
+                };
+                positions.push((topic.clone(), tp.partition, start));
+            }
+
+            let expires = self.now() + session as i64;
+            let mut member = MemberRecord {
+                topics: subscribed.clone(),
+                session_timeout_ms: session,
+                positions: positions.iter().map(|(t, p, o)| (tp_key(&t.name, *p), *o)).collect(),
+                positions_version: version_after,
+            };
+            if rebalance {
+                // The new assignment takes effect before anything is fetched under it.
+                let mut ops = vec![
+                    WriteOp::replace(
+                        meta_key(&req.group),
+                        layout::encode(&record),
+                        (state.version > 0).then_some(state.version),
+                    ),
+                    WriteOp::Put {
+                        key: member_key(&req.group, &member_id),
+                        value: layout::encode(&member),
+                        expires_at_ms: Some(expires),
+                        expect: Expect::Any,
+                    },
+                ];
+                if state.version == 0 {
+                    ops.push(WriteOp::Put {
+                        key: registry_key(&req.group),
+                        value: layout::encode(&RegistryRecord { created_ms: self.now() }),
+                        expires_at_ms: None,
+                        expect: Expect::Any,
+                    });
+                }
+                match self.store().write(ops).await {
+                    Ok(()) => {
+                        tracing::info!(group = %req.group, generation = record.generation, members = record.members.len(), "rebalanced")
+                    }
+                    Err(StorageError::ConditionFailed { .. }) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            } else if !auto_commits.is_empty() {
+                let (_, member_version, _) = state.members[&member_id];
+                let commits: Vec<CommitOffset> = auto_commits
+                    .iter()
+                    .map(|(tp, o)| CommitOffset {
+                        topic: tp.topic.clone(),
+                        partition: tp.partition,
+                        offset: *o,
+                        metadata: None,
+                    })
+                    .collect();
+                match self
+                    .write_commit(&req.group, &state, &member_id, member_version, &all_topics, &offsets, &commits)
+                    .await
+                {
+                    Ok(()) => {}
+                    Err(Error::Conflict { .. }) => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+
+            let events = self.fetch(&positions, max_events, max_bytes, wait_ms).await?;
+            for e in &events {
+                member.positions.insert(tp_key(&e.topic, e.event.partition), e.event.offset + 1);
+            }
+            // The heartbeat: one small item, whatever happened to the group meanwhile (positions
+            // recorded under an older group version are simply not trusted by the next poll).
+            let heartbeat = WriteOp::Put {
+                key: member_key(&req.group, &member_id),
+                value: layout::encode(&member),
+                expires_at_ms: Some(self.now() + session as i64),
+                expect: Expect::Any,
+            };
+            self.store().write(vec![heartbeat]).await?;
+            return Ok(PollAnswer { member_id, generation: record.generation, assignment: mine, events });
+        }
+        Err(Error::Throttled(StorageError::Throttled {
+            message: format!("group '{}' is changing too fast", req.group),
+            source: None,
+        }))
+    }
+
+    /// Reads up to `max_events` from the positions, spreading the budget over partitions,
+    /// waiting up to `wait_ms` for the first event.
+    async fn fetch(
+        &self,
+        positions: &[(TopicConfig, u32, u64)],
+        max_events: usize,
+        max_bytes: usize,
+        wait_ms: u64,
+    ) -> Result<Vec<GroupEvent>, Error> {
+        let mut events = Vec::new();
+        for round in 0..2 {
+            let (mut events_left, mut bytes_left) = (max_events, max_bytes);
+            for (topic, partition, offset) in positions {
+                if events_left == 0 || bytes_left == 0 {
+                    break;
+                }
+                let (head, _) = topics::head(self.store(), topic.id, *partition).await?;
+                if *offset >= head.next || *offset < head.start {
+                    continue;
+                }
+                let batch = self.log.read_at(topic, *partition, *offset, events_left, bytes_left, head).await?;
+                for e in batch.events {
+                    events_left -= 1;
+                    bytes_left = bytes_left.saturating_sub(e.record.approx_size());
+                    events.push(GroupEvent { topic: topic.name.clone(), event: e });
+                }
+            }
+            if !events.is_empty() || wait_ms == 0 || round == 1 {
+                break;
+            }
+            self.log.wait_for_any(positions, wait_ms).await?;
+        }
+        Ok(events)
+    }
+
+    /// Commits offsets for a member, fenced: a stale generation, an unknown (or
+    /// evicted) member, or a partition it does not own is refused and nothing moves.
+    /// Committed offsets never go backwards (a lower offset is accepted and ignored).
+    pub async fn commit(
+        &self,
+        group: &str,
+        member_id: &str,
+        generation: u64,
+        offsets: &[CommitOffset],
+    ) -> Result<(), Error> {
+        names::validate("group", group)?;
+        if offsets.len() > MAX_COMMIT_OFFSETS {
+            return Err(Error::invalid(
+                "too_many_offsets",
+                format!("one commit carries at most {MAX_COMMIT_OFFSETS} offsets"),
+            ));
+        }
+        for _ in 0..MAX_ATTEMPTS {
+            let state = self.state(group).await?;
+            if state.version == 0 {
+                return Err(Error::GroupNotFound(group.to_owned()));
+            }
+            let Some((_, member_version, _)) = state.members.get(member_id) else {
+                return Err(conflict("unknown_member", format!("member '{member_id}' is not in group '{group}'")));
+            };
+            if !state.record.members.contains_key(member_id) {
+                return Err(conflict("unknown_member", format!("member '{member_id}' is not in group '{group}'")));
+            }
+            if generation != state.record.generation {
+                return Err(conflict(
+                    "stale_generation",
+                    format!("generation {generation} is stale: group '{group}' is at {}", state.record.generation),
+                ));
+            }
+            let mut topics_read = BTreeMap::new();
+            for o in offsets {
+                if !topics_read.contains_key(&o.topic) {
+                    topics_read.insert(o.topic.clone(), topics::live(self.store(), &o.topic).await?);
+                }
+            }
+            let current = self.offsets(group).await?;
+            match self.write_commit(group, &state, member_id, *member_version, &topics_read, &current, offsets).await {
+                Err(Error::Conflict { code: "raced", .. }) => continue,
+                other => return other,
+            }
+        }
+        Err(Error::Throttled(StorageError::Throttled {
+            message: format!("group '{group}' is changing too fast"),
+            source: None,
+        }))
+    }
+
+    /// One fenced commit write: checks the group version and the member's item, puts the offsets that advance.
+    #[allow(clippy::too_many_arguments)]
+    async fn write_commit(
+        &self,
+        group: &str,
+        state: &GroupState,
+        member_id: &str,
+        member_version: u64,
+        topics: &BTreeMap<String, TopicConfig>,
+        current: &BTreeMap<String, (OffsetRecord, u64)>,
+        offsets: &[CommitOffset],
+    ) -> Result<(), Error> {
+        let owned: BTreeSet<&TopicPartition> = state.record.members.get(member_id).into_iter().flatten().collect();
+        let mut ops = vec![
+            WriteOp::Check { key: meta_key(group), expect: Expect::Version(state.version) },
+            WriteOp::Check { key: member_key(group, member_id), expect: Expect::Version(member_version) },
+        ];
+        let mut seen = BTreeSet::new();
+        for o in offsets {
+            let tp = TopicPartition { topic: o.topic.clone(), partition: o.partition };
+            if !owned.contains(&tp) {
+                return Err(conflict(
+                    "not_assigned",
+                    format!("{}/{} is not assigned to member '{member_id}' in this generation", o.topic, o.partition),
+                ));
+            }
+            let Some(topic) = topics.get(&o.topic) else { return Err(Error::TopicNotFound(o.topic.clone())) };
+            let key = tp_key(&o.topic, o.partition);
+            if !seen.insert(key.clone()) {
+                return Err(Error::invalid("duplicate_offset", format!("{}/{} appears twice", o.topic, o.partition)));
+            }
+            let existing = current.get(&key).filter(|(r, _)| r.topic_id == topic.id);
+            if existing.is_some_and(|(r, _)| r.offset >= o.offset) {
+                continue;
+            }
+            let record = OffsetRecord { topic_id: topic.id, offset: o.offset, metadata: o.metadata.clone() };
+            let expect = current.get(&key).map_or(Expect::Absent, |(_, v)| Expect::Version(*v));
+            ops.push(WriteOp::Put {
+                key: offset_key(group, &o.topic, o.partition),
+                value: layout::encode(&record),
+                expires_at_ms: None,
+                expect,
+            });
+        }
+        match self.store().write(ops).await {
+            Ok(()) => Ok(()),
+            Err(StorageError::ConditionFailed { op: 0 | 1 }) => {
+                // The group changed or the member's session ended: the caller re-reads and decides.
+                Err(conflict("raced", "the group changed during the commit"))
+            }
+            Err(StorageError::ConditionFailed { .. }) => Err(conflict("raced", "an offset changed during the commit")),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Leaves the group at once: its partitions are reassigned to the others.
+    pub async fn leave(&self, group: &str, member_id: &str) -> Result<(), Error> {
+        names::validate("group", group)?;
+        for _ in 0..MAX_ATTEMPTS {
+            let state = self.state(group).await?;
+            if !state.members.contains_key(member_id) && !state.record.members.contains_key(member_id) {
+                return Err(conflict("unknown_member", format!("member '{member_id}' is not in group '{group}'")));
+            }
+            let mut subscriptions: BTreeMap<String, Vec<String>> =
+                state.members.iter().map(|(id, (m, _, _))| (id.clone(), m.topics.clone())).collect();
+            subscriptions.remove(member_id);
+            let mut all_topics = BTreeMap::new();
+            for name in subscriptions.values().flatten() {
+                if !all_topics.contains_key(name) {
+                    if let Ok(t) = topics::live(self.store(), name).await {
+                        all_topics.insert(name.clone(), t);
+                    }
+                }
+            }
+            let mut record = state.record.clone();
+            let assignment = assign(&state.record, &subscriptions, &all_topics);
+            let version_after = state.version + 1;
+            for (id, parts) in &assignment {
+                for tp in parts {
+                    if !state.record.members.get(id).is_some_and(|old| old.contains(tp)) {
+                        record.since.insert(tp_key(&tp.topic, tp.partition), version_after);
+                    }
+                }
+            }
+            record.generation += 1;
+            record.members = assignment;
+            record.topics = all_topics.iter().map(|(n, t)| (n.clone(), t.id)).collect();
+            let ops = vec![
+                WriteOp::replace(meta_key(group), layout::encode(&record), Some(state.version).filter(|v| *v > 0)),
+                WriteOp::Delete { key: member_key(group, member_id), expect: Expect::Any },
+            ];
+            match self.store().write(ops).await {
+                Ok(()) => return Ok(()),
+                Err(StorageError::ConditionFailed { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(Error::Throttled(StorageError::Throttled {
+            message: format!("group '{group}' is changing too fast"),
+            source: None,
+        }))
+    }
+
+    /// Moves committed offsets (of every partition of `topic`, or only `partitions`) to
+    /// `target`; members' next polls continue from there.
+    pub async fn seek(
+        &self,
+        group: &str,
+        topic: &str,
+        partitions: Option<&[u32]>,
+        target: SeekTarget,
+    ) -> Result<Vec<(u32, u64)>, Error> {
+        names::validate("group", group)?;
+        names::validate("topic", topic)?;
+        let t = topics::live(self.store(), topic).await?;
+        let chosen: Vec<u32> = match partitions {
+            Some(ps) => ps.to_vec(),
+            None => (0..t.spec.partitions).collect(),
+        };
+        if let Some(p) = chosen.iter().find(|p| **p >= t.spec.partitions) {
+            return Err(Error::PartitionNotFound { topic: topic.to_owned(), partition: *p });
+        }
+        let mut moved = Vec::with_capacity(chosen.len());
+        for &p in &chosen {
+            let (head, _) = topics::head(self.store(), t.id, p).await?;
+            let offset = match target {
+                SeekTarget::Earliest => head.start,
+                SeekTarget::Latest => head.next,
+                SeekTarget::Offset(o) => o.clamp(head.start, head.next),
+                SeekTarget::Timestamp(ts) => self.log.offset_of(&t, p, OffsetQuery::Timestamp(ts)).await?,
+            };
+            moved.push((p, offset));
+        }
+        // The offsets first, then the group record: until it changes, members keep their
+        // positions; from then on, their next polls resume from the new offsets.
+        for chunk in moved.chunks(MAX_WRITE_OPS) {
+            let ops = chunk
+                .iter()
+                .map(|&(p, offset)| WriteOp::Put {
+                    key: offset_key(group, topic, p),
+                    value: layout::encode(&OffsetRecord { topic_id: t.id, offset, metadata: None }),
+                    expires_at_ms: None,
+                    expect: Expect::Any,
+                })
+                .collect();
+            self.store().write(ops).await?;
+        }
+        for _ in 0..MAX_ATTEMPTS {
+            let state = self.state(group).await?;
+            let mut record = state.record.clone();
+            for &(p, _) in &moved {
+                record.since.insert(tp_key(topic, p), state.version + 1);
+            }
+            let mut ops = vec![WriteOp::replace(
+                meta_key(group),
+                layout::encode(&record),
+                Some(state.version).filter(|v| *v > 0),
+            )];
+            if state.version == 0 {
+                ops.push(WriteOp::Put {
+                    key: registry_key(group),
+                    value: layout::encode(&RegistryRecord { created_ms: self.now() }),
+                    expires_at_ms: None,
+                    expect: Expect::Any,
+                });
+            }
+            match self.store().write(ops).await {
+                Ok(()) => return Ok(moved),
+                Err(StorageError::ConditionFailed { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(Error::Throttled(StorageError::Throttled {
+            message: format!("group '{group}' is changing too fast"),
+            source: None,
+        }))
+    }
+
+    /// Every group, by name.
+    pub async fn list(&self) -> Result<Vec<String>, Error> {
+        let mut names = Vec::new();
+        let mut query = Query::all("groups", 1000);
+        loop {
+            let page = self.store().query(&query).await?;
+            names.extend(page.items.into_iter().map(|i| i.key.sk));
+            match page.next {
+                Some(after) => query.after = Some(after),
+                None => return Ok(names),
+            }
+        }
+    }
+
+    /// Members, assignment, generation, and per partition committed offset, high watermark and lag.
+    pub async fn describe(&self, group: &str) -> Result<GroupDescription, Error> {
+        names::validate("group", group)?;
+        let state = self.state(group).await?;
+        let offsets = self.offsets(group).await?;
+        if state.version == 0 && offsets.is_empty() {
+            return Err(Error::GroupNotFound(group.to_owned()));
+        }
+        let members = state
+            .members
+            .iter()
+            .map(|(id, (m, _, expires))| MemberDescription {
+                member_id: id.clone(),
+                assignment: state.record.members.get(id).cloned().unwrap_or_default(),
+                session_timeout_ms: m.session_timeout_ms,
+                expires_at_ms: *expires,
+            })
+            .collect();
+        let mut names: BTreeSet<String> = state.record.topics.keys().cloned().collect();
+        for key in offsets.keys() {
+            if let Some((topic, _)) = key.rsplit_once('#') {
+                names.insert(topic.to_owned());
+            }
+        }
+        let owners: BTreeMap<&TopicPartition, &String> =
+            state.record.members.iter().flat_map(|(id, parts)| parts.iter().map(move |tp| (tp, id))).collect();
+        let mut partitions = Vec::new();
+        for name in names {
+            let Ok(topic) = topics::live(self.store(), &name).await else { continue };
+            for (p, (head, _)) in topics::heads(self.store(), &topic).await?.into_iter().enumerate() {
+                let p = p as u32;
+                let committed = offsets.get(&tp_key(&name, p)).filter(|(o, _)| o.topic_id == topic.id);
+                let from = committed.map_or(head.start, |(o, _)| o.offset.max(head.start));
+                let tp = TopicPartition { topic: name.clone(), partition: p };
+                partitions.push(PartitionLag {
+                    committed: committed.map(|(o, _)| o.offset),
+                    metadata: committed.and_then(|(o, _)| o.metadata.clone()),
+                    log_start_offset: head.start,
+                    high_watermark: head.next,
+                    lag: head.next.saturating_sub(from),
+                    owner: owners.get(&tp).map(|id| (*id).clone()),
+                    topic: name.clone(),
+                    partition: p,
+                });
+            }
+        }
+        Ok(GroupDescription { group: group.to_owned(), generation: state.record.generation, members, partitions })
+    }
+
+    /// Deletes a group with no live members: its record, offsets and registry entry.
+    pub async fn delete(&self, group: &str) -> Result<(), Error> {
+        names::validate("group", group)?;
+        let state = self.state(group).await?;
+        let offsets = self.offsets(group).await?;
+        if state.version == 0 && offsets.is_empty() {
+            return Err(Error::GroupNotFound(group.to_owned()));
+        }
+        if !state.members.is_empty() {
+            return Err(conflict(
+                "group_not_empty",
+                format!("group '{group}' has live members: they must leave first"),
+            ));
+        }
+        let mut keys: Vec<Key> = offsets.keys().map(|sk| Key::new(offsets_pk(group), sk.clone())).collect();
+        keys.push(registry_key(group));
+        self.store().delete_many(keys).await?;
+        // Last, and only if no member joined meanwhile: the group record.
+        if state.version > 0 {
+            let delete = WriteOp::Delete { key: meta_key(group), expect: Expect::Version(state.version) };
+            match self.store().write(vec![delete]).await {
+                Ok(()) => {}
+                Err(StorageError::ConditionFailed { .. }) => {
+                    return Err(conflict("group_not_empty", format!("a member joined group '{group}' meanwhile")))
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Balanced, sticky assignment, per topic over the members subscribed to it: each
+/// member keeps what it had of the topic up to the fair share (one more for as many
+/// members as the remainder allows), then every partition left goes to the least
+/// loaded member, so counts differ by at most one.
+fn assign(
+    previous: &GroupRecord,
+    subscriptions: &BTreeMap<String, Vec<String>>,
+    topics: &BTreeMap<String, TopicConfig>,
+) -> BTreeMap<String, Vec<TopicPartition>> {
+    let mut result: BTreeMap<String, Vec<TopicPartition>> =
+        subscriptions.keys().map(|id| (id.clone(), Vec::new())).collect();
+    for (name, topic) in topics {
+        let eligible: Vec<&String> =
+            subscriptions.iter().filter(|(_, ts)| ts.contains(name)).map(|(id, _)| id).collect();
+        if eligible.is_empty() {
+            continue;
+        }
+        let n = topic.spec.partitions as usize;
+        let fair = n / eligible.len();
+        let same_incarnation = previous.topics.get(name) == Some(&topic.id);
+        let mut owner: Vec<Option<&String>> = vec![None; n];
+        let mut counts: BTreeMap<&String, usize> = eligible.iter().map(|id| (*id, 0)).collect();
+        // Up to the fair share first, then one more for as many members as the remainder allows.
+        let mut extra = n % eligible.len();
+        for pass in 0..2 {
+            for id in &eligible {
+                let Some(old) = previous.members.get(*id).filter(|_| same_incarnation) else { continue };
+                for tp in old.iter().filter(|tp| &tp.topic == name && (tp.partition as usize) < n) {
+                    let count = counts.entry(id).or_default();
+                    let room = if pass == 0 { *count < fair } else { *count == fair && extra > 0 };
+                    if room && owner[tp.partition as usize].is_none() {
+                        owner[tp.partition as usize] = Some(id);
+                        *count += 1;
+                        if pass == 1 {
+                            extra -= 1;
+                        }
+                    }
+                }
+            }
+        }
+        for slot in owner.iter_mut().filter(|o| o.is_none()) {
+            if let Some((id, count)) = counts.iter_mut().min_by_key(|(id, count)| (**count, **id)) {
+                *slot = Some(id);
+                *count += 1;
+            }
+        }
+        for (p, id) in owner.into_iter().enumerate() {
+            if let Some(parts) = id.and_then(|id| result.get_mut(id)) {
+                parts.push(TopicPartition { topic: name.clone(), partition: p as u32 });
+            }
+        }
+    }
+    for parts in result.values_mut() {
+        parts.sort();
+    }
+    result
+}

@@ -1,0 +1,16 @@
+//! The groups Lambda function: consumer groups (`POST /v1/groups/{group}/poll`,
+//! `…/commit`, `…/leave`, `…/seek`; `GET /v1/groups`, `GET|DELETE /v1/groups/{group}`),
+//! behind API Gateway (HTTP API, payload v2). It serves the same axum router as
+//! `sluice serve`, so the routes behave the same everywhere.
+
+use lambda_http::{run, tracing, Error};
+use sluice_api::Config;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    // JSON lines when the function's log format is JSON (template.yaml sets it).
+    tracing::init_default_subscriber();
+    let config = Config::from_env()?;
+    let log = sluice_api::open_backend(&config).await?;
+    run(sluice_api::groups_router(log)).await
+}
