@@ -384,7 +384,7 @@ pub async fn given_members_joining_and_leaving_while_publishers_write_then_every
         last = poll(&groups, &group, Some(&last.member_id), &topic).await;
     }
     assert_eq!(acked.len(), PUBLISHERS * EACH);
-    let delivered = delivered.lock().unwrap();
+    let delivered = delivered.lock().unwrap().clone();
     let missing: Vec<_> = acked.difference(&delivered).collect();
     assert!(missing.is_empty(), "acknowledged events never delivered: {missing:?}");
     for (p, seq) in commits.lock().await.iter() {
