@@ -21,6 +21,7 @@ macro_rules! group_conformance_suite {
             given_two_groups_then_independent_and_a_late_group_replays_everything_from_earliest,
             given_seek_by_timestamp_then_first_event_at_or_after_and_lag_is_watermark_minus_committed,
             given_reset_none_without_offsets_when_poll_then_refused_and_nothing_written,
+            given_long_polling_member_when_event_published_then_poll_returns_it_without_waiting_out,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn given_members_joining_and_leaving_while_publishers_write_then_every_acked_event_delivered() {
@@ -280,6 +281,32 @@ pub async fn given_reset_none_without_offsets_when_poll_then_refused_and_nothing
     assert!(matches!(refused, Err(Error::Invalid { code: "no_committed_offset", .. })), "{refused:?}");
     assert!(!groups.list().await.unwrap().contains(&group), "not even a join");
     assert!(matches!(groups.describe(&group).await, Err(Error::GroupNotFound(_))));
+}
+
+pub async fn given_long_polling_member_when_event_published_then_poll_returns_it_without_waiting_out(
+    backend: &dyn Backend,
+) {
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (log, groups) = groups_on(backend, &clock).await;
+    let (topic, group) = (unique_topic("wait"), unique_topic("g"));
+    log.create_topic(&topic, TopicSpec { partitions: 2, retention_ms: None, retention_bytes: None }).await.unwrap();
+    let member = poll(&groups, &group, None, &topic).await.member_id;
+    let mut req = request(&group, Some(&member), &topic, 10);
+    req.wait_ms = 20_000;
+    let waiting = tokio::spawn({
+        let groups = groups.clone();
+        async move { groups.poll(&req).await }
+    });
+    // The fake clock never moves: only the publish can end the wait.
+    tokio::task::yield_now().await;
+    publish(&log, &topic, 1, [("hello".to_owned(), START_MS)]).await;
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(30), waiting)
+        .await
+        .expect("the publish woke the long poll")
+        .unwrap()
+        .unwrap();
+    assert_eq!(answer.events.len(), 1);
+    assert_eq!((answer.events[0].event.partition, answer.events[0].event.offset), (1, 0));
 }
 
 /// Publishers and members at once; members join and leave. Checks at-least-once

@@ -12,6 +12,7 @@ use bytes::Bytes;
 use sluice_aws::{DynamoStateStore, S3ObjectStore};
 use sluice_conformance::moto::{adapters, moto};
 use sluice_conformance::unique_topic;
+use sluice_core::groups::{CommitOffset, Groups, PollRequest, ResetPolicy};
 use sluice_core::{janitor, Clock, IdempotencyKey, Log, LogConfig, NewEvent, ReadRequest, SystemClock, TopicSpec};
 
 type Counts = BTreeMap<&'static str, u64>;
@@ -158,6 +159,60 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
     per_request("idle long poll of 2 s at a 500 ms interval", &idle, 1);
     let head_reads = idle.get("dynamodb:GetItem").copied().unwrap_or(0);
     assert!((5..=7).contains(&head_reads), "topic read + ~5 head checks, got {idle:?}");
+
+    // A consumer group on the topic: join, polls of 100 events with a commit each, an idle poll.
+    let groups = Groups::new(log.clone());
+    let group = unique_topic("readers");
+    let poll = |member: Option<String>, max_events: usize| PollRequest {
+        group: group.clone(),
+        member_id: member,
+        topics: vec![topic.clone()],
+        max_events,
+        max_bytes: 6 << 20,
+        wait_ms: 0,
+        reset: ResetPolicy::Earliest,
+        session_timeout_ms: None,
+        auto_commit: false,
+    };
+    let mut answer = None;
+    let join = counted!(state, objects, answer = Some(groups.poll(&poll(None, 100)).await.unwrap()));
+    per_request("group poll: join (first member, 100 events)", &join, 1);
+    let member = answer.map(|a| a.member_id).unwrap();
+    const POLLS: usize = 5;
+    let mut last = None;
+    let steady = counted!(state, objects, {
+        for _ in 0..POLLS {
+            let a = groups.poll(&poll(Some(member.clone()), 100)).await.unwrap();
+            assert_eq!(a.events.len(), 100);
+            last = Some(a);
+        }
+    });
+    per_request("group poll: steady member, 100 events", &steady, POLLS);
+    assert_eq!(steady.get("dynamodb:UpdateItem"), Some(&(POLLS as u64)), "one small write per poll: the heartbeat");
+    assert!(!steady.contains_key("dynamodb:TransactWriteItems"), "a poll that changes nothing writes one item");
+    let last = last.unwrap();
+    let mut next: BTreeMap<u32, u64> = BTreeMap::new();
+    for e in &last.events {
+        next.insert(e.event.partition, e.event.offset + 1);
+    }
+    let offsets: Vec<CommitOffset> = next
+        .iter()
+        .map(|(&partition, &offset)| CommitOffset { topic: topic.clone(), partition, offset, metadata: None })
+        .collect();
+    let commit = counted!(state, objects, groups.commit(&group, &member, last.generation, &offsets).await.unwrap());
+    per_request(&format!("group commit of {} partitions", offsets.len()), &commit, 1);
+    assert_eq!(commit.get("dynamodb:TransactWriteItems"), Some(&1));
+    let mut drained = 0;
+    let rest =
+        counted!(state, objects, drained = groups.poll(&poll(Some(member.clone()), 1000)).await.unwrap().events.len());
+    per_request(&format!("group poll: steady member, max 1000 events ({drained} left to read)"), &rest, 1);
+    let idle = counted!(state, objects, {
+        let a = groups.poll(&poll(Some(member.clone()), 1000)).await.unwrap();
+        assert!(a.events.is_empty());
+    });
+    per_request("group poll: idle member, nothing new", &idle, 1);
+    assert_eq!(idle.get("dynamodb:UpdateItem"), Some(&1), "{idle:?}");
+    assert!(!idle.contains_key("s3:GetObject"));
 
     let delete = counted!(state, objects, log.delete_topic(&topic).await.unwrap());
     per_request("delete topic", &delete, 1);

@@ -87,7 +87,11 @@ fn normalize(mut v: Value) -> Value {
     match &mut v {
         Value::Object(map) => {
             for (k, x) in map.iter_mut() {
-                *x = if k == "created_ms" { json!("<time>") } else { normalize(x.take()) };
+                *x = match k.as_str() {
+                    "created_ms" | "expires_at_ms" => json!("<time>"),
+                    "member_id" => json!("<member>"),
+                    _ => normalize(x.take()),
+                };
             }
         }
         Value::Array(items) => items.iter_mut().for_each(|x| *x = normalize(x.take())),
@@ -99,6 +103,7 @@ fn normalize(mut v: Value) -> Value {
 /// Runs the same requests against `base(path)` and records each answer.
 async fn script(client: &reqwest::Client, base: &dyn Fn(&str) -> String, topic: &str) -> Vec<(String, u16, Value)> {
     let t = format!("/v1/topics/{topic}");
+    let g = format!("/v1/groups/{topic}-readers");
     let publish = json!({"events": [
         {"key": "customer-42", "value": {"n": 1}, "timestamp_ms": 1_700_000_000_000_i64},
         {"value": "plain", "partition": 1, "headers": {"h": "v"}, "timestamp_ms": 1_700_000_000_001_i64},
@@ -117,6 +122,18 @@ async fn script(client: &reqwest::Client, base: &dyn Fn(&str) -> String, topic: 
         (Method::GET, format!("{t}/partitions/1/offsets?timestamp_ms=1700000000002"), None),
         (Method::GET, t.clone(), None),
         (Method::POST, "/v1/topics/no-such-topic/events".into(), Some(json!({"events": [{"value": 1}]}))),
+        // A consumer group reads the topic: join and fetch, commit, describe with lag, leave.
+        (Method::POST, format!("{g}/poll"), Some(json!({"topics": [topic], "max_events": 100}))),
+        (
+            Method::POST,
+            format!("{g}/commit"),
+            Some(
+                json!({"member_id": "$member", "generation": 1, "offsets": [{"topic": topic, "partition": 1, "offset": 2}]}),
+            ),
+        ),
+        (Method::GET, g.clone(), None),
+        (Method::POST, format!("{g}/leave"), Some(json!({"member_id": "$member"}))),
+        (Method::GET, "/v1/groups".into(), None),
         (Method::DELETE, t.clone(), None),
         (Method::GET, t.clone(), None),
         // The sequence that once acked a publish to a deleted topic on AWS and showed its
@@ -131,9 +148,15 @@ async fn script(client: &reqwest::Client, base: &dyn Fn(&str) -> String, topic: 
         (Method::GET, format!("{t}/partitions/1/events?offset=0&limit=10"), None),
     ];
     let mut answers = Vec::new();
+    // The member id a poll answered, for the steps after it (it differs between runs).
+    let mut member = String::new();
     for (method, path, body) in steps {
         let label = format!("{method} {path}");
+        let body = body.map(|b| serde_json::from_str(&b.to_string().replace("$member", &member)).unwrap());
         let (status, value) = call(client, &base(&path), method, &path, body.as_ref()).await;
+        if let Some(id) = value.get("member_id").and_then(Value::as_str) {
+            member = id.to_owned();
+        }
         answers.push((label, status, normalize(value)));
     }
     answers
@@ -141,7 +164,9 @@ async fn script(client: &reqwest::Client, base: &dyn Fn(&str) -> String, topic: 
 
 /// The function serving a path, as template.yaml routes it (the script POSTs to every …/events it uses).
 fn function_for(path: &str) -> &'static str {
-    if path.contains("/partitions/") {
+    if path.starts_with("/v1/groups") {
+        "sluice-groups"
+    } else if path.contains("/partitions/") {
         "sluice-read"
     } else if path.ends_with("/events") {
         "sluice-publish"
@@ -164,7 +189,7 @@ async fn given_functions_under_cargo_lambda_watch_on_moto_then_answers_match_ser
     tokio::spawn(async move { axum::serve(listener, sluice_api::router(log)).await });
     let expected = script(&client, &|_| serve_base.clone(), &topic).await;
 
-    let functions = ["sluice-admin", "sluice-publish", "sluice-read"];
+    let functions = ["sluice-admin", "sluice-publish", "sluice-read", "sluice-groups"];
     let ports: Vec<u16> = functions.iter().map(|_| free_port()).collect();
     let _watches: Vec<Watch> = functions.iter().zip(&ports).map(|(f, &port)| start_watch(f, port)).collect();
     let url = |function: &str| {
@@ -192,8 +217,16 @@ async fn given_functions_under_cargo_lambda_watch_on_moto_then_answers_match_ser
     // The answers say something: the publish landed, the replay found it, the delete took hold.
     assert_eq!(expected[4].1, 200);
     assert!(expected[6].2["events"].as_array().map_or(0, Vec::len) >= 4, "{}", expected[6].2);
-    assert_eq!(expected[14].1, 404, "publish to a deleted topic: {:?}", expected[14]);
-    let reborn = &expected[17].2["events"];
+    assert_eq!(
+        expected[12].2["events"].as_array().map(Vec::len),
+        Some(6),
+        "the group got every event: {:?}",
+        expected[12]
+    );
+    assert_eq!(expected[13].1, 204, "commit: {:?}", expected[13]);
+    assert_eq!(expected[14].2["lag"], 4, "lag after committing 2 of partition 1's 4 events: {:?}", expected[14]);
+    assert_eq!(expected[19].1, 404, "publish to a deleted topic: {:?}", expected[19]);
+    let reborn = &expected[22].2["events"];
     assert_eq!(reborn.as_array().map(Vec::len), Some(1), "only the new topic's event: {reborn}");
     assert_eq!(reborn[0]["offset"], 0);
 

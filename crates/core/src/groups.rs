@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::layout;
+use crate::layout::{self, HeadRecord};
 use crate::log::Log;
 use crate::model::{Event, OffsetQuery, TopicConfig};
 use crate::store::{Expect, Key, Query, StateStore, WriteOp, MAX_WRITE_OPS};
@@ -311,13 +311,15 @@ impl Groups {
             let state = self.state(&req.group).await?;
             let member_id = match &req.member_id {
                 Some(id) if state.members.contains_key(id) => id.clone(),
-                Some(id) => return Err(conflict(
-                    "unknown_member",
-                    format!(
+                Some(id) => {
+                    return Err(conflict(
+                        "unknown_member",
+                        format!(
                         "member '{id}' is not in group '{}' (its session ended): poll without a member_id to rejoin",
                         req.group
                     ),
-                )),
+                    ))
+                }
                 None => format!("{:016x}", self.log.random().next_u64()),
             };
             // The other topics the group reads (other members' subscriptions) count for the assignment too.
@@ -367,12 +369,13 @@ impl Groups {
             let offsets = self.offsets(&req.group).await?;
             let mut positions: Vec<(TopicConfig, u32, u64)> = Vec::with_capacity(mine.len());
             let mut auto_commits: Vec<(TopicPartition, u64)> = Vec::new();
+            let heads = self.heads(mine.iter().map(|tp| &all_topics[&tp.topic])).await?;
             for tp in &mine {
                 let topic = &all_topics[&tp.topic];
                 let key = tp_key(&tp.topic, tp.partition);
                 let trusted_from = record.since.get(&key).copied().unwrap_or(0);
                 let kept = previous.positions.get(&key).copied().filter(|_| previous.positions_version >= trusted_from);
-                let (head, _) = topics::head(self.store(), topic.id, tp.partition).await?;
+                let head = head_of(&heads, topic.id, tp.partition);
                 let committed = offsets
                     .get(&key)
                     .filter(|(o, _)| o.topic_id == topic.id && o.offset >= head.start && o.offset <= head.next)
@@ -458,7 +461,7 @@ impl Groups {
                 }
             }
 
-            let events = self.fetch(&positions, max_events, max_bytes, wait_ms).await?;
+            let events = self.fetch(&positions, heads, max_events, max_bytes, wait_ms).await?;
             for e in &events {
                 member.positions.insert(tp_key(&e.topic, e.event.partition), e.event.offset + 1);
             }
@@ -479,23 +482,44 @@ impl Groups {
         }))
     }
 
-    /// Reads up to `max_events` from the positions, spreading the budget over partitions,
-    /// waiting up to `wait_ms` for the first event.
+    /// The heads of every partition of these topics: one query per topic.
+    async fn heads<'a>(
+        &self,
+        topics: impl Iterator<Item = &'a TopicConfig>,
+    ) -> Result<BTreeMap<u64, Vec<(HeadRecord, u64)>>, StorageError> {
+        let mut heads = BTreeMap::new();
+        for topic in topics {
+            if !heads.contains_key(&topic.id) {
+                heads.insert(topic.id, topics::heads(self.store(), topic).await?);
+            }
+        }
+        Ok(heads)
+    }
+
+    /// Reads up to `max_events` from the positions, waiting up to `wait_ms` for the first
+    /// event. The budget goes round the partitions from a random one, so a deep backlog on
+    /// one partition cannot starve the others.
     async fn fetch(
         &self,
         positions: &[(TopicConfig, u32, u64)],
+        mut heads: BTreeMap<u64, Vec<(HeadRecord, u64)>>,
         max_events: usize,
         max_bytes: usize,
         wait_ms: u64,
     ) -> Result<Vec<GroupEvent>, Error> {
         let mut events = Vec::new();
+        if positions.is_empty() {
+            return Ok(events);
+        }
+        let first = (self.log.random().next_u64() % positions.len() as u64) as usize;
         for round in 0..2 {
             let (mut events_left, mut bytes_left) = (max_events, max_bytes);
-            for (topic, partition, offset) in positions {
+            for i in 0..positions.len() {
+                let (topic, partition, offset) = &positions[(first + i) % positions.len()];
                 if events_left == 0 || bytes_left == 0 {
                     break;
                 }
-                let (head, _) = topics::head(self.store(), topic.id, *partition).await?;
+                let head = head_of(&heads, topic.id, *partition);
                 if *offset >= head.next || *offset < head.start {
                     continue;
                 }
@@ -510,6 +534,7 @@ impl Groups {
                 break;
             }
             self.log.wait_for_any(positions, wait_ms).await?;
+            heads = self.heads(positions.iter().map(|(t, _, _)| t)).await?;
         }
         Ok(events)
     }
@@ -837,6 +862,10 @@ impl Groups {
         }
         Ok(())
     }
+}
+
+fn head_of(heads: &BTreeMap<u64, Vec<(HeadRecord, u64)>>, topic_id: u64, partition: u32) -> HeadRecord {
+    heads.get(&topic_id).and_then(|h| h.get(partition as usize)).map(|(h, _)| *h).unwrap_or_default()
 }
 
 /// Balanced, sticky assignment, per topic over the members subscribed to it: each
