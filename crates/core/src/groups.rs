@@ -489,8 +489,8 @@ impl Groups {
     ) -> Result<BTreeMap<u64, Vec<(HeadRecord, u64)>>, StorageError> {
         let mut heads = BTreeMap::new();
         for topic in topics {
-            if !heads.contains_key(&topic.id) {
-                heads.insert(topic.id, topics::heads(self.store(), topic).await?);
+            if let std::collections::btree_map::Entry::Vacant(slot) = heads.entry(topic.id) {
+                slot.insert(topics::heads(self.store(), topic).await?);
             }
         }
         Ok(heads)
