@@ -46,12 +46,12 @@ fn per_request(label: &str, counts: &Counts, requests: usize) {
     println!("COUNTS {label}: {requests} requests; per request: {}", per.join(" "));
 }
 
-/// Runs `f` and answers the requests it made.
+/// Runs `f` and answers its value and the requests it made.
 macro_rules! counted {
     ($state:expr, $objects:expr, $f:expr) => {{
         let before = all_counts(&$state, &$objects);
-        $f;
-        delta(&all_counts(&$state, &$objects), &before)
+        let value = $f;
+        (value, delta(&all_counts(&$state, &$objects), &before))
     }};
 }
 
@@ -70,17 +70,17 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
     let topic = unique_topic("costs");
     let spec = TopicSpec { partitions: 8, retention_ms: None, retention_bytes: None };
 
-    let create = counted!(state, objects, log.create_topic(&topic, spec).await.unwrap());
+    let (_, create) = counted!(state, objects, log.create_topic(&topic, spec).await.unwrap());
     per_request("create topic", &create, 1);
     assert_eq!(create, Counts::from([("dynamodb:GetItem", 1), ("dynamodb:UpdateItem", 1)]));
 
     // A fresh (or long-frozen) instance reads the topic and the partition head first.
-    let cold = counted!(state, objects, log.publish(&topic, vec![kib_event(0, false)], None).await.unwrap());
+    let (_, cold) = counted!(state, objects, log.publish(&topic, vec![kib_event(0, false)], None).await.unwrap());
     per_request("cold publish, batch 1", &cold, 1);
     assert_eq!(cold, Counts::from([("dynamodb:GetItem", 2), ("dynamodb:TransactWriteItems", 1), ("s3:PutObject", 1)]));
 
     const WARM: usize = 20;
-    let batch1 = counted!(state, objects, {
+    let (_, batch1) = counted!(state, objects, {
         for i in 0..WARM {
             log.publish(&topic, vec![kib_event(i, false)], None).await.unwrap();
         }
@@ -89,7 +89,7 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
     assert_eq!(batch1, Counts::from([("dynamodb:TransactWriteItems", WARM as u64), ("s3:PutObject", WARM as u64)]));
 
     const BATCHES: usize = 5;
-    let batch100 = counted!(state, objects, {
+    let (_, batch100) = counted!(state, objects, {
         for b in 0..BATCHES {
             log.publish(&topic, (0..100).map(|i| kib_event(b * 100 + i, false)).collect(), None).await.unwrap();
         }
@@ -103,7 +103,7 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
     // Keyed over 8 partitions: the first batch reads the 7 heads this instance has not seen yet.
     let keyed = |b: usize| (0..100).map(|i| kib_event(10_000 + b * 100 + i, true)).collect::<Vec<_>>();
     log.publish(&topic, keyed(0), None).await.unwrap();
-    let spread = counted!(state, objects, {
+    let (_, spread) = counted!(state, objects, {
         for b in 1..=BATCHES {
             log.publish(&topic, keyed(b), None).await.unwrap();
         }
@@ -114,7 +114,7 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
         Counts::from([("dynamodb:TransactWriteItems", BATCHES as u64), ("s3:PutObject", BATCHES as u64)])
     );
 
-    let idempotent = counted!(state, objects, {
+    let (_, idempotent) = counted!(state, objects, {
         for i in 0..10 {
             let key = IdempotencyKey { key: format!("k{i}"), fingerprint: vec![1; 32] };
             log.publish(&topic, vec![kib_event(i, false)], Some(key)).await.unwrap();
@@ -136,14 +136,14 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
         max_bytes: 6 << 20,
         wait_ms,
     };
-    let replay100 = counted!(state, objects, {
+    let (_, replay100) = counted!(state, objects, {
         let page = log.read(&read(1 + WARM as u64, 100, 0)).await.unwrap();
         assert_eq!(page.events.len(), 100);
     });
     per_request("replay 100 events from one batch-100 segment", &replay100, 1);
     assert_eq!(replay100, Counts::from([("dynamodb:GetItem", 2), ("dynamodb:Query", 1), ("s3:GetObject", 1)]));
 
-    let singles = counted!(state, objects, {
+    let (_, singles) = counted!(state, objects, {
         let page = log.read(&read(1, WARM, 0)).await.unwrap();
         assert_eq!(page.events.len(), WARM);
     });
@@ -152,7 +152,7 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
 
     // An idle long poll: one head read per check interval.
     let hw = log.describe_topic(&topic).await.unwrap().1[0].high_watermark;
-    let idle = counted!(state, objects, {
+    let (_, idle) = counted!(state, objects, {
         let page = log.read(&read(hw, 10, 2_000)).await.unwrap();
         assert!(page.events.is_empty());
     });
@@ -174,13 +174,12 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
         session_timeout_ms: None,
         auto_commit: false,
     };
-    let mut answer = None;
-    let join = counted!(state, objects, answer = Some(groups.poll(&poll(None, 100)).await.unwrap()));
+    let (answer, join) = counted!(state, objects, groups.poll(&poll(None, 100)).await.unwrap());
     per_request("group poll: join (first member, 100 events)", &join, 1);
-    let member = answer.map(|a| a.member_id).unwrap();
+    let member = answer.member_id;
     const POLLS: usize = 5;
     let mut last = None;
-    let steady = counted!(state, objects, {
+    let (_, steady) = counted!(state, objects, {
         for _ in 0..POLLS {
             let a = groups.poll(&poll(Some(member.clone()), 100)).await.unwrap();
             assert_eq!(a.events.len(), 100);
@@ -199,14 +198,15 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
         .iter()
         .map(|(&partition, &offset)| CommitOffset { topic: topic.clone(), partition, offset, metadata: None })
         .collect();
-    let commit = counted!(state, objects, groups.commit(&group, &member, last.generation, &offsets).await.unwrap());
+    let (_, commit) =
+        counted!(state, objects, groups.commit(&group, &member, last.generation, &offsets).await.unwrap());
     per_request(&format!("group commit of {} partitions", offsets.len()), &commit, 1);
     assert_eq!(commit.get("dynamodb:TransactWriteItems"), Some(&1));
     let mut drained = 0;
     let rest =
         counted!(state, objects, drained = groups.poll(&poll(Some(member.clone()), 1000)).await.unwrap().events.len());
     per_request(&format!("group poll: steady member, max 1000 events ({drained} left to read)"), &rest, 1);
-    let idle = counted!(state, objects, {
+    let (_, idle) = counted!(state, objects, {
         let a = groups.poll(&poll(Some(member.clone()), 1000)).await.unwrap();
         assert!(a.events.is_empty());
     });
@@ -214,7 +214,7 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
     assert_eq!(idle.get("dynamodb:UpdateItem"), Some(&1), "{idle:?}");
     assert!(!idle.contains_key("s3:GetObject"));
 
-    let delete = counted!(state, objects, log.delete_topic(&topic).await.unwrap());
+    let (_, delete) = counted!(state, objects, log.delete_topic(&topic).await.unwrap());
     per_request("delete topic", &delete, 1);
     assert_eq!(delete, Counts::from([("dynamodb:GetItem", 1), ("dynamodb:TransactWriteItems", 1)]));
 
