@@ -203,7 +203,7 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
     per_request(&format!("group commit of {} partitions", offsets.len()), &commit, 1);
     assert_eq!(commit.get("dynamodb:TransactWriteItems"), Some(&1));
     let mut drained = 0;
-    let rest =
+    let (_, rest) =
         counted!(state, objects, drained = groups.poll(&poll(Some(member.clone()), 1000)).await.unwrap().events.len());
     per_request(&format!("group poll: steady member, max 1000 events ({drained} left to read)"), &rest, 1);
     let (_, idle) = counted!(state, objects, {
@@ -218,7 +218,7 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
     per_request("delete topic", &delete, 1);
     assert_eq!(delete, Counts::from([("dynamodb:GetItem", 1), ("dynamodb:TransactWriteItems", 1)]));
 
-    let purge =
+    let (_, purge) =
         counted!(state, objects, { while janitor::step(state.as_ref(), janitor::STEP_BUDGET).await.unwrap().more {} });
     per_request("janitor: purge the deleted topic (~560 index items)", &purge, 1);
     assert!(purge.contains_key("dynamodb:BatchWriteItem"), "{purge:?}");
