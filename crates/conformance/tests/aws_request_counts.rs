@@ -202,9 +202,8 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
         counted!(state, objects, groups.commit(&group, &member, last.generation, &offsets).await.unwrap());
     per_request(&format!("group commit of {} partitions", offsets.len()), &commit, 1);
     assert_eq!(commit.get("dynamodb:TransactWriteItems"), Some(&1));
-    let mut drained = 0;
-    let (_, rest) =
-        counted!(state, objects, drained = groups.poll(&poll(Some(member.clone()), 1000)).await.unwrap().events.len());
+    let (drained, rest) =
+        counted!(state, objects, groups.poll(&poll(Some(member.clone()), 1000)).await.unwrap().events.len());
     per_request(&format!("group poll: steady member, max 1000 events ({drained} left to read)"), &rest, 1);
     let (_, idle) = counted!(state, objects, {
         let a = groups.poll(&poll(Some(member.clone()), 1000)).await.unwrap();
