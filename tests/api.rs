@@ -287,3 +287,44 @@ async fn given_large_binary_events_when_replayed_then_the_rendered_page_fits_a_l
     assert!(!events.is_empty() && events.len() < 8, "{} events", events.len());
     assert_eq!(page["next_offset"], events.len(), "the next page starts where this one stopped");
 }
+
+#[tokio::test]
+async fn given_bad_group_requests_then_documented_4xx_json_and_no_group_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path());
+    let c = client();
+    create_topic(&c, &s, "g-topic", 2).await;
+    let post = |path: &str, body: Value| {
+        let (c, url) = (c.clone(), s.url(path));
+        async move {
+            let r = c.post(url).json(&body).send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let cases: Vec<(&str, Value, u16, &str)> = vec![
+        ("/v1/groups/g1/poll", json!({ "topics": [] }), 400, "invalid_topics"),
+        ("/v1/groups/g1/poll", json!({ "topics": ["nope"] }), 404, "topic_not_found"),
+        ("/v1/groups/g1/poll", json!({ "topics": ["g-topic"], "max_events": 0 }), 400, "invalid_max_events"),
+        (
+            "/v1/groups/g1/poll",
+            json!({ "topics": ["g-topic"], "session_timeout_ms": 10 }),
+            400,
+            "invalid_session_timeout",
+        ),
+        ("/v1/groups/g1/poll", json!({ "topics": ["g-topic"], "reset": "none" }), 400, "no_committed_offset"),
+        ("/v1/groups/g1/poll", json!({ "topics": ["g-topic"], "reset": "sometimes" }), 400, "invalid_request"),
+        ("/v1/groups/g1/poll", json!({ "topics": ["g-topic"], "member_id": "ghost" }), 409, "unknown_member"),
+        ("/v1/groups/bad%20name/poll", json!({ "topics": ["g-topic"] }), 400, "invalid_name"),
+        ("/v1/groups/g1/commit", json!({ "member_id": "m", "generation": 1, "offsets": [] }), 404, "group_not_found"),
+        ("/v1/groups/g1/seek", json!({ "topic": "g-topic", "to": "earliest", "offset": 3 }), 400, "invalid_seek"),
+        ("/v1/groups/g1/leave", json!({}), 400, "invalid_request"),
+    ];
+    for (path, body, status, code) in cases {
+        let (got, answer) = post(path, body.clone()).await;
+        assert_eq!((got, answer["error"]["code"].as_str()), (status, Some(code)), "{path} {body}: {answer}");
+    }
+    let groups: Value = c.get(s.url("/v1/groups")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(groups, json!({ "groups": [] }), "no refused request created a group");
+    let missing = c.get(s.url("/v1/groups/g1")).send().await.unwrap();
+    assert_eq!(missing.status(), 404);
+}
