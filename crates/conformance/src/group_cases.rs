@@ -22,6 +22,7 @@ macro_rules! group_conformance_suite {
             given_seek_by_timestamp_then_first_event_at_or_after_and_lag_is_watermark_minus_committed,
             given_reset_none_without_offsets_when_poll_then_refused_and_nothing_written,
             given_long_polling_member_when_event_published_then_poll_returns_it_without_waiting_out,
+            given_member_owning_120_partitions_when_auto_commit_then_every_partition_commits,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn given_members_joining_and_leaving_while_publishers_write_then_every_acked_event_delivered() {
@@ -259,8 +260,15 @@ pub async fn given_seek_by_timestamp_then_first_event_at_or_after_and_lag_is_wat
     assert_eq!((d.partitions[0].committed, d.partitions[0].high_watermark, d.partitions[0].lag), (Some(7), 10, 3));
 
     // 1,041 falls between the events stamped 1,040 (offset 4) and 1,050 (offset 5).
+    let past_end = groups.commit(&group, &answer.member_id, answer.generation, &[commit_of(&topic, 0, 11)]).await;
+    assert!(matches!(past_end, Err(Error::OffsetOutOfRange { high_watermark: 10, .. })), "{past_end:?}");
     let moved = groups.seek(&group, &topic, None, SeekTarget::Timestamp(1_041)).await.unwrap();
     assert_eq!(moved, vec![(0, 5)]);
+    let undo = groups.commit(&group, &answer.member_id, answer.generation, &[commit_of(&topic, 0, 10)]).await;
+    assert!(
+        matches!(undo, Err(Error::Conflict { code: "stale_generation", .. })),
+        "progress from before a seek cannot undo it: {undo:?}"
+    );
     let d = groups.describe(&group).await.unwrap();
     assert_eq!((d.partitions[0].committed, d.partitions[0].lag), (Some(5), 5), "seek may move backwards");
     let after = poll(&groups, &group, Some(&answer.member_id), &topic).await;
@@ -307,6 +315,34 @@ pub async fn given_long_polling_member_when_event_published_then_poll_returns_it
         .unwrap();
     assert_eq!(answer.events.len(), 1);
     assert_eq!((answer.events[0].event.partition, answer.events[0].event.offset), (1, 0));
+}
+
+pub async fn given_member_owning_120_partitions_when_auto_commit_then_every_partition_commits(backend: &dyn Backend) {
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (log, groups) = groups_on(backend, &clock).await;
+    let (topic, group) = (unique_topic("wide"), unique_topic("g"));
+    log.create_topic(&topic, TopicSpec { partitions: 120, retention_ms: None, retention_bytes: None }).await.unwrap();
+    let events: Vec<NewEvent> = (0..120u32)
+        .map(|p| NewEvent {
+            key: None,
+            headers: Vec::new(),
+            value: Bytes::from(format!("e{p}")),
+            value_is_json: false,
+            timestamp_ms: None,
+            partition: Some(p),
+        })
+        .collect();
+    log.publish(&topic, events, None).await.unwrap();
+    let mut req = request(&group, None, &topic, 1000);
+    req.auto_commit = true;
+    let first = groups.poll(&req).await.unwrap();
+    assert_eq!(first.events.len(), 120);
+    req.member_id = Some(first.member_id);
+    let second = groups.poll(&req).await.unwrap();
+    assert!(second.events.is_empty());
+    let d = groups.describe(&group).await.unwrap();
+    assert!(d.partitions.iter().all(|p| p.committed == Some(1)), "more offsets than one write holds, all committed");
+    assert_eq!(d.partitions.iter().map(|p| p.lag).sum::<u64>(), 0);
 }
 
 /// Publishers and members at once; members join and leave. Checks at-least-once

@@ -127,10 +127,11 @@ impl Committer {
             Ok(blob) => blob,
             Err(e) => return self.fail_all(group, e),
         };
-        // A group too large for one atomic write, holding concurrent retries of one request,
-        // or in which one request's taken key or deleted topic would fail its neighbours,
-        // is committed one request at a time.
-        if group.len() > 1 && (ops_needed(&group, &layout) > MAX_WRITE_OPS || repeats_a_key(&group)) {
+        // A group too large for one atomic write, holding concurrent retries of one request
+        // or requests for two incarnations of one topic name, or in which one request's taken
+        // key or deleted topic would fail its neighbours, is committed one request at a time.
+        let unusual = ops_needed(&group, &layout) > MAX_WRITE_OPS || repeats_a_key(&group) || two_incarnations(&group);
+        if group.len() > 1 && unusual {
             return self.commit_each(group).await;
         }
         match self.index(&group, &layout, &blob).await {
@@ -142,8 +143,14 @@ impl Committer {
             Err(CommitError::TopicGone | CommitError::KeyTaken) if group.len() > 1 => {
                 self.commit_each(group).await;
             }
+            Err(CommitError::Storage(e)) => self.fail_all(group, e),
             Err(e) => {
-                if let Some(p) = group.into_iter().next() {
+                for p in group {
+                    let e = match &e {
+                        CommitError::TopicGone => CommitError::TopicGone,
+                        CommitError::KeyTaken => CommitError::KeyTaken,
+                        CommitError::Storage(e) => CommitError::Storage(e.same_kind()),
+                    };
                     let answer = self.answer(&p, e).await;
                     let _ = p.reply.send(answer);
                 }
@@ -241,6 +248,12 @@ impl Committer {
         let mut unknown: Vec<Vec<u64>> = Vec::new();
         for attempt in 0..MAX_ATTEMPTS {
             self.load_heads(&layout.segments[chunk.clone()]).await?;
+            // After a lost answer, look again with the heads just read: a write that landed
+            // late shows in them, and so in its segment item now; one landing after this
+            // read makes the next write's head condition fail, and is found then.
+            if !unknown.is_empty() && self.resolve_unknown(layout, blob, chunk.clone(), &unknown, bases).await? {
+                return Ok(());
+            }
             let plan = self.plan(group, layout, blob, chunk.clone(), with_records, bases);
             let Plan { ops, kinds, heads } = plan;
             let outcome = self.store.write(ops).await;
@@ -455,6 +468,15 @@ fn repeats_a_key(group: &[Pending]) -> bool {
     keys.sort_unstable();
     keys.dedup();
     keys.len() < n
+}
+
+/// Whether the group names one topic under two ids (a cached config and a re-created topic):
+/// one write cannot check both records of one name.
+fn two_incarnations(group: &[Pending]) -> bool {
+    let mut topics: Vec<(&str, u64)> = group.iter().map(|p| (p.topic.name.as_str(), p.topic.id)).collect();
+    topics.sort_unstable();
+    topics.dedup();
+    topics.windows(2).any(|w| w[0].0 == w[1].0)
 }
 
 /// Operations one write of the whole group would need.

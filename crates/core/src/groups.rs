@@ -410,6 +410,9 @@ impl Groups {
                 positions: positions.iter().map(|(t, p, o)| (tp_key(&t.name, *p), *o)).collect(),
                 positions_version: version_after,
             };
+            // The member item's version as this poll leaves it: every write to it is conditional,
+            // so an evicted member's late heartbeat cannot bring it back.
+            let mut member_version = state.members.get(&member_id).map_or(0, |(_, v, _)| *v);
             if rebalance {
                 // The new assignment takes effect before anything is fetched under it.
                 let mut ops = vec![
@@ -422,9 +425,10 @@ impl Groups {
                         key: member_key(&req.group, &member_id),
                         value: layout::encode(&member),
                         expires_at_ms: Some(expires),
-                        expect: Expect::Any,
+                        expect: if member_version == 0 { Expect::Absent } else { Expect::Version(member_version) },
                     },
                 ];
+                member_version += 1;
                 if state.version == 0 {
                     ops.push(WriteOp::Put {
                         key: registry_key(&req.group),
@@ -441,7 +445,6 @@ impl Groups {
                     Err(e) => return Err(e.into()),
                 }
             } else if !auto_commits.is_empty() {
-                let (_, member_version, _) = state.members[&member_id];
                 let commits: Vec<CommitOffset> = auto_commits
                     .iter()
                     .map(|(tp, o)| CommitOffset {
@@ -451,13 +454,23 @@ impl Groups {
                         metadata: None,
                     })
                     .collect();
-                match self
-                    .write_commit(&req.group, &state, &member_id, member_version, &all_topics, &offsets, &commits)
-                    .await
-                {
-                    Ok(()) => {}
-                    Err(Error::Conflict { .. }) => continue,
-                    Err(e) => return Err(e),
+                // Each write carries its two checks, so a member owning many partitions commits in chunks.
+                let mut raced = false;
+                for chunk in commits.chunks(MAX_COMMIT_OFFSETS) {
+                    let written = self
+                        .write_commit(&req.group, &state, &member_id, member_version, &all_topics, &offsets, chunk)
+                        .await;
+                    match written {
+                        Ok(()) => {}
+                        Err(Error::Conflict { .. }) => {
+                            raced = true;
+                            break;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                if raced {
+                    continue;
                 }
             }
 
@@ -471,9 +484,19 @@ impl Groups {
                 key: member_key(&req.group, &member_id),
                 value: layout::encode(&member),
                 expires_at_ms: Some(self.now() + session as i64),
-                expect: Expect::Any,
+                expect: if member_version == 0 { Expect::Absent } else { Expect::Version(member_version) },
             };
-            self.store().write(vec![heartbeat]).await?;
+            match self.store().write(vec![heartbeat]).await {
+                Ok(()) => {}
+                // Its session ended while it waited (or it left): the events go to the next owner.
+                Err(StorageError::ConditionFailed { .. }) => {
+                    return Err(conflict(
+                        "unknown_member",
+                        format!("member '{member_id}' was evicted from group '{}' during its poll", req.group),
+                    ))
+                }
+                Err(e) => return Err(e.into()),
+            }
             return Ok(PollAnswer { member_id, generation: record.generation, assignment: mine, events });
         }
         Err(Error::Throttled(StorageError::Throttled {
@@ -509,6 +532,8 @@ impl Groups {
     ) -> Result<Vec<GroupEvent>, Error> {
         let mut events = Vec::new();
         if positions.is_empty() {
+            // Nothing assigned (more members than partitions): hold the poll rather than spin.
+            self.log.clock().sleep(wait_ms).await;
             return Ok(events);
         }
         let first = (self.log.random().next_u64() % positions.len() as u64) as usize;
@@ -579,6 +604,19 @@ impl Groups {
                     topics_read.insert(o.topic.clone(), topics::live(self.store(), &o.topic).await?);
                 }
             }
+            // An offset past the end would freeze the partition's committed offset (they never go back).
+            let heads = self.heads(topics_read.values()).await?;
+            for o in offsets {
+                let Some(topic) = topics_read.get(&o.topic) else { continue };
+                let head = head_of(&heads, topic.id, o.partition);
+                if o.offset > head.next {
+                    return Err(Error::OffsetOutOfRange {
+                        offset: o.offset,
+                        log_start_offset: head.start,
+                        high_watermark: head.next,
+                    });
+                }
+            }
             let current = self.offsets(group).await?;
             match self.write_commit(group, &state, member_id, *member_version, &topics_read, &current, offsets).await {
                 Err(Error::Conflict { code: "raced", .. }) => continue,
@@ -618,6 +656,13 @@ impl Groups {
                 ));
             }
             let Some(topic) = topics.get(&o.topic) else { return Err(Error::TopicNotFound(o.topic.clone())) };
+            if state.record.topics.get(&o.topic) != Some(&topic.id) {
+                // The topic was re-created since this generation's assignment: its offsets mean nothing now.
+                return Err(conflict(
+                    "stale_generation",
+                    format!("topic '{}' was re-created since generation {}", o.topic, state.record.generation),
+                ));
+            }
             let key = tp_key(&o.topic, o.partition);
             if !seen.insert(key.clone()) {
                 return Err(Error::invalid("duplicate_offset", format!("{}/{} appears twice", o.topic, o.partition)));
@@ -668,16 +713,19 @@ impl Groups {
             let mut record = state.record.clone();
             let assignment = assign(&state.record, &subscriptions, &all_topics);
             let version_after = state.version + 1;
+            let topic_ids: BTreeMap<String, u64> = all_topics.iter().map(|(n, t)| (n.clone(), t.id)).collect();
             for (id, parts) in &assignment {
                 for tp in parts {
-                    if !state.record.members.get(id).is_some_and(|old| old.contains(tp)) {
+                    let before = state.record.members.get(id).is_some_and(|old| old.contains(tp));
+                    let same_topic = state.record.topics.get(&tp.topic) == topic_ids.get(&tp.topic);
+                    if !(before && same_topic) {
                         record.since.insert(tp_key(&tp.topic, tp.partition), version_after);
                     }
                 }
             }
             record.generation += 1;
             record.members = assignment;
-            record.topics = all_topics.iter().map(|(n, t)| (n.clone(), t.id)).collect();
+            record.topics = topic_ids;
             let ops = vec![
                 WriteOp::replace(meta_key(group), layout::encode(&record), Some(state.version).filter(|v| *v > 0)),
                 WriteOp::Delete { key: member_key(group, member_id), expect: Expect::Any },
@@ -706,10 +754,12 @@ impl Groups {
         names::validate("group", group)?;
         names::validate("topic", topic)?;
         let t = topics::live(self.store(), topic).await?;
-        let chosen: Vec<u32> = match partitions {
+        let mut chosen: Vec<u32> = match partitions {
             Some(ps) => ps.to_vec(),
             None => (0..t.spec.partitions).collect(),
         };
+        chosen.sort_unstable();
+        chosen.dedup();
         if let Some(p) = chosen.iter().find(|p| **p >= t.spec.partitions) {
             return Err(Error::PartitionNotFound { topic: topic.to_owned(), partition: *p });
         }
@@ -724,49 +774,55 @@ impl Groups {
             };
             moved.push((p, offset));
         }
-        // The offsets first, then the group record: until it changes, members keep their
-        // positions; from then on, their next polls resume from the new offsets.
-        for chunk in moved.chunks(MAX_WRITE_OPS) {
-            let ops = chunk
-                .iter()
-                .map(|&(p, offset)| WriteOp::Put {
+        // Each write moves a chunk of offsets and bumps the group record together: a commit that
+        // read the group before fails its check, so no commit can undo the seek, and commits of
+        // progress made before it carry a generation that is now stale. Members' next polls
+        // resume from the new offsets (their positions predate the partitions' `since`).
+        for chunk in moved.chunks(MAX_WRITE_OPS - 2) {
+            let mut done = false;
+            for _ in 0..MAX_ATTEMPTS {
+                let state = self.state(group).await?;
+                let mut record = state.record.clone();
+                record.generation += 1;
+                for &(p, _) in chunk {
+                    record.since.insert(tp_key(topic, p), state.version + 1);
+                }
+                let mut ops = vec![WriteOp::replace(
+                    meta_key(group),
+                    layout::encode(&record),
+                    Some(state.version).filter(|v| *v > 0),
+                )];
+                if state.version == 0 {
+                    ops.push(WriteOp::Put {
+                        key: registry_key(group),
+                        value: layout::encode(&RegistryRecord { created_ms: self.now() }),
+                        expires_at_ms: None,
+                        expect: Expect::Any,
+                    });
+                }
+                ops.extend(chunk.iter().map(|&(p, offset)| WriteOp::Put {
                     key: offset_key(group, topic, p),
                     value: layout::encode(&OffsetRecord { topic_id: t.id, offset, metadata: None }),
                     expires_at_ms: None,
                     expect: Expect::Any,
-                })
-                .collect();
-            self.store().write(ops).await?;
-        }
-        for _ in 0..MAX_ATTEMPTS {
-            let state = self.state(group).await?;
-            let mut record = state.record.clone();
-            for &(p, _) in &moved {
-                record.since.insert(tp_key(topic, p), state.version + 1);
+                }));
+                match self.store().write(ops).await {
+                    Ok(()) => {
+                        done = true;
+                        break;
+                    }
+                    Err(StorageError::ConditionFailed { .. }) => continue,
+                    Err(e) => return Err(e.into()),
+                }
             }
-            let mut ops = vec![WriteOp::replace(
-                meta_key(group),
-                layout::encode(&record),
-                Some(state.version).filter(|v| *v > 0),
-            )];
-            if state.version == 0 {
-                ops.push(WriteOp::Put {
-                    key: registry_key(group),
-                    value: layout::encode(&RegistryRecord { created_ms: self.now() }),
-                    expires_at_ms: None,
-                    expect: Expect::Any,
-                });
-            }
-            match self.store().write(ops).await {
-                Ok(()) => return Ok(moved),
-                Err(StorageError::ConditionFailed { .. }) => continue,
-                Err(e) => return Err(e.into()),
+            if !done {
+                return Err(Error::Throttled(StorageError::Throttled {
+                    message: format!("group '{group}' is changing too fast"),
+                    source: None,
+                }));
             }
         }
-        Err(Error::Throttled(StorageError::Throttled {
-            message: format!("group '{group}' is changing too fast"),
-            source: None,
-        }))
+        Ok(moved)
     }
 
     /// Every group, by name.
@@ -846,10 +902,8 @@ impl Groups {
                 format!("group '{group}' has live members: they must leave first"),
             ));
         }
-        let mut keys: Vec<Key> = offsets.keys().map(|sk| Key::new(offsets_pk(group), sk.clone())).collect();
-        keys.push(registry_key(group));
-        self.store().delete_many(keys).await?;
-        // Last, and only if no member joined meanwhile: the group record.
+        // First, and only if no member joined meanwhile: the group record. A refused delete
+        // changes nothing; after this one, the offsets and registry entry go.
         if state.version > 0 {
             let delete = WriteOp::Delete { key: meta_key(group), expect: Expect::Version(state.version) };
             match self.store().write(vec![delete]).await {
@@ -860,6 +914,9 @@ impl Groups {
                 Err(e) => return Err(e.into()),
             }
         }
+        let mut keys: Vec<Key> = offsets.keys().map(|sk| Key::new(offsets_pk(group), sk.clone())).collect();
+        keys.push(registry_key(group));
+        self.store().delete_many(keys).await?;
         Ok(())
     }
 }

@@ -45,9 +45,14 @@ pub async fn step(store: &dyn StateStore, budget: usize) -> Result<JanitorReport
         let mut version = item.version;
         // The index, one partition at a time, recording progress after each.
         while order.done_partitions < order.partitions {
+            if left == 0 {
+                report.more = true;
+                return Ok(report);
+            }
             let (deleted, emptied) = drain(store, &layout::segments_pk(id, order.done_partitions), left).await?;
             report.items_deleted += deleted;
-            left -= deleted;
+            // An empty partition still costs a query and a progress write: it counts against the budget.
+            left = left.saturating_sub(deleted.max(1));
             if !emptied {
                 report.more = true;
                 return Ok(report);
@@ -63,7 +68,7 @@ pub async fn step(store: &dyn StateStore, budget: usize) -> Result<JanitorReport
         for pk in rest {
             let (deleted, emptied) = drain(store, &pk, left).await?;
             report.items_deleted += deleted;
-            left -= deleted;
+            left = left.saturating_sub(deleted);
             if !emptied {
                 report.more = true;
                 return Ok(report);
