@@ -114,11 +114,6 @@ impl SqliteStateStore {
     }
 }
 
-/// Whether a row expiring at `expires_ms` has expired at `now_ms`.
-fn expired(expires_ms: Option<i64>, now_ms: i64) -> bool {
-    expires_ms.is_some_and(|e| e <= now_ms)
-}
-
 fn item_from_row(row: &Row<'_>) -> rusqlite::Result<Item> {
     Ok(Item {
         key: Key { pk: row.get(0)?, sk: row.get(1)? },
@@ -155,50 +150,77 @@ fn holds(expect: Expect, current: Option<u64>) -> bool {
     }
 }
 
-/// Checks every condition of `ops`, then applies them all, inside `tx`.
+/// Applies `ops` in order inside `tx`, each with its condition folded into its
+/// statement (one statement per op: the commit path's cost). The first op whose
+/// condition fails ends it with [`StorageError::ConditionFailed`]; the caller then
+/// drops `tx`, which rolls back the ops already applied.
 fn apply(tx: &Transaction<'_>, ops: &[WriteOp], now_ms: i64) -> Result<(), StorageError> {
-    // (stored version, live) of each op's key; ops are on distinct keys, so
-    // applying one never changes what another's condition sees.
-    let mut stored = Vec::with_capacity(ops.len());
-    {
-        let mut select =
-            tx.prepare_cached("SELECT version, expires_ms FROM items WHERE pk = ?1 AND sk = ?2").map_err(db)?;
-        for (i, op) in ops.iter().enumerate() {
-            let key = op.key();
-            let row: Option<(i64, Option<i64>)> =
-                select.query_row([&key.pk, &key.sk], |r| Ok((r.get(0)?, r.get(1)?))).optional().map_err(db)?;
-            let live = row.filter(|&(_, expires)| !expired(expires, now_ms)).map(|(v, _)| v as u64);
-            if !holds(op.expect(), live) {
-                return Err(StorageError::ConditionFailed { op: i });
+    for (i, op) in ops.iter().enumerate() {
+        let held = match op {
+            WriteOp::Put { key, value, expires_at_ms, expect: Expect::Absent } => {
+                // Inserts, or replaces an expired row (which counts as absent).
+                tx.prepare_cached(
+                    "INSERT INTO items (pk, sk, value, version, expires_ms) VALUES (?1, ?2, ?3, 1, ?4)
+                     ON CONFLICT (pk, sk) DO UPDATE SET
+                        value = excluded.value, version = 1, expires_ms = excluded.expires_ms
+                     WHERE items.expires_ms IS NOT NULL AND items.expires_ms <= ?5",
+                )
+                .and_then(|mut s| s.execute(params![key.pk, key.sk, value.as_ref(), expires_at_ms, now_ms]))
+                .map_err(db)?
+                    == 1
             }
-            stored.push(row.map(|(v, _)| v as u64));
-        }
-    }
-    let mut upsert = tx
-        .prepare_cached(
-            "INSERT INTO items (pk, sk, value, version, expires_ms) VALUES (?1, ?2, ?3, ?4, ?5)
-             ON CONFLICT (pk, sk) DO UPDATE SET
-                value = excluded.value, version = excluded.version, expires_ms = excluded.expires_ms",
-        )
-        .map_err(db)?;
-    let mut delete = tx.prepare_cached("DELETE FROM items WHERE pk = ?1 AND sk = ?2").map_err(db)?;
-    for (op, stored) in ops.iter().zip(stored) {
-        match op {
-            WriteOp::Put { key, value, expires_at_ms, expect } => {
-                let version = match expect {
-                    Expect::Absent => 1,
-                    Expect::Version(n) => n + 1,
-                    Expect::Any => stored.unwrap_or(0) + 1,
-                };
-                upsert.execute(params![key.pk, key.sk, value.as_ref(), version as i64, expires_at_ms]).map_err(db)?;
+            WriteOp::Put { key, value, expires_at_ms, expect: Expect::Version(n) } => {
+                tx.prepare_cached(
+                    "UPDATE items SET value = ?3, version = ?4 + 1, expires_ms = ?5
+                     WHERE pk = ?1 AND sk = ?2 AND version = ?4 AND (expires_ms IS NULL OR expires_ms > ?6)",
+                )
+                .and_then(|mut s| s.execute(params![key.pk, key.sk, value.as_ref(), *n as i64, expires_at_ms, now_ms]))
+                .map_err(db)?
+                    == 1
             }
-            WriteOp::Delete { key, .. } => {
-                delete.execute([&key.pk, &key.sk]).map_err(db)?;
+            WriteOp::Put { key, value, expires_at_ms, expect: Expect::Any } => {
+                tx.prepare_cached(
+                    "INSERT INTO items (pk, sk, value, version, expires_ms) VALUES (?1, ?2, ?3, 1, ?4)
+                     ON CONFLICT (pk, sk) DO UPDATE SET
+                        value = excluded.value, version = items.version + 1, expires_ms = excluded.expires_ms",
+                )
+                .and_then(|mut s| s.execute(params![key.pk, key.sk, value.as_ref(), expires_at_ms]))
+                .map_err(db)?;
+                true
             }
-            WriteOp::Check { .. } => {}
+            WriteOp::Delete { key, expect: Expect::Version(n) } => {
+                tx.prepare_cached(
+                    "DELETE FROM items
+                     WHERE pk = ?1 AND sk = ?2 AND version = ?3 AND (expires_ms IS NULL OR expires_ms > ?4)",
+                )
+                .and_then(|mut s| s.execute(params![key.pk, key.sk, *n as i64, now_ms]))
+                .map_err(db)?
+                    == 1
+            }
+            WriteOp::Delete { key, expect } => {
+                let ok = *expect == Expect::Any || live_version(tx, key, now_ms)?.is_none();
+                if ok {
+                    tx.prepare_cached("DELETE FROM items WHERE pk = ?1 AND sk = ?2")
+                        .and_then(|mut s| s.execute([&key.pk, &key.sk]))
+                        .map_err(db)?;
+                }
+                ok
+            }
+            WriteOp::Check { key, expect } => holds(*expect, live_version(tx, key, now_ms)?),
+        };
+        if !held {
+            return Err(StorageError::ConditionFailed { op: i });
         }
     }
     Ok(())
+}
+
+/// The version of the unexpired item at `key`, if any.
+fn live_version(tx: &Transaction<'_>, key: &Key, now_ms: i64) -> Result<Option<u64>, StorageError> {
+    tx.prepare_cached("SELECT version FROM items WHERE pk = ?1 AND sk = ?2 AND (expires_ms IS NULL OR expires_ms > ?3)")
+        .and_then(|mut s| s.query_row(params![key.pk, key.sk, now_ms], |r| r.get::<_, i64>(0)).optional())
+        .map(|v| v.map(|v| v as u64))
+        .map_err(db)
 }
 
 /// The `WHERE` clause and its parameters for `query` at `now_ms`, and its order.
