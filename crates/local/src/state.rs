@@ -345,12 +345,4 @@ mod tests {
         assert!(matches!(validate(&many), Err(StorageError::Invalid(_))));
         assert!(validate(&many[..MAX_WRITE_OPS]).is_ok());
     }
-
-    #[test]
-    fn expiry_is_inclusive_of_its_instant() {
-        assert!(!expired(None, 10));
-        assert!(!expired(Some(11), 10));
-        assert!(expired(Some(10), 10));
-        assert!(expired(Some(9), 10));
-    }
 }
