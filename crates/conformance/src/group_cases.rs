@@ -23,6 +23,7 @@ macro_rules! group_conformance_suite {
             given_reset_none_without_offsets_when_poll_then_refused_and_nothing_written,
             given_long_polling_member_when_event_published_then_poll_returns_it_without_waiting_out,
             given_member_owning_120_partitions_when_auto_commit_then_every_partition_commits,
+            given_session_ending_during_a_long_poll_then_unknown_member_and_not_brought_back,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn given_members_joining_and_leaving_while_publishers_write_then_every_acked_event_delivered() {
@@ -343,6 +344,28 @@ pub async fn given_member_owning_120_partitions_when_auto_commit_then_every_part
     let d = groups.describe(&group).await.unwrap();
     assert!(d.partitions.iter().all(|p| p.committed == Some(1)), "more offsets than one write holds, all committed");
     assert_eq!(d.partitions.iter().map(|p| p.lag).sum::<u64>(), 0);
+}
+
+pub async fn given_session_ending_during_a_long_poll_then_unknown_member_and_not_brought_back(backend: &dyn Backend) {
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (log, groups) = groups_on(backend, &clock).await;
+    let (topic, group) = (unique_topic("late"), unique_topic("g"));
+    log.create_topic(&topic, TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None }).await.unwrap();
+    let mut req = request(&group, None, &topic, 10);
+    req.session_timeout_ms = Some(6_000);
+    let member = groups.poll(&req).await.unwrap().member_id;
+    req.member_id = Some(member.clone());
+    req.wait_ms = 3_000;
+    let waiting = tokio::spawn({
+        let groups = groups.clone();
+        async move { groups.poll(&req).await }
+    });
+    tokio::task::yield_now().await;
+    clock.advance(6_001);
+    let late = tokio::time::timeout(std::time::Duration::from_secs(30), waiting).await.expect("poll ended").unwrap();
+    assert!(matches!(late, Err(Error::Conflict { code: "unknown_member", .. })), "{late:?}");
+    let d = groups.describe(&group).await.unwrap();
+    assert!(d.members.is_empty(), "a late heartbeat does not bring an evicted member back: {:?}", d.members);
 }
 
 /// Publishers and members at once; members join and leave. Checks at-least-once
