@@ -30,8 +30,14 @@ print(f"{name}: {json.dumps(runs[0]['settings'])}")
 print(f"  events/s   {fig(lambda r: r['events_per_sec'])}")
 print(f"  MB/s       {fig(lambda r: r['mb_per_sec'])}")
 print(f"  requests/s {fig(lambda r: r['requests_per_sec'])}")
+of = runs[0].get("latency_of", "request")
 for q in ("p50", "p99", "p999"):
-    print(f"  {q:<10} {fig(lambda r: r['latency_ms'][q])} ms")
+    print(f"  {q:<10} {fig(lambda r: r['latency_ms'][q])} ms" + ("" if of == "request" else f" ({of})"))
+for c in sorted({c for r in runs for c in r.get("counts", {})}):
+    print(f"  {c + '/s':<10} {fig(lambda r: r['counts'].get(c, {}).get('per_sec', 0))}")
+for h in runs[0].get("latencies_ms", {}):
+    for q in ("p50", "p99"):
+        print(f"  {h + ' ' + q:<10} {fig(lambda r: r['latencies_ms'][h][q])} ms")
 PY
 }
 
@@ -40,5 +46,9 @@ run publish-single --topic single publish --batch 1 --clients 64 --event-size 10
 run latency --topic latency latency --event-size 1024 --count 10000
 "$bin" bench --url "$url" --topic replay publish --batch 100 --clients 8 --count 1000000 >/dev/null 2>&1
 run replay --topic replay replay --limit 1000
+# Consumer groups: 4 members committing after every poll; a 1,000,000-event backlog drained,
+# then 8 live single-event publishers timed from publish to delivery (members long-poll).
+run group-backlog --topic group-backlog group --members 4 --max-events 1000 --publishers 0 --count 1000000
+run group-live --topic group-live group --members 4 --max-events 1000 --wait-ms 1000 --publishers 8 --duration "$secs"
 echo "server peak RSS: $(awk '/VmHWM/ {printf "%.1f MiB", $2/1024}' /proc/$server/status)"
 echo "data dir: $(du -sh "$data" | cut -f1)"
