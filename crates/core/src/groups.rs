@@ -478,6 +478,17 @@ impl Groups {
             for e in &events {
                 member.positions.insert(tp_key(&e.topic, e.event.partition), e.event.offset + 1);
             }
+            // An idle poll whose member item already says all this, with more than half its
+            // session left, needs no write at all: the common case of a long-polling idle member.
+            let unchanged = !rebalance
+                && member_version > 0
+                && state
+                    .members
+                    .get(&member_id)
+                    .is_some_and(|(m, _, expires)| *m == member && *expires - self.now() > (session / 2) as i64);
+            if unchanged {
+                return Ok(PollAnswer { member_id, generation: record.generation, assignment: mine, events });
+            }
             // The heartbeat: one small item, whatever happened to the group meanwhile (positions
             // recorded under an older group version are simply not trusted by the next poll).
             let heartbeat = WriteOp::Put {
