@@ -40,7 +40,7 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, ConditionCheck, Delete, DeleteRequest, TransactWriteItem, Update, WriteRequest,
 };
 use bytes::Bytes;
-use sluice_core::store::{Expect, Item, Key, Page, Query, StateStore, WriteOp, MAX_WRITE_OPS};
+use sluice_core::store::{Expect, Item, Key, Page, Query, StateStore, WriteOp};
 use sluice_core::{Clock, StorageError};
 
 use crate::{send_counted, unexpected, RequestCounts};
@@ -136,24 +136,6 @@ fn expression(op: &WriteOp, now_ms: i64) -> Expression {
 /// Epoch seconds for DynamoDB's TTL, rounded up so the item never goes before it expires.
 fn ttl_seconds(ms: i64) -> i64 {
     ms.saturating_add(999).div_euclid(1000)
-}
-
-/// Refuses a write that DynamoDB would refuse: too many operations, or two on one key.
-fn validate(ops: &[WriteOp]) -> Result<(), StorageError> {
-    if ops.len() > MAX_WRITE_OPS {
-        return Err(StorageError::Invalid(format!(
-            "a write of {} operations exceeds the limit of {MAX_WRITE_OPS}",
-            ops.len()
-        )));
-    }
-    let mut keys = HashSet::with_capacity(ops.len());
-    for op in ops {
-        let key = op.key();
-        if !keys.insert(key) {
-            return Err(StorageError::Invalid(format!("two operations of one write on {}/{}", key.pk, key.sk)));
-        }
-    }
-    Ok(())
 }
 
 impl DynamoStateStore {
@@ -407,7 +389,7 @@ impl StateStore for DynamoStateStore {
 
     #[tracing::instrument(skip_all, fields(ops = ops.len()))]
     async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
-        validate(&ops)?;
+        sluice_core::store::validate(&ops)?;
         let now_ms = self.clock.now_ms();
         let sent: Vec<(usize, &WriteOp)> = ops
             .iter()
@@ -524,14 +506,5 @@ mod tests {
     fn unconditional_delete_sends_no_expression_values() {
         let delete = expression(&WriteOp::Delete { key: key(), expect: Expect::Any }, 5);
         assert_eq!((delete.values(), delete.update, delete.condition), (None, None, None));
-    }
-
-    #[test]
-    fn validate_refuses_duplicate_keys_and_too_many_ops() {
-        let put = |sk: &str| WriteOp::create(Key::new("p", sk), Bytes::new());
-        assert!(validate(&[put("1"), put("2")]).is_ok());
-        assert!(matches!(validate(&[put("1"), put("1")]), Err(StorageError::Invalid(_))));
-        let many: Vec<WriteOp> = (0..=MAX_WRITE_OPS).map(|i| put(&i.to_string())).collect();
-        assert!(matches!(validate(&many), Err(StorageError::Invalid(_))));
     }
 }

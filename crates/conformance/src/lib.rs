@@ -1,11 +1,12 @@
 //! One storage conformance suite, written once and run against every backend
 //! (object_store's `integration.rs` pattern): the embedded backend on every run,
-//! the AWS adapters against moto's server. A backend's test file implements
-//! [`Backend`] and invokes the suites' macros.
+//! the AWS adapters against moto's server (`tests/embedded.rs`, `tests/moto.rs`:
+//! each invokes the port, log and group suites' macros on its [`Backend`]).
 //!
 //! Each case uses keys and topics of its own (random names), so cases can share
 //! one moto server or one data directory and run in parallel.
 
+pub mod embedded;
 pub mod group_cases;
 pub mod log_cases;
 pub mod moto;

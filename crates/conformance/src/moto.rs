@@ -86,4 +86,9 @@ impl Backend for MotoBackend {
         let (state, objects) = adapters(&moto().settings, clock).await;
         (state, objects)
     }
+
+    /// A tenth of the embedded bulk: moto serves one request at a time.
+    fn large_count(&self) -> usize {
+        10_000
+    }
 }

@@ -130,6 +130,25 @@ pub struct Page {
     pub next: Option<String>,
 }
 
+/// Refuses a write that no backend may apply: more than [`MAX_WRITE_OPS`] operations,
+/// or two on one key. Adapters call it before sending anything.
+pub fn validate(ops: &[WriteOp]) -> Result<(), StorageError> {
+    if ops.len() > MAX_WRITE_OPS {
+        return Err(StorageError::Invalid(format!(
+            "a write of {} operations exceeds the limit of {MAX_WRITE_OPS}",
+            ops.len()
+        )));
+    }
+    let mut keys = std::collections::HashSet::with_capacity(ops.len());
+    for op in ops {
+        let key = op.key();
+        if !keys.insert(key) {
+            return Err(StorageError::Invalid(format!("two operations of one write on {}/{}", key.pk, key.sk)));
+        }
+    }
+    Ok(())
+}
+
 /// A transactional key-value store with strongly consistent reads.
 ///
 /// Errors: [`StorageError::ConditionFailed`] names the first operation whose
@@ -157,4 +176,23 @@ pub trait StateStore: Send + Sync + 'static {
     /// Removes up to `limit` items whose expiry has passed and answers how many;
     /// a store that removes them by itself (DynamoDB's TTL) answers 0.
     async fn purge_expired(&self, limit: usize) -> Result<usize, StorageError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(pk: &str, sk: &str) -> WriteOp {
+        WriteOp::create(Key::new(pk, sk), Bytes::from_static(b"x"))
+    }
+
+    #[test]
+    fn validate_refuses_duplicate_keys_and_too_many_ops() {
+        assert!(validate(&[]).is_ok());
+        assert!(validate(&[put("a", "1"), put("a", "2"), put("b", "1")]).is_ok());
+        assert!(matches!(validate(&[put("a", "1"), put("a", "1")]), Err(StorageError::Invalid(_))));
+        let many: Vec<WriteOp> = (0..=MAX_WRITE_OPS).map(|i| put("a", &i.to_string())).collect();
+        assert!(matches!(validate(&many), Err(StorageError::Invalid(_))));
+        assert!(validate(&many[..MAX_WRITE_OPS]).is_ok());
+    }
 }

@@ -13,7 +13,6 @@
 //! [`Expect::Any`] over an expired row continues from its version, as
 //! DynamoDB's `ADD` does before TTL removes the item.
 
-use std::collections::HashSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,7 +21,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, Row, Transaction, TransactionBehavior};
-use sluice_core::store::{Expect, Item, Key, Page, Query, StateStore, WriteOp, MAX_WRITE_OPS};
+use sluice_core::store::{Expect, Item, Key, Page, Query, StateStore, WriteOp};
 use sluice_core::{Clock, StorageError};
 
 use crate::blocking;
@@ -121,24 +120,6 @@ fn item_from_row(row: &Row<'_>) -> rusqlite::Result<Item> {
         version: row.get::<_, i64>(3)? as u64,
         expires_at_ms: row.get(4)?,
     })
-}
-
-/// Refuses a write that no backend may apply: too many operations, or two on one key.
-fn validate(ops: &[WriteOp]) -> Result<(), StorageError> {
-    if ops.len() > MAX_WRITE_OPS {
-        return Err(StorageError::Invalid(format!(
-            "a write of {} operations exceeds the limit of {MAX_WRITE_OPS}",
-            ops.len()
-        )));
-    }
-    let mut keys = HashSet::with_capacity(ops.len());
-    for op in ops {
-        let key = op.key();
-        if !keys.insert(key) {
-            return Err(StorageError::Invalid(format!("two operations of one write on {}/{}", key.pk, key.sk)));
-        }
-    }
-    Ok(())
 }
 
 /// Whether `expect` holds for an item at `current` (its live version, `None` if absent or expired).
@@ -289,7 +270,7 @@ impl StateStore for SqliteStateStore {
 
     #[tracing::instrument(skip_all, fields(ops = ops.len()))]
     async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
-        validate(&ops)?;
+        sluice_core::store::validate(&ops)?;
         if ops.is_empty() {
             return Ok(());
         }
@@ -325,24 +306,5 @@ impl StateStore for SqliteStateStore {
             .map_err(db)
         })
         .await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn put(pk: &str, sk: &str) -> WriteOp {
-        WriteOp::create(Key::new(pk, sk), Bytes::from_static(b"x"))
-    }
-
-    #[test]
-    fn validate_refuses_duplicate_keys_and_too_many_ops() {
-        assert!(validate(&[]).is_ok());
-        assert!(validate(&[put("a", "1"), put("a", "2"), put("b", "1")]).is_ok());
-        assert!(matches!(validate(&[put("a", "1"), put("a", "1")]), Err(StorageError::Invalid(_))));
-        let many: Vec<WriteOp> = (0..=MAX_WRITE_OPS).map(|i| put("a", &i.to_string())).collect();
-        assert!(matches!(validate(&many), Err(StorageError::Invalid(_))));
-        assert!(validate(&many[..MAX_WRITE_OPS]).is_ok());
     }
 }

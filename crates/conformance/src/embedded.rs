@@ -1,14 +1,15 @@
-//! The log's conformance cases on the embedded backend (local files + SQLite).
+//! The embedded backend (local files + SQLite) under test.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use sluice_conformance::{log_conformance_suite, Backend, Stores};
 use sluice_core::Clock;
 use tempfile::TempDir;
 
-/// A fresh data directory per case; each `open` is another process's view of it.
-struct Embedded {
+use crate::{Backend, Stores};
+
+/// A fresh data directory per case; each `open_with` opens it again, as another process would.
+pub struct Embedded {
     dir: TempDir,
 }
 
@@ -20,8 +21,7 @@ impl Backend for Embedded {
     }
 }
 
-async fn embedded() -> Embedded {
+/// A new embedded backend in a temporary directory, removed when it is dropped.
+pub async fn embedded() -> Embedded {
     Embedded { dir: tempfile::tempdir().expect("temp dir") }
 }
-
-log_conformance_suite!(embedded());

@@ -1,22 +1,39 @@
-//! The state-store conformance suite on the DynamoDB adapter, against moto's
-//! server, and what each call costs in DynamoDB requests.
+//! Every conformance suite on the AWS adapters (S3 + DynamoDB) against moto's
+//! server, and what each port call costs in DynamoDB requests.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use sluice_aws::DynamoStateStore;
-use sluice_conformance::moto::{adapters, MotoBackend};
-use sluice_conformance::store::Purge;
-use sluice_conformance::{store_conformance_suite, unique_topic};
+use sluice_conformance::moto::adapters;
+use sluice_conformance::unique_topic;
 use sluice_core::store::{Expect, Key, Query, StateStore, WriteOp};
 use sluice_core::{StorageError, SystemClock};
 
-async fn moto() -> MotoBackend {
-    MotoBackend
+async fn moto() -> sluice_conformance::moto::MotoBackend {
+    sluice_conformance::moto::MotoBackend
 }
 
-store_conformance_suite!(moto(), Purge::LeavesToStore);
+mod store {
+    use sluice_conformance::store::Purge;
+
+    use super::moto;
+
+    sluice_conformance::store_conformance_suite!(moto(), Purge::LeavesToStore);
+}
+
+mod log {
+    use super::moto;
+
+    sluice_conformance::log_conformance_suite!(moto());
+}
+
+mod group {
+    use super::moto;
+
+    sluice_conformance::group_conformance_suite!(moto());
+}
 
 /// The requests `store` sent since `before` was taken, by operation.
 fn sent_since(store: &DynamoStateStore, before: &BTreeMap<&'static str, u64>) -> Vec<(&'static str, u64)> {

@@ -1,0 +1,20 @@
+//! Every conformance suite on the embedded backend (local files + SQLite).
+
+mod store {
+    use sluice_conformance::embedded::embedded;
+    use sluice_conformance::store::Purge;
+
+    sluice_conformance::store_conformance_suite!(embedded(), Purge::Deletes);
+}
+
+mod log {
+    use sluice_conformance::embedded::embedded;
+
+    sluice_conformance::log_conformance_suite!(embedded());
+}
+
+mod group {
+    use sluice_conformance::embedded::embedded;
+
+    sluice_conformance::group_conformance_suite!(embedded());
+}
