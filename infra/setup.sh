@@ -13,6 +13,6 @@ fi
 # cargo lambda and zig, which needs the aarch64 Rust standard library. Not fatal:
 # only sam build needs it, and tests run on the host target.
 if command -v rustup >/dev/null 2>&1; then
-    rustup target add aarch64-unknown-linux-gnu >/dev/null 2>&1 ||
+    timeout 120 rustup target add aarch64-unknown-linux-gnu >/dev/null 2>&1 ||
         echo "warning: could not add the aarch64-unknown-linux-gnu Rust target; sam build needs it" >&2
 fi
