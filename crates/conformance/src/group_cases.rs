@@ -24,6 +24,7 @@ macro_rules! group_conformance_suite {
             given_long_polling_member_when_event_published_then_poll_returns_it_without_waiting_out,
             given_member_owning_120_partitions_when_auto_commit_then_every_partition_commits,
             given_session_ending_during_a_long_poll_then_unknown_member_and_not_brought_back,
+            given_partition_back_at_its_old_owner_then_it_resumes_from_the_commit_not_its_old_position,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn given_members_joining_and_leaving_while_publishers_write_then_every_acked_event_delivered() {
@@ -366,6 +367,32 @@ pub async fn given_session_ending_during_a_long_poll_then_unknown_member_and_not
     assert!(matches!(late, Err(Error::Conflict { code: "unknown_member", .. })), "{late:?}");
     let d = groups.describe(&group).await.unwrap();
     assert!(d.members.is_empty(), "a late heartbeat does not bring an evicted member back: {:?}", d.members);
+}
+
+pub async fn given_partition_back_at_its_old_owner_then_it_resumes_from_the_commit_not_its_old_position(
+    backend: &dyn Backend,
+) {
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (log, groups) = groups_on(backend, &clock).await;
+    let (topic, group) = (unique_topic("back"), unique_topic("g"));
+    log.create_topic(&topic, TopicSpec { partitions: 2, retention_ms: None, retention_bytes: None }).await.unwrap();
+    for p in 0..2 {
+        publish(&log, &topic, p, (0..4).map(|i| (format!("p{p}-{i}"), START_MS))).await;
+    }
+    // a alone reads both partitions to the end, committing nothing.
+    let a = poll(&groups, &group, None, &topic).await;
+    assert_eq!(a.events.len(), 8);
+    // b joins and takes one of them; it fetches that partition from the committed offset (none: 0)…
+    let b = poll(&groups, &group, None, &topic).await;
+    assert_eq!(b.assignment.len(), 1);
+    let moved = b.assignment[0].partition;
+    let fetched: Vec<u64> = b.events.iter().map(|e| e.event.offset).collect();
+    assert_eq!(fetched, vec![0, 1, 2, 3]);
+    // …and leaves without committing. The partition returns to a, whose old position is 4.
+    groups.leave(&group, &b.member_id).await.unwrap();
+    let back = poll(&groups, &group, Some(&a.member_id), &topic).await;
+    let again: Vec<(u32, u64)> = back.events.iter().map(|e| (e.event.partition, e.event.offset)).collect();
+    assert_eq!(again, (0..4).map(|o| (moved, o)).collect::<Vec<_>>(), "what b fetched but never committed comes back");
 }
 
 /// Publishers and members at once; members join and leave. Checks at-least-once
