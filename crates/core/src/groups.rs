@@ -366,15 +366,30 @@ impl Groups {
 
             // Where to fetch each partition from; nothing is written before this can fail.
             let previous = state.members.get(&member_id).map(|(m, _, _)| m.clone()).unwrap_or_default();
-            let offsets = self.offsets(&req.group).await?;
             let mut positions: Vec<(TopicConfig, u32, u64)> = Vec::with_capacity(mine.len());
             let mut auto_commits: Vec<(TopicPartition, u64)> = Vec::new();
             let heads = self.heads(mine.iter().map(|tp| &all_topics[&tp.topic])).await?;
+            // The member's own position on a partition, if it is still trusted and readable.
+            let kept = |tp: &TopicPartition| {
+                let key = tp_key(&tp.topic, tp.partition);
+                let trusted_from = record.since.get(&key).copied().unwrap_or(0);
+                let head = head_of(&heads, all_topics[&tp.topic].id, tp.partition);
+                previous
+                    .positions
+                    .get(&key)
+                    .copied()
+                    .filter(|p| previous.positions_version >= trusted_from && *p >= head.start)
+            };
+            // Committed offsets are read only when a poll needs them: a steady member resumes from its positions.
+            let offsets = if req.auto_commit || mine.iter().any(|tp| kept(tp).is_none()) {
+                self.offsets(&req.group).await?
+            } else {
+                BTreeMap::new()
+            };
             for tp in &mine {
                 let topic = &all_topics[&tp.topic];
                 let key = tp_key(&tp.topic, tp.partition);
-                let trusted_from = record.since.get(&key).copied().unwrap_or(0);
-                let kept = previous.positions.get(&key).copied().filter(|_| previous.positions_version >= trusted_from);
+                let kept = kept(tp);
                 let head = head_of(&heads, topic.id, tp.partition);
                 let committed = offsets
                     .get(&key)
@@ -386,7 +401,7 @@ impl Groups {
                     }
                 }
                 let start = match (kept, committed, req.reset) {
-                    (Some(p), _, _) if p >= head.start => p,
+                    (Some(p), _, _) => p,
                     (_, Some(c), _) => c,
                     (_, None, ResetPolicy::Earliest) => head.start,
                     (_, None, ResetPolicy::Latest) => head.next,

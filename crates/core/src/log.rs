@@ -329,12 +329,11 @@ impl Log {
         head: HeadRecord,
     ) -> Result<ReadBatch, Error> {
         let limits = self.limits();
-        let req = ReadRequest { topic: topic.name.clone(), partition, offset, max_events, max_bytes, wait_ms: 0 };
         let mut events: Vec<Event> = Vec::new();
         let (mut bytes, mut rendered) = (0, 0);
-        let mut next = req.offset;
+        let mut next = offset;
         'pages: while events.len() < max_events && next < head.next {
-            let mut page = self.segments(topic, req.partition, next).await?;
+            let mut page = self.segments(topic, partition, next).await?;
             if page.is_empty() {
                 break;
             }
@@ -363,7 +362,7 @@ impl Log {
                 let records = decode_segment(&bytes_read).map_err(|e| {
                     Error::Corrupt(format!(
                         "segment {}@{} of {}/{}: {e}",
-                        seg.record.object, seg.record.pos, topic.name, req.partition
+                        seg.record.object, seg.record.pos, topic.name, partition
                     ))
                 })?;
                 for d in records {
@@ -381,7 +380,7 @@ impl Log {
                     }
                     bytes += size;
                     rendered += rendering;
-                    events.push(Event { partition: req.partition, offset, record: d.record });
+                    events.push(Event { partition, offset, record: d.record });
                     next = offset + 1;
                     if events.len() >= max_events {
                         break 'pages;
