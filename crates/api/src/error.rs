@@ -34,6 +34,8 @@ impl From<Error> for ApiError {
             Error::TopicNotFound(_) => Self::new(StatusCode::NOT_FOUND, "topic_not_found", msg),
             Error::PartitionNotFound { .. } => Self::new(StatusCode::NOT_FOUND, "partition_not_found", msg),
             Error::GroupNotFound(_) => Self::new(StatusCode::NOT_FOUND, "group_not_found", msg),
+            Error::SubscriptionNotFound { .. } => Self::new(StatusCode::NOT_FOUND, "subscription_not_found", msg),
+            Error::NotFound { code, message } => Self::new(StatusCode::NOT_FOUND, code, message),
             Error::Conflict { code, message } => Self::new(StatusCode::CONFLICT, code, message),
             Error::TopicExists(_) => Self::new(StatusCode::CONFLICT, "topic_exists", msg),
             Error::IdempotencyKeyReused(_) => Self::new(StatusCode::CONFLICT, "idempotency_key_reused", msg),

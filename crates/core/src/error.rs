@@ -17,6 +17,11 @@ pub enum Error {
     PartitionNotFound { topic: String, partition: u32 },
     #[error("group '{0}' does not exist")]
     GroupNotFound(String),
+    #[error("topic '{topic}' has no subscription '{subscription}'")]
+    SubscriptionNotFound { topic: String, subscription: String },
+    /// Something else the request names does not exist (a dead letter, …).
+    #[error("{message}")]
+    NotFound { code: &'static str, message: String },
     /// The request conflicts with the current state (a fenced commit, a non-empty group, …).
     #[error("{message}")]
     Conflict { code: &'static str, message: String },

@@ -1,5 +1,5 @@
-//! Upkeep in bounded, resumable steps: removes the items of deleted topics and
-//! expired records. The janitor Lambda function runs steps on a schedule;
+//! Upkeep in bounded, resumable steps: removes the items of deleted topics, of
+//! deleted subscriptions, and expired records. The janitor Lambda function runs steps on a schedule;
 //! `serve` runs them in a background task. A step does at most `budget`
 //! deletions and keeps its progress in the store, so a step cut short (a
 //! timeout, a crash) is simply continued by the next one.
@@ -36,6 +36,13 @@ pub async fn step(store: &dyn StateStore, budget: usize) -> Result<JanitorReport
     let mut report =
         JanitorReport { expired_removed: store.purge_expired(budget / 4 + 1).await?, ..Default::default() };
     let mut left = budget;
+    let (deleted, more) = crate::queues::purge_step(store, budget).await?;
+    report.items_deleted += deleted;
+    left = left.saturating_sub(deleted);
+    if more {
+        report.more = true;
+        return Ok(report);
+    }
     let orders = store.query(&Query::all(layout::purge_pk(), ORDERS_PER_STEP)).await?;
     report.more = orders.next.is_some();
     for item in orders.items {
@@ -62,7 +69,11 @@ pub async fn step(store: &dyn StateStore, budget: usize) -> Result<JanitorReport
             store.write(vec![progress]).await?;
             version += 1;
         }
-        // Then the heads and idempotency records, each collection small or bounded by its TTL.
+        // Its subscriptions become purge orders of their own; then the heads and
+        // idempotency records go, each collection small or bounded by its TTL.
+        if crate::queues::purge_topic_subscriptions(store, id, order.partitions).await? > 0 {
+            report.more = true;
+        }
         let mut rest = vec![layout::heads_pk(id)];
         rest.extend((0..IDEMPOTENCY_SHARDS).map(|shard| layout::idempotency_pk_shard(id, shard)));
         for pk in rest {
@@ -82,7 +93,7 @@ pub async fn step(store: &dyn StateStore, budget: usize) -> Result<JanitorReport
 }
 
 /// Deletes up to `budget` items of collection `pk`; answers how many, and whether it is now empty.
-async fn drain(store: &dyn StateStore, pk: &str, budget: usize) -> Result<(usize, bool), StorageError> {
+pub(crate) async fn drain(store: &dyn StateStore, pk: &str, budget: usize) -> Result<(usize, bool), StorageError> {
     let mut deleted = 0;
     while deleted < budget {
         let page = store.query(&Query::all(pk, (budget - deleted).min(1000))).await?;

@@ -13,6 +13,7 @@ pub mod log;
 pub mod model;
 pub mod names;
 pub mod partitioner;
+pub mod queues;
 pub mod segment;
 pub mod storage;
 pub mod store;

@@ -145,6 +145,11 @@ impl Log {
         &self.inner.clock
     }
 
+    /// How often a long poll re-reads heads written by other processes.
+    pub(crate) fn poll_interval_ms(&self) -> u64 {
+        self.inner.config.poll_interval.as_millis() as u64
+    }
+
     pub fn random(&self) -> &Arc<dyn Random> {
         &self.inner.random
     }
@@ -563,7 +568,7 @@ fn decode_segments(items: Vec<crate::store::Item>) -> Result<Vec<Segment>, Stora
 }
 
 /// About how many bytes an event takes once rendered as JSON (base64 grows bytes by a third).
-fn rendered_size(r: &Record) -> usize {
+pub(crate) fn rendered_size(r: &Record) -> usize {
     // Keys and headers are JSON strings: a control character escapes to six bytes.
     let headers: usize = r.headers.iter().map(|(k, v)| (k.len() + v.len()) * 6 + 6).sum();
     let key = r.key.as_ref().map_or(4, |k| k.len() * 6 + 2);
