@@ -222,3 +222,76 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
     per_request("janitor: purge the deleted topic (~560 index items)", &purge, 1);
     assert!(purge.contains_key("dynamodb:BatchWriteItem"), "{purge:?}");
 }
+
+#[tokio::test]
+async fn queue_requests_per_receive_and_ack_are_what_the_cost_model_says() {
+    use sluice_core::queues::{Queues, ReceiveRequest, StartAt, SubscriptionSpec};
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let (state, objects) = adapters(&moto().settings, clock.clone()).await;
+    let config = LogConfig {
+        topic_cache_ttl: Duration::from_secs(600),
+        poll_interval: Duration::from_millis(500),
+        ..LogConfig::default()
+    };
+    let log = Log::new(state.clone(), objects.clone(), clock, config);
+    let topic = unique_topic("queue-costs");
+    log.create_topic(&topic, TopicSpec { partitions: 8, retention_ms: None, retention_bytes: None }).await.unwrap();
+    // Published as batches of 100 keyed events over 8 partitions: ~12 events per segment.
+    for batch in 0..20 {
+        log.publish(&topic, (0..100).map(|i| kib_event(batch * 100 + i, true)).collect(), None).await.unwrap();
+    }
+    let queues = Queues::new(log.clone());
+    let spec = SubscriptionSpec { start: StartAt::Earliest, ..SubscriptionSpec::default() };
+    let (_, create) = counted!(state, objects, queues.create(&topic, "work", spec).await.unwrap());
+    per_request("create subscription", &create, 1);
+    let receive = |max_messages| ReceiveRequest { max_messages, wait_ms: 0, visibility_timeout_ms: None };
+    // The receipt key is read (or made) once per process.
+    let first = queues.receive(&topic, "work", &receive(10)).await.unwrap();
+    queues.ack(&topic, "work", &first.iter().map(|m| m.receipt.clone()).collect::<Vec<_>>()).await.unwrap();
+
+    for batch in [10, 100] {
+        const ROUNDS: usize = 5;
+        let mut received = Vec::new();
+        let (_, receives) = counted!(state, objects, {
+            for _ in 0..ROUNDS {
+                received.push(queues.receive(&topic, "work", &receive(batch)).await.unwrap());
+            }
+        });
+        let messages: usize = received.iter().map(Vec::len).sum();
+        per_request(&format!("queue receive, batch {batch} ({messages} messages)"), &receives, ROUNDS);
+        assert_eq!(messages, ROUNDS * batch);
+        let (_, acks) = counted!(state, objects, {
+            for got in &received {
+                let receipts: Vec<String> = got.iter().map(|m| m.receipt.clone()).collect();
+                assert!(queues.ack(&topic, "work", &receipts).await.unwrap().iter().all(Result::is_ok));
+            }
+        });
+        per_request(&format!("queue ack, batch {batch}"), &acks, ROUNDS);
+        // A receive's messages usually come from one partition: one write takes them.
+        let writes = receives.get("dynamodb:TransactWriteItems").copied().unwrap_or(0);
+        assert!(writes as usize <= 2 * ROUNDS, "about one write per receive: {receives:?}");
+        let ack_writes: u64 = ["dynamodb:DeleteItem", "dynamodb:UpdateItem", "dynamodb:TransactWriteItems"]
+            .iter()
+            .map(|op| acks.get(op).copied().unwrap_or(0))
+            .sum();
+        assert!(ack_writes as usize <= 2 * ROUNDS, "about one write per ack: {acks:?}");
+    }
+
+    // Drain, then an empty receive reads and writes nothing.
+    loop {
+        let got = queues.receive(&topic, "work", &receive(100)).await.unwrap();
+        if got.is_empty() {
+            break;
+        }
+        queues.ack(&topic, "work", &got.iter().map(|m| m.receipt.clone()).collect::<Vec<_>>()).await.unwrap();
+    }
+    let (_, empty) =
+        counted!(state, objects, assert!(queues.receive(&topic, "work", &receive(10)).await.unwrap().is_empty()));
+    per_request("queue receive, empty queue (8 partitions)", &empty, 1);
+    for op in ["dynamodb:UpdateItem", "dynamodb:TransactWriteItems", "dynamodb:DeleteItem", "s3:GetObject"] {
+        assert!(!empty.contains_key(op), "an empty receive writes nothing and reads no object: {empty:?}");
+    }
+    let (d, describe) = counted!(state, objects, queues.describe(&topic, "work").await.unwrap());
+    per_request("describe subscription (8 partitions)", &describe, 1);
+    assert_eq!((d.backlog.visible, d.backlog.in_flight), (0, 0));
+}

@@ -257,8 +257,8 @@ const MAX_ATTEMPTS: usize = 16;
 const MAX_LEASES_TOUCHED: usize = 80;
 /// Messages moved to (or out of) the dead-letter queue by one write.
 const DEAD_PER_WRITE: usize = 90;
-/// Receipts of one partition settled by one write (each may touch two leases).
-const RECEIPTS_PER_WRITE: usize = 45;
+/// Leases one settling write names receipts of (each may touch two items).
+const LEASES_PER_WRITE: usize = 45;
 /// Messages parked behind their key per partition before new messages wait in the log.
 const PARK_LIMIT: usize = 1000;
 const PAGE: usize = 1000;
@@ -1264,9 +1264,27 @@ impl Queues {
                 _ => {}
             }
         }
-        for (partition, receipts) in by_partition {
-            for chunk in receipts.chunks(RECEIPTS_PER_WRITE) {
+        for (partition, mut receipts) in by_partition {
+            // Receipts of one delivery share a lease: a write settles up to
+            // LEASES_PER_WRITE leases, however many of their messages it names.
+            receipts.sort_by_key(|(_, r)| (r.due, r.nonce));
+            let mut start = 0;
+            while start < receipts.len() {
+                let (mut end, mut leases) = (start, 0);
+                while end < receipts.len() {
+                    let new_lease = end == start || {
+                        let (a, b) = (&receipts[end - 1].1, &receipts[end].1);
+                        (a.due, a.nonce) != (b.due, b.nonce)
+                    };
+                    if new_lease && leases == LEASES_PER_WRITE {
+                        break;
+                    }
+                    leases += usize::from(new_lease);
+                    end += 1;
+                }
+                let chunk = &receipts[start..end];
                 self.settle_partition(&sub, partition, chunk, action, &receipt_key, &mut results).await?;
+                start = end;
             }
         }
         Ok(results)
