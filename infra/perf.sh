@@ -31,13 +31,16 @@ print(f"  events/s   {fig(lambda r: r['events_per_sec'])}")
 print(f"  MB/s       {fig(lambda r: r['mb_per_sec'])}")
 print(f"  requests/s {fig(lambda r: r['requests_per_sec'])}")
 of = runs[0].get("latency_of", "request")
-for q in ("p50", "p99", "p999"):
+for q in ("p50", "p99", "p999", "max"):
     print(f"  {q:<10} {fig(lambda r: r['latency_ms'][q])} ms" + ("" if of == "request" else f" ({of})"))
 for c in sorted({c for r in runs for c in r.get("counts", {})}):
     print(f"  {c + '/s':<10} {fig(lambda r: r['counts'].get(c, {}).get('per_sec', 0))}")
 for h in runs[0].get("latencies_ms", {}):
     for q in ("p50", "p99"):
         print(f"  {h + ' ' + q:<10} {fig(lambda r: r['latencies_ms'][h][q])} ms")
+for r in runs:
+    if r.get("failure"):
+        print(f"  FAILED     {r['failure']}")
 PY
 }
 
@@ -50,5 +53,12 @@ run replay --topic replay replay --limit 1000
 # then 8 live single-event publishers timed from publish to delivery (members long-poll).
 run group-backlog --topic group-backlog group --members 4 --max-events 1000 --publishers 0 --count 1000000
 run group-live --topic group-live group --members 4 --max-events 1000 --wait-ms 1000 --publishers 8 --duration "$secs"
+# Work queues: 4 workers of a fresh subscription (start earliest) drain a backlog, each
+# receive followed by the ack of all its receipts, batches of 10 and of 100 (a run fails
+# unless every message was acked exactly once); then 8 live single-event publishers, timed
+# from publish to ack.
+run queue-b10 --topic queue-b10 queue --workers 4 --batch 10 --count 200000
+run queue-b100 --topic queue-b100 queue --workers 4 --batch 100 --count 1000000
+run queue-live --topic queue-live queue --workers 4 --batch 10 --wait-ms 1000 --publishers 8 --duration "$secs"
 echo "server peak RSS: $(awk '/VmHWM/ {printf "%.1f MiB", $2/1024}' /proc/$server/status)"
 echo "data dir: $(du -sh "$data" | cut -f1)"

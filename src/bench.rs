@@ -1,10 +1,15 @@
 //! `sluice bench`: a load generator for a running Sluice, in the spirit of
 //! `nats bench` and `kafka-producer-perf-test`. Each workload drives the HTTP
 //! API and yields a [`Report`]; the table and `--json` output work for any
-//! workload, so queue workloads can be added as new variants.
+//! workload. `bench queue --embedded DIR` alone runs in process, on an embedded
+//! log whose stores count their calls: a profiling aid, not a figure to compare.
 
 use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
 use std::io::Write as _;
+use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -133,6 +138,50 @@ enum Workload {
         #[arg(long)]
         batch: Option<usize>,
     },
+    /// Workers of one fresh subscription (a work queue), each looping: receive up to
+    /// `--batch` messages, then ack every receipt it got, each answered once durable. With
+    /// `--publishers 0` they drain a backlog of `--count` events published first
+    /// (throughput); with live publishers, each message is timed from its publish being
+    /// sent to its ack's answer. The run fails unless every message was acked exactly once.
+    Queue {
+        /// Workers, each with one receive or ack in flight.
+        #[arg(long, default_value_t = 4)]
+        workers: usize,
+        /// Most messages per receive (1 to 100); each ack carries one receive's receipts.
+        #[arg(long, default_value_t = 10)]
+        batch: usize,
+        /// How long a receive waits for a message when there is none, in milliseconds.
+        #[arg(long, default_value_t = 1000)]
+        wait_ms: u64,
+        /// Visibility timeout asked for by each receive (default: the subscription's, 30 s).
+        #[arg(long)]
+        visibility_timeout_ms: Option<u64>,
+        /// Live publishers, each with one request in flight; 0 publishes a backlog first.
+        #[arg(long, default_value_t = 0)]
+        publishers: usize,
+        /// Events of the backlog (with `--publishers 0`).
+        #[arg(long, default_value_t = 200_000)]
+        count: u64,
+        /// Seconds the live publishers run.
+        #[arg(long, default_value_t = 10.0)]
+        duration: f64,
+        /// Bytes of each event's value.
+        #[arg(long, default_value_t = 1024)]
+        event_size: usize,
+        /// Events per publish request (default: 100 for the backlog, 1 for live publishers).
+        #[arg(long)]
+        publish_batch: Option<usize>,
+        /// Profiling aid: run in this process on an embedded log in this directory (created
+        /// if missing) instead of over HTTP, and count state-store and object-store calls per
+        /// receive and per ack. Backlog only; `--url` is not used.
+        #[arg(long)]
+        embedded: Option<PathBuf>,
+        /// With `--embedded`, an experiment: serve the items a run never changes (topic,
+        /// subscription, receipt key) and the immutable segment blobs from memory, as a
+        /// cache in the core would, to see what their store calls cost.
+        #[arg(long, requires = "embedded")]
+        cache_immutable: bool,
+    },
 }
 
 #[derive(Args, Debug, Clone, Copy)]
@@ -165,12 +214,18 @@ pub struct Report {
     counts: Vec<(&'static str, u64)>,
     /// Further latencies of the workload, microseconds.
     histograms: Vec<(&'static str, Histogram<u64>)>,
+    /// Further findings, as JSON, each also printed as lines of text.
+    extra: Vec<(&'static str, Value, Vec<String>)>,
+    /// Why the run does not count (printed after the figures; the command then fails).
+    failure: Option<String>,
 }
 
 pub async fn run(args: BenchArgs) -> Result<(), BoxError> {
     let http = reqwest::Client::builder().pool_max_idle_per_host(1024).tcp_nodelay(true).build()?;
     let target = Target { http, base: args.url.trim_end_matches('/').to_owned(), topic: args.topic.clone() };
-    target.ensure_topic(args.partitions).await?;
+    if !matches!(args.workload, Workload::Queue { embedded: Some(_), .. }) {
+        target.ensure_topic(args.partitions).await?;
+    }
     let report = match args.workload {
         Workload::Publish { shape, clients, duration, count } => {
             publish(&target, shape, clients, Duration::from_secs_f64(duration), count.unwrap_or(u64::MAX)).await?
@@ -202,13 +257,57 @@ pub async fn run(args: BenchArgs) -> Result<(), BoxError> {
             };
             group(&target, settings, shape, load).await?
         }
+        Workload::Queue {
+            workers,
+            batch,
+            wait_ms,
+            visibility_timeout_ms,
+            publishers,
+            count,
+            duration,
+            event_size,
+            publish_batch,
+            embedded,
+            cache_immutable,
+        } => {
+            if workers == 0 {
+                return Err("--workers must be at least 1".into());
+            }
+            let default_batch = if publishers == 0 { 100 } else { 1 };
+            let shape = PublishShape { event_size, batch: publish_batch.unwrap_or(default_batch).max(1), keys: 1000 };
+            let settings = QueueSettings {
+                subscription: unique_group_name(),
+                workers,
+                batch,
+                wait_ms,
+                visibility_timeout_ms,
+                shape,
+            };
+            let load = match publishers {
+                0 => GroupLoad::Backlog { count },
+                p => GroupLoad::Live { publishers: p, duration: Duration::from_secs_f64(duration) },
+            };
+            let backend = match embedded {
+                None => QueueBackend::Http(target.clone()),
+                Some(dir) => {
+                    if publishers > 0 {
+                        return Err("--embedded runs a backlog only (--publishers 0)".into());
+                    }
+                    QueueBackend::embedded(&dir, &args.topic, args.partitions, cache_immutable).await?
+                }
+            };
+            queue(backend, settings, load).await?
+        }
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report.to_json())?);
     } else {
         report.print_table();
     }
-    Ok(())
+    match report.failure {
+        Some(failure) => Err(failure.into()),
+        None => Ok(()),
+    }
 }
 
 #[derive(Clone)]
@@ -330,6 +429,8 @@ async fn publish(
         latency_of: "request",
         counts: Vec::new(),
         histograms: Vec::new(),
+        extra: Vec::new(),
+        failure: None,
     })
 }
 
@@ -391,6 +492,8 @@ async fn replay(t: &Target, limit: usize) -> Result<Report, BoxError> {
         latency_of: "request",
         counts: Vec::new(),
         histograms: Vec::new(),
+        extra: Vec::new(),
+        failure: None,
     })
 }
 
@@ -765,8 +868,9 @@ async fn group(t: &Target, settings: GroupSettings, shape: PublishShape, load: G
     if let GroupLoad::Live { publishers, duration } = load {
         let tasks: Vec<_> = (0..publishers)
             .map(|i| {
-                let (run, acked, failed) = (run.clone(), acked.clone(), failed.clone());
-                tokio::spawn(live_publisher(run, shape, i as u64, publishers as u64, start + duration, acked, failed))
+                let to = LiveTarget { base_url: run.base_url.clone(), topic: run.topic.clone(), clock: run.clock };
+                let (acked, failed) = (acked.clone(), failed.clone());
+                tokio::spawn(live_publisher(to, shape, i as u64, publishers as u64, start + duration, acked, failed))
             })
             .collect();
         for task in tasks {
@@ -844,6 +948,8 @@ async fn group(t: &Target, settings: GroupSettings, shape: PublishShape, load: G
         latency_of,
         counts,
         histograms,
+        extra: Vec::new(),
+        failure: None,
     })
 }
 
@@ -857,10 +963,17 @@ async fn high_watermarks(t: &Target) -> Result<Vec<u64>, BoxError> {
     Ok(ends)
 }
 
+/// Where live publishers publish, and the clock base of their send instants.
+struct LiveTarget {
+    base_url: String,
+    topic: String,
+    clock: Instant,
+}
+
 /// A live publisher: one request in flight until `until`, every event carrying the
 /// instant its request was sent in [`SENT_HEADER`]. Returns its request latencies.
 async fn live_publisher(
-    run: Arc<GroupRun>,
+    run: LiveTarget,
     shape: PublishShape,
     first_key: u64,
     stride: u64,
@@ -956,27 +1069,46 @@ impl Report {
             "latency_ms": quantiles_ms(&self.latency),
             "counts": self.counts.iter().map(|(name, n)| (name.to_string(), json!({ "total": n, "per_sec": self.rate(*n) }))).collect::<serde_json::Map<_, _>>(),
             "latencies_ms": self.histograms.iter().map(|(name, h)| (name.to_string(), quantiles_ms(h))).collect::<serde_json::Map<_, _>>(),
+            "extra": self.extra.iter().map(|(name, v, _)| (name.to_string(), v.clone())).collect::<serde_json::Map<_, _>>(),
+            "failure": self.failure,
         })
     }
 
     fn print_table(&self) {
         println!("workload   {} {}", self.workload, self.settings);
-        println!("{:<18}{:>14}", "events", self.events);
-        println!("{:<18}{:>14}", "errors", self.errors);
-        println!("{:<18}{:>14.2}", "seconds", self.elapsed.as_secs_f64());
-        println!("{:<18}{:>14.0}", "events/s", self.rate(self.events));
-        println!("{:<18}{:>14.1}", "MB/s", self.rate(self.bytes) / 1e6);
-        println!("{:<18}{:>14.0}", "requests/s", self.rate(self.requests));
+        println!("{:<24}{:>14}", "events", self.events);
+        println!("{:<24}{:>14}", "errors", self.errors);
+        println!("{:<24}{:>14.2}", "seconds", self.elapsed.as_secs_f64());
+        println!("{:<24}{:>14.0}", "events/s", self.rate(self.events));
+        println!("{:<24}{:>14.1}", "MB/s", self.rate(self.bytes) / 1e6);
+        println!("{:<24}{:>14.0}", "requests/s", self.rate(self.requests));
         let of = if self.latency_of == "request" { String::new() } else { format!("{} ", self.latency_of) };
-        println!("{:<18}{:>14.3}", format!("{of}p50 ms"), self.quantile_ms(0.5));
-        println!("{:<18}{:>14.3}", format!("{of}p99 ms"), self.quantile_ms(0.99));
-        println!("{:<18}{:>14.3}", format!("{of}p99.9 ms"), self.quantile_ms(0.999));
+        println!("{:<24}{:>14.3}", format!("{of}p50 ms"), self.quantile_ms(0.5));
+        println!("{:<24}{:>14.3}", format!("{of}p99 ms"), self.quantile_ms(0.99));
+        println!("{:<24}{:>14.3}", format!("{of}p99.9 ms"), self.quantile_ms(0.999));
+        println!("{:<24}{:>14.3}", format!("{of}max ms"), self.latency.max() as f64 / 1000.0);
         for (name, n) in &self.counts {
-            println!("{:<18}{:>14}{:>12.0}/s", name, n, self.rate(*n));
+            println!("{:<24}{:>14}{:>12.0}/s", name, n, self.rate(*n));
         }
         for (name, h) in &self.histograms {
             let q = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
-            println!("{:<18}{:>14.3}{:>10.3}{:>10.3}  ms p50 p99 p99.9", name, q(0.5), q(0.99), q(0.999));
+            let max = h.max() as f64 / 1000.0;
+            println!(
+                "{:<24}{:>14.3}{:>10.3}{:>10.3}{:>10.3}  ms p50 p99 p99.9 max",
+                name,
+                q(0.5),
+                q(0.99),
+                q(0.999),
+                max
+            );
+        }
+        for (_, _, lines) in &self.extra {
+            for line in lines {
+                println!("{line}");
+            }
+        }
+        if let Some(failure) = &self.failure {
+            println!("FAILED            {failure}");
         }
     }
 }
@@ -985,4 +1117,1059 @@ impl Report {
 fn quantiles_ms(h: &Histogram<u64>) -> Value {
     let q = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
     json!({ "p50": q(0.5), "p99": q(0.99), "p999": q(0.999), "max": h.max() as f64 / 1000.0 })
+}
+
+// ---------------------------------------------------------------------------
+// Work queues: `bench queue`.
+
+/// How the workers of a `queue` run receive and ack.
+#[derive(Debug, Clone)]
+struct QueueSettings {
+    subscription: String,
+    workers: usize,
+    batch: usize,
+    wait_ms: u64,
+    visibility_timeout_ms: Option<u64>,
+    /// What the backlog or the live publishers publish.
+    shape: PublishShape,
+}
+
+/// Where a `queue` run runs: a Sluice over HTTP (the figures), or an embedded log in this
+/// process whose stores count their calls (the profile).
+enum QueueBackend {
+    Http(Target),
+    Embedded { log: sluice_core::Log, topic: String, profile: Arc<Profile> },
+}
+
+/// A message as a worker sees it.
+struct Received {
+    receipt: String,
+    partition: u32,
+    offset: u64,
+    receive_count: u32,
+    value_len: u64,
+    /// When its publish was sent, on the bench's clock (live publishers' events only).
+    sent_ns: Option<u64>,
+}
+
+/// A receive's answer, with only what the bench needs.
+#[derive(Deserialize)]
+struct ReceiveAnswer<'a> {
+    #[serde(borrow)]
+    messages: Vec<ReceivedMessage<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ReceivedMessage<'a> {
+    #[serde(borrow)]
+    receipt: Cow<'a, str>,
+    partition: u32,
+    offset: u64,
+    receive_count: u32,
+    #[serde(default, borrow)]
+    headers: SentHeader<'a>,
+    #[serde(borrow)]
+    value: Option<&'a RawValue>,
+    #[serde(borrow)]
+    value_base64: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct AckAnswer<'a> {
+    #[serde(borrow)]
+    results: Vec<AckResult<'a>>,
+}
+
+#[derive(Deserialize)]
+struct AckResult<'a> {
+    ok: bool,
+    #[serde(default, borrow)]
+    error: Option<AckError<'a>>,
+}
+
+#[derive(Deserialize)]
+struct AckError<'a> {
+    #[serde(borrow)]
+    code: Cow<'a, str>,
+}
+
+/// One worker's way to the queue: a keep-alive connection, or the embedded log.
+enum QueueClient {
+    Http {
+        conn: Conn,
+        base: String,
+        receive_path: String,
+        ack_path: String,
+        receive_body: Bytes,
+    },
+    Embedded {
+        log: sluice_core::Log,
+        topic: String,
+        subscription: String,
+        request: sluice_core::queues::ReceiveRequest,
+    },
+}
+
+/// A refusal (an HTTP status other than 200, or the core's error) as text; transport
+/// errors are the outer `Err`.
+type Answered<T> = Result<Result<T, String>, BoxError>;
+
+impl QueueClient {
+    async fn receive(&mut self) -> Answered<Vec<Received>> {
+        match self {
+            Self::Http { conn, receive_path, receive_body, .. } => {
+                let (status, body) = conn.send(hyper::Method::POST, receive_path, receive_body.clone()).await?;
+                if status != 200 {
+                    return Ok(Err(format!("receive: HTTP {status} {}", String::from_utf8_lossy(&body))));
+                }
+                let answer: ReceiveAnswer = serde_json::from_slice(&body)?;
+                Ok(Ok(answer
+                    .messages
+                    .into_iter()
+                    .map(|m| Received {
+                        value_len: match (&m.value, &m.value_base64) {
+                            (Some(v), _) => v.get().len() as u64,
+                            (None, Some(b)) => (b.len() / 4 * 3) as u64,
+                            (None, None) => 0,
+                        },
+                        sent_ns: m.headers.sent_ns.as_deref().and_then(|s| s.parse().ok()),
+                        receipt: m.receipt.into_owned(),
+                        partition: m.partition,
+                        offset: m.offset,
+                        receive_count: m.receive_count,
+                    })
+                    .collect()))
+            }
+            Self::Embedded { log, topic, subscription, request } => {
+                // A `Queues` per request, as the HTTP handlers make one.
+                let queues = sluice_core::queues::Queues::new(log.clone());
+                let answer = OP.scope("receive", queues.receive(topic, subscription, request)).await;
+                Ok(answer
+                    .map(|messages| {
+                        messages
+                            .into_iter()
+                            .map(|m| Received {
+                                value_len: m.event.record.value.len() as u64,
+                                sent_ns: None,
+                                receipt: m.receipt,
+                                partition: m.event.partition,
+                                offset: m.event.offset,
+                                receive_count: m.receive_count,
+                            })
+                            .collect()
+                    })
+                    .map_err(|e| format!("receive: {e}")))
+            }
+        }
+    }
+
+    /// Acks; answers per receipt `None` (acked) or the error code.
+    async fn ack(&mut self, receipts: &[String]) -> Answered<Vec<Option<String>>> {
+        match self {
+            Self::Http { conn, ack_path, .. } => {
+                let body = Bytes::from(serde_json::to_vec(&json!({ "receipts": receipts }))?);
+                let (status, body) = conn.send(hyper::Method::POST, ack_path, body).await?;
+                if status != 200 {
+                    return Ok(Err(format!("ack: HTTP {status} {}", String::from_utf8_lossy(&body))));
+                }
+                let answer: AckAnswer = serde_json::from_slice(&body)?;
+                if answer.results.len() != receipts.len() {
+                    return Ok(Err(format!("ack: {} results for {} receipts", answer.results.len(), receipts.len())));
+                }
+                Ok(Ok(answer
+                    .results
+                    .into_iter()
+                    .map(|r| match (r.ok, r.error) {
+                        (true, _) => None,
+                        (false, e) => Some(e.map_or_else(|| "unknown".to_owned(), |e| e.code.into_owned())),
+                    })
+                    .collect()))
+            }
+            Self::Embedded { log, topic, subscription, .. } => {
+                let queues = sluice_core::queues::Queues::new(log.clone());
+                let answer = OP.scope("ack", queues.ack(topic, subscription, receipts)).await;
+                Ok(answer
+                    .map(|results| results.into_iter().map(|r| r.err().map(|e| e.code().to_owned())).collect())
+                    .map_err(|e| format!("ack: {e}")))
+            }
+        }
+    }
+
+    /// After a transport error: a new connection (the old one is unusable).
+    async fn reopen(&mut self) -> Result<(), BoxError> {
+        if let Self::Http { conn, base, .. } = self {
+            *conn = Conn::open(base).await?;
+        }
+        Ok(())
+    }
+}
+
+impl QueueBackend {
+    /// Opens the embedded log in `dir`, its stores wrapped to count calls, and creates the topic.
+    async fn embedded(dir: &std::path::Path, topic: &str, partitions: u32, cache: bool) -> Result<Self, BoxError> {
+        use sluice_core::{Clock, ObjectStore, StateStore, SystemClock};
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let (store, objects) = sluice_local::open(dir, clock.clone())?;
+        let profile = Arc::new(Profile::default());
+        let store: Arc<dyn StateStore> =
+            Arc::new(CountingStore { inner: store, profile: profile.clone(), cache: cache.then(Mutex::default) });
+        let objects: Arc<dyn ObjectStore> =
+            Arc::new(CountingObjects { inner: objects, profile: profile.clone(), cache: cache.then(Mutex::default) });
+        let log = sluice_core::Log::new(store, objects, clock, sluice_core::LogConfig::default());
+        let spec = sluice_core::TopicSpec { partitions, retention_ms: None, retention_bytes: None };
+        log.create_topic(topic, spec).await?;
+        Ok(Self::Embedded { log, topic: topic.to_owned(), profile })
+    }
+
+    fn transport(&self) -> &'static str {
+        match self {
+            Self::Http(_) => "http",
+            Self::Embedded { .. } => "embedded",
+        }
+    }
+
+    fn sub_path(&self, subscription: &str) -> String {
+        let topic = match self {
+            Self::Http(t) => &t.topic,
+            Self::Embedded { topic, .. } => topic,
+        };
+        format!("/v1/topics/{topic}/subscriptions/{subscription}")
+    }
+
+    async fn high_watermarks(&self) -> Result<Vec<u64>, BoxError> {
+        match self {
+            Self::Http(t) => high_watermarks(t).await,
+            Self::Embedded { log, topic, .. } => {
+                Ok(log.describe_topic(topic).await?.1.iter().map(|p| p.high_watermark).collect())
+            }
+        }
+    }
+
+    /// Publishes `count` events, 8 requests in flight; answers how many and how long it took.
+    async fn preload(&self, shape: PublishShape, count: u64) -> Result<(u64, Duration), BoxError> {
+        match self {
+            Self::Http(t) => {
+                let r = publish(t, shape, 8, Duration::from_secs(3600), count).await?;
+                if r.errors > 0 {
+                    return Err(format!("preload: {} publish requests failed", r.errors).into());
+                }
+                Ok((r.events, r.elapsed))
+            }
+            Self::Embedded { log, topic, .. } => {
+                let start = Instant::now();
+                let next = Arc::new(AtomicU64::new(0));
+                let value = Bytes::from(serde_json::to_vec(&"x".repeat(shape.event_size.saturating_sub(2)))?);
+                let tasks: Vec<_> = (0..8)
+                    .map(|_| {
+                        let (log, topic, next, value) = (log.clone(), topic.clone(), next.clone(), value.clone());
+                        tokio::spawn(async move {
+                            loop {
+                                let first = next.fetch_add(shape.batch as u64, Ordering::Relaxed);
+                                if first >= count {
+                                    return Ok::<_, BoxError>(());
+                                }
+                                let events = (first..(first + shape.batch as u64).min(count))
+                                    .map(|i| sluice_core::NewEvent {
+                                        key: Some(Bytes::from(format!("key-{}", i % shape.keys.max(1)))),
+                                        headers: Vec::new(),
+                                        value: value.clone(),
+                                        value_is_json: true,
+                                        timestamp_ms: None,
+                                        partition: None,
+                                    })
+                                    .collect();
+                                log.publish(&topic, events, None).await?;
+                            }
+                        })
+                    })
+                    .collect();
+                for task in tasks {
+                    task.await??;
+                }
+                Ok((count, start.elapsed()))
+            }
+        }
+    }
+
+    /// Creates the subscription; answers its start offset of each partition.
+    async fn create(&self, settings: &QueueSettings, start: Value) -> Result<Vec<u64>, BoxError> {
+        match self {
+            Self::Http(t) => {
+                let url = format!("{}{}", t.base, self.sub_path(&settings.subscription));
+                let r = t.http.put(&url).json(&json!({ "start": start })).send().await?;
+                if r.status() != 201 {
+                    return Err(format!("creating {url}: {} {}", r.status(), r.text().await?).into());
+                }
+                let created: Value = r.json().await?;
+                let starts = created["start_offsets"].as_array().ok_or("create: no start_offsets")?;
+                Ok(starts.iter().map(|o| o.as_u64().unwrap_or(0)).collect())
+            }
+            Self::Embedded { log, topic, .. } => {
+                let spec = sluice_core::queues::SubscriptionSpec {
+                    start: serde_json::from_value(start)?,
+                    ..Default::default()
+                };
+                let queues = sluice_core::queues::Queues::new(log.clone());
+                let (sub, _) = queues.create(topic, &settings.subscription, spec).await?;
+                Ok(sub.start_offsets)
+            }
+        }
+    }
+
+    async fn client(&self, settings: &QueueSettings) -> Result<QueueClient, BoxError> {
+        match self {
+            Self::Http(t) => {
+                let mut receive = json!({ "max_messages": settings.batch, "wait_ms": settings.wait_ms });
+                if let Some(v) = settings.visibility_timeout_ms {
+                    receive["visibility_timeout_ms"] = json!(v);
+                }
+                let path = self.sub_path(&settings.subscription);
+                Ok(QueueClient::Http {
+                    conn: Conn::open(&t.base).await?,
+                    base: t.base.clone(),
+                    receive_path: format!("{path}/receive"),
+                    ack_path: format!("{path}/ack"),
+                    receive_body: Bytes::from(serde_json::to_vec(&receive)?),
+                })
+            }
+            Self::Embedded { log, topic, .. } => Ok(QueueClient::Embedded {
+                log: log.clone(),
+                topic: topic.clone(),
+                subscription: settings.subscription.clone(),
+                request: sluice_core::queues::ReceiveRequest {
+                    max_messages: settings.batch,
+                    wait_ms: settings.wait_ms,
+                    visibility_timeout_ms: settings.visibility_timeout_ms,
+                },
+            }),
+        }
+    }
+
+    /// The subscription's backlog as the server counts it: visible, in flight, delayed, dead.
+    async fn backlog(&self, subscription: &str) -> Result<[u64; 4], BoxError> {
+        match self {
+            Self::Http(t) => {
+                let url = format!("{}{}", t.base, self.sub_path(subscription));
+                let d: Value = t.http.get(&url).send().await?.json().await?;
+                let b = &d["backlog"];
+                let n = |f: &str| b[f].as_u64().ok_or_else(|| format!("describe {url}: no backlog.{f}: {d}"));
+                Ok([n("visible")?, n("in_flight")?, n("delayed")?, n("dead")?])
+            }
+            Self::Embedded { log, topic, .. } => {
+                let d = sluice_core::queues::Queues::new(log.clone()).describe(topic, subscription).await?;
+                Ok([d.backlog.visible, d.backlog.in_flight, d.backlog.delayed, d.backlog.dead])
+            }
+        }
+    }
+
+    async fn delete(&self, subscription: &str) -> Result<(), BoxError> {
+        match self {
+            Self::Http(t) => {
+                let url = format!("{}{}", t.base, self.sub_path(subscription));
+                let r = t.http.delete(&url).send().await?;
+                if !r.status().is_success() {
+                    return Err(format!("deleting {url}: {} {}", r.status(), r.text().await?).into());
+                }
+                Ok(())
+            }
+            Self::Embedded { log, topic, .. } => {
+                Ok(sluice_core::queues::Queues::new(log.clone()).delete(topic, subscription).await?)
+            }
+        }
+    }
+}
+
+/// What the workers of one run share: which messages were acked, how often.
+struct QueueRun {
+    /// Per partition, the subscription's start offset.
+    starts: Vec<u64>,
+    /// Per partition, per offset from its start: times acked (saturating).
+    acks: Mutex<Vec<Vec<u8>>>,
+    /// Per partition, the end of the run once known: messages from there on are not the run's.
+    ends: Mutex<Option<Vec<u64>>>,
+    /// Acks of messages of no partition, or before a partition's start.
+    foreign: AtomicU64,
+    /// Messages acked at least once (counted at their first ack), and their value bytes.
+    acked: Arc<AtomicU64>,
+    bytes: AtomicU64,
+    /// Messages of the run, once known (`u64::MAX` before).
+    expected: AtomicU64,
+    done: Arc<AtomicBool>,
+    /// When the last message of the run was acked.
+    end: Mutex<Option<Instant>>,
+    /// The clock base of the live publishers' send instants.
+    clock: Instant,
+}
+
+impl QueueRun {
+    /// Counts acked messages: `(partition, offset, value bytes)`.
+    fn record(&self, acked: &[(u32, u64, u64)]) {
+        let (mut fresh, mut bytes) = (0, 0);
+        {
+            let ends = self.ends.lock().unwrap_or_else(|p| p.into_inner());
+            let mut acks = self.acks.lock().unwrap_or_else(|p| p.into_inner());
+            for &(p, offset, len) in acked {
+                let start = self.starts.get(p as usize).copied().unwrap_or(0);
+                let (Some(counts), Some(i)) = (acks.get_mut(p as usize), offset.checked_sub(start)) else {
+                    self.foreign.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                };
+                let i = i as usize;
+                if counts.len() <= i {
+                    counts.resize(i + 1, 0);
+                }
+                // Past the end (someone else publishing): recorded for `verify`, not counted.
+                let within = ends.as_ref().is_none_or(|e| offset < e.get(p as usize).copied().unwrap_or(0));
+                if counts[i] == 0 && within {
+                    fresh += 1;
+                    bytes += len;
+                }
+                counts[i] = counts[i].saturating_add(1);
+            }
+        }
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.acked.fetch_add(fresh, Ordering::Relaxed);
+        self.check_done();
+    }
+
+    fn check_done(&self) {
+        if self.acked.load(Ordering::Relaxed) >= self.expected.load(Ordering::Relaxed) {
+            self.end.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(Instant::now);
+            self.done.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Fixes the end of the run. Called while no worker runs, or (live) before any worker
+    /// can have seen a message past `ends`.
+    fn set_end(&self, ends: &[u64]) {
+        let expected = ends.iter().zip(&self.starts).map(|(e, s)| e.saturating_sub(*s)).sum();
+        *self.ends.lock().unwrap_or_else(|p| p.into_inner()) = Some(ends.to_vec());
+        self.expected.store(expected, Ordering::Relaxed);
+        self.check_done();
+    }
+
+    /// Messages of `starts..ends` never acked, acked more than once, and messages outside
+    /// it acked (or acks of no partition).
+    fn verify(&self, ends: &[u64]) -> (u64, u64, u64) {
+        let acks = self.acks.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut missing, mut twice, mut outside) = (0, 0, self.foreign.load(Ordering::Relaxed));
+        for (p, counts) in acks.iter().enumerate() {
+            let want = ends.get(p).copied().unwrap_or(0).saturating_sub(self.starts[p]) as usize;
+            for i in 0..want.max(counts.len()) {
+                match (i < want, counts.get(i).copied().unwrap_or(0)) {
+                    (true, 0) => missing += 1,
+                    (true, 1) | (false, 0) => {}
+                    (true, _) => twice += 1,
+                    (false, _) => outside += 1,
+                }
+            }
+        }
+        (missing, twice, outside)
+    }
+}
+
+/// One worker's counts and latencies (microseconds).
+struct WorkerStats {
+    receives: u64,
+    empty: u64,
+    acks: u64,
+    /// Messages received again (receive count above 1).
+    redelivered: u64,
+    /// Receipts an ack refused, by error code.
+    refused: BTreeMap<String, u64>,
+    /// Refused requests and transport errors.
+    errors: u64,
+    /// Receives that returned messages, from send to answer.
+    receive: Histogram<u64>,
+    ack: Histogram<u64>,
+    /// From a receive's answer to its ack's answer.
+    receive_to_ack: Histogram<u64>,
+    /// From a message's publish being sent to its ack's answer (live publishers).
+    publish_to_ack: Histogram<u64>,
+}
+
+impl WorkerStats {
+    fn new() -> Result<Self, BoxError> {
+        let h = Histogram::<u64>::new(3)?;
+        Ok(Self {
+            receives: 0,
+            empty: 0,
+            acks: 0,
+            redelivered: 0,
+            refused: BTreeMap::new(),
+            errors: 0,
+            receive: h.clone(),
+            ack: h.clone(),
+            receive_to_ack: h.clone(),
+            publish_to_ack: h,
+        })
+    }
+
+    fn add(&mut self, o: &WorkerStats) -> Result<(), BoxError> {
+        self.receives += o.receives;
+        self.empty += o.empty;
+        self.acks += o.acks;
+        self.redelivered += o.redelivered;
+        for (code, n) in &o.refused {
+            *self.refused.entry(code.clone()).or_default() += n;
+        }
+        self.errors += o.errors;
+        self.receive.add(&o.receive)?;
+        self.ack.add(&o.ack)?;
+        self.receive_to_ack.add(&o.receive_to_ack)?;
+        self.publish_to_ack.add(&o.publish_to_ack)?;
+        Ok(())
+    }
+}
+
+/// A worker: receive, ack every receipt, until the run is done.
+async fn queue_worker(mut client: QueueClient, run: Arc<QueueRun>) -> Result<WorkerStats, BoxError> {
+    let mut stats = WorkerStats::new()?;
+    while !run.done.load(Ordering::Relaxed) {
+        let t0 = Instant::now();
+        let messages = match client.receive().await {
+            Ok(Ok(messages)) => messages,
+            Ok(Err(refused)) => {
+                eprintln!("{refused}");
+                stats.errors += 1;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+            Err(_) => {
+                stats.errors += 1;
+                client.reopen().await?;
+                continue;
+            }
+        };
+        let received = Instant::now();
+        stats.receives += 1;
+        if messages.is_empty() {
+            stats.empty += 1;
+            continue;
+        }
+        let _ = stats.receive.record(received.duration_since(t0).as_micros() as u64);
+        stats.redelivered += messages.iter().filter(|m| m.receive_count > 1).count() as u64;
+        let receipts: Vec<String> = messages.iter().map(|m| m.receipt.clone()).collect();
+        let t1 = Instant::now();
+        let results = match client.ack(&receipts).await {
+            Ok(Ok(results)) => results,
+            // Not acked: the messages come back when their visibility window ends.
+            Ok(Err(refused)) => {
+                eprintln!("{refused}");
+                stats.errors += 1;
+                continue;
+            }
+            Err(_) => {
+                stats.errors += 1;
+                client.reopen().await?;
+                continue;
+            }
+        };
+        let acked_at = Instant::now();
+        stats.acks += 1;
+        let _ = stats.ack.record(acked_at.duration_since(t1).as_micros() as u64);
+        let _ = stats.receive_to_ack.record(acked_at.duration_since(received).as_micros() as u64);
+        let acked_ns = acked_at.duration_since(run.clock).as_nanos() as u64;
+        let mut acked = Vec::with_capacity(messages.len());
+        for (m, result) in messages.iter().zip(results) {
+            match result {
+                None => {
+                    acked.push((m.partition, m.offset, m.value_len));
+                    if let Some(sent) = m.sent_ns {
+                        let _ = stats.publish_to_ack.record(acked_ns.saturating_sub(sent) / 1000);
+                    }
+                }
+                Some(code) => *stats.refused.entry(code).or_default() += 1,
+            }
+        }
+        run.record(&acked);
+    }
+    Ok(stats)
+}
+
+/// The `queue` workload: a fresh subscription of the topic, drained by workers that ack
+/// every receive, then checked: every message of the run acked exactly once.
+async fn queue(backend: QueueBackend, settings: QueueSettings, load: GroupLoad) -> Result<Report, BoxError> {
+    if !(1..=100).contains(&settings.batch) {
+        return Err("--batch must be between 1 and 100 (the most messages of one receive)".into());
+    }
+    let before = backend.high_watermarks().await?;
+    let partitions = before.len();
+    let (start_at, published) = match load {
+        GroupLoad::Backlog { count } => {
+            let (events, took) = backend.preload(settings.shape, count).await?;
+            eprintln!("published {events} events in {:.1} s", took.as_secs_f64());
+            // `earliest` on a fresh topic; on one used before, where this run's events begin.
+            let start = if before.iter().all(|hw| *hw == 0) {
+                json!("earliest")
+            } else {
+                json!({ "offsets": before.iter().enumerate().map(|(p, o)| (p.to_string(), json!(o))).collect::<serde_json::Map<_, _>>() })
+            };
+            (start, Some(events))
+        }
+        GroupLoad::Live { .. } => (json!("latest"), None),
+    };
+    let starts = backend.create(&settings, start_at.clone()).await?;
+    if starts.len() != partitions || (published.is_some() && starts != before) {
+        return Err(format!("subscription starts at {starts:?}, expected {before:?}").into());
+    }
+    let run = Arc::new(QueueRun {
+        acks: Mutex::new(vec![Vec::new(); partitions]),
+        ends: Mutex::new(None),
+        foreign: AtomicU64::new(0),
+        starts,
+        acked: Arc::new(AtomicU64::new(0)),
+        bytes: AtomicU64::new(0),
+        expected: AtomicU64::new(u64::MAX),
+        done: Arc::new(AtomicBool::new(false)),
+        end: Mutex::new(None),
+        clock: Instant::now(),
+    });
+    let mut ends = None;
+    if published.is_some() {
+        let hw = backend.high_watermarks().await?;
+        run.set_end(&hw);
+        ends = Some(hw);
+    }
+    let mut clients = Vec::with_capacity(settings.workers);
+    for _ in 0..settings.workers {
+        clients.push(backend.client(&settings).await?);
+    }
+    eprintln!(
+        "subscription {} ({start_at}): {} workers, receive batch {}, {} messages to ack",
+        settings.subscription,
+        settings.workers,
+        settings.batch,
+        published.map_or_else(|| "live".to_owned(), |_| run.expected.load(Ordering::Relaxed).to_string())
+    );
+    if let QueueBackend::Embedded { profile, .. } = &backend {
+        profile.reset();
+    }
+
+    let start = Instant::now();
+    let progress = spawn_progress(run.acked.clone(), run.done.clone());
+    let mut workers: Vec<_> = clients.into_iter().map(|c| tokio::spawn(queue_worker(c, run.clone()))).collect();
+    let (published_live, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let mut publish_latency = Histogram::<u64>::new(3)?;
+    if let (GroupLoad::Live { publishers, duration }, QueueBackend::Http(t)) = (load, &backend) {
+        let tasks: Vec<_> = (0..publishers)
+            .map(|i| {
+                let to = LiveTarget { base_url: t.base.clone(), topic: t.topic.clone(), clock: run.clock };
+                let (acked, failed) = (published_live.clone(), failed.clone());
+                let until = start + duration;
+                tokio::spawn(live_publisher(to, settings.shape, i as u64, publishers as u64, until, acked, failed))
+            })
+            .collect();
+        for task in tasks {
+            publish_latency.add(&task.await??)?;
+        }
+        let hw = backend.high_watermarks().await?;
+        run.set_end(&hw);
+        ends = Some(hw);
+    }
+    // Until every message is acked; a stall longer than a visibility window (lost messages
+    // come back after it), or a worker failing, ends it.
+    let stall = Duration::from_millis(settings.visibility_timeout_ms.unwrap_or(30_000) + 10_000);
+    let mut progress_at = (run.acked.load(Ordering::Relaxed), Instant::now());
+    while !run.done.load(Ordering::Relaxed) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let acked = run.acked.load(Ordering::Relaxed);
+        if acked != progress_at.0 {
+            progress_at = (acked, Instant::now());
+        } else if progress_at.1.elapsed() > stall || workers.iter().any(|w| w.is_finished()) {
+            eprintln!("subscription {}: stopped with {acked} messages acked", settings.subscription);
+            run.done.store(true, Ordering::Relaxed);
+        }
+    }
+    let end = run.end.lock().map_err(|_| "end lock poisoned")?.unwrap_or_else(Instant::now);
+    let elapsed = end.duration_since(start);
+    progress.await?;
+    let mut stats = WorkerStats::new()?;
+    for worker in workers.drain(..) {
+        stats.add(&worker.await??)?;
+    }
+
+    // The checks: every message acked once by the bench's count, and none left by the server's.
+    let ends = ends.ok_or("no end offsets")?;
+    let (missing, twice, outside) = run.verify(&ends);
+    let backlog = backend.backlog(&settings.subscription).await?;
+    let mut problems = Vec::new();
+    if missing > 0 {
+        problems.push(format!("{missing} messages never acked"));
+    }
+    if twice > 0 {
+        problems.push(format!("{twice} messages acked more than once"));
+    }
+    if outside > 0 {
+        problems.push(format!("{outside} acks of messages outside the run"));
+    }
+    if backlog != [0; 4] {
+        problems.push(format!(
+            "the subscription still counts {} visible, {} in flight, {} delayed, {} dead",
+            backlog[0], backlog[1], backlog[2], backlog[3]
+        ));
+    }
+    // A stale receipt is a message redelivered after its visibility window ran out (its
+    // later holder acks it); any other refusal is the bench's or the server's fault.
+    let stale = stats.refused.get("stale_receipt").copied().unwrap_or(0);
+    let refused: u64 = stats.refused.values().sum::<u64>() - stale;
+    if refused > 0 {
+        problems.push(format!("{refused} receipts refused: {:?}", stats.refused));
+    }
+    let profile = match &backend {
+        QueueBackend::Embedded { profile, .. } => Some(profile.report(stats.receives, stats.acks)),
+        QueueBackend::Http(_) => None,
+    };
+    // Only a clean run's subscription goes: a failed one stays for a look.
+    if problems.is_empty() {
+        backend.delete(&settings.subscription).await?;
+    }
+
+    let s = &settings;
+    let expected = run.expected.load(Ordering::Relaxed);
+    let mut json_settings = json!({
+        "subscription": s.subscription, "transport": backend.transport(), "workers": s.workers,
+        "batch": s.batch, "partitions": partitions, "wait_ms": s.wait_ms,
+        "visibility_timeout_ms": s.visibility_timeout_ms, "event_size": s.shape.event_size,
+        "publish_batch": s.shape.batch, "messages": expected,
+    });
+    let mut counts = vec![
+        ("receives", stats.receives),
+        ("acks", stats.acks),
+        ("empty receives", stats.empty),
+        ("redelivered", stats.redelivered),
+        ("stale receipts", stale),
+    ];
+    let mut histograms = vec![("receive", stats.receive), ("ack", stats.ack)];
+    let (latency, latency_of) = match load {
+        GroupLoad::Backlog { count } => {
+            json_settings["mode"] = json!("backlog");
+            json_settings["count"] = json!(count);
+            (stats.receive_to_ack, "receive-to-ack")
+        }
+        GroupLoad::Live { publishers, duration } => {
+            json_settings["mode"] = json!("live");
+            json_settings["publishers"] = json!(publishers);
+            json_settings["duration"] = json!(duration.as_secs_f64());
+            counts.push(("published", published_live.load(Ordering::Relaxed)));
+            histograms.insert(0, ("receive-to-ack", stats.receive_to_ack));
+            histograms.push(("publish", publish_latency));
+            (stats.publish_to_ack, "publish-to-ack")
+        }
+    };
+    if missing + twice + outside > 0 {
+        counts.push(("missing", missing));
+        counts.push(("acked twice", twice));
+    }
+    Ok(Report {
+        workload: "queue",
+        settings: json_settings,
+        events: run.acked.load(Ordering::Relaxed),
+        bytes: run.bytes.load(Ordering::Relaxed),
+        requests: stats.receives + stats.acks,
+        errors: stats.errors + failed.load(Ordering::Relaxed) + refused + missing + twice + outside,
+        elapsed,
+        latency,
+        latency_of,
+        counts,
+        histograms,
+        extra: profile.into_iter().map(|(json, lines)| ("store_calls", json, lines)).collect(),
+        failure: (!problems.is_empty()).then(|| format!("queue run not exactly-once: {}", problems.join("; "))),
+    })
+}
+
+// ---------------------------------------------------------------------------
+// The profile of `bench queue --embedded`: stores that count their calls.
+
+tokio::task_local! {
+    /// What the calling task is doing: `receive`, `ack`; anything else is `other`.
+    static OP: &'static str;
+}
+
+/// Calls, items written and time, per (operation, store call, item kind).
+#[derive(Default)]
+struct Profile {
+    calls: Mutex<BTreeMap<(&'static str, &'static str, String), CallStats>>,
+}
+
+#[derive(Default, Clone, Copy)]
+struct CallStats {
+    calls: u64,
+    /// Items written (writes) or returned (queries), or bytes read (object reads).
+    items: u64,
+    nanos: u64,
+}
+
+type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, sluice_core::StorageError>> + Send + 'a>>;
+
+impl Profile {
+    fn reset(&self) {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    async fn time<T>(
+        &self,
+        call: &'static str,
+        kind: String,
+        fut: impl Future<Output = Result<T, sluice_core::StorageError>>,
+        items: impl FnOnce(&T) -> u64,
+    ) -> Result<T, sluice_core::StorageError> {
+        let op = OP.try_with(|o| *o).unwrap_or("other");
+        let t0 = Instant::now();
+        let result = fut.await;
+        let nanos = t0.elapsed().as_nanos() as u64;
+        let n = result.as_ref().map_or(0, items);
+        let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        let stats = calls.entry((op, call, kind)).or_default();
+        stats.calls += 1;
+        stats.items += n;
+        stats.nanos += nanos;
+        result
+    }
+
+    /// Per receive and per ack: each kind of call, how many, how long; JSON and lines of text.
+    fn report(&self, receives: u64, acks: u64) -> (Value, Vec<String>) {
+        let calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        let mut json = serde_json::Map::new();
+        let mut lines = Vec::new();
+        for (op, n) in [("receive", receives), ("ack", acks)] {
+            let per = |x: u64| x as f64 / n.max(1) as f64;
+            lines.push(format!("store calls per {op} ({n} {op}s; mean wall time per call, items per call):"));
+            let mut rows = Vec::new();
+            let (mut total, mut writes) = (0, 0);
+            for ((_, call, kind), s) in calls.iter().filter(|((o, ..), _)| *o == op) {
+                if !call.ends_with(".cached") {
+                    total += s.calls;
+                }
+                if *call == "write" {
+                    writes += s.calls;
+                }
+                let mean_us = s.nanos as f64 / s.calls.max(1) as f64 / 1000.0;
+                let items = s.items as f64 / s.calls.max(1) as f64;
+                lines.push(format!(
+                    "  {:<14}{:<30}{:>8.2}{:>10.1} µs{:>10.1} items",
+                    call,
+                    kind,
+                    per(s.calls),
+                    mean_us,
+                    items
+                ));
+                rows.push(json!({ "call": call, "kind": kind, "per_op": per(s.calls), "mean_us": mean_us, "items_per_call": items }));
+            }
+            let store_calls = calls
+                .iter()
+                .filter(|((o, c, _), _)| *o == op && !c.starts_with("object") && !c.ends_with(".cached"))
+                .map(|(_, s)| s.calls)
+                .sum::<u64>();
+            lines.push(format!(
+                "  total {:.2} calls ({:.2} state store), {:.2} writes (each one SQLite commit: one WAL fsync) per {op}",
+                per(total),
+                per(store_calls),
+                per(writes)
+            ));
+            json.insert(
+                op.to_owned(),
+                json!({ "ops": n, "calls": rows, "calls_per_op": per(total), "writes_per_op": per(writes) }),
+            );
+        }
+        (Value::Object(json), lines)
+    }
+}
+
+/// What an item is, from its key (the layouts of `sluice_core::layout` and `queues`).
+fn key_kind(key: &sluice_core::store::Key) -> String {
+    let kind = match key.pk.split('#').next().unwrap_or_default() {
+        "q" if key.sk == "c" => "queue cursor",
+        "q" => "queue lease",
+        "subs" => "subscription",
+        "head" => "partition head",
+        "seg" => "segment index",
+        "topics" => "topic",
+        "queues" => "receipt key",
+        "dlq" => "dead letter",
+        "idem" => "idempotency",
+        other => return other.to_owned(),
+    };
+    kind.to_owned()
+}
+
+/// A write's kinds of items, e.g. `queue cursor+queue lease`.
+fn write_kind(ops: &[sluice_core::store::WriteOp]) -> String {
+    let mut kinds: Vec<String> = ops.iter().map(|op| key_kind(op.key())).collect();
+    kinds.sort();
+    kinds.dedup();
+    kinds.join("+")
+}
+
+struct CountingStore {
+    inner: Arc<sluice_local::SqliteStateStore>,
+    profile: Arc<Profile>,
+    /// `--cache-immutable`: items of the kinds a run never changes, once read.
+    cache: Option<Mutex<HashMap<sluice_core::store::Key, sluice_core::store::Item>>>,
+}
+
+/// Kinds of items `--cache-immutable` serves from memory: a queue run never writes them.
+fn cacheable(kind: &str) -> bool {
+    matches!(kind, "topic" | "subscription" | "receipt key")
+}
+
+// `async_trait`'s expansion, by hand: the bench does not depend on the macro.
+impl sluice_core::StateStore for CountingStore {
+    fn get<'a, 'b, 'c>(&'a self, key: &'b sluice_core::store::Key) -> StoreFuture<'c, Option<sluice_core::store::Item>>
+    where
+        'a: 'c,
+        'b: 'c,
+        Self: 'c,
+    {
+        let kind = key_kind(key);
+        let Some(cache) = self.cache.as_ref().filter(|_| cacheable(&kind)) else {
+            return Box::pin(self.profile.time("get", kind, self.inner.get(key), |i| u64::from(i.is_some())));
+        };
+        if let Some(item) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(key).cloned() {
+            return Box::pin(self.profile.time("get.cached", kind, async { Ok(Some(item)) }, |_| 1));
+        }
+        Box::pin(async move {
+            let item = self.profile.time("get", kind, self.inner.get(key), |i| u64::from(i.is_some())).await?;
+            if let Some(item) = &item {
+                cache.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone(), item.clone());
+            }
+            Ok(item)
+        })
+    }
+
+    fn query<'a, 'b, 'c>(&'a self, query: &'b sluice_core::store::Query) -> StoreFuture<'c, sluice_core::store::Page>
+    where
+        'a: 'c,
+        'b: 'c,
+        Self: 'c,
+    {
+        let kind = key_kind(&sluice_core::store::Key::new(query.pk.clone(), ""));
+        Box::pin(self.profile.time("query", kind, self.inner.query(query), |p| p.items.len() as u64))
+    }
+
+    fn write<'a, 'c>(&'a self, ops: Vec<sluice_core::store::WriteOp>) -> StoreFuture<'c, ()>
+    where
+        'a: 'c,
+        Self: 'c,
+    {
+        let (kind, n) = (write_kind(&ops), ops.len() as u64);
+        if let Some(cache) = &self.cache {
+            let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
+            for op in &ops {
+                cache.remove(op.key());
+            }
+        }
+        Box::pin(self.profile.time("write", kind, self.inner.write(ops), move |_| n))
+    }
+
+    fn delete_many<'a, 'c>(&'a self, keys: Vec<sluice_core::store::Key>) -> StoreFuture<'c, ()>
+    where
+        'a: 'c,
+        Self: 'c,
+    {
+        let n = keys.len() as u64;
+        Box::pin(self.profile.time("delete_many", String::new(), self.inner.delete_many(keys), move |_| n))
+    }
+
+    fn purge_expired<'a, 'c>(&'a self, limit: usize) -> StoreFuture<'c, usize>
+    where
+        'a: 'c,
+        Self: 'c,
+    {
+        Box::pin(self.profile.time("purge_expired", String::new(), self.inner.purge_expired(limit), |n| *n as u64))
+    }
+}
+
+/// An object, a position in it and a length.
+type BlobRange = (String, u64, u64);
+
+struct CountingObjects {
+    inner: Arc<sluice_local::LocalObjectStore>,
+    profile: Arc<Profile>,
+    /// `--cache-immutable`: blob ranges once read (blobs never change), at most 1 GiB.
+    cache: Option<Mutex<HashMap<BlobRange, Bytes>>>,
+}
+
+impl sluice_core::ObjectStore for CountingObjects {
+    fn put<'a, 'c>(&'a self, bytes: Bytes) -> StoreFuture<'c, sluice_core::BlobRef>
+    where
+        'a: 'c,
+        Self: 'c,
+    {
+        let n = bytes.len() as u64;
+        Box::pin(self.profile.time("object.put", "blob".to_owned(), self.inner.put(bytes), move |_| n))
+    }
+
+    fn read<'a, 'b, 'c>(&'a self, object: &'b str, position: u64, len: u64) -> StoreFuture<'c, Bytes>
+    where
+        'a: 'c,
+        'b: 'c,
+        Self: 'c,
+    {
+        let kind = "blob (items: bytes)".to_owned();
+        let Some(cache) = &self.cache else {
+            return Box::pin(
+                self.profile.time("object.read", kind, self.inner.read(object, position, len), |b| b.len() as u64),
+            );
+        };
+        let at = (object.to_owned(), position, len);
+        if let Some(bytes) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&at).cloned() {
+            return Box::pin(self.profile.time("object.read.cached", kind, async { Ok(bytes) }, |b| b.len() as u64));
+        }
+        Box::pin(async move {
+            let bytes = self
+                .profile
+                .time("object.read", kind, self.inner.read(object, position, len), |b| b.len() as u64)
+                .await?;
+            let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
+            if cache.values().map(Bytes::len).sum::<usize>() > 1 << 30 {
+                cache.clear();
+            }
+            cache.insert(at, bytes.clone());
+            Ok(bytes)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(starts: Vec<u64>) -> QueueRun {
+        QueueRun {
+            acks: Mutex::new(vec![Vec::new(); starts.len()]),
+            ends: Mutex::new(None),
+            foreign: AtomicU64::new(0),
+            starts,
+            acked: Arc::new(AtomicU64::new(0)),
+            bytes: AtomicU64::new(0),
+            expected: AtomicU64::new(u64::MAX),
+            done: Arc::new(AtomicBool::new(false)),
+            end: Mutex::new(None),
+            clock: Instant::now(),
+        }
+    }
+
+    #[test]
+    fn given_every_message_acked_once_then_done_and_verified_clean() {
+        let r = run(vec![5, 0]);
+        r.set_end(&[7, 1]);
+        r.record(&[(0, 5, 10), (1, 0, 10)]);
+        assert!(!r.done.load(Ordering::Relaxed));
+        r.record(&[(0, 6, 10)]);
+        assert!(r.done.load(Ordering::Relaxed));
+        assert_eq!((r.acked.load(Ordering::Relaxed), r.bytes.load(Ordering::Relaxed)), (3, 30));
+        assert_eq!(r.verify(&[7, 1]), (0, 0, 0));
+    }
+
+    #[test]
+    fn given_missing_duplicate_and_foreign_acks_then_each_is_counted() {
+        let r = run(vec![5, 0]);
+        r.set_end(&[8, 1]);
+        // Offset 5 twice, 6 never, 7 once; 4 is before the start, 1 of partition 1 after the end.
+        r.record(&[(0, 5, 1), (0, 5, 1), (0, 7, 1), (0, 4, 1), (1, 0, 1), (1, 1, 1), (9, 0, 1)]);
+        assert_eq!(r.acked.load(Ordering::Relaxed), 3, "5 and 7 of partition 0, 0 of partition 1");
+        assert!(!r.done.load(Ordering::Relaxed), "6 is missing");
+        assert_eq!(r.verify(&[8, 1]), (1, 1, 3), "6 missing; 5 twice; 4, 1 of partition 1 and partition 9 outside");
+    }
 }

@@ -1,6 +1,7 @@
 //! Sluice's HTTP API (v1): one axum [`Router`] that `serve` runs on a socket and
 //! the Lambda functions run under `lambda_http`, so a route behaves the same
-//! everywhere. Handlers are thin: parse, call the [`Log`], render.
+//! everywhere. Handlers are thin: parse, call the [`Log`] (or the groups and queues
+//! on it), render.
 
 mod backend;
 mod cloudevents;
@@ -8,12 +9,13 @@ pub mod config;
 mod error;
 mod groups;
 mod publish;
+mod queues;
 mod read;
 mod topics;
 
 use std::sync::Arc;
 
-use axum::routing::{get, post, put};
+use axum::routing::{delete, get, post, put};
 use axum::Router;
 pub use backend::{open_backend, BackendChoice, IncompleteAwsConfig, OpenError};
 pub use config::Config;
@@ -73,9 +75,34 @@ fn groups_routes() -> Router<Log> {
         .route("/v1/groups/{group}/seek", post(groups::seek))
 }
 
+/// Work queues: subscriptions of a topic, receive, ack, nack, visibility, dead letters.
+pub fn queues_router(log: Log) -> Router {
+    finish(queues_routes(), log)
+}
+
+fn queues_routes() -> Router<Log> {
+    Router::new()
+        .route("/v1/topics/{topic}/subscriptions", get(queues::list))
+        .route(
+            "/v1/topics/{topic}/subscriptions/{sub}",
+            put(queues::create).get(queues::describe).delete(queues::delete),
+        )
+        .route("/v1/topics/{topic}/subscriptions/{sub}/receive", post(queues::receive))
+        .route("/v1/topics/{topic}/subscriptions/{sub}/ack", post(queues::ack))
+        .route("/v1/topics/{topic}/subscriptions/{sub}/nack", post(queues::nack))
+        .route("/v1/topics/{topic}/subscriptions/{sub}/visibility", post(queues::visibility))
+        .route(
+            "/v1/topics/{topic}/subscriptions/{sub}/dlq",
+            get(queues::dead_letters).delete(queues::purge_dead_letters),
+        )
+        .route("/v1/topics/{topic}/subscriptions/{sub}/dlq/redrive", post(queues::redrive))
+        .route("/v1/topics/{topic}/subscriptions/{sub}/dlq/{id}", delete(queues::delete_dead_letter))
+}
+
 /// Every v1 route: what `serve` runs. Each Lambda function runs the part it is for.
 pub fn router(log: Log) -> Router {
-    finish(publish_routes().merge(read_routes()).merge(admin_routes()).merge(groups_routes()), log)
+    let routes = publish_routes().merge(read_routes()).merge(admin_routes()).merge(groups_routes());
+    finish(routes.merge(queues_routes()), log)
 }
 
 /// JSON answers for unknown routes and methods, and the body limit left to the handlers

@@ -1,7 +1,7 @@
 //! One storage conformance suite, written once and run against every backend
 //! (object_store's `integration.rs` pattern): the embedded backend on every run,
 //! the AWS adapters against moto's server (`tests/embedded.rs`, `tests/moto.rs`:
-//! each invokes the port, log and group suites' macros on its [`Backend`]).
+//! each invokes the port, log, group and queue suites' macros on its [`Backend`]).
 //!
 //! Each case uses keys and topics of its own (random names), so cases can share
 //! one moto server or one data directory and run in parallel.
@@ -10,6 +10,7 @@ pub mod embedded;
 pub mod group_cases;
 pub mod log_cases;
 pub mod moto;
+pub mod queue_cases;
 pub mod store;
 
 use std::sync::Arc;

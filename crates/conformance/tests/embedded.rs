@@ -18,3 +18,9 @@ mod group {
 
     sluice_conformance::group_conformance_suite!(embedded());
 }
+
+mod queue {
+    use sluice_conformance::embedded::embedded;
+
+    sluice_conformance::queue_conformance_suite!(embedded());
+}

@@ -1,6 +1,6 @@
 //! The API Gateway v2 fixtures in tests/fixtures (the ones `cargo lambda invoke
 //! --data-file` replays) parsed as lambda_http parses them on Lambda, and served
-//! by the router of the function each route belongs to.
+//! by the router of the function each route belongs to (publish, read, admin, queues).
 
 use axum::body::Body;
 use axum::Router;
@@ -27,8 +27,12 @@ async fn given_api_gateway_v2_fixtures_then_each_function_router_serves_them() {
     let dir = tempfile::tempdir().unwrap();
     let config = Config::from_env().map(|c| Config { data_dir: dir.path().to_owned(), ..c }).unwrap();
     let log = sluice_api::open_embedded(&config).unwrap();
-    let (admin, publish, read) =
-        (sluice_api::admin_router(log.clone()), sluice_api::publish_router(log.clone()), sluice_api::read_router(log));
+    let (admin, publish, read) = (
+        sluice_api::admin_router(log.clone()),
+        sluice_api::publish_router(log.clone()),
+        sluice_api::read_router(log.clone()),
+    );
+    let queues = sluice_api::queues_router(log);
 
     let (status, _) = call(&admin, "apigw-v2-create-topic.json").await;
     assert!(status == 200 || status == 201, "create topic: {status}");
@@ -47,6 +51,27 @@ async fn given_api_gateway_v2_fixtures_then_each_function_router_serves_them() {
     let (status, topics) = call(&admin, "apigw-v2-list-topics.json").await;
     assert_eq!(status, 200);
     assert!(topics.to_string().contains("orders"), "{topics}");
+
+    // A work queue on the topic, from its start: both events, each with a receipt.
+    let (status, subscription) = call(&queues, "apigw-v2-create-subscription.json").await;
+    assert_eq!(status, 201, "{subscription}");
+    assert_eq!(
+        (subscription["start"].clone(), subscription["max_receive_count"].clone()),
+        ("earliest".into(), 3.into())
+    );
+    let (status, again) = call(&queues, "apigw-v2-create-subscription.json").await;
+    assert_eq!((status, &again), (200, &subscription), "the same settings again: no change");
+    let (status, received) = call(&queues, "apigw-v2-receive.json").await;
+    assert_eq!(status, 200, "{received}");
+    let messages = received["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 2, "{received}");
+    assert!(messages.iter().all(|m| m["receipt"].is_string() && m["receive_count"] == 1), "{received}");
+    assert!(messages.iter().any(|m| m["value"] == "hello" && m["partition"] == 2), "{received}");
+    let (status, empty) = call(&queues, "apigw-v2-receive.json").await;
+    assert_eq!((status, empty), (200, serde_json::json!({"messages": []})), "both are in flight");
+
     // A function serves only its own routes.
     assert_eq!(call(&read, "apigw-v2-publish.json").await.0, 404);
+    assert_eq!(call(&queues, "apigw-v2-publish.json").await.0, 404);
+    assert_eq!(call(&read, "apigw-v2-receive.json").await.0, 404);
 }

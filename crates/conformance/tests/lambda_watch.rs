@@ -1,8 +1,9 @@
-//! End to end: the publish, read and admin Lambda functions run under `cargo
-//! lambda watch` (its Lambda runtime emulator and function URLs) on the AWS
-//! adapters against moto, and answer a sequence of HTTP requests exactly as
-//! `serve`'s router on the embedded backend answers the same sequence.
+//! End to end: the publish, read, admin, groups and queues Lambda functions run
+//! under `cargo lambda watch` (its Lambda runtime emulator and function URLs) on
+//! the AWS adapters against moto, and answer a sequence of HTTP requests exactly
+//! as `serve`'s router on the embedded backend answers the same sequence.
 
+use std::collections::HashMap;
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
@@ -82,14 +83,22 @@ async fn call(client: &reqwest::Client, base: &str, method: Method, path: &str, 
     (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
 }
 
-/// Values that differ between two runs by nature (the clock at creation), replaced by a marker.
+/// Values that differ between two runs by nature (the clock, random ids and receipts),
+/// replaced by a marker; a null stays null.
 fn normalize(mut v: Value) -> Value {
     match &mut v {
         Value::Object(map) => {
             for (k, x) in map.iter_mut() {
                 *x = match k.as_str() {
-                    "created_ms" | "expires_at_ms" => json!("<time>"),
+                    _ if x.is_null() => Value::Null,
+                    "created_ms"
+                    | "expires_at_ms"
+                    | "first_receive_ms"
+                    | "last_receive_ms"
+                    | "dead_ms"
+                    | "oldest_visible_age_ms" => json!("<time>"),
                     "member_id" => json!("<member>"),
+                    "receipt" => json!("<receipt>"),
                     _ => normalize(x.take()),
                 };
             }
@@ -100,10 +109,21 @@ fn normalize(mut v: Value) -> Value {
     v
 }
 
+/// Replaces every string equal to a name in `vars` (`$member`, `$receipt0`, …) by its value.
+fn substitute(v: Value, vars: &HashMap<String, String>) -> Value {
+    match v {
+        Value::String(s) => Value::String(vars.get(&s).cloned().unwrap_or(s)),
+        Value::Array(items) => Value::Array(items.into_iter().map(|x| substitute(x, vars)).collect()),
+        Value::Object(map) => Value::Object(map.into_iter().map(|(k, x)| (k, substitute(x, vars))).collect()),
+        other => other,
+    }
+}
+
 /// Runs the same requests against `base(path)` and records each answer.
 async fn script(client: &reqwest::Client, base: &dyn Fn(&str) -> String, topic: &str) -> Vec<(String, u16, Value)> {
     let t = format!("/v1/topics/{topic}");
     let g = format!("/v1/groups/{topic}-readers");
+    let q = format!("{t}/subscriptions/workers");
     let publish = json!({"events": [
         {"key": "customer-42", "value": {"n": 1}, "timestamp_ms": 1_700_000_000_000_i64},
         {"value": "plain", "partition": 1, "headers": {"h": "v"}, "timestamp_ms": 1_700_000_000_001_i64},
@@ -146,16 +166,61 @@ async fn script(client: &reqwest::Client, base: &dyn Fn(&str) -> String, topic: 
             Some(json!({"events": [{"value": "reborn", "partition": 1, "timestamp_ms": 1_700_000_000_003_i64}]})),
         ),
         (Method::GET, format!("{t}/partitions/1/events?offset=0&limit=10"), None),
+        // A work queue on the new topic, from its start (index 23 on).
+        (
+            Method::PUT,
+            q.clone(),
+            Some(json!({"start": "earliest", "visibility_timeout_ms": 60000, "max_receive_count": 3})),
+        ),
+        (
+            Method::PUT,
+            q.clone(),
+            Some(json!({"start": "earliest", "visibility_timeout_ms": 60000, "max_receive_count": 3})),
+        ),
+        (Method::PUT, q.clone(), Some(json!({"start": "latest"}))),
+        (Method::GET, format!("{t}/subscriptions"), None),
+        (
+            Method::POST,
+            format!("{t}/events"),
+            Some(json!({"events": [
+                {"key": "k", "value": {"job": 1}, "partition": 1, "timestamp_ms": 1_700_000_000_004_i64},
+                {"value_base64": "AAEC", "partition": 1, "headers": {"h": "v"}, "timestamp_ms": 1_700_000_000_005_i64},
+            ]})),
+        ),
+        (Method::POST, format!("{q}/receive"), Some(json!({"max_messages": 10}))),
+        (Method::POST, format!("{q}/ack"), Some(json!({"receipts": ["$receipt0", "not-a-receipt"]}))),
+        (Method::POST, format!("{q}/ack"), Some(json!({"receipts": ["$receipt0"]}))),
+        (Method::POST, format!("{q}/nack"), Some(json!({"receipts": ["$receipt1"]}))),
+        (
+            Method::POST,
+            format!("{q}/visibility"),
+            Some(json!({"receipts": ["$receipt2"], "visibility_timeout_ms": 120000})),
+        ),
+        (Method::POST, format!("{q}/receive"), Some(json!({"max_messages": 10}))),
+        (Method::GET, q.clone(), None),
+        (Method::GET, format!("{q}/dlq?limit=10"), None),
+        (Method::POST, format!("{q}/dlq/redrive"), Some(json!({}))),
+        (Method::DELETE, format!("{q}/dlq"), None),
+        (Method::POST, format!("{t}/subscriptions/nobody/receive"), Some(json!({}))),
+        (Method::POST, format!("{q}/receive"), Some(json!({"max_messages": 101}))),
+        (Method::DELETE, q.clone(), None),
+        (Method::GET, q.clone(), None),
     ];
     let mut answers = Vec::new();
-    // The member id a poll answered, for the steps after it (it differs between runs).
-    let mut member = String::new();
+    // What earlier answers gave, for the steps after them (it differs between runs): the
+    // member id a poll answered (`$member`), the receipts of the last receive (`$receipt0`, …).
+    let mut vars = HashMap::new();
     for (method, path, body) in steps {
         let label = format!("{method} {path}");
-        let body = body.map(|b| serde_json::from_str(&b.to_string().replace("$member", &member)).unwrap());
+        let body = body.map(|b| substitute(b, &vars));
         let (status, value) = call(client, &base(&path), method, &path, body.as_ref()).await;
         if let Some(id) = value.get("member_id").and_then(Value::as_str) {
-            member = id.to_owned();
+            vars.insert("$member".to_owned(), id.to_owned());
+        }
+        for (i, m) in value.get("messages").and_then(Value::as_array).into_iter().flatten().enumerate() {
+            if let Some(receipt) = m.get("receipt").and_then(Value::as_str) {
+                vars.insert(format!("$receipt{i}"), receipt.to_owned());
+            }
         }
         answers.push((label, status, normalize(value)));
     }
@@ -164,7 +229,9 @@ async fn script(client: &reqwest::Client, base: &dyn Fn(&str) -> String, topic: 
 
 /// The function serving a path, as template.yaml routes it (the script POSTs to every …/events it uses).
 fn function_for(path: &str) -> &'static str {
-    if path.starts_with("/v1/groups") {
+    if path.contains("/subscriptions") {
+        "sluice-queues"
+    } else if path.starts_with("/v1/groups") {
         "sluice-groups"
     } else if path.contains("/partitions/") {
         "sluice-read"
@@ -189,7 +256,7 @@ async fn given_functions_under_cargo_lambda_watch_on_moto_then_answers_match_ser
     tokio::spawn(async move { axum::serve(listener, sluice_api::router(log)).await });
     let expected = script(&client, &|_| serve_base.clone(), &topic).await;
 
-    let functions = ["sluice-admin", "sluice-publish", "sluice-read", "sluice-groups"];
+    let functions = ["sluice-admin", "sluice-publish", "sluice-read", "sluice-groups", "sluice-queues"];
     let ports: Vec<u16> = functions.iter().map(|_| free_port()).collect();
     let _watches: Vec<Watch> = functions.iter().zip(&ports).map(|(f, &port)| start_watch(f, port)).collect();
     let url = |function: &str| {
@@ -229,6 +296,32 @@ async fn given_functions_under_cargo_lambda_watch_on_moto_then_answers_match_ser
     let reborn = &expected[22].2["events"];
     assert_eq!(reborn.as_array().map(Vec::len), Some(1), "only the new topic's event: {reborn}");
     assert_eq!(reborn[0]["offset"], 0);
+    // The work queue: created once, delivered each event once, acked, released, extended.
+    let statuses: Vec<u16> = expected[23..].iter().map(|a| a.1).collect();
+    assert_eq!(
+        statuses,
+        [201, 200, 409, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 404, 400, 204, 404],
+        "{:?}",
+        &expected[23..]
+    );
+    assert_eq!(expected[25].2["error"]["code"], "subscription_exists", "{:?}", expected[25]);
+    let received = &expected[28].2["messages"];
+    let offsets: Vec<&Value> =
+        received.as_array().map(|m| m.iter().map(|m| &m["offset"]).collect()).unwrap_or_default();
+    assert_eq!(offsets, [&json!(0), &json!(1), &json!(2)], "partition 1 from its start: {received}");
+    assert_eq!(received[0]["value"], "reborn");
+    assert_eq!(received[2]["value_base64"], "AAEC");
+    let ack = &expected[29].2["results"];
+    assert_eq!((&ack[0]["ok"], &ack[1]["error"]["code"]), (&json!(true), &json!("invalid_receipt")), "{ack}");
+    assert_eq!(expected[30].2["results"][0]["error"]["code"], "stale_receipt", "{:?}", expected[30]);
+    assert_eq!(expected[32].2["results"][0]["ok"], true, "{:?}", expected[32]);
+    let again = &expected[33].2["messages"];
+    assert_eq!(again.as_array().map(Vec::len), Some(1), "only the released message: {again}");
+    assert_eq!((&again[0]["offset"], &again[0]["receive_count"]), (&json!(1), &json!(2)), "{again}");
+    let backlog = &expected[34].2["backlog"];
+    assert_eq!((&backlog["visible"], &backlog["in_flight"], &backlog["dead"]), (&json!(0), &json!(2), &json!(0)));
+    assert_eq!(expected[35].2, json!({"dead_letters": [], "next": null}));
+    assert_eq!(expected[38].2["error"]["code"], "subscription_not_found", "{:?}", expected[38]);
 
     // And they ran on moto, not on a local fallback: the table holds the topic they created.
     let (state, _) = adapters(&moto().settings, Arc::new(SystemClock)).await;

@@ -35,6 +35,12 @@ mod group {
     sluice_conformance::group_conformance_suite!(moto());
 }
 
+mod queue {
+    use super::moto;
+
+    sluice_conformance::queue_conformance_suite!(moto());
+}
+
 /// The requests `store` sent since `before` was taken, by operation.
 fn sent_since(store: &DynamoStateStore, before: &BTreeMap<&'static str, u64>) -> Vec<(&'static str, u64)> {
     let now = store.requests().snapshot();

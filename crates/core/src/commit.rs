@@ -512,7 +512,7 @@ fn positions(layout: &Layout, bases: &[u64]) -> Vec<Vec<Position>> {
 }
 
 /// Full jitter: a uniform wait, in milliseconds, up to an exponentially growing, capped ceiling.
-fn backoff(attempt: u32, random: &dyn Random) -> u64 {
+pub(crate) fn backoff(attempt: u32, random: &dyn Random) -> u64 {
     let ceiling = (2u64 << attempt.min(9)).min(1000);
     random.next_u64() % (ceiling + 1)
 }

@@ -78,6 +78,8 @@ struct Inner {
     topics: Mutex<HashMap<String, (TopicConfig, i64)>>,
     /// Round-robin cursor for events without a key.
     spread: AtomicU32,
+    /// The work queues' receipt-signing key, once read (it never changes).
+    receipt_key: tokio::sync::OnceCell<[u8; 32]>,
 }
 
 /// One segment as the index describes it.
@@ -128,6 +130,7 @@ impl Log {
             committed,
             topics: Mutex::new(HashMap::new()),
             spread,
+            receipt_key: tokio::sync::OnceCell::new(),
         };
         Self { inner: Arc::new(inner) }
     }
@@ -143,6 +146,11 @@ impl Log {
 
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.inner.clock
+    }
+
+    /// Where the work queues keep their receipt key for the life of the process.
+    pub(crate) fn receipt_key_cell(&self) -> &tokio::sync::OnceCell<[u8; 32]> {
+        &self.inner.receipt_key
     }
 
     /// How often a long poll re-reads heads written by other processes.

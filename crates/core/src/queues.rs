@@ -209,8 +209,9 @@ impl ReceiptError {
     }
 }
 
-/// What a visibility change answers per receipt: the receipt to use from now on.
-pub type VisibilityResult = Result<String, ReceiptError>;
+/// What a visibility change answers per receipt: the receipt to use from now on, or
+/// `None` when the message was made visible (a timeout of 0: nobody holds it).
+pub type VisibilityResult = Result<Option<String>, ReceiptError>;
 
 /// A message in the dead-letter queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -238,29 +239,27 @@ pub struct DeadLetterPage {
 // ---------------------------------------------------------------------------
 // Implementation.
 
-use std::sync::Arc;
-
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use sha2::{Digest, Sha256};
-use tokio::sync::OnceCell;
 
 use crate::layout::{self, HeadRecord};
 use crate::log::{rendered_size, Log};
 use crate::model::{OffsetQuery, TopicConfig};
-use crate::store::{Expect, Key, Query, StateStore, WriteOp};
+use crate::store::{Expect, Key, Query, StateStore, WriteOp, MAX_WRITE_OPS};
 use crate::{names, topics, Error, StorageError};
 
 /// Conditional writes lost to concurrent receivers before a request gives up on a partition.
 const MAX_ATTEMPTS: usize = 16;
-/// Due leases one receive takes messages from: keeps its write within one atomic write.
-const MAX_LEASES_TOUCHED: usize = 80;
 /// Messages moved to (or out of) the dead-letter queue by one write.
 const DEAD_PER_WRITE: usize = 90;
 /// Leases one settling write names receipts of (each may touch two items).
 const LEASES_PER_WRITE: usize = 45;
-/// Messages parked behind their key per partition before new messages wait in the log.
+/// Messages parked behind their key (or their delay) per partition before new messages
+/// wait in the log.
 const PARK_LIMIT: usize = 1000;
+/// Leases of messages parked until different times, made by one receive.
+const MAX_DELAY_LEASES: usize = 8;
 const PAGE: usize = 1000;
 const CURSOR_SK: &str = "c";
 const SUB_PURGE_PK: &str = "purge-subs";
@@ -531,6 +530,7 @@ impl Sub {
     }
 }
 
+#[derive(Clone)]
 struct Lease {
     key: Key,
     due: i64,
@@ -570,6 +570,31 @@ struct Candidate {
     msg: LeaseMsg,
     lease: Option<usize>,
     receives: u32,
+    /// A new message still within the subscription's delay: the time it becomes visible.
+    waiting: Option<i64>,
+}
+
+/// What one take chose, before its write.
+#[derive(Default)]
+struct Pick {
+    /// Indexes of the candidates to deliver, in candidate order.
+    chosen: Vec<usize>,
+    /// New messages parked behind their key: visible, never delivered.
+    parked: Vec<LeaseMsg>,
+    /// New messages parked until their delay ends, by that time.
+    delayed: BTreeMap<i64, Vec<LeaseMsg>>,
+    /// Lease messages gone from the log.
+    gone: HashSet<u64>,
+    /// Due leases this write changes, and the receive counts of the leases it creates.
+    touched: HashSet<usize>,
+    groups: HashSet<u32>,
+    cursor_next: u64,
+}
+
+impl Pick {
+    fn parked_count(&self) -> usize {
+        self.parked.len() + self.delayed.values().map(Vec::len).sum::<usize>()
+    }
 }
 
 /// What a batch of receipts asks for.
@@ -594,12 +619,11 @@ fn min_time(a: Option<i64>, b: i64) -> Option<i64> {
 #[derive(Clone)]
 pub struct Queues {
     log: Log,
-    receipt_key: Arc<OnceCell<[u8; 32]>>,
 }
 
 impl Queues {
     pub fn new(log: Log) -> Self {
-        Self { log, receipt_key: Arc::new(OnceCell::new()) }
+        Self { log }
     }
 
     fn store(&self) -> &dyn StateStore {
@@ -615,10 +639,11 @@ impl Queues {
     }
 
     /// The key receipts are signed with: made once per store, kept in it, then cached
-    /// (it never changes, so a cached copy is never stale).
+    /// for the life of the process (it never changes, so a cached copy is never stale).
     async fn receipt_key(&self) -> Result<[u8; 32], Error> {
         let key = self
-            .receipt_key
+            .log
+            .receipt_key_cell()
             .get_or_try_init(|| async {
                 let item_key = Key::new("queues", "receipt-key");
                 for _ in 0..MAX_ATTEMPTS {
@@ -833,17 +858,28 @@ impl Queues {
         let partitions = sub.topic.spec.partitions;
         loop {
             let heads = topics::heads(self.store(), &sub.topic).await?;
-            let mut messages = Vec::new();
+            let mut messages: Vec<Message> = Vec::new();
             let (mut wake_at, mut idle, mut blocked) = (None, Vec::new(), false);
-            let first = (self.nonce() % u64::from(partitions.max(1))) as u32;
+            let mut bytes_left = self.log.limits().max_response_bytes;
+            let start = (self.nonce() % u64::from(partitions.max(1))) as u32;
             for i in 0..partitions {
-                if messages.len() >= req.max_messages {
+                if messages.len() >= req.max_messages || bytes_left == 0 {
                     break;
                 }
-                let p = (first + i) % partitions;
+                let p = (start + i) % partitions;
                 let head = heads.get(p as usize).map(|(h, _)| *h).unwrap_or_default();
-                let taken =
-                    self.take(&sub, p, head, req.max_messages - messages.len(), visibility, &receipt_key).await?;
+                let want = req.max_messages - messages.len();
+                let first = messages.is_empty();
+                let taken = match self.take(&sub, p, head, want, visibility, &receipt_key, &mut bytes_left, first).await
+                {
+                    Ok(taken) => taken,
+                    // Messages already taken from other partitions are answered, not stranded.
+                    Err(e) if !messages.is_empty() => {
+                        tracing::warn!(error = %e, partition = p, "receive stopped early");
+                        break;
+                    }
+                    Err(e) => return Err(e),
+                };
                 messages.extend(taken.messages);
                 wake_at = taken.wake_at.map_or(wake_at, |t| min_time(wake_at, t));
                 blocked |= taken.blocked;
@@ -873,35 +909,48 @@ impl Queues {
 
     /// Takes up to `want` messages of one partition: due leases first (dead ones go to the
     /// DLQ), then new messages from the log; one atomic write, retried on contention.
+    /// `bytes_left` is what the receive's answer may still grow by; `first` says nothing
+    /// has been taken yet (the first message is taken whatever its size).
+    #[allow(clippy::too_many_arguments)]
     async fn take(
         &self,
         sub: &Sub,
         partition: u32,
-        head: HeadRecord,
+        mut head: HeadRecord,
         want: usize,
         visibility: u64,
         receipt_key: &[u8; 32],
+        bytes_left: &mut usize,
+        first: bool,
     ) -> Result<Taken, Error> {
         let spec = &sub.record.spec;
         let keyed = spec.ordering == Ordering::Key;
         let limits = *self.log.limits();
-        for _ in 0..MAX_ATTEMPTS {
+        let mut attempt = 0;
+        while attempt < MAX_ATTEMPTS {
             let now = self.now();
             // Unordered, the cursor and the leases due soonest are enough (one past `want`
             // tells when the next one is due); keyed, every lease's keys matter.
             let state = self.load(sub, partition, if keyed { None } else { Some(want + 2) }).await?;
-            if let Some(i) =
-                state.leases.iter().position(|l| l.due <= now && l.record.receives >= spec.max_receive_count)
-            {
-                match self.bury(sub, partition, &state, i, now).await {
-                    Ok(()) | Err(StorageError::ConditionFailed { .. }) => continue,
-                    Err(e) => return Err(e.into()),
+            if state.cursor.next > head.next {
+                // Another receiver took events published after this receive read the heads.
+                head = topics::head(self.store(), sub.topic.id, partition).await?.0;
+            }
+            let dead: Vec<usize> = (0..state.leases.len())
+                .filter(|&i| state.leases[i].due <= now && state.leases[i].record.receives >= spec.max_receive_count)
+                .collect();
+            if !dead.is_empty() {
+                match self.bury(sub, partition, &state, &dead, now).await {
+                    Ok(()) => continue,
+                    Err(e) => {
+                        self.lost_race(e, &mut attempt).await?;
+                        continue;
+                    }
                 }
             }
             let mut taken = Taken::default();
             let mut blocked_keys: HashSet<u64> = HashSet::new();
             let mut candidates = Vec::new();
-            let mut touched = 0;
             let mut parked_before = 0;
             for (i, lease) in state.leases.iter().enumerate() {
                 if lease.record.held_until.is_none() && lease.record.receives == 0 {
@@ -912,12 +961,12 @@ impl Queues {
                     if keyed {
                         blocked_keys.extend(lease.record.msgs.iter().filter_map(|m| m.key));
                     }
-                } else if touched < MAX_LEASES_TOUCHED {
-                    touched += 1;
+                } else {
                     candidates.extend(lease.record.msgs.iter().map(|m| Candidate {
                         msg: *m,
                         lease: Some(i),
                         receives: lease.record.receives,
+                        waiting: None,
                     }));
                 }
             }
@@ -927,7 +976,7 @@ impl Queues {
             } else {
                 want.saturating_sub(candidates.len())
             };
-            let mut events: HashMap<u64, Event> = HashMap::new();
+            let mut payloads: HashMap<u64, Event> = HashMap::new();
             if room > 0 && state.cursor.next < head.next {
                 let batch = self
                     .log
@@ -941,18 +990,24 @@ impl Queues {
                     )
                     .await?;
                 for event in batch.events {
-                    let visible_at = event.record.timestamp_ms.saturating_add(spec.delay_ms as i64);
-                    if visible_at > now {
-                        taken.wake_at = min_time(taken.wake_at, visible_at);
-                        break;
-                    }
+                    let waiting = (spec.delay_ms > 0)
+                        .then(|| event.record.timestamp_ms.saturating_add(spec.delay_ms as i64))
+                        .filter(|at| *at > now);
                     let key = if keyed { event.record.key.as_deref().map(key_hash) } else { None };
                     candidates.push(Candidate {
                         msg: LeaseMsg { offset: event.offset, first_ms: 0, key },
                         lease: None,
                         receives: 0,
+                        waiting,
                     });
-                    events.insert(event.offset, event);
+                    payloads.insert(event.offset, event);
+                }
+                // Messages still within their delay at the end of what was read stay in the
+                // log: the cursor stops at the first of them (timestamps growing with offsets,
+                // the common case, park nothing).
+                while let Some(at) = candidates.last().filter(|c| c.lease.is_none()).and_then(|c| c.waiting) {
+                    taken.wake_at = min_time(taken.wake_at, at);
+                    candidates.pop();
                 }
             }
             if keyed {
@@ -961,55 +1016,114 @@ impl Queues {
                 candidates.sort_by_key(|c| c.msg.offset);
             }
 
-            // Choose: at most `want`, one per key and none of a blocked key when keyed,
-            // within the response size.
-            let mut chosen: Vec<&Candidate> = Vec::new();
-            let mut parked: Vec<LeaseMsg> = Vec::new();
-            let mut cursor_next = state.cursor.next;
-            let mut seen_keys: HashSet<u64> = HashSet::new();
-            let lease_offsets: Vec<u64> =
-                candidates.iter().filter(|c| c.lease.is_some()).map(|c| c.msg.offset).collect();
-            let mut payloads = self.events_at(&sub.topic, partition, &lease_offsets, head).await?;
-            payloads.extend(events);
-            let mut rendered = 0;
-            for c in &candidates {
-                let free = match c.msg.key {
-                    Some(k) if keyed => !blocked_keys.contains(&k) && seen_keys.insert(k),
-                    _ => true,
-                };
-                let full = chosen.len() >= want;
+            // Choose: at most `want`; keyed, one per key and none of a blocked key (every
+            // candidate considered marks its key, so a later one of the key never overtakes
+            // it); within one write's operations.
+            let mut pick = Pick::default();
+            let mut ops_left = MAX_WRITE_OPS - 2 - MAX_DELAY_LEASES; // the cursor, the parked lease
+            for (ci, c) in candidates.iter().enumerate() {
+                let full = pick.chosen.len() >= want;
                 if c.lease.is_none() && full {
                     break; // the cursor stops here: the rest stay in the log
                 }
+                if let Some(at) = c.waiting {
+                    // Within its delay, but later messages are due: parked until its time,
+                    // its key (if ordered) held back behind it.
+                    let new_lease = !pick.delayed.contains_key(&at);
+                    if parked_before + pick.parked_count() >= PARK_LIMIT
+                        || (new_lease && pick.delayed.len() >= MAX_DELAY_LEASES)
+                    {
+                        break;
+                    }
+                    if let Some(k) = c.msg.key {
+                        blocked_keys.insert(k);
+                    }
+                    pick.delayed.entry(at).or_default().push(c.msg);
+                    taken.wake_at = min_time(taken.wake_at, at);
+                    pick.cursor_next = c.msg.offset + 1;
+                    continue;
+                }
+                // Removed from the log by retention: dropped from its lease, never delivered.
+                if let Some(i) = c.lease.filter(|_| c.msg.offset < head.start) {
+                    let cost = usize::from(!pick.touched.contains(&i));
+                    if cost <= ops_left {
+                        ops_left -= cost;
+                        pick.touched.insert(i);
+                        pick.gone.insert(c.msg.offset);
+                    }
+                    continue;
+                }
+                let free = match c.msg.key {
+                    Some(k) if keyed => blocked_keys.insert(k),
+                    _ => true,
+                };
                 if free && !full {
-                    let Some(event) = payloads.get(&c.msg.offset) else {
-                        // Gone from the log (its topic's retention): nothing left to deliver.
-                        continue;
-                    };
-                    let size = rendered_size(&event.record);
-                    if !chosen.is_empty() && rendered + size > limits.max_response_bytes {
+                    let cost = c.lease.map_or(0, |i| usize::from(!pick.touched.contains(&i)))
+                        + usize::from(!pick.groups.contains(&(c.receives + 1)));
+                    if cost > ops_left {
                         if c.lease.is_none() {
                             break;
                         }
                         continue;
                     }
-                    rendered += size;
-                    chosen.push(c);
+                    ops_left -= cost;
+                    if let Some(i) = c.lease {
+                        pick.touched.insert(i);
+                    }
+                    pick.groups.insert(c.receives + 1);
+                    pick.chosen.push(ci);
                 } else if c.lease.is_none() {
-                    if parked_before + parked.len() >= PARK_LIMIT {
+                    if parked_before + pick.parked_count() >= PARK_LIMIT {
                         break;
                     }
-                    parked.push(c.msg);
+                    pick.parked.push(c.msg);
                 } else {
                     taken.blocked = true;
                     continue;
                 }
                 if c.lease.is_none() {
-                    cursor_next = c.msg.offset + 1;
+                    pick.cursor_next = c.msg.offset + 1;
                 }
             }
-            taken.blocked |= !parked.is_empty();
-            if chosen.is_empty() && parked.is_empty() {
+            pick.cursor_next = pick.cursor_next.max(state.cursor.next);
+
+            // The payloads of what was chosen from leases (new messages' are read), then the
+            // answer's size: what does not fit stays (in its lease, or in the log).
+            let lease_offsets: Vec<u64> = pick
+                .chosen
+                .iter()
+                .filter(|&&ci| candidates[ci].lease.is_some())
+                .map(|&ci| candidates[ci].msg.offset)
+                .collect();
+            payloads.extend(self.events_at(&sub.topic, partition, &lease_offsets, head).await?);
+            let mut left = *bytes_left;
+            let mut cut: Option<u64> = None;
+            let mut kept = Vec::with_capacity(pick.chosen.len());
+            for &ci in &pick.chosen {
+                let c = &candidates[ci];
+                if c.lease.is_none() && cut.is_some() {
+                    continue;
+                }
+                let size = payloads.get(&c.msg.offset).map(|e| rendered_size(&e.record));
+                match size {
+                    Some(size) if size <= left || (first && kept.is_empty()) => {
+                        left = left.saturating_sub(size);
+                        kept.push(ci);
+                    }
+                    _ if c.lease.is_none() => cut = Some(c.msg.offset),
+                    _ => {}
+                }
+            }
+            if let Some(at) = cut {
+                pick.cursor_next = at.max(state.cursor.next);
+                pick.parked.retain(|m| m.offset < at);
+                for msgs in pick.delayed.values_mut() {
+                    msgs.retain(|m| m.offset < at);
+                }
+                pick.delayed.retain(|_, msgs| !msgs.is_empty());
+            }
+            taken.blocked |= !pick.parked.is_empty();
+            if kept.is_empty() && pick.parked.is_empty() && pick.delayed.is_empty() && pick.gone.is_empty() {
                 let nothing_due = !state.leases.iter().any(|l| l.due <= now);
                 if nothing_due && state.cursor.next >= head.next {
                     taken.idle_at = Some(state.cursor.next);
@@ -1019,58 +1133,71 @@ impl Queues {
                 return Ok(taken);
             }
 
-            // One write: the cursor past what was taken or parked, the due leases emptied
-            // of what was taken, a new lease per receive count, and the parked messages.
+            // One write: the cursor past what was taken or parked (keyed, at least checked:
+            // a lease moved while the leases were read shows as a new cursor version), the
+            // due leases emptied of what was taken, a new lease per receive count, and the
+            // parked messages.
             let mut ops = Vec::new();
-            if cursor_next > state.cursor.next {
+            if pick.cursor_next > state.cursor.next {
                 ops.push(state.cursor_write(
                     sub.record.id,
                     partition,
-                    CursorRecord { next: cursor_next, dead: state.cursor.dead },
+                    CursorRecord { next: pick.cursor_next, dead: state.cursor.dead },
                 ));
+            } else if keyed {
+                let expect = state.cursor_version.map_or(Expect::Absent, Expect::Version);
+                ops.push(WriteOp::Check { key: cursor_key(sub.record.id, partition), expect });
             }
-            let taken_offsets: HashSet<u64> = chosen.iter().map(|c| c.msg.offset).collect();
-            let mut from_leases: Vec<usize> = chosen.iter().filter_map(|c| c.lease).collect();
-            from_leases.sort_unstable();
-            from_leases.dedup();
-            for i in from_leases {
-                ops.push(shrink(&state.leases[i], &taken_offsets));
+            let mut removed: BTreeMap<usize, HashSet<u64>> = BTreeMap::new();
+            for &ci in &kept {
+                if let Some(i) = candidates[ci].lease {
+                    removed.entry(i).or_default().insert(candidates[ci].msg.offset);
+                }
             }
-            let held_until = now + visibility as i64;
+            for (i, lease) in state.leases.iter().enumerate() {
+                let gone: Vec<u64> =
+                    lease.record.msgs.iter().map(|m| m.offset).filter(|o| pick.gone.contains(o)).collect();
+                if !gone.is_empty() {
+                    removed.entry(i).or_default().extend(gone);
+                }
+            }
+            for (i, offsets) in &removed {
+                ops.push(shrink(&state.leases[*i], offsets));
+            }
+            let held_until = now.saturating_add(visibility as i64);
             let mut by_receives: BTreeMap<u32, Vec<LeaseMsg>> = BTreeMap::new();
-            for c in &chosen {
+            for &ci in &kept {
+                let c = &candidates[ci];
                 let first_ms = if c.msg.first_ms == 0 { now } else { c.msg.first_ms };
                 by_receives.entry(c.receives + 1).or_default().push(LeaseMsg { first_ms, ..c.msg });
             }
             let mut delivered = Vec::new();
             for (receives, msgs) in by_receives {
                 let nonce = self.nonce();
-                let due = held_until + spec.backoff_ms(receives);
+                let due = held_until.saturating_add(spec.backoff_ms(receives));
                 for m in &msgs {
                     let receipt = Receipt { sub_id: sub.record.id, partition, offset: m.offset, nonce, due, receives };
                     delivered.push((m.offset, receipt.encode(receipt_key), receives, m.first_ms));
                 }
                 let lease = LeaseRecord { nonce, receives, held_until: Some(held_until), delivered_ms: now, msgs };
-                ops.push(WriteOp::create(
-                    Key::new(queue_pk(sub.record.id, partition), lease_sk(due, nonce)),
-                    layout::encode(&lease),
-                ));
+                ops.push(self.new_lease(sub, partition, due, lease));
             }
-            if !parked.is_empty() {
-                let nonce = self.nonce();
-                let lease = LeaseRecord { nonce, receives: 0, held_until: None, delivered_ms: now, msgs: parked };
-                ops.push(WriteOp::create(
-                    Key::new(queue_pk(sub.record.id, partition), lease_sk(now, nonce)),
-                    layout::encode(&lease),
-                ));
+            let parked = std::mem::take(&mut pick.parked);
+            let waiting = std::mem::take(&mut pick.delayed);
+            for (due, msgs) in std::iter::once((now, parked)).chain(waiting) {
+                if !msgs.is_empty() {
+                    let lease =
+                        LeaseRecord { nonce: self.nonce(), receives: 0, held_until: None, delivered_ms: now, msgs };
+                    ops.push(self.new_lease(sub, partition, due, lease));
+                }
             }
-            match self.store().write(ops).await {
-                Ok(()) => {}
-                Err(StorageError::ConditionFailed { .. }) => continue,
+            if let Err(e) = self.store().write(ops).await {
                 // An unknown outcome may have leased messages to no one: they come back
                 // when that visibility window ends, so nothing is lost or held twice.
-                Err(e) => return Err(e.into()),
+                self.lost_race(e, &mut attempt).await?;
+                continue;
             }
+            *bytes_left = left;
             delivered.sort_unstable_by_key(|(offset, ..)| *offset);
             taken.messages = delivered
                 .into_iter()
@@ -1083,62 +1210,93 @@ impl Queues {
         Ok(Taken { blocked: true, ..Taken::default() })
     }
 
-    /// Moves (up to a write's worth of) the messages of a lease that ran out of deliveries
-    /// to the dead-letter queue: exactly once, as the lease's version is checked.
+    /// A write that creates a lease of `partition` due at `due`.
+    fn new_lease(&self, sub: &Sub, partition: u32, due: i64, lease: LeaseRecord) -> WriteOp {
+        WriteOp::create(
+            Key::new(queue_pk(sub.record.id, partition), lease_sk(due, lease.nonce)),
+            layout::encode(&lease),
+        )
+    }
+
+    /// Whether a failed conditional write is worth another read: a lost race (or, on
+    /// DynamoDB, a conflicting transaction: after a jittered pause) counts an attempt;
+    /// anything else is the request's error.
+    async fn lost_race(&self, e: StorageError, attempt: &mut usize) -> Result<(), Error> {
+        *attempt += 1;
+        match e {
+            StorageError::ConditionFailed { .. } => Ok(()),
+            StorageError::Throttled { .. } if *attempt < MAX_ATTEMPTS => {
+                self.log.clock().sleep(crate::commit::backoff(*attempt as u32, self.log.random().as_ref())).await;
+                Ok(())
+            }
+            e => Err(e.into()),
+        }
+    }
+
+    /// Moves the messages of leases that ran out of deliveries (up to a write's worth) to
+    /// the dead-letter queue: exactly once, as each lease's version is checked.
     async fn bury(
         &self,
         sub: &Sub,
         partition: u32,
         state: &QueueState,
-        i: usize,
+        dead: &[usize],
         now: i64,
     ) -> Result<(), StorageError> {
-        let lease = &state.leases[i];
-        let moved: Vec<LeaseMsg> = lease.record.msgs.iter().take(DEAD_PER_WRITE).copied().collect();
-        let offsets: HashSet<u64> = moved.iter().map(|m| m.offset).collect();
-        let mut ops = vec![
-            shrink(lease, &offsets),
-            state.cursor_write(
-                sub.record.id,
-                partition,
-                CursorRecord { dead: state.cursor.dead + moved.len() as u64, ..state.cursor },
-            ),
-        ];
-        for m in &moved {
-            let dead = DeadRecord {
-                reason: DEAD_REASON.into(),
-                receives: lease.record.receives,
-                first_ms: m.first_ms,
-                last_ms: lease.record.delivered_ms,
-                dead_ms: now,
-                key: m.key,
-            };
-            ops.push(WriteOp::create(
-                Key::new(dlq_pk(sub.record.id, partition), layout::offset_sk(m.offset)),
-                layout::encode(&dead),
-            ));
+        let mut ops = Vec::new();
+        let mut buried = 0;
+        for &i in dead {
+            let lease = &state.leases[i];
+            // Each lease costs its own op besides one per message.
+            let room = DEAD_PER_WRITE.saturating_sub(ops.len() + 1);
+            if room == 0 {
+                break;
+            }
+            let msgs: Vec<LeaseMsg> = lease.record.msgs.iter().take(room).copied().collect();
+            let offsets: HashSet<u64> = msgs.iter().map(|m| m.offset).collect();
+            ops.push(shrink(lease, &offsets));
+            for m in &msgs {
+                let dead = DeadRecord {
+                    reason: DEAD_REASON.into(),
+                    receives: lease.record.receives,
+                    first_ms: m.first_ms,
+                    last_ms: lease.record.delivered_ms,
+                    dead_ms: now,
+                    key: m.key,
+                };
+                ops.push(WriteOp::create(
+                    Key::new(dlq_pk(sub.record.id, partition), layout::offset_sk(m.offset)),
+                    layout::encode(&dead),
+                ));
+            }
+            buried += msgs.len() as u64;
         }
+        ops.push(state.cursor_write(
+            sub.record.id,
+            partition,
+            CursorRecord { dead: state.cursor.dead + buried, ..state.cursor },
+        ));
         self.store().write(ops).await?;
-        tracing::info!(
-            topic = %sub.topic.name, subscription = %sub.name, partition, messages = moved.len(),
-            receives = lease.record.receives, "dead-lettered"
-        );
+        tracing::info!(topic = %sub.topic.name, subscription = %sub.name, partition, messages = buried, "dead-lettered");
         Ok(())
     }
 
-    /// Buries every dead lease of a partition (before the DLQ is listed).
+    /// Buries every dead lease of a partition (before the DLQ is listed or redriven).
     async fn bury_all(&self, sub: &Sub, partition: u32) -> Result<(), Error> {
-        for _ in 0..MAX_ATTEMPTS {
+        let mut attempt = 0;
+        while attempt < MAX_ATTEMPTS {
             let now = self.now();
             let state = self.load(sub, partition, None).await?;
-            let dead = state
-                .leases
-                .iter()
-                .position(|l| l.due <= now && l.record.receives >= sub.record.spec.max_receive_count);
-            let Some(i) = dead else { return Ok(()) };
-            match self.bury(sub, partition, &state, i, now).await {
-                Ok(()) | Err(StorageError::ConditionFailed { .. }) => {}
-                Err(e) => return Err(e.into()),
+            let dead: Vec<usize> = (0..state.leases.len())
+                .filter(|&i| {
+                    state.leases[i].due <= now && state.leases[i].record.receives >= sub.record.spec.max_receive_count
+                })
+                .collect();
+            if dead.is_empty() {
+                return Ok(());
+            }
+            if let Err(e) = self.bury(sub, partition, &state, &dead, now).await {
+                self.lost_race(e, &mut attempt).await?;
             }
         }
         Err(contended(&sub.name))
@@ -1216,7 +1374,7 @@ impl Queues {
 
     /// Moves the end of held messages' visibility window to now + `visibility_timeout_ms`
     /// (0: visible now, as a release). Answers the receipt to use from now on (the old one
-    /// keeps working, at the cost of a lookup).
+    /// keeps working, at the cost of a lookup), none after a release.
     pub async fn change_visibility(
         &self,
         topic: &str,
@@ -1236,8 +1394,7 @@ impl Queues {
         } else {
             Settle::Hold { until: now + visibility_timeout_ms as i64 }
         };
-        let results = self.settle(topic, name, receipts, settle).await?;
-        Ok(results.into_iter().map(|r| r.map(|receipt| receipt.unwrap_or_default())).collect())
+        self.settle(topic, name, receipts, settle).await
     }
 
     /// Applies `action` to each receipt's message; answers per receipt (with the new
@@ -1264,32 +1421,13 @@ impl Queues {
                 _ => {}
             }
         }
-        for (partition, mut receipts) in by_partition {
-            // Receipts of one delivery share a lease: a write settles up to
-            // LEASES_PER_WRITE leases, however many of their messages it names.
-            receipts.sort_by_key(|(_, r)| (r.due, r.nonce));
-            let mut start = 0;
-            while start < receipts.len() {
-                let (mut end, mut leases) = (start, 0);
-                while end < receipts.len() {
-                    let new_lease = end == start || {
-                        let (a, b) = (&receipts[end - 1].1, &receipts[end].1);
-                        (a.due, a.nonce) != (b.due, b.nonce)
-                    };
-                    if new_lease && leases == LEASES_PER_WRITE {
-                        break;
-                    }
-                    leases += usize::from(new_lease);
-                    end += 1;
-                }
-                let chunk = &receipts[start..end];
-                self.settle_partition(&sub, partition, chunk, action, &receipt_key, &mut results).await?;
-                start = end;
-            }
+        for (partition, receipts) in by_partition {
+            self.settle_partition(&sub, partition, &receipts, action, &receipt_key, &mut results).await?;
         }
         Ok(results)
     }
 
+    /// Settles one partition's receipts, a write's worth of leases at a time.
     async fn settle_partition(
         &self,
         sub: &Sub,
@@ -1300,48 +1438,54 @@ impl Queues {
         results: &mut [Result<Option<String>, ReceiptError>],
     ) -> Result<(), Error> {
         let pk = queue_pk(sub.record.id, partition);
-        for attempt in 0..MAX_ATTEMPTS {
-            // The leases the receipts name, by key; the whole partition when one has moved
-            // (a visibility change) or after a lost race.
+        // Keyed, a lease moved to an earlier time could hide from a receiver reading the
+        // leases meanwhile: such moves also bump the cursor, which keyed receives check.
+        let bump_cursor = sub.record.spec.ordering == Ordering::Key && !matches!(action, Settle::Ack);
+        let mut pending: Vec<(usize, Receipt)> = receipts.to_vec();
+        let mut attempt = 0;
+        while !pending.is_empty() {
+            if attempt >= MAX_ATTEMPTS {
+                return Err(contended(&sub.name));
+            }
+            // The leases the receipts name, by key; the whole partition if one is not
+            // where its receipt says (a visibility change moved it) or after a lost race.
             let mut leases: BTreeMap<String, Lease> = BTreeMap::new();
+            let mut state = None;
             let mut everything = attempt > 0;
             if !everything {
-                let mut hinted: Vec<(i64, u64)> = receipts.iter().map(|(_, r)| (r.due, r.nonce)).collect();
+                let mut hinted: Vec<(i64, u64)> = pending.iter().map(|(_, r)| (r.due, r.nonce)).collect();
                 hinted.sort_unstable();
                 hinted.dedup();
                 for (due, nonce) in hinted {
                     let key = Key::new(pk.clone(), lease_sk(due, nonce));
-                    match self.store().get(&key).await? {
-                        Some(item) => {
-                            let record: LeaseRecord = layout::decode("lease", &item.value)?;
-                            leases.insert(key.sk.clone(), Lease { key, due, version: item.version, record });
-                        }
-                        None => everything = true,
+                    if let Some(item) = self.store().get(&key).await? {
+                        let record: LeaseRecord = layout::decode("lease", &item.value)?;
+                        leases.insert(key.sk.clone(), Lease { key, due, version: item.version, record });
                     }
                 }
+                everything = pending.iter().any(|(_, r)| holder(&leases, r).is_none());
             }
-            if everything {
-                leases =
-                    self.load(sub, partition, None).await?.leases.into_iter().map(|l| (l.key.sk.clone(), l)).collect();
+            if everything || bump_cursor {
+                let loaded = self.load(sub, partition, if everything { None } else { Some(1) }).await?;
+                if everything {
+                    leases = loaded.leases.iter().map(|l| (l.key.sk.clone(), l.clone())).collect();
+                }
+                state = Some(loaded);
             }
-            // Which lease holds each receipt's message (under the receipt's delivery).
+            // This round: receipts in order until their messages' leases fill a write.
+            let mut round: Vec<Option<(String, LeaseMsg)>> = Vec::new();
             let mut removed: BTreeMap<String, HashSet<u64>> = BTreeMap::new();
-            let mut found: Vec<Option<(String, LeaseMsg)>> = Vec::with_capacity(receipts.len());
-            for (_, r) in receipts {
-                let holder = leases.values().find_map(|l| {
-                    let same_delivery = l.record.nonce == r.nonce && l.record.receives == r.receives;
-                    let msg = l.record.msgs.iter().find(|m| m.offset == r.offset);
-                    msg.filter(|_| same_delivery).map(|m| (l.key.sk.clone(), *m))
-                });
-                if let Some((sk, _)) = &holder {
+            for (_, r) in &pending {
+                let found = holder(&leases, r);
+                if let Some((sk, _)) = &found {
+                    if !removed.contains_key(sk) && removed.len() >= LEASES_PER_WRITE {
+                        break;
+                    }
                     removed.entry(sk.clone()).or_default().insert(r.offset);
                 }
-                found.push(holder);
+                round.push(found);
             }
-            let mut ops = Vec::new();
-            for (sk, offsets) in &removed {
-                ops.push(shrink(&leases[sk], offsets));
-            }
+            let mut ops: Vec<WriteOp> = removed.iter().map(|(sk, offsets)| shrink(&leases[sk], offsets)).collect();
             // Where the removed messages go: nowhere (ack), a released lease, or a held one.
             let mut new_receipts: HashMap<u64, String> = HashMap::new();
             let mut moved: BTreeMap<String, LeaseRecord> = BTreeMap::new();
@@ -1354,15 +1498,17 @@ impl Queues {
                     Settle::Ack => continue,
                     Settle::Release { at } => (at, self.nonce(), None),
                     Settle::Hold { until } => {
-                        (until + sub.record.spec.backoff_ms(receives), from.record.nonce, Some(until))
+                        (until.saturating_add(sub.record.spec.backoff_ms(receives)), from.record.nonce, Some(until))
                     }
                 };
-                for m in &msgs {
-                    let receipt = Receipt { sub_id: sub.record.id, partition, offset: m.offset, nonce, due, receives };
-                    new_receipts.insert(m.offset, receipt.encode(receipt_key));
+                if held_until.is_some() {
+                    for m in &msgs {
+                        let receipt =
+                            Receipt { sub_id: sub.record.id, partition, offset: m.offset, nonce, due, receives };
+                        new_receipts.insert(m.offset, receipt.encode(receipt_key));
+                    }
                 }
-                let target = lease_sk(due, nonce);
-                let lease = moved.entry(target).or_insert_with(|| LeaseRecord {
+                let lease = moved.entry(lease_sk(due, nonce)).or_insert_with(|| LeaseRecord {
                     nonce,
                     receives,
                     held_until,
@@ -1373,42 +1519,46 @@ impl Queues {
             }
             for (sk, mut lease) in moved {
                 let key = Key::new(pk.clone(), sk.clone());
-                // Moving within one lease (same time) or into a lease this request already
-                // found: merge with what stays there.
-                let (stays, version) = match (leases.get(&sk), removed.get(&sk)) {
-                    (Some(existing), gone) => (
-                        existing
+                // Moving within one lease (same time) or into a lease already read: merged
+                // with what stays there. Into one not read, the create fails and we re-read.
+                let (stays, version) = match leases.get(&sk) {
+                    Some(existing) => {
+                        let gone = removed.get(&sk);
+                        let stays: Vec<LeaseMsg> = existing
                             .record
                             .msgs
                             .iter()
                             .filter(|m| gone.is_none_or(|g| !g.contains(&m.offset)))
                             .copied()
-                            .collect::<Vec<_>>(),
-                        Some(existing.version),
-                    ),
-                    (None, _) => (Vec::new(), None),
+                            .collect();
+                        (stays, Some(existing.version))
+                    }
+                    None => (Vec::new(), None),
                 };
                 lease.msgs.extend(stays);
                 lease.msgs.sort_by_key(|m| m.offset);
                 ops.retain(|op| op.key() != &key);
                 ops.push(WriteOp::replace(key, layout::encode(&lease), version));
             }
+            if let (true, false, Some(state)) = (bump_cursor, ops.is_empty(), &state) {
+                ops.push(state.cursor_write(sub.record.id, partition, state.cursor));
+            }
             if !ops.is_empty() {
-                match self.store().write(ops).await {
-                    Ok(()) => {}
-                    Err(StorageError::ConditionFailed { .. }) => continue,
-                    Err(e) => return Err(e.into()),
+                if let Err(e) = self.store().write(ops).await {
+                    self.lost_race(e, &mut attempt).await?;
+                    continue;
                 }
             }
-            for ((i, r), holder) in receipts.iter().zip(found) {
-                results[*i] = match holder {
+            for ((i, r), found) in pending.iter().zip(&round) {
+                results[*i] = match found {
                     Some(_) => Ok(new_receipts.get(&r.offset).cloned()),
                     None => Err(ReceiptError::Stale),
                 };
             }
-            return Ok(());
+            pending.drain(..round.len());
+            attempt = 0;
         }
-        Err(contended(&sub.name))
+        Ok(())
     }
 
     /// The subscription with exact counts: every partition's leases are read (they are
@@ -1612,6 +1762,18 @@ impl Queues {
         }
         Ok(done)
     }
+}
+
+/// The lease holding a receipt's message under the receipt's delivery (same nonce and
+/// receive count), by sort key, with the message.
+fn holder(leases: &BTreeMap<String, Lease>, r: &Receipt) -> Option<(String, LeaseMsg)> {
+    // The lease the receipt names first: it is where the message is unless it moved.
+    let hinted = leases.get(&lease_sk(r.due, r.nonce));
+    hinted.into_iter().chain(leases.values()).find_map(|l| {
+        let same_delivery = l.record.nonce == r.nonce && l.record.receives == r.receives;
+        let msg = l.record.msgs.iter().find(|m| m.offset == r.offset);
+        msg.filter(|_| same_delivery).map(|m| (l.key.sk.clone(), *m))
+    })
 }
 
 /// The write that takes `offsets` out of a lease: deletes it if nothing stays.

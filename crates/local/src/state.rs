@@ -5,8 +5,14 @@
 //! Every item is a row of one table, `items(pk, sk, value, version,
 //! expires_ms)`, keyed by `(pk, sk)`; sort keys are `TEXT` under SQLite's
 //! default `BINARY` collation, so they compare as UTF-8 byte strings, as
-//! DynamoDB's do. A [`StateStore::write`] is one `BEGIN IMMEDIATE` transaction
-//! that checks every condition, then applies every operation.
+//! DynamoDB's do. A [`StateStore::write`] is one savepoint that checks every
+//! condition, then applies every operation.
+//!
+//! Writes are group-committed: the writes waiting when the writer connection
+//! becomes free run in one `BEGIN IMMEDIATE` transaction, each in a savepoint of
+//! its own (rolled back alone if a condition fails), with one `COMMIT` and so one
+//! fsync for all of them. Each is still atomic and isolated (they apply one after
+//! another), and none is answered before the commit is on disk.
 //!
 //! Expired rows stay until [`StateStore::purge_expired`] removes them; until
 //! then every read and condition treats them as absent. A put under
@@ -23,6 +29,7 @@ use bytes::Bytes;
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, Row, Transaction, TransactionBehavior};
 use sluice_core::store::{Expect, Item, Key, Page, Query, StateStore, WriteOp};
 use sluice_core::{Clock, StorageError};
+use tokio::sync::oneshot;
 
 use crate::blocking;
 
@@ -40,9 +47,17 @@ CREATE TABLE IF NOT EXISTS items (
 CREATE INDEX IF NOT EXISTS items_expiry ON items (expires_ms) WHERE expires_ms IS NOT NULL;
 ";
 
+/// A write waiting for the writer connection, and where its outcome goes.
+struct PendingWrite {
+    ops: Vec<WriteOp>,
+    now_ms: i64,
+    done: oneshot::Sender<Result<(), StorageError>>,
+}
+
 /// Every item of the state store, in one SQLite file.
 pub struct SqliteStateStore {
     writer: Arc<Mutex<Connection>>,
+    pending: Arc<Mutex<Vec<PendingWrite>>>,
     readers: Arc<Vec<Mutex<Connection>>>,
     next_reader: AtomicUsize,
     clock: Arc<dyn Clock>,
@@ -79,6 +94,7 @@ impl SqliteStateStore {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             writer: Arc::new(Mutex::new(writer)),
+            pending: Arc::new(Mutex::new(Vec::new())),
             readers: Arc::new(readers),
             next_reader: AtomicUsize::new(0),
             clock,
@@ -135,7 +151,7 @@ fn holds(expect: Expect, current: Option<u64>) -> bool {
 /// statement (one statement per op: the commit path's cost). The first op whose
 /// condition fails ends it with [`StorageError::ConditionFailed`]; the caller then
 /// drops `tx`, which rolls back the ops already applied.
-fn apply(tx: &Transaction<'_>, ops: &[WriteOp], now_ms: i64) -> Result<(), StorageError> {
+fn apply(tx: &Connection, ops: &[WriteOp], now_ms: i64) -> Result<(), StorageError> {
     for (i, op) in ops.iter().enumerate() {
         let held = match op {
             WriteOp::Put { key, value, expires_at_ms, expect: Expect::Absent } => {
@@ -196,8 +212,61 @@ fn apply(tx: &Transaction<'_>, ops: &[WriteOp], now_ms: i64) -> Result<(), Stora
     Ok(())
 }
 
+/// Applies each write of `batch` in a savepoint of one transaction, commits once, and
+/// answers each: its own condition failure, or the commit's outcome.
+fn commit_group(conn: &mut Connection, batch: Vec<PendingWrite>) {
+    let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+        Ok(tx) => tx,
+        Err(e) => {
+            let message = e.to_string();
+            for w in batch {
+                let _ = w.done.send(Err(retryable(&e, &message)));
+            }
+            return;
+        }
+    };
+    let mut outcomes = Vec::with_capacity(batch.len());
+    for w in &batch {
+        let outcome = match tx.savepoint() {
+            Ok(mut sp) => match apply(&sp, &w.ops, w.now_ms) {
+                Ok(()) => sp.commit().map_err(db),
+                Err(e) => {
+                    let _ = sp.rollback();
+                    Err(e)
+                }
+            },
+            Err(e) => Err(db(e)),
+        };
+        outcomes.push(outcome);
+    }
+    let committed = tx.commit();
+    for (w, outcome) in batch.into_iter().zip(outcomes) {
+        let answer = match (&committed, outcome) {
+            (Ok(()), outcome) => outcome,
+            (Err(e), Ok(())) => Err(retryable(e, &e.to_string())),
+            // Nothing of a write whose condition failed was applied either way.
+            (Err(_), Err(e)) => Err(e),
+        };
+        let _ = w.done.send(answer);
+    }
+}
+
+/// One SQLite error as each waiting write's own error (the error itself is not `Clone`).
+fn retryable(e: &rusqlite::Error, message: &str) -> StorageError {
+    let busy = matches!(e.sqlite_error_code(), Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked));
+    if busy {
+        StorageError::Throttled { message: "state store is locked by another writer".into(), source: None }
+    } else {
+        StorageError::Unavailable { message: format!("sqlite: {message}"), source: None }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// The version of the unexpired item at `key`, if any.
-fn live_version(tx: &Transaction<'_>, key: &Key, now_ms: i64) -> Result<Option<u64>, StorageError> {
+fn live_version(tx: &Connection, key: &Key, now_ms: i64) -> Result<Option<u64>, StorageError> {
     tx.prepare_cached("SELECT version FROM items WHERE pk = ?1 AND sk = ?2 AND (expires_ms IS NULL OR expires_ms > ?3)")
         .and_then(|mut s| s.query_row(params![key.pk, key.sk, now_ms], |r| r.get::<_, i64>(0)).optional())
         .map(|v| v.map(|v| v as u64))
@@ -274,8 +343,22 @@ impl StateStore for SqliteStateStore {
         if ops.is_empty() {
             return Ok(());
         }
+        let (done, outcome) = oneshot::channel();
         let now_ms = self.clock.now_ms();
-        self.transaction(move |tx| apply(tx, &ops, now_ms)).await
+        lock(&self.pending).push(PendingWrite { ops, now_ms, done });
+        let (writer, pending) = (self.writer.clone(), self.pending.clone());
+        // Whoever holds the writer next commits every write waiting by then, this one
+        // included unless an earlier holder already took it.
+        blocking(move || {
+            let mut conn = lock(&writer);
+            let batch = std::mem::take(&mut *lock(&pending));
+            if !batch.is_empty() {
+                commit_group(&mut conn, batch);
+            }
+            Ok(())
+        })
+        .await?;
+        outcome.await.map_err(|_| StorageError::Unavailable { message: "write abandoned".into(), source: None })?
     }
 
     #[tracing::instrument(skip_all, fields(keys = keys.len()))]

@@ -1,0 +1,767 @@
+//! Work queues: subscriptions of a topic, each a queue of its own over the topic's log.
+//! `PUT|GET|DELETE /v1/topics/{topic}/subscriptions/{sub}`, `GET …/subscriptions`,
+//! `POST …/{sub}/receive`, `…/ack`, `…/nack`, `…/visibility`, and the dead-letter
+//! queue: `GET|DELETE …/{sub}/dlq`, `DELETE …/{sub}/dlq/{id}`, `POST …/{sub}/dlq/redrive`.
+//! Parsing and rendering only: [`Queues`] checks every value before it writes.
+
+use std::collections::HashMap;
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use bytes::Bytes;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sluice_core::queues::{
+    Backlog, Backoff, DeadLetterPage, Message, Ordering, Queues, ReceiptError, ReceiveRequest, StartAt, Subscription,
+    SubscriptionSpec,
+};
+use sluice_core::Log;
+
+use crate::publish::{parse_json_owned, read_body};
+use crate::read::{write_record, write_str};
+use crate::ApiError;
+
+/// Queue requests are small JSON documents (at most 100 receipts).
+const MAX_BODY: usize = 256 << 10;
+/// Dead letters per page when the request does not say.
+const DEFAULT_DLQ_LIMIT: usize = 100;
+
+/// `{topic}` and `{sub}`.
+type SubPath = Path<(String, String)>;
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct Create {
+    /// `"latest"`, `"earliest"`, `{"timestamp_ms": N}` or `{"offsets": {"0": 5}}`.
+    start: Option<Value>,
+    visibility_timeout_ms: Option<u64>,
+    max_receive_count: Option<u32>,
+    ordering: Option<Ordering>,
+    delay_ms: Option<u64>,
+    /// `[ms, …]` or `{"initial_ms", "max_ms", "multiplier"}`.
+    redelivery_backoff_ms: Option<Value>,
+}
+
+/// The exponential form of a backoff, checked for unknown fields before the core's
+/// (untagged) [`Backoff`] reads it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct Exponential {
+    initial_ms: u64,
+    max_ms: u64,
+    multiplier: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Receive {
+    #[serde(default = "one")]
+    max_messages: usize,
+    #[serde(default)]
+    wait_ms: u64,
+    visibility_timeout_ms: Option<u64>,
+}
+
+impl Default for Receive {
+    fn default() -> Self {
+        Self { max_messages: 1, wait_ms: 0, visibility_timeout_ms: None }
+    }
+}
+
+fn one() -> usize {
+    1
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Ack {
+    receipts: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Nack {
+    receipts: Vec<String>,
+    #[serde(default)]
+    delay_ms: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Visibility {
+    receipts: Vec<String>,
+    visibility_timeout_ms: u64,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct Redrive {
+    max_messages: Option<u64>,
+}
+
+/// A body whose fields are all optional: empty (or only whitespace) means all defaults.
+fn parse_optional<T: DeserializeOwned + Default>(body: &Bytes) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        Ok(T::default())
+    } else {
+        parse_json_owned(body)
+    }
+}
+
+fn start(raw: Value) -> Result<StartAt, ApiError> {
+    serde_json::from_value(raw).map_err(|e| {
+        let shapes = r#""latest", "earliest", {"timestamp_ms": N} or {"offsets": {"<partition>": <offset>}}"#;
+        ApiError::bad_request("invalid_start", format!("start must be {shapes}: {e}"))
+    })
+}
+
+fn backoff(raw: Value) -> Result<Backoff, ApiError> {
+    let invalid = |e: &dyn std::fmt::Display| {
+        ApiError::bad_request(
+            "invalid_backoff",
+            format!(r#"redelivery_backoff_ms must be [ms, …] or {{"initial_ms", "max_ms", "multiplier"}}: {e}"#),
+        )
+    };
+    match &raw {
+        Value::Array(_) => serde_json::from_value(raw).map(Backoff::Steps).map_err(|e| invalid(&e)),
+        Value::Object(_) => {
+            serde_json::from_value::<Exponential>(raw.clone()).map_err(|e| invalid(&e))?;
+            serde_json::from_value(raw).map_err(|e| invalid(&e))
+        }
+        other => Err(invalid(&format!("got {other}"))),
+    }
+}
+
+fn subscription_json(s: &Subscription) -> Value {
+    json!({
+        "topic": s.topic,
+        "name": s.name,
+        "start": s.spec.start,
+        "visibility_timeout_ms": s.spec.visibility_timeout_ms,
+        "max_receive_count": s.spec.max_receive_count,
+        "ordering": s.spec.ordering,
+        "delay_ms": s.spec.delay_ms,
+        "redelivery_backoff_ms": s.spec.redelivery_backoff,
+        "start_offsets": s.start_offsets,
+        "created_ms": s.created_ms,
+    })
+}
+
+fn backlog_json(b: &Backlog) -> Value {
+    json!({
+        "visible": b.visible,
+        "in_flight": b.in_flight,
+        "delayed": b.delayed,
+        "dead": b.dead,
+        "oldest_visible_age_ms": b.oldest_visible_age_ms,
+    })
+}
+
+fn json_response(body: Vec<u8>) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+pub async fn create(State(log): State<Log>, Path((topic, sub)): SubPath, body: Body) -> Result<Response, ApiError> {
+    let req: Create = parse_optional(&read_body(body, MAX_BODY).await?)?;
+    let defaults = SubscriptionSpec::default();
+    let spec = SubscriptionSpec {
+        start: req.start.map(start).transpose()?.unwrap_or(defaults.start),
+        visibility_timeout_ms: req.visibility_timeout_ms.unwrap_or(defaults.visibility_timeout_ms),
+        max_receive_count: req.max_receive_count.unwrap_or(defaults.max_receive_count),
+        ordering: req.ordering.unwrap_or(defaults.ordering),
+        delay_ms: req.delay_ms.unwrap_or(defaults.delay_ms),
+        redelivery_backoff: req.redelivery_backoff_ms.map(backoff).transpose()?.or(defaults.redelivery_backoff),
+    };
+    let (subscription, created) = Queues::new(log).create(&topic, &sub, spec).await?;
+    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(subscription_json(&subscription))).into_response())
+}
+
+pub async fn list(State(log): State<Log>, Path(topic): Path<String>) -> Result<Json<Value>, ApiError> {
+    let subscriptions = Queues::new(log).list(&topic).await?;
+    Ok(Json(json!({ "subscriptions": subscriptions.iter().map(subscription_json).collect::<Vec<_>>() })))
+}
+
+pub async fn describe(State(log): State<Log>, Path((topic, sub)): SubPath) -> Result<Json<Value>, ApiError> {
+    let d = Queues::new(log).describe(&topic, &sub).await?;
+    let mut out = subscription_json(&d.subscription);
+    out["backlog"] = backlog_json(&d.backlog);
+    out["partitions"] = d
+        .partitions
+        .iter()
+        .map(|p| {
+            json!({
+                "partition": p.partition,
+                "cursor": p.cursor,
+                "high_watermark": p.high_watermark,
+                "backlog": backlog_json(&p.backlog),
+            })
+        })
+        .collect();
+    Ok(Json(out))
+}
+
+pub async fn delete(State(log): State<Log>, Path((topic, sub)): SubPath) -> Result<StatusCode, ApiError> {
+    Queues::new(log).delete(&topic, &sub).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn receive(State(log): State<Log>, Path((topic, sub)): SubPath, body: Body) -> Result<Response, ApiError> {
+    let req: Receive = parse_optional(&read_body(body, MAX_BODY).await?)?;
+    let request = ReceiveRequest {
+        max_messages: req.max_messages,
+        wait_ms: req.wait_ms,
+        visibility_timeout_ms: req.visibility_timeout_ms,
+    };
+    let messages = Queues::new(log).receive(&topic, &sub, &request).await?;
+    Ok(json_response(render_messages(&messages)))
+}
+
+/// Renders received messages by hand, as replay does: values are copied as stored.
+fn render_messages(messages: &[Message]) -> Vec<u8> {
+    let size: usize = messages.iter().map(|m| m.event.record.approx_size() * 4 / 3 + m.receipt.len() + 160).sum();
+    let mut out = Vec::with_capacity(size + 16);
+    out.extend_from_slice(b"{\"messages\":[");
+    for (i, m) in messages.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"receipt\":");
+        write_str(&mut out, &m.receipt);
+        out.extend_from_slice(
+            format!(
+                ",\"partition\":{},\"offset\":{},\"receive_count\":{},\"first_receive_ms\":{},",
+                m.event.partition, m.event.offset, m.receive_count, m.first_receive_ms
+            )
+            .as_bytes(),
+        );
+        write_record(&mut out, &m.event.record);
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"]}");
+    out
+}
+
+fn receipt_error(receipt: &str, e: ReceiptError) -> Value {
+    json!({ "receipt": receipt, "ok": false, "error": { "code": e.code(), "message": e.message() } })
+}
+
+/// One result per receipt, in the order of the request.
+fn results(receipts: &[String], outcomes: &[Result<(), ReceiptError>]) -> Json<Value> {
+    let results: Vec<Value> = receipts
+        .iter()
+        .zip(outcomes)
+        .map(|(receipt, outcome)| match outcome {
+            Ok(()) => json!({ "receipt": receipt, "ok": true }),
+            Err(e) => receipt_error(receipt, *e),
+        })
+        .collect();
+    Json(json!({ "results": results }))
+}
+
+pub async fn ack(State(log): State<Log>, Path((topic, sub)): SubPath, body: Body) -> Result<Json<Value>, ApiError> {
+    let req: Ack = parse_json_owned(&read_body(body, MAX_BODY).await?)?;
+    let outcomes = Queues::new(log).ack(&topic, &sub, &req.receipts).await?;
+    Ok(results(&req.receipts, &outcomes))
+}
+
+pub async fn nack(State(log): State<Log>, Path((topic, sub)): SubPath, body: Body) -> Result<Json<Value>, ApiError> {
+    let req: Nack = parse_json_owned(&read_body(body, MAX_BODY).await?)?;
+    let outcomes = Queues::new(log).nack(&topic, &sub, &req.receipts, req.delay_ms).await?;
+    Ok(results(&req.receipts, &outcomes))
+}
+
+/// Each result that is `ok` carries the receipt to use from now on, in place of the one sent.
+pub async fn visibility(
+    State(log): State<Log>,
+    Path((topic, sub)): SubPath,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    let req: Visibility = parse_json_owned(&read_body(body, MAX_BODY).await?)?;
+    let outcomes = Queues::new(log).change_visibility(&topic, &sub, &req.receipts, req.visibility_timeout_ms).await?;
+    let results: Vec<Value> = req
+        .receipts
+        .iter()
+        .zip(&outcomes)
+        .map(|(sent, outcome)| match outcome {
+            Ok(Some(renewed)) => json!({ "receipt": renewed, "ok": true }),
+            // Made visible: nobody holds it any more, so there is no receipt to renew.
+            Ok(None) => json!({ "ok": true }),
+            Err(e) => receipt_error(sent, *e),
+        })
+        .collect();
+    Ok(Json(json!({ "results": results })))
+}
+
+type Params = Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>;
+
+pub async fn dead_letters(
+    State(log): State<Log>,
+    Path((topic, sub)): SubPath,
+    q: Params,
+) -> Result<Response, ApiError> {
+    let Query(q) = q.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
+    let limit = match q.get("limit") {
+        None => DEFAULT_DLQ_LIMIT,
+        Some(v) => v.parse().map_err(|_| {
+            ApiError::bad_request("invalid_limit", format!("limit '{v}' is not a non-negative integer in range"))
+        })?,
+    };
+    let after = q.get("after").map(String::as_str);
+    let page = Queues::new(log).dead_letters(&topic, &sub, after, limit).await?;
+    Ok(json_response(render_dead_letters(&page)))
+}
+
+/// Renders a page of dead letters by hand; `event` is null once retention removed it from the log.
+fn render_dead_letters(page: &DeadLetterPage) -> Vec<u8> {
+    let mut out = Vec::with_capacity(page.entries.len() * 384 + 64);
+    out.extend_from_slice(b"{\"dead_letters\":[");
+    for (i, d) in page.entries.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"id\":");
+        write_str(&mut out, &d.id);
+        out.extend_from_slice(format!(",\"partition\":{},\"offset\":{},\"reason\":", d.partition, d.offset).as_bytes());
+        write_str(&mut out, &d.reason);
+        out.extend_from_slice(
+            format!(
+                ",\"receive_count\":{},\"first_receive_ms\":{},\"last_receive_ms\":{},\"dead_ms\":{},\"event\":",
+                d.receive_count, d.first_receive_ms, d.last_receive_ms, d.dead_ms
+            )
+            .as_bytes(),
+        );
+        match &d.event {
+            None => out.extend_from_slice(b"null"),
+            Some(e) => {
+                out.push(b'{');
+                write_record(&mut out, &e.record);
+                out.push(b'}');
+            }
+        }
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"],\"next\":");
+    match &page.next {
+        None => out.extend_from_slice(b"null"),
+        Some(next) => write_str(&mut out, next),
+    }
+    out.push(b'}');
+    out
+}
+
+pub async fn delete_dead_letter(
+    State(log): State<Log>,
+    Path((topic, sub, id)): Path<(String, String, String)>,
+) -> Result<StatusCode, ApiError> {
+    Queues::new(log).delete_dead_letter(&topic, &sub, &id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn redrive(State(log): State<Log>, Path((topic, sub)): SubPath, body: Body) -> Result<Json<Value>, ApiError> {
+    let req: Redrive = parse_optional(&read_body(body, MAX_BODY).await?)?;
+    let redriven = Queues::new(log).redrive(&topic, &sub, req.max_messages).await?;
+    Ok(Json(json!({ "redriven": redriven })))
+}
+
+pub async fn purge_dead_letters(State(log): State<Log>, Path((topic, sub)): SubPath) -> Result<Json<Value>, ApiError> {
+    let purged = Queues::new(log).purge_dead_letters(&topic, &sub).await?;
+    Ok(Json(json!({ "purged": purged })))
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::{Method, Request};
+    use axum::Router;
+    use serde_json::{json, Value};
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::Config;
+
+    const SUB: &str = "/v1/topics/jobs/subscriptions/workers";
+
+    /// The full router on a fresh embedded backend (the directory lives as long as the router).
+    fn app() -> (Router, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config { data_dir: dir.path().to_owned(), ..Config::from_env().unwrap() };
+        (crate::router(crate::open_embedded(&config).unwrap()), dir)
+    }
+
+    async fn call(app: &Router, method: Method, path: &str, body: Option<&str>) -> (StatusCode, Value) {
+        let mut request = Request::builder().method(method).uri(path);
+        if body.is_some() {
+            request = request.header(header::CONTENT_TYPE, "application/json");
+        }
+        let request = request.body(Body::from(body.unwrap_or_default().to_owned())).unwrap();
+        let response = app.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+        (status, if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap() })
+    }
+
+    async fn ok(app: &Router, method: Method, path: &str, body: Option<&str>) -> Value {
+        let (status, value) = call(app, method.clone(), path, body).await;
+        assert!(status.is_success(), "{method} {path}: {status} {value}");
+        value
+    }
+
+    /// A topic of 2 partitions, a subscription from its start, and 3 events on partition 1.
+    async fn given_a_queue_with_three_messages() -> (Router, tempfile::TempDir) {
+        let (app, dir) = app();
+        ok(&app, Method::PUT, "/v1/topics/jobs", Some(r#"{"partitions": 2}"#)).await;
+        let (status, _) = call(&app, Method::PUT, SUB, Some(r#"{"start": "earliest", "max_receive_count": 2}"#)).await;
+        assert_eq!(status, StatusCode::CREATED);
+        let events = r#"{"events": [{"value": 1, "partition": 1}, {"value": 2, "partition": 1},
+                                    {"value_base64": "AAEC", "key": "k", "headers": {"h": "v"}, "partition": 1}]}"#;
+        ok(&app, Method::POST, "/v1/topics/jobs/events", Some(events)).await;
+        (app, dir)
+    }
+
+    /// What a client can see of the queues: the list, the description (the age of the oldest
+    /// visible message moves with the clock: only whether there is one), the dead letters.
+    async fn snapshot(app: &Router) -> Value {
+        let mut described = ok(app, Method::GET, SUB, None).await;
+        let mask = |b: &mut Value| b["oldest_visible_age_ms"] = json!(b["oldest_visible_age_ms"].is_u64());
+        mask(&mut described["backlog"]);
+        for p in described["partitions"].as_array_mut().unwrap() {
+            mask(&mut p["backlog"]);
+        }
+        json!({
+            "list": ok(app, Method::GET, "/v1/topics/jobs/subscriptions", None).await,
+            "described": described,
+            "dlq": ok(app, Method::GET, &format!("{SUB}/dlq"), None).await,
+            "topic": ok(app, Method::GET, "/v1/topics/jobs", None).await,
+        })
+    }
+
+    #[tokio::test]
+    async fn given_bad_requests_then_each_is_its_4xx_json_error_and_nothing_changes() {
+        let (app, _dir) = given_a_queue_with_three_messages().await;
+        let before = snapshot(&app).await;
+        assert_eq!(before["described"]["backlog"]["visible"], 3, "{before}");
+        let other = "/v1/topics/jobs/subscriptions/other";
+        let receipts = serde_json::to_string(&json!({ "receipts": vec!["r"; 101] })).unwrap();
+        let huge = format!(r#"{{"receipts": ["{}"]}}"#, "r".repeat(MAX_BODY));
+        let cases: Vec<(Method, String, Option<&str>, StatusCode, &str)> = vec![
+            // Creating: the body's shape, then each setting.
+            (Method::PUT, other.into(), Some("{"), StatusCode::BAD_REQUEST, "invalid_json"),
+            (Method::PUT, other.into(), Some("[]"), StatusCode::BAD_REQUEST, "invalid_request"),
+            (Method::PUT, other.into(), Some(r#"{"colour": "red"}"#), StatusCode::BAD_REQUEST, "invalid_request"),
+            (Method::PUT, other.into(), Some(r#"{"start": "middle"}"#), StatusCode::BAD_REQUEST, "invalid_start"),
+            (Method::PUT, other.into(), Some(r#"{"start": 5}"#), StatusCode::BAD_REQUEST, "invalid_start"),
+            (
+                Method::PUT,
+                other.into(),
+                Some(r#"{"start": {"timestamp_ms": -1}}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_start",
+            ),
+            (
+                Method::PUT,
+                other.into(),
+                Some(r#"{"start": {"offsets": {"7": 0}}}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_start",
+            ),
+            (
+                Method::PUT,
+                other.into(),
+                Some(r#"{"start": {"offsets": {"1": 99}}}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_start",
+            ),
+            (
+                Method::PUT,
+                other.into(),
+                Some(r#"{"start": {"offsets": {"one": 0}}}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_start",
+            ),
+            (Method::PUT, other.into(), Some(r#"{"ordering": "random"}"#), StatusCode::BAD_REQUEST, "invalid_request"),
+            (
+                Method::PUT,
+                other.into(),
+                Some(r#"{"visibility_timeout_ms": 43200001}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_visibility_timeout",
+            ),
+            (
+                Method::PUT,
+                other.into(),
+                Some(r#"{"visibility_timeout_ms": -1}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+            ),
+            (
+                Method::PUT,
+                other.into(),
+                Some(r#"{"max_receive_count": 0}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_max_receive_count",
+            ),
+            (Method::PUT, other.into(), Some(r#"{"delay_ms": 900001}"#), StatusCode::BAD_REQUEST, "invalid_delay"),
+            (
+                Method::PUT,
+                other.into(),
+                Some(r#"{"redelivery_backoff_ms": []}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_backoff",
+            ),
+            (
+                Method::PUT,
+                other.into(),
+                Some(r#"{"redelivery_backoff_ms": "1s"}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_backoff",
+            ),
+            (
+                Method::PUT,
+                other.into(),
+                Some(r#"{"redelivery_backoff_ms": {"initial_ms": 10, "max_ms": 100, "factor": 2}}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_backoff",
+            ),
+            (
+                Method::PUT,
+                other.into(),
+                Some(r#"{"redelivery_backoff_ms": {"initial_ms": 100, "max_ms": 10}}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_backoff",
+            ),
+            (Method::PUT, "/v1/topics/jobs/subscriptions/a%20b".into(), None, StatusCode::BAD_REQUEST, "invalid_name"),
+            (Method::PUT, "/v1/topics/nope/subscriptions/x".into(), None, StatusCode::NOT_FOUND, "topic_not_found"),
+            // The same name with other settings.
+            (Method::PUT, SUB.into(), Some(r#"{"start": "latest"}"#), StatusCode::CONFLICT, "subscription_exists"),
+            // Receiving.
+            (
+                Method::POST,
+                format!("{SUB}/receive"),
+                Some(r#"{"max_messages": 0}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_max_messages",
+            ),
+            (
+                Method::POST,
+                format!("{SUB}/receive"),
+                Some(r#"{"max_messages": 101}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_max_messages",
+            ),
+            (
+                Method::POST,
+                format!("{SUB}/receive"),
+                Some(r#"{"wait_ms": 20001}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_wait",
+            ),
+            (
+                Method::POST,
+                format!("{SUB}/receive"),
+                Some(r#"{"visibility_timeout_ms": 43200001}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_visibility_timeout",
+            ),
+            (
+                Method::POST,
+                format!("{SUB}/receive"),
+                Some(r#"{"max_messages": "ten"}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+            ),
+            (Method::POST, format!("{SUB}/receive"), Some(r#"{"max": 1}"#), StatusCode::BAD_REQUEST, "invalid_request"),
+            (
+                Method::POST,
+                format!("{SUB}/receive"),
+                Some("{\"max_messages\""),
+                StatusCode::BAD_REQUEST,
+                "invalid_json",
+            ),
+            (Method::POST, format!("{other}/receive"), None, StatusCode::NOT_FOUND, "subscription_not_found"),
+            (
+                Method::POST,
+                "/v1/topics/nope/subscriptions/x/receive".into(),
+                None,
+                StatusCode::NOT_FOUND,
+                "topic_not_found",
+            ),
+            (Method::GET, format!("{SUB}/receive"), None, StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            // Settling.
+            (Method::POST, format!("{SUB}/ack"), Some(&receipts), StatusCode::BAD_REQUEST, "too_many_receipts"),
+            (Method::POST, format!("{SUB}/nack"), Some(&receipts), StatusCode::BAD_REQUEST, "too_many_receipts"),
+            (Method::POST, format!("{SUB}/ack"), Some("{}"), StatusCode::BAD_REQUEST, "invalid_request"),
+            (Method::POST, format!("{SUB}/ack"), None, StatusCode::BAD_REQUEST, "invalid_json"),
+            (
+                Method::POST,
+                format!("{SUB}/ack"),
+                Some(r#"{"receipts": ["r"], "delay_ms": 5}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+            ),
+            (Method::POST, format!("{SUB}/ack"), Some(&huge), StatusCode::PAYLOAD_TOO_LARGE, "request_too_large"),
+            (
+                Method::POST,
+                format!("{SUB}/nack"),
+                Some(r#"{"receipts": ["r"], "delay_ms": 43200001}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_delay",
+            ),
+            (
+                Method::POST,
+                format!("{SUB}/visibility"),
+                Some(r#"{"receipts": ["r"]}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+            ),
+            (
+                Method::POST,
+                format!("{SUB}/visibility"),
+                Some(r#"{"receipts": ["r"], "visibility_timeout_ms": 43200001}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_visibility_timeout",
+            ),
+            (
+                Method::POST,
+                format!("{other}/ack"),
+                Some(r#"{"receipts": ["r"]}"#),
+                StatusCode::NOT_FOUND,
+                "subscription_not_found",
+            ),
+            // The dead-letter queue.
+            (Method::GET, format!("{SUB}/dlq?limit=ten"), None, StatusCode::BAD_REQUEST, "invalid_limit"),
+            (Method::GET, format!("{SUB}/dlq?after=x"), None, StatusCode::BAD_REQUEST, "invalid_dead_letter_id"),
+            (Method::GET, format!("{other}/dlq"), None, StatusCode::NOT_FOUND, "subscription_not_found"),
+            (Method::DELETE, format!("{SUB}/dlq/zz"), None, StatusCode::BAD_REQUEST, "invalid_dead_letter_id"),
+            (Method::DELETE, format!("{SUB}/dlq/9-0"), None, StatusCode::BAD_REQUEST, "invalid_dead_letter_id"),
+            (Method::DELETE, format!("{SUB}/dlq/1-0"), None, StatusCode::NOT_FOUND, "dead_letter_not_found"),
+            (
+                Method::POST,
+                format!("{SUB}/dlq/redrive"),
+                Some(r#"{"max_messages": -1}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+            ),
+            (Method::POST, format!("{other}/dlq/redrive"), None, StatusCode::NOT_FOUND, "subscription_not_found"),
+            (Method::DELETE, format!("{other}/dlq"), None, StatusCode::NOT_FOUND, "subscription_not_found"),
+            // Describing and deleting.
+            (Method::GET, other.into(), None, StatusCode::NOT_FOUND, "subscription_not_found"),
+            (Method::DELETE, other.into(), None, StatusCode::NOT_FOUND, "subscription_not_found"),
+            (Method::GET, "/v1/topics/nope/subscriptions".into(), None, StatusCode::NOT_FOUND, "topic_not_found"),
+        ];
+        for (method, path, body, status, code) in cases {
+            let label = format!("{method} {path} {}", body.unwrap_or_default().chars().take(80).collect::<String>());
+            let (got, answer) = call(&app, method, &path, body).await;
+            assert_eq!((got, answer["error"]["code"].as_str()), (status, Some(code)), "{label}: {answer}");
+            assert!(answer["error"]["message"].is_string(), "{label}: {answer}");
+            assert_eq!(snapshot(&app).await, before, "{label} changed something");
+        }
+    }
+
+    #[tokio::test]
+    async fn given_receipts_good_and_bad_then_each_has_its_result_and_only_good_ones_act() {
+        let (app, _dir) = given_a_queue_with_three_messages().await;
+        let received = ok(&app, Method::POST, &format!("{SUB}/receive"), Some(r#"{"max_messages": 10}"#)).await;
+        let messages = received["messages"].as_array().unwrap();
+        let fields: Vec<(&Value, &Value, &Value)> =
+            messages.iter().map(|m| (&m["partition"], &m["offset"], &m["receive_count"])).collect();
+        assert_eq!(
+            fields,
+            [(&json!(1), &json!(0), &json!(1)), (&json!(1), &json!(1), &json!(1)), (&json!(1), &json!(2), &json!(1))]
+        );
+        // The event as replay renders it.
+        let replay = ok(&app, Method::GET, "/v1/topics/jobs/partitions/1/events?offset=2", None).await;
+        let mut third = messages[2].clone();
+        for field in ["receipt", "receive_count", "first_receive_ms"] {
+            third.as_object_mut().unwrap().remove(field);
+        }
+        assert_eq!(third, replay["events"][0]);
+        assert_eq!(third["value_base64"], "AAEC");
+        let receipt = |i: usize| messages[i]["receipt"].as_str().unwrap().to_owned();
+
+        let body = json!({ "receipts": [receipt(0), "not-a-receipt"] }).to_string();
+        let acked = ok(&app, Method::POST, &format!("{SUB}/ack"), Some(&body)).await;
+        assert_eq!(acked["results"][0], json!({ "receipt": receipt(0), "ok": true }));
+        assert_eq!(acked["results"][1]["error"]["code"], "invalid_receipt", "{acked}");
+        assert_eq!(acked["results"][1]["ok"], false);
+        let again =
+            ok(&app, Method::POST, &format!("{SUB}/ack"), Some(&json!({ "receipts": [receipt(0)] }).to_string())).await;
+        assert_eq!(again["results"][0]["error"]["code"], "stale_receipt", "{again}");
+
+        let body = json!({ "receipts": [receipt(2)], "visibility_timeout_ms": 60000 }).to_string();
+        let extended = ok(&app, Method::POST, &format!("{SUB}/visibility"), Some(&body)).await;
+        assert_eq!(extended["results"][0]["ok"], true, "{extended}");
+        let renewed = extended["results"][0]["receipt"].as_str().unwrap().to_owned();
+        assert_ne!(renewed, receipt(2), "a new receipt for the new window");
+
+        let nacked =
+            ok(&app, Method::POST, &format!("{SUB}/nack"), Some(&json!({ "receipts": [receipt(1)] }).to_string()))
+                .await;
+        assert_eq!(nacked["results"][0], json!({ "receipt": receipt(1), "ok": true }));
+        let described = ok(&app, Method::GET, SUB, None).await;
+        assert_eq!(described["backlog"]["visible"], 1, "{described}");
+        assert_eq!(described["backlog"]["in_flight"], 1, "{described}");
+        assert_eq!(described["partitions"][1]["cursor"], 3, "{described}");
+
+        // The released message comes back with its count; at the limit (2) it goes to the DLQ
+        // when released again, and a redrive brings it back.
+        let back = ok(&app, Method::POST, &format!("{SUB}/receive"), Some(r#"{"max_messages": 10}"#)).await;
+        assert_eq!((&back["messages"][0]["offset"], &back["messages"][0]["receive_count"]), (&json!(1), &json!(2)));
+        let last = back["messages"][0]["receipt"].as_str().unwrap();
+        ok(&app, Method::POST, &format!("{SUB}/nack"), Some(&json!({ "receipts": [last] }).to_string())).await;
+        let dlq = ok(&app, Method::GET, &format!("{SUB}/dlq"), None).await;
+        let dead = &dlq["dead_letters"];
+        assert_eq!(dead.as_array().map(Vec::len), Some(1), "{dlq}");
+        assert_eq!(
+            (&dead[0]["id"], &dead[0]["receive_count"], &dead[0]["event"]["value"]),
+            (&json!("1-1"), &json!(2), &json!(2))
+        );
+        assert_eq!(dlq["next"], Value::Null);
+        let redriven = ok(&app, Method::POST, &format!("{SUB}/dlq/redrive"), None).await;
+        assert_eq!(redriven, json!({ "redriven": 1 }));
+        let purged = ok(&app, Method::DELETE, &format!("{SUB}/dlq"), None).await;
+        assert_eq!(purged, json!({ "purged": 0 }));
+
+        let (status, _) = call(&app, Method::DELETE, SUB, None).await;
+        assert_eq!(status, StatusCode::NO_CONTENT);
+        assert_eq!(call(&app, Method::GET, SUB, None).await.0, StatusCode::NOT_FOUND);
+    }
+
+    #[tokio::test]
+    async fn given_settings_then_created_once_and_rendered_as_given() {
+        let (app, _dir) = app();
+        ok(&app, Method::PUT, "/v1/topics/jobs", Some(r#"{"partitions": 2}"#)).await;
+        let body = r#"{"start": {"offsets": {"1": 0}}, "visibility_timeout_ms": 5000, "max_receive_count": 9,
+                       "ordering": "key", "delay_ms": 10, "redelivery_backoff_ms": {"initial_ms": 100, "max_ms": 800}}"#;
+        let (status, created) = call(&app, Method::PUT, SUB, Some(body)).await;
+        assert_eq!(status, StatusCode::CREATED, "{created}");
+        assert_eq!(created["start"], json!({"offsets": {"1": 0}}));
+        assert_eq!(created["ordering"], "key");
+        assert_eq!(created["redelivery_backoff_ms"], json!({"initial_ms": 100, "max_ms": 800, "multiplier": 2}));
+        assert_eq!(created["start_offsets"], json!([0, 0]));
+        let (status, again) = call(&app, Method::PUT, SUB, Some(body)).await;
+        assert_eq!((status, &again), (StatusCode::OK, &created));
+
+        // No body: every default.
+        let (status, plain) = call(&app, Method::PUT, "/v1/topics/jobs/subscriptions/plain", None).await;
+        assert_eq!(status, StatusCode::CREATED, "{plain}");
+        assert_eq!(
+            (&plain["start"], &plain["visibility_timeout_ms"], &plain["max_receive_count"], &plain["ordering"]),
+            (&json!("latest"), &json!(30000), &json!(5), &json!("none"))
+        );
+        assert_eq!((&plain["delay_ms"], &plain["redelivery_backoff_ms"]), (&json!(0), &Value::Null));
+        let steps = r#"{"redelivery_backoff_ms": [10, 20]}"#;
+        let (_, stepped) = call(&app, Method::PUT, "/v1/topics/jobs/subscriptions/steps", Some(steps)).await;
+        assert_eq!(stepped["redelivery_backoff_ms"], json!([10, 20]));
+
+        let list = ok(&app, Method::GET, "/v1/topics/jobs/subscriptions", None).await;
+        let names: Vec<&Value> = list["subscriptions"].as_array().unwrap().iter().map(|s| &s["name"]).collect();
+        assert_eq!(names, [&json!("plain"), &json!("steps"), &json!("workers")]);
+        let empty = ok(&app, Method::POST, &format!("{SUB}/receive"), None).await;
+        assert_eq!(empty, json!({ "messages": [] }));
+    }
+}

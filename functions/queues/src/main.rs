@@ -1,0 +1,17 @@
+//! The queues Lambda function: work queues on a topic's log (`PUT|GET|DELETE
+//! /v1/topics/{topic}/subscriptions/{sub}`, `GET …/subscriptions`, `POST …/{sub}/receive`,
+//! `…/ack`, `…/nack`, `…/visibility`, and the dead-letter queue under `…/{sub}/dlq`),
+//! behind API Gateway (HTTP API, payload v2). It serves the same axum router as
+//! `sluice serve`, so the routes behave the same everywhere.
+
+use lambda_http::{run, tracing, Error};
+use sluice_api::Config;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    // JSON lines when the function's log format is JSON (template.yaml sets it).
+    tracing::init_default_subscriber();
+    let config = Config::from_env()?;
+    let log = sluice_api::open_backend(&config).await?;
+    run(sluice_api::queues_router(log)).await
+}
