@@ -396,7 +396,7 @@ pub async fn given_ordering_by_key_under_eight_workers_with_nacks_then_one_in_fl
     let done = Arc::new(AtomicUsize::new(0));
     let nacks = Arc::new(AtomicUsize::new(0));
     // Told after every ack or nack: a worker that found nothing waits for one rather than spin
-    // (on moto, spinning workers would crowd out the ones with work).
+    // (on moto, spinning workers would crowd out the ones with work, one request at a time).
     let settled = Arc::new(Notify::new());
     let mut workers = Vec::new();
     for _ in 0..8usize {
@@ -413,7 +413,9 @@ pub async fn given_ordering_by_key_under_eight_workers_with_nacks_then_one_in_fl
                 if got.is_empty() {
                     // Every message still to ack is held by another worker. Nothing settled for
                     // a long while means a message went missing: stop, and the asserts tell.
-                    if tokio::time::timeout(REAL_PATIENCE, next_settle).await.is_err() {
+                    if done.load(AtomicOrdering::SeqCst) >= total
+                        || tokio::time::timeout(REAL_PATIENCE, next_settle).await.is_err()
+                    {
                         return;
                     }
                     continue;
@@ -454,7 +456,13 @@ pub async fn given_ordering_by_key_under_eight_workers_with_nacks_then_one_in_fl
                     assert!(results.iter().all(Result::is_ok), "acks within the visibility window: {results:?}");
                     done.fetch_add(to_ack.len(), AtomicOrdering::SeqCst);
                 }
-                settled.notify_waiters();
+                // Each settled message may free its key's next one: wake a worker per message
+                // (not all of them, which would only crowd the store), or all at the end.
+                if done.load(AtomicOrdering::SeqCst) >= total {
+                    settled.notify_waiters();
+                } else {
+                    (0..got.len()).for_each(|_| settled.notify_one());
+                }
             }
         }));
     }

@@ -972,7 +972,8 @@ impl Queues {
             }
             // New messages from the log, only as far as they will be delivered or parked.
             let room = if keyed {
-                want + PARK_LIMIT.saturating_sub(parked_before)
+                // A look-ahead past blocked keys, not the whole park: a receive reads what it can use.
+                want + PARK_LIMIT.saturating_sub(parked_before).min(want * 3)
             } else {
                 want.saturating_sub(candidates.len())
             };
@@ -1604,11 +1605,11 @@ impl Queues {
                 if boundary > cursor {
                     let first = self.events_at(&sub.topic, p, &[cursor], *head).await?;
                     if let Some(e) = first.get(&cursor) {
-                        visible_since = min_time(visible_since, e.record.timestamp_ms + spec.delay_ms as i64);
+                        visible_since = min_time(visible_since, e.record.timestamp_ms.saturating_add(spec.delay_ms as i64));
                     }
                 }
             }
-            b.oldest_visible_age_ms = visible_since.map(|t| (now - t).max(0) as u64);
+            b.oldest_visible_age_ms = visible_since.map(|t| now.saturating_sub(t).max(0) as u64);
             if let Some(t) = visible_since {
                 oldest = min_time(oldest, t);
             }
@@ -1618,7 +1619,7 @@ impl Queues {
             total.dead += b.dead;
             partitions.push(PartitionBacklog { partition: p, cursor, high_watermark: head.next, backlog: b });
         }
-        total.oldest_visible_age_ms = oldest.map(|t| (now - t).max(0) as u64);
+        total.oldest_visible_age_ms = oldest.map(|t| now.saturating_sub(t).max(0) as u64);
         Ok(SubscriptionDescription { subscription: sub.describe(), backlog: total, partitions })
     }
 
