@@ -39,6 +39,7 @@ macro_rules! queue_conformance_suite {
             given_unknown_subscription_then_not_found_for_every_operation,
             given_tampered_or_foreign_receipts_then_invalid_and_nothing_changes,
             given_subscription_deleted_and_recreated_under_the_same_name_then_it_starts_fresh,
+            given_a_deleted_subscription_and_a_deleted_topic_then_the_janitor_removes_every_queue_item,
             given_long_poll_on_an_empty_queue_when_a_message_is_published_then_it_returns_the_message,
             given_long_poll_on_an_empty_queue_when_the_clock_passes_the_wait_then_it_returns_empty_not_before,
             given_long_poll_when_a_delayed_message_comes_due_then_it_returns_the_message,
@@ -1302,4 +1303,65 @@ pub async fn given_long_poll_when_a_delayed_message_comes_due_then_it_returns_th
     clock.clock.advance(2_000);
     let got = finished(waiting).await;
     assert_eq!(positions(&got), vec![pos], "returned when the message came due, within the wait");
+}
+
+/// Deleting is one write; the janitor then removes the queue's items in bounded steps:
+/// the deleted subscription's, and those of every subscription of a deleted topic.
+pub async fn given_a_deleted_subscription_and_a_deleted_topic_then_the_janitor_removes_every_queue_item(
+    backend: &dyn Backend,
+) {
+    use sluice_core::queues::{queue_collections, subscription_key, SubscriptionRecord};
+    use sluice_core::store::Query;
+
+    let (clock, log, queues) = manual(backend).await;
+    let topic = new_topic(&log, "purged", 2).await;
+    let sub_spec = SubscriptionSpec { visibility_timeout_ms: 1_000, max_receive_count: 1, ..spec(StartAt::Earliest) };
+    let deleted = subscribe(&queues, &topic, sub_spec.clone()).await;
+    let orphaned = subscribe(&queues, &topic, sub_spec).await;
+    for i in 0..6 {
+        publish_at(&log, &topic, i % 2, "x", START_MS).await;
+    }
+    // Each queue gets a cursor, leases in flight and dead letters on both partitions.
+    for sub in [&deleted, &orphaned] {
+        assert_eq!(receive(&queues, &topic, sub, 4).await.len(), 4);
+    }
+    clock.advance(1_001);
+    for sub in [&deleted, &orphaned] {
+        assert_eq!(receive(&queues, &topic, sub, 10).await.len(), 2, "the 2 never received");
+        assert_eq!(queues.describe(&topic, sub).await.unwrap().backlog.dead, 4);
+    }
+    let store = log.store().clone();
+    let (config, _) = log.describe_topic(&topic).await.unwrap();
+    let mut ids = Vec::new();
+    for sub in [&deleted, &orphaned] {
+        let item = store.get(&subscription_key(config.id, sub)).await.unwrap().expect("subscription record");
+        ids.push(sluice_core::layout::decode::<SubscriptionRecord>("subscription", &item.value).unwrap().id);
+    }
+    let items = |store: Arc<dyn sluice_core::StateStore>, ids: Vec<u64>| async move {
+        let mut n = 0;
+        for id in ids {
+            for p in 0..2 {
+                for pk in queue_collections(id, p) {
+                    n += store.query(&Query::all(pk, 1000)).await.unwrap().items.len();
+                }
+            }
+        }
+        n
+    };
+    assert!(items(store.clone(), ids.clone()).await >= 8, "cursors, leases and dead letters exist");
+
+    queues.delete(&topic, &deleted).await.unwrap();
+    assert!(matches!(
+        queues
+            .receive(&topic, &deleted, &ReceiveRequest { max_messages: 1, wait_ms: 0, visibility_timeout_ms: None })
+            .await,
+        Err(Error::SubscriptionNotFound { .. })
+    ));
+    log.delete_topic(&topic).await.unwrap();
+    while sluice_core::janitor::step(store.as_ref(), 5_000).await.unwrap().more {}
+    assert_eq!(items(store.clone(), ids).await, 0, "every queue item is gone");
+    assert!(
+        store.get(&subscription_key(config.id, &orphaned)).await.unwrap().is_none(),
+        "the topic's subscriptions too"
+    );
 }

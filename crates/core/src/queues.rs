@@ -349,6 +349,17 @@ fn dlq_pk(sub_id: u64, partition: u32) -> String {
     format!("dlq#{sub_id:016x}#{partition}")
 }
 
+/// Where a subscription's record is (layout, for tools and tests).
+pub fn subscription_key(topic_id: u64, name: &str) -> Key {
+    sub_key(topic_id, name)
+}
+
+/// The collections holding a subscription's state on one partition: its cursor and
+/// leases, and its dead letters (layout, for tools and tests).
+pub fn queue_collections(sub_id: u64, partition: u32) -> [String; 2] {
+    [queue_pk(sub_id, partition), dlq_pk(sub_id, partition)]
+}
+
 fn cursor_key(sub_id: u64, partition: u32) -> Key {
     Key::new(queue_pk(sub_id, partition), CURSOR_SK)
 }
@@ -1605,7 +1616,8 @@ impl Queues {
                 if boundary > cursor {
                     let first = self.events_at(&sub.topic, p, &[cursor], *head).await?;
                     if let Some(e) = first.get(&cursor) {
-                        visible_since = min_time(visible_since, e.record.timestamp_ms.saturating_add(spec.delay_ms as i64));
+                        visible_since =
+                            min_time(visible_since, e.record.timestamp_ms.saturating_add(spec.delay_ms as i64));
                     }
                 }
             }
