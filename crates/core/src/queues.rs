@@ -258,6 +258,9 @@ const LEASES_PER_WRITE: usize = 45;
 /// Messages parked behind their key (or their delay) per partition before new messages
 /// wait in the log.
 const PARK_LIMIT: usize = 1000;
+/// Writes burying dead leases one receive makes per partition before it leaves the
+/// rest (never delivered again: only buried) to the next.
+const MAX_BURIALS: usize = 4;
 /// Leases of messages parked until different times, made by one receive.
 const MAX_DELAY_LEASES: usize = 8;
 const PAGE: usize = 1000;
@@ -937,7 +940,7 @@ impl Queues {
         let spec = &sub.record.spec;
         let keyed = spec.ordering == Ordering::Key;
         let limits = *self.log.limits();
-        let mut attempt = 0;
+        let (mut attempt, mut burials) = (0, 0);
         while attempt < MAX_ATTEMPTS {
             let now = self.now();
             // Unordered, the cursor and the leases due soonest are enough (one past `want`
@@ -950,7 +953,8 @@ impl Queues {
             let dead: Vec<usize> = (0..state.leases.len())
                 .filter(|&i| state.leases[i].due <= now && state.leases[i].record.receives >= spec.max_receive_count)
                 .collect();
-            if !dead.is_empty() {
+            if !dead.is_empty() && burials < MAX_BURIALS {
+                burials += 1;
                 match self.bury(sub, partition, &state, &dead, now).await {
                     Ok(()) => continue,
                     Err(e) => {
@@ -972,7 +976,7 @@ impl Queues {
                     if keyed {
                         blocked_keys.extend(lease.record.msgs.iter().filter_map(|m| m.key));
                     }
-                } else {
+                } else if !dead.contains(&i) {
                     candidates.extend(lease.record.msgs.iter().map(|m| Candidate {
                         msg: *m,
                         lease: Some(i),
