@@ -18,7 +18,9 @@ until curl -sf "$url/v1/topics" >/dev/null; do sleep 0.1; done
 
 run() { # name, bench args…: three runs, one JSON report per line
   local name=$1; shift
-  for _ in 1 2 3; do "$bin" bench --url "$url" --json "$@" 2>/dev/null | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)))'; done >"$data.$name"
+  # A failed run (e.g. a queue run that did not ack every message exactly once) still
+  # prints its report; the summary shows why, and the script exits non-zero at the end.
+  for _ in 1 2 3; do "$bin" bench --url "$url" --json "$@" 2>/dev/null | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)))' || failed=1; done >"$data.$name"
   python3 - "$name" "$data.$name" <<'PY'
 import json, statistics, sys
 name, path = sys.argv[1], sys.argv[2]
@@ -27,20 +29,20 @@ def fig(get):
     xs = sorted(get(r) for r in runs)
     return f"{statistics.median(xs):>10.3f} ({xs[0]:.3f}–{xs[-1]:.3f})"
 print(f"{name}: {json.dumps(runs[0]['settings'])}")
-print(f"  events/s   {fig(lambda r: r['events_per_sec'])}")
-print(f"  MB/s       {fig(lambda r: r['mb_per_sec'])}")
-print(f"  requests/s {fig(lambda r: r['requests_per_sec'])}")
+print(f"  {'events/s':<18} {fig(lambda r: r['events_per_sec'])}")
+print(f"  {'MB/s':<18} {fig(lambda r: r['mb_per_sec'])}")
+print(f"  {'requests/s':<18} {fig(lambda r: r['requests_per_sec'])}")
 of = runs[0].get("latency_of", "request")
 for q in ("p50", "p99", "p999", "max"):
-    print(f"  {q:<10} {fig(lambda r: r['latency_ms'][q])} ms" + ("" if of == "request" else f" ({of})"))
+    print(f"  {q:<18} {fig(lambda r: r['latency_ms'][q])} ms" + ("" if of == "request" else f" ({of})"))
 for c in sorted({c for r in runs for c in r.get("counts", {})}):
-    print(f"  {c + '/s':<10} {fig(lambda r: r['counts'].get(c, {}).get('per_sec', 0))}")
+    print(f"  {c + '/s':<18} {fig(lambda r: r['counts'].get(c, {}).get('per_sec', 0))}")
 for h in runs[0].get("latencies_ms", {}):
     for q in ("p50", "p99"):
-        print(f"  {h + ' ' + q:<10} {fig(lambda r: r['latencies_ms'][h][q])} ms")
+        print(f"  {h + ' ' + q:<18} {fig(lambda r: r['latencies_ms'][h][q])} ms")
 for r in runs:
     if r.get("failure"):
-        print(f"  FAILED     {r['failure']}")
+        print(f"  {'FAILED':<18} {r['failure']}")
 PY
 }
 
@@ -62,3 +64,4 @@ run queue-b100 --topic queue-b100 queue --workers 4 --batch 100 --count 1000000
 run queue-live --topic queue-live queue --workers 4 --batch 10 --wait-ms 1000 --publishers 8 --duration "$secs"
 echo "server peak RSS: $(awk '/VmHWM/ {printf "%.1f MiB", $2/1024}' /proc/$server/status)"
 echo "data dir: $(du -sh "$data" | cut -f1)"
+exit "${failed:-0}"
