@@ -55,18 +55,24 @@ macro_rules! counted {
     }};
 }
 
-#[tokio::test]
-async fn requests_per_operation_are_what_the_cost_model_says() {
+/// The adapters on moto, and a log on them configured as a warm Lambda instance is: a long
+/// topic cache (between config changes; cold reads are counted separately), long polls
+/// checking every 500 ms, as on AWS.
+async fn counted_log() -> (Arc<DynamoStateStore>, Arc<S3ObjectStore>, Log) {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let (state, objects) = adapters(&moto().settings, clock.clone()).await;
-    // A long topic cache, as a warm Lambda instance has between config changes; the cold
-    // reads are counted separately below. Long polls check every 500 ms, as on AWS.
     let config = LogConfig {
         topic_cache_ttl: Duration::from_secs(600),
         poll_interval: Duration::from_millis(500),
         ..LogConfig::default()
     };
     let log = Log::new(state.clone(), objects.clone(), clock, config);
+    (state, objects, log)
+}
+
+#[tokio::test]
+async fn requests_per_operation_are_what_the_cost_model_says() {
+    let (state, objects, log) = counted_log().await;
     let topic = unique_topic("costs");
     let spec = TopicSpec { partitions: 8, retention_ms: None, retention_bytes: None };
 
@@ -226,14 +232,7 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
 #[tokio::test]
 async fn queue_requests_per_receive_and_ack_are_what_the_cost_model_says() {
     use sluice_core::queues::{Queues, ReceiveRequest, StartAt, SubscriptionSpec};
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let (state, objects) = adapters(&moto().settings, clock.clone()).await;
-    let config = LogConfig {
-        topic_cache_ttl: Duration::from_secs(600),
-        poll_interval: Duration::from_millis(500),
-        ..LogConfig::default()
-    };
-    let log = Log::new(state.clone(), objects.clone(), clock, config);
+    let (state, objects, log) = counted_log().await;
     let topic = unique_topic("queue-costs");
     log.create_topic(&topic, TopicSpec { partitions: 8, retention_ms: None, retention_bytes: None }).await.unwrap();
     // Published as batches of 100 keyed events over 8 partitions: ~12 events per segment.

@@ -1655,8 +1655,7 @@ impl Queues {
         for p in after.map_or(0, |(p, _)| p)..sub.topic.spec.partitions {
             self.bury_all(&sub, p).await?;
             let mut query = Query::all(dlq_pk(sub.record.id, p), limit - entries.len());
-            if let Some((after_p, offset)) = after.filter(|(after_p, _)| *after_p == p) {
-                debug_assert_eq!(after_p, p);
+            if let Some((_, offset)) = after.filter(|(after_p, _)| *after_p == p) {
                 query.after = Some(layout::offset_sk(offset));
             }
             let page = self.store().query(&query).await?;
