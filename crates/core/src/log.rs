@@ -80,6 +80,21 @@ struct Inner {
     spread: AtomicU32,
     /// The work queues' receipt-signing key, once read (it never changes).
     receipt_key: tokio::sync::OnceCell<[u8; 32]>,
+    /// (subscription id, partition) pairs a receive of this process is taking from.
+    queue_claims: Arc<Mutex<std::collections::HashSet<(u64, u32)>>>,
+}
+
+/// A receive's claim on one queue partition in this process, released when dropped.
+/// Only steers receives apart: their conditional writes are what keeps them safe.
+pub(crate) struct PartitionClaim {
+    claims: Arc<Mutex<std::collections::HashSet<(u64, u32)>>>,
+    key: (u64, u32),
+}
+
+impl Drop for PartitionClaim {
+    fn drop(&mut self) {
+        self.claims.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.key);
+    }
 }
 
 /// One segment as the index describes it.
@@ -131,6 +146,7 @@ impl Log {
             topics: Mutex::new(HashMap::new()),
             spread,
             receipt_key: tokio::sync::OnceCell::new(),
+            queue_claims: Arc::default(),
         };
         Self { inner: Arc::new(inner) }
     }
@@ -151,6 +167,14 @@ impl Log {
     /// Where the work queues keep their receipt key for the life of the process.
     pub(crate) fn receipt_key_cell(&self) -> &tokio::sync::OnceCell<[u8; 32]> {
         &self.inner.receipt_key
+    }
+
+    /// Claims a queue partition for one receive of this process, unless another has it.
+    pub(crate) fn claim_partition(&self, sub_id: u64, partition: u32) -> Option<PartitionClaim> {
+        let key = (sub_id, partition);
+        let claims = self.inner.queue_claims.clone();
+        let fresh = claims.lock().unwrap_or_else(|p| p.into_inner()).insert(key);
+        fresh.then_some(PartitionClaim { claims, key })
     }
 
     /// How often a long poll re-reads heads written by other processes.

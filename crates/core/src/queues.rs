@@ -33,7 +33,7 @@
 //! Receipts are signed (HMAC-SHA-256 with a key kept in the store), so they are opaque
 //! and a forged or altered one is refused before anything is read.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -876,11 +876,18 @@ impl Queues {
             let (mut wake_at, mut idle, mut blocked) = (None, Vec::new(), false);
             let mut bytes_left = self.log.limits().max_response_bytes;
             let start = (self.nonce() % u64::from(partitions.max(1))) as u32;
-            for i in 0..partitions {
+            // First the partitions no other receive of this process is taking from (two
+            // would only race for one write), then, if more is wanted, the busy ones.
+            let mut visits: VecDeque<(u32, bool)> = (0..partitions).map(|i| ((start + i) % partitions, true)).collect();
+            while let Some((p, first_pass)) = visits.pop_front() {
                 if messages.len() >= req.max_messages || bytes_left == 0 {
                     break;
                 }
-                let p = (start + i) % partitions;
+                let claim = if first_pass { self.log.claim_partition(sub.record.id, p) } else { None };
+                if first_pass && claim.is_none() {
+                    visits.push_back((p, false));
+                    continue;
+                }
                 let head = heads.get(p as usize).map(|(h, _)| *h).unwrap_or_default();
                 let want = req.max_messages - messages.len();
                 let first = messages.is_empty();
@@ -894,6 +901,7 @@ impl Queues {
                     }
                     Err(e) => return Err(e),
                 };
+                drop(claim);
                 messages.extend(taken.messages);
                 wake_at = taken.wake_at.map_or(wake_at, |t| min_time(wake_at, t));
                 blocked |= taken.blocked;
