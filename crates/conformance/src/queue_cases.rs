@@ -40,6 +40,9 @@ macro_rules! queue_conformance_suite {
             given_tampered_or_foreign_receipts_then_invalid_and_nothing_changes,
             given_subscription_deleted_and_recreated_under_the_same_name_then_it_starts_fresh,
             given_a_deleted_subscription_and_a_deleted_topic_then_the_janitor_removes_every_queue_item,
+            given_receive_applied_but_answer_lost_then_nobody_holds_it_until_the_timeout_and_it_comes_back_once,
+            given_receive_failed_before_applying_then_the_message_is_still_visible,
+            given_ack_applied_but_answer_lost_then_the_retry_is_stale_and_the_message_never_comes_back,
             given_long_poll_on_an_empty_queue_when_a_message_is_published_then_it_returns_the_message,
             given_long_poll_on_an_empty_queue_when_the_clock_passes_the_wait_then_it_returns_empty_not_before,
             given_long_poll_when_a_delayed_message_comes_due_then_it_returns_the_message,
@@ -1364,4 +1367,126 @@ pub async fn given_a_deleted_subscription_and_a_deleted_topic_then_the_janitor_r
         store.get(&subscription_key(config.id, &orphaned)).await.unwrap().is_none(),
         "the topic's subscriptions too"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Faults: a queue write whose answer is lost (applied or not).
+
+/// What the next queue write (one touching a queue collection) meets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum QueueFault {
+    /// Applied, then its answer is lost.
+    LoseAnswer,
+    /// Not applied, and its answer is lost.
+    FailBefore,
+}
+
+/// A [`StateStore`](sluice_core::StateStore) injecting faults into queue writes, in order.
+struct FaultyQueueStore {
+    inner: Arc<dyn sluice_core::StateStore>,
+    faults: Mutex<std::collections::VecDeque<QueueFault>>,
+}
+
+#[async_trait::async_trait]
+impl sluice_core::StateStore for FaultyQueueStore {
+    async fn get(
+        &self,
+        key: &sluice_core::store::Key,
+    ) -> Result<Option<sluice_core::store::Item>, sluice_core::StorageError> {
+        self.inner.get(key).await
+    }
+
+    async fn query(
+        &self,
+        query: &sluice_core::store::Query,
+    ) -> Result<sluice_core::store::Page, sluice_core::StorageError> {
+        self.inner.query(query).await
+    }
+
+    async fn write(&self, ops: Vec<sluice_core::store::WriteOp>) -> Result<(), sluice_core::StorageError> {
+        let queue_write = ops.iter().any(|op| op.key().pk.starts_with("q#"));
+        let fault = if queue_write { self.faults.lock().unwrap().pop_front() } else { None };
+        let lost = || sluice_core::StorageError::Unavailable { message: "injected: answer lost".into(), source: None };
+        match fault {
+            None => self.inner.write(ops).await,
+            Some(QueueFault::LoseAnswer) => {
+                self.inner.write(ops).await?;
+                Err(lost())
+            }
+            Some(QueueFault::FailBefore) => Err(lost()),
+        }
+    }
+
+    async fn delete_many(&self, keys: Vec<sluice_core::store::Key>) -> Result<(), sluice_core::StorageError> {
+        self.inner.delete_many(keys).await
+    }
+
+    async fn purge_expired(&self, limit: usize) -> Result<usize, sluice_core::StorageError> {
+        self.inner.purge_expired(limit).await
+    }
+}
+
+/// A topic of one partition with one message, a subscription (10 s visibility), queues whose
+/// writes meet `faults`, and clean queues on the same storage.
+async fn faulty_queue(
+    backend: &dyn Backend,
+    faults: &[QueueFault],
+) -> (Arc<ManualClock>, Arc<FaultyQueueStore>, Queues, Queues, String, String) {
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (clean_log, clean) = queues_on(backend, clock.clone()).await;
+    let (store, objects) = backend.open_with(clock.clone()).await;
+    let faulty_store =
+        Arc::new(FaultyQueueStore { inner: store, faults: Mutex::new(faults.iter().copied().collect()) });
+    let faulty = Queues::new(Log::new(faulty_store.clone(), objects, clock.clone(), LogConfig::default()));
+    let topic = new_topic(&clean_log, "faults", 1).await;
+    let sub_spec = SubscriptionSpec { visibility_timeout_ms: 10_000, ..spec(StartAt::Earliest) };
+    let sub = subscribe(&clean, &topic, sub_spec).await;
+    publish_at(&clean_log, &topic, 0, "work", START_MS).await;
+    (clock, faulty_store, faulty, clean, topic, sub)
+}
+
+/// The receive's lease was written but its answer lost: the message is held by nobody, so no
+/// one gets it within that visibility window; then it comes back, once, and counts the lost
+/// delivery.
+pub async fn given_receive_applied_but_answer_lost_then_nobody_holds_it_until_the_timeout_and_it_comes_back_once(
+    backend: &dyn Backend,
+) {
+    let (clock, _, faulty, clean, topic, sub) = faulty_queue(backend, &[QueueFault::LoseAnswer]).await;
+    let req = ReceiveRequest { max_messages: 10, wait_ms: 0, visibility_timeout_ms: None };
+    assert!(matches!(faulty.receive(&topic, &sub, &req).await, Err(Error::Unavailable(_))));
+    assert_eq!(backlog(&clean, &topic, &sub).await, [0, 1, 0, 0], "in flight, to a receiver that never heard");
+    assert_nothing(&clean, &topic, &sub, "a second holder within the lost delivery's window").await;
+    clock.advance(9_999);
+    assert_nothing(&clean, &topic, &sub, "1 ms before the lost delivery's window ends").await;
+    clock.advance(1);
+    let back = receive_one(&faulty, &topic, &sub).await;
+    assert_eq!(back.receive_count, 2, "the lost delivery counts");
+    assert_eq!(ack(&faulty, &topic, &sub, &back.receipt).await, Ok(()));
+    clock.advance(3_600_000);
+    assert_nothing(&clean, &topic, &sub, "acked").await;
+}
+
+/// The receive's write never happened: the message is visible at once, still undelivered.
+pub async fn given_receive_failed_before_applying_then_the_message_is_still_visible(backend: &dyn Backend) {
+    let (_clock, _, faulty, clean, topic, sub) = faulty_queue(backend, &[QueueFault::FailBefore]).await;
+    let req = ReceiveRequest { max_messages: 10, wait_ms: 0, visibility_timeout_ms: None };
+    assert!(matches!(faulty.receive(&topic, &sub, &req).await, Err(Error::Unavailable(_))));
+    assert_eq!(backlog(&clean, &topic, &sub).await, [1, 0, 0, 0]);
+    let got = receive_one(&clean, &topic, &sub).await;
+    assert_eq!(got.receive_count, 1, "nothing was delivered before");
+}
+
+/// The ack was applied but its answer lost: the client's retry is told `stale_receipt`
+/// (the message is acked either way), and the message never comes back.
+pub async fn given_ack_applied_but_answer_lost_then_the_retry_is_stale_and_the_message_never_comes_back(
+    backend: &dyn Backend,
+) {
+    let (clock, store, faulty, clean, topic, sub) = faulty_queue(backend, &[]).await;
+    let held = receive_one(&clean, &topic, &sub).await;
+    store.faults.lock().unwrap().push_back(QueueFault::LoseAnswer);
+    assert!(matches!(faulty.ack(&topic, &sub, std::slice::from_ref(&held.receipt)).await, Err(Error::Unavailable(_))));
+    assert_eq!(ack(&faulty, &topic, &sub, &held.receipt).await, Err(ReceiptError::Stale), "the retry");
+    assert_eq!(backlog(&clean, &topic, &sub).await, [0; 4]);
+    clock.advance(3_600_000);
+    assert_nothing(&clean, &topic, &sub, "an acked message, its ack's answer lost").await;
 }
