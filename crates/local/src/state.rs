@@ -106,8 +106,17 @@ impl SqliteStateStore {
         F: FnOnce(&Connection) -> Result<T, StorageError> + Send + 'static,
         T: Send + 'static,
     {
+        // A point read or a short range read takes microseconds: run it on the calling
+        // thread when a reader connection is free, rather than pay a hop to the blocking
+        // pool (two thread wake-ups) for it. Only when every reader is busy does it queue there.
+        let start = self.next_reader.fetch_add(1, Ordering::Relaxed);
+        for i in 0..READERS {
+            if let Ok(conn) = self.readers[(start + i) % READERS].try_lock() {
+                return f(&conn);
+            }
+        }
         let readers = self.readers.clone();
-        let i = self.next_reader.fetch_add(1, Ordering::Relaxed) % READERS;
+        let i = start % READERS;
         blocking(move || f(&readers[i].lock().unwrap_or_else(|p| p.into_inner()))).await
     }
 
