@@ -21,12 +21,14 @@ use crate::blocking;
 const ROLL_BYTES: u64 = 256 << 20;
 /// Open read handles kept; past this the cache is emptied (files are cheap to reopen).
 const MAX_OPEN_READERS: usize = 256;
+/// Reads up to this size of an already open file run on the calling thread.
+const INLINE_READ_BYTES: u64 = 256 << 10;
 
 /// Blobs in append-only files under one directory.
 pub struct LocalObjectStore {
     dir: PathBuf,
     active: Arc<Mutex<Option<Active>>>,
-    readers: Arc<Mutex<HashMap<String, Arc<File>>>>,
+    readers: Arc<Readers>,
 }
 
 struct Active {
@@ -91,35 +93,46 @@ impl ObjectStore for LocalObjectStore {
         let path = self.dir.join(object);
         let readers = self.readers.clone();
         let object = object.to_owned();
-        blocking(move || {
-            let cached = readers.lock().unwrap_or_else(|p| p.into_inner()).get(&object).cloned();
-            let file = match cached {
-                Some(f) => f,
-                None => {
-                    let f = Arc::new(File::open(&path).map_err(|e| match e.kind() {
-                        ErrorKind::NotFound => StorageError::NotFound(format!("object {object}")),
-                        _ => io("open blob file", e),
-                    })?);
-                    let mut map = readers.lock().unwrap_or_else(|p| p.into_inner());
-                    if map.len() >= MAX_OPEN_READERS {
-                        map.clear();
-                    }
-                    map.insert(object.clone(), f.clone());
-                    f
-                }
-            };
-            let len = usize::try_from(len).map_err(|_| StorageError::Corrupt("blob length overflows".into()))?;
-            let mut buf = vec![0; len];
-            file.read_exact_at(&mut buf, position).map_err(|e| match e.kind() {
-                ErrorKind::UnexpectedEof => {
-                    StorageError::Corrupt(format!("object {object} ends before {position}+{len}"))
-                }
-                _ => io("read blob", e),
-            })?;
-            Ok(Bytes::from(buf))
-        })
-        .await
+        // A small range of an open file is (almost always) in the page cache: read it on the
+        // calling thread rather than pay two thread wake-ups for a hop to the blocking pool.
+        if len <= INLINE_READ_BYTES && lock(&readers).contains_key(&object) {
+            return read_range(&readers, &path, &object, position, len);
+        }
+        blocking(move || read_range(&readers, &path, &object, position, len)).await
     }
+}
+
+type Readers = Mutex<HashMap<String, Arc<File>>>;
+
+fn lock(readers: &Readers) -> std::sync::MutexGuard<'_, HashMap<String, Arc<File>>> {
+    readers.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// `len` bytes at `position` of a blob file, through the cache of open files.
+fn read_range(readers: &Readers, path: &Path, object: &str, position: u64, len: u64) -> Result<Bytes, StorageError> {
+    let cached = lock(readers).get(object).cloned();
+    let file = match cached {
+        Some(f) => f,
+        None => {
+            let f = Arc::new(File::open(path).map_err(|e| match e.kind() {
+                ErrorKind::NotFound => StorageError::NotFound(format!("object {object}")),
+                _ => io("open blob file", e),
+            })?);
+            let mut map = lock(readers);
+            if map.len() >= MAX_OPEN_READERS {
+                map.clear();
+            }
+            map.insert(object.to_owned(), f.clone());
+            f
+        }
+    };
+    let len = usize::try_from(len).map_err(|_| StorageError::Corrupt("blob length overflows".into()))?;
+    let mut buf = vec![0; len];
+    file.read_exact_at(&mut buf, position).map_err(|e| match e.kind() {
+        ErrorKind::UnexpectedEof => StorageError::Corrupt(format!("object {object} ends before {position}+{len}")),
+        _ => io("read blob", e),
+    })?;
+    Ok(Bytes::from(buf))
 }
 
 #[cfg(test)]
