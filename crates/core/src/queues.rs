@@ -707,7 +707,8 @@ impl Queues {
         names::validate("topic", topic)?;
         names::validate("subscription", name)?;
         spec.validate()?;
-        for _ in 0..MAX_ATTEMPTS {
+        let mut attempt = 0;
+        while attempt < MAX_ATTEMPTS {
             match self.sub(topic, name).await {
                 Ok(existing) if existing.record.spec == spec => return Ok((existing.describe(), false)),
                 Ok(_) => {
@@ -733,8 +734,7 @@ impl Queues {
                     let sub = Sub { topic, name: name.to_owned(), record, version: 1 };
                     return Ok((sub.describe(), true));
                 }
-                Err(StorageError::ConditionFailed { .. }) => continue,
-                Err(e) => return Err(e.into()),
+                Err(e) => self.lost_race(e, &mut attempt).await?,
             }
         }
         Err(contended(name))
@@ -1015,7 +1015,8 @@ impl Queues {
                     .await?;
                 for event in batch.events {
                     let waiting = (spec.delay_ms > 0)
-                        .then(|| event.record.timestamp_ms.saturating_add(spec.delay_ms as i64))
+                        // From its timestamp, or from now if the publisher's clock ran ahead.
+                        .then(|| event.record.timestamp_ms.min(now).saturating_add(spec.delay_ms as i64))
                         .filter(|at| *at > now);
                     let key = if keyed { event.record.key.as_deref().map(key_hash) } else { None };
                     candidates.push(Candidate {
@@ -1151,7 +1152,8 @@ impl Queues {
                 let nothing_due = !state.leases.iter().any(|l| l.due <= now);
                 if nothing_due && state.cursor.next >= head.next {
                     taken.idle_at = Some(state.cursor.next);
-                } else if !candidates.is_empty() {
+                } else if !candidates.is_empty() || !dead.is_empty() {
+                    // Blocked keys, or dead leases left for the next burial: look again soon.
                     taken.blocked = true;
                 }
                 return Ok(taken);
@@ -1169,8 +1171,9 @@ impl Queues {
                     CursorRecord { next: pick.cursor_next, dead: state.cursor.dead },
                 ));
             } else if keyed {
-                let expect = state.cursor_version.map_or(Expect::Absent, Expect::Version);
-                ops.push(WriteOp::Check { key: cursor_key(sub.record.id, partition), expect });
+                // Rewritten, not only checked: a keyed receiver that read the leases while
+                // this write moved some of them reads an older cursor, and fails.
+                ops.push(state.cursor_write(sub.record.id, partition, state.cursor));
             }
             let mut removed: BTreeMap<usize, HashSet<u64>> = BTreeMap::new();
             for &ci in &kept {
@@ -1614,7 +1617,7 @@ impl Queues {
                     b.delayed += n;
                 }
             }
-            let cursor = state.cursor.next.min(head.next);
+            let cursor = state.cursor.next.clamp(head.start, head.next.max(head.start));
             if cursor < head.next {
                 // New messages are visible up to the first one still within `delay_ms`.
                 let boundary = if spec.delay_ms > 0 {
@@ -1701,7 +1704,8 @@ impl Queues {
         let sub = self.sub(topic, name).await?;
         let (partition, offset) = parse_dead_id(id, sub.topic.spec.partitions)?;
         let key = Key::new(dlq_pk(sub.record.id, partition), layout::offset_sk(offset));
-        for _ in 0..MAX_ATTEMPTS {
+        let mut attempt = 0;
+        while attempt < MAX_ATTEMPTS {
             let Some(item) = self.store().get(&key).await? else {
                 return Err(Error::NotFound {
                     code: "dead_letter_not_found",
@@ -1716,8 +1720,7 @@ impl Queues {
             ];
             match self.store().write(ops).await {
                 Ok(()) => return Ok(()),
-                Err(StorageError::ConditionFailed { .. }) => continue,
-                Err(e) => return Err(e.into()),
+                Err(e) => self.lost_race(e, &mut attempt).await?,
             }
         }
         Err(contended(name))
@@ -1774,9 +1777,12 @@ impl Queues {
                         done += n;
                         left -= n;
                     }
-                    Err(StorageError::ConditionFailed { .. }) if attempts < MAX_ATTEMPTS => attempts += 1,
-                    Err(StorageError::ConditionFailed { .. }) => return Err(contended(name)),
-                    Err(e) => return Err(e.into()),
+                    Err(e) => {
+                        self.lost_race(e, &mut attempts).await?;
+                        if attempts >= MAX_ATTEMPTS {
+                            return Err(contended(name));
+                        }
+                    }
                 }
             }
         }

@@ -236,17 +236,26 @@ fn commit_group(conn: &mut Connection, batch: Vec<PendingWrite>) {
     };
     let mut outcomes = Vec::with_capacity(batch.len());
     for w in &batch {
-        let outcome = match tx.savepoint() {
-            Ok(mut sp) => match apply(&sp, &w.ops, w.now_ms) {
-                Ok(()) => sp.commit().map_err(db),
-                Err(e) => {
-                    let _ = sp.rollback();
-                    Err(e)
+        // Only a failed condition is rolled back alone (to its savepoint). Any other error
+        // may have ended the whole transaction: then nothing of the group is committed,
+        // and every write of it is answered "unavailable" (outcome unknown to the caller).
+        let outcome = tx.savepoint().map_err(db).and_then(|mut sp| match apply(&sp, &w.ops, w.now_ms) {
+            Ok(()) => sp.commit().map_err(db).map(|()| None),
+            Err(e @ StorageError::ConditionFailed { .. }) => sp.rollback().map_err(db).map(|()| Some(e)),
+            Err(e) => Err(e),
+        });
+        match outcome {
+            Ok(None) => outcomes.push(Ok(())),
+            Ok(Some(refused)) => outcomes.push(Err(refused)),
+            Err(e) => {
+                drop(tx);
+                let message = e.to_string();
+                for w in batch {
+                    let _ = w.done.send(Err(StorageError::Unavailable { message: message.clone(), source: None }));
                 }
-            },
-            Err(e) => Err(db(e)),
-        };
-        outcomes.push(outcome);
+                return;
+            }
+        }
     }
     let committed = tx.commit();
     for (w, outcome) in batch.into_iter().zip(outcomes) {
