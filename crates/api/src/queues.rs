@@ -65,11 +65,14 @@ struct Receive {
     #[serde(default)]
     wait_ms: u64,
     visibility_timeout_ms: Option<u64>,
+    /// Receipts to ack before receiving (the previous batch's).
+    #[serde(default)]
+    ack: Vec<String>,
 }
 
 impl Default for Receive {
     fn default() -> Self {
-        Self { max_messages: 1, wait_ms: 0, visibility_timeout_ms: None }
+        Self { max_messages: 1, wait_ms: 0, visibility_timeout_ms: None, ack: Vec::new() }
     }
 }
 
@@ -218,12 +221,19 @@ pub async fn receive(State(log): State<Log>, Path((topic, sub)): SubPath, body: 
         wait_ms: req.wait_ms,
         visibility_timeout_ms: req.visibility_timeout_ms,
     };
-    let messages = Queues::new(log).receive(&topic, &sub, &request).await?;
-    Ok(json_response(render_messages(&messages)))
+    let queues = Queues::new(log);
+    if req.ack.is_empty() {
+        let messages = queues.receive(&topic, &sub, &request).await?;
+        return Ok(json_response(render_messages(&messages, None)));
+    }
+    let (acks, messages) = queues.ack_and_receive(&topic, &sub, &req.ack, &request).await?;
+    let Json(acks) = results(&req.ack, &acks);
+    Ok(json_response(render_messages(&messages, acks.get("results"))))
 }
 
-/// Renders received messages by hand, as replay does: values are copied as stored.
-fn render_messages(messages: &[Message]) -> Vec<u8> {
+/// Renders received messages by hand, as replay does: values are copied as stored; with
+/// the results of the acks the request carried, if any.
+fn render_messages(messages: &[Message], acks: Option<&Value>) -> Vec<u8> {
     let size: usize = messages.iter().map(|m| m.event.record.approx_size() * 4 / 3 + m.receipt.len() + 160).sum();
     let mut out = Vec::with_capacity(size + 16);
     out.extend_from_slice(b"{\"messages\":[");
@@ -243,7 +253,12 @@ fn render_messages(messages: &[Message]) -> Vec<u8> {
         write_record(&mut out, &m.event.record);
         out.push(b'}');
     }
-    out.extend_from_slice(b"]}");
+    out.push(b']');
+    if let Some(acks) = acks {
+        out.extend_from_slice(b",\"acks\":");
+        out.extend_from_slice(acks.to_string().as_bytes());
+    }
+    out.push(b'}');
     out
 }
 
@@ -729,6 +744,31 @@ mod tests {
         let (status, _) = call(&app, Method::DELETE, SUB, None).await;
         assert_eq!(status, StatusCode::NO_CONTENT);
         assert_eq!(call(&app, Method::GET, SUB, None).await.0, StatusCode::NOT_FOUND);
+    }
+
+    #[tokio::test]
+    async fn given_a_receive_carrying_acks_then_it_acks_them_and_receives_the_next_batch() {
+        let (app, _dir) = given_a_queue_with_three_messages().await;
+        let first = ok(&app, Method::POST, &format!("{SUB}/receive"), Some(r#"{"max_messages": 2}"#)).await;
+        assert!(first.get("acks").is_none(), "no acks asked for, none answered: {first}");
+        let receipts: Vec<&str> =
+            first["messages"].as_array().unwrap().iter().map(|m| m["receipt"].as_str().unwrap()).collect();
+        let body = json!({ "max_messages": 10, "ack": [receipts[0], receipts[1], "not-a-receipt"] }).to_string();
+        let next = ok(&app, Method::POST, &format!("{SUB}/receive"), Some(&body)).await;
+        assert_eq!(next["acks"][0], json!({ "receipt": receipts[0], "ok": true }), "{next}");
+        assert_eq!(next["acks"][1]["ok"], true);
+        assert_eq!(next["acks"][2]["error"]["code"], "invalid_receipt");
+        assert_eq!(next["messages"].as_array().map(Vec::len), Some(1), "the third message: {next}");
+        let described = ok(&app, Method::GET, SUB, None).await;
+        assert_eq!((&described["backlog"]["visible"], &described["backlog"]["in_flight"]), (&json!(0), &json!(1)));
+
+        // A bad receive acks nothing.
+        let last = next["messages"][0]["receipt"].as_str().unwrap();
+        let body = json!({ "max_messages": 0, "ack": [last] }).to_string();
+        let (status, error) = call(&app, Method::POST, &format!("{SUB}/receive"), Some(&body)).await;
+        assert_eq!((status, &error["error"]["code"]), (StatusCode::BAD_REQUEST, &json!("invalid_max_messages")));
+        let described = ok(&app, Method::GET, SUB, None).await;
+        assert_eq!(described["backlog"]["in_flight"], 1, "still held: {described}");
     }
 
     #[tokio::test]

@@ -850,6 +850,26 @@ impl Queues {
     /// Receives up to `max_messages`, waiting up to `wait_ms` for the first. Partitions are
     /// visited from a random one, so concurrent receivers mostly work on different partitions.
     pub async fn receive(&self, topic: &str, name: &str, req: &ReceiveRequest) -> Result<Vec<Message>, Error> {
+        Self::check_receive(req)?;
+        self.receive_checked(topic, name, req).await
+    }
+
+    /// Acks `receipts`, then receives: a worker's whole loop in one request (JetStream's
+    /// "ack next"). Everything is checked before the acks are written; the acks stand even
+    /// if the receive then fails (a retry's acks answer stale).
+    pub async fn ack_and_receive(
+        &self,
+        topic: &str,
+        name: &str,
+        receipts: &[String],
+        req: &ReceiveRequest,
+    ) -> Result<(Vec<Result<(), ReceiptError>>, Vec<Message>), Error> {
+        Self::check_receive(req)?;
+        let acks = self.ack(topic, name, receipts).await?;
+        Ok((acks, self.receive_checked(topic, name, req).await?))
+    }
+
+    fn check_receive(req: &ReceiveRequest) -> Result<(), Error> {
         if !(1..=MAX_RECEIVE_MESSAGES).contains(&req.max_messages) {
             return Err(Error::invalid(
                 "invalid_max_messages",
@@ -865,6 +885,10 @@ impl Queues {
                 format!("visibility_timeout_ms must be at most {MAX_VISIBILITY_TIMEOUT_MS} (12 h)"),
             ));
         }
+        Ok(())
+    }
+
+    async fn receive_checked(&self, topic: &str, name: &str, req: &ReceiveRequest) -> Result<Vec<Message>, Error> {
         let sub = self.sub(topic, name).await?;
         let visibility = req.visibility_timeout_ms.unwrap_or(sub.record.spec.visibility_timeout_ms);
         let receipt_key = self.receipt_key().await?;
