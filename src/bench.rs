@@ -181,6 +181,10 @@ enum Workload {
         /// cache in the core would, to see what their store calls cost.
         #[arg(long, requires = "embedded")]
         cache_immutable: bool,
+        /// Each worker sends its acks with its next receive (`"ack"` in the receive body):
+        /// one request per batch instead of two. Over HTTP only.
+        #[arg(long, conflicts_with = "embedded")]
+        ack_next: bool,
     },
 }
 
@@ -269,6 +273,7 @@ pub async fn run(args: BenchArgs) -> Result<(), BoxError> {
             publish_batch,
             embedded,
             cache_immutable,
+            ack_next,
         } => {
             if workers == 0 {
                 return Err("--workers must be at least 1".into());
@@ -282,6 +287,7 @@ pub async fn run(args: BenchArgs) -> Result<(), BoxError> {
                 wait_ms,
                 visibility_timeout_ms,
                 shape,
+                ack_next,
             };
             let load = match publishers {
                 0 => GroupLoad::Backlog { count },
@@ -1132,6 +1138,8 @@ struct QueueSettings {
     visibility_timeout_ms: Option<u64>,
     /// What the backlog or the live publishers publish.
     shape: PublishShape,
+    /// Acks ride on the next receive.
+    ack_next: bool,
 }
 
 /// Where a `queue` run runs: a Sluice over HTTP (the figures), or an embedded log in this
@@ -1157,6 +1165,9 @@ struct Received {
 struct ReceiveAnswer<'a> {
     #[serde(borrow)]
     messages: Vec<ReceivedMessage<'a>>,
+    /// The results of the acks the receive carried.
+    #[serde(default, borrow)]
+    acks: Vec<AckResult<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -1201,6 +1212,8 @@ enum QueueClient {
         receive_path: String,
         ack_path: String,
         receive_body: Bytes,
+        /// The receive body as JSON, to add acks to.
+        receive_json: serde_json::Value,
     },
     Embedded {
         log: sluice_core::Log,
@@ -1214,16 +1227,45 @@ enum QueueClient {
 /// errors are the outer `Err`.
 type Answered<T> = Result<Result<T, String>, BoxError>;
 
+/// `None` for an ack that went through, else its error code.
+fn ack_outcome(r: AckResult<'_>) -> Option<String> {
+    match (r.ok, r.error) {
+        (true, _) => None,
+        (false, e) => Some(e.map_or_else(|| "unknown".to_owned(), |e| e.code.into_owned())),
+    }
+}
+
 impl QueueClient {
     async fn receive(&mut self) -> Answered<Vec<Received>> {
+        Ok(self.receive_acking(&[]).await?.map(|(messages, _)| messages))
+    }
+
+    /// Acks `receipts` and receives, in one request (HTTP only); answers the messages and,
+    /// per receipt, `None` (acked) or the error code.
+    async fn receive_acking(&mut self, receipts: &[String]) -> Answered<(Vec<Received>, Vec<Option<String>>)> {
         match self {
-            Self::Http { conn, receive_path, receive_body, .. } => {
-                let (status, body) = conn.send(hyper::Method::POST, receive_path, receive_body.clone()).await?;
+            Self::Http { conn, receive_path, receive_body, receive_json, .. } => {
+                let body = if receipts.is_empty() {
+                    receive_body.clone()
+                } else {
+                    let mut with_acks = receive_json.clone();
+                    with_acks["ack"] = json!(receipts);
+                    Bytes::from(serde_json::to_vec(&with_acks)?)
+                };
+                let (status, body) = conn.send(hyper::Method::POST, receive_path, body).await?;
                 if status != 200 {
                     return Ok(Err(format!("receive: HTTP {status} {}", String::from_utf8_lossy(&body))));
                 }
                 let answer: ReceiveAnswer = serde_json::from_slice(&body)?;
-                Ok(Ok(answer
+                if answer.acks.len() != receipts.len() {
+                    return Ok(Err(format!(
+                        "receive: {} ack results for {} receipts",
+                        answer.acks.len(),
+                        receipts.len()
+                    )));
+                }
+                let acks = answer.acks.into_iter().map(ack_outcome).collect();
+                let messages = answer
                     .messages
                     .into_iter()
                     .map(|m| Received {
@@ -1238,7 +1280,8 @@ impl QueueClient {
                         offset: m.offset,
                         receive_count: m.receive_count,
                     })
-                    .collect()))
+                    .collect();
+                Ok(Ok((messages, acks)))
             }
             Self::Embedded { log, topic, subscription, request } => {
                 // A `Queues` per request, as the HTTP handlers make one.
@@ -1258,6 +1301,7 @@ impl QueueClient {
                             })
                             .collect()
                     })
+                    .map(|messages| (messages, Vec::new()))
                     .map_err(|e| format!("receive: {e}")))
             }
         }
@@ -1276,14 +1320,7 @@ impl QueueClient {
                 if answer.results.len() != receipts.len() {
                     return Ok(Err(format!("ack: {} results for {} receipts", answer.results.len(), receipts.len())));
                 }
-                Ok(Ok(answer
-                    .results
-                    .into_iter()
-                    .map(|r| match (r.ok, r.error) {
-                        (true, _) => None,
-                        (false, e) => Some(e.map_or_else(|| "unknown".to_owned(), |e| e.code.into_owned())),
-                    })
-                    .collect()))
+                Ok(Ok(answer.results.into_iter().map(ack_outcome).collect()))
             }
             Self::Embedded { log, topic, subscription, .. } => {
                 let queues = sluice_core::queues::Queues::new(log.clone());
@@ -1430,6 +1467,7 @@ impl QueueBackend {
                     receive_path: format!("{path}/receive"),
                     ack_path: format!("{path}/ack"),
                     receive_body: Bytes::from(serde_json::to_vec(&receive)?),
+                    receive_json: receive,
                 })
             }
             Self::Embedded { log, topic, .. } => Ok(QueueClient::Embedded {
@@ -1665,26 +1703,91 @@ async fn queue_worker(mut client: QueueClient, run: Arc<QueueRun>) -> Result<Wor
                 continue;
             }
         };
-        let acked_at = Instant::now();
-        stats.acks += 1;
-        let _ = stats.ack.record(acked_at.duration_since(t1).as_micros() as u64);
-        let _ = stats.receive_to_ack.record(acked_at.duration_since(received).as_micros() as u64);
-        let acked_ns = acked_at.duration_since(run.clock).as_nanos() as u64;
-        let mut acked = Vec::with_capacity(messages.len());
-        for (m, result) in messages.iter().zip(results) {
-            match result {
-                None => {
-                    acked.push((m.partition, m.offset, m.value_len));
-                    if let Some(sent) = m.sent_ns {
-                        let _ = stats.publish_to_ack.record(acked_ns.saturating_sub(sent) / 1000);
-                    }
-                }
-                Some(code) => *stats.refused.entry(code).or_default() += 1,
-            }
-        }
-        run.record(&acked);
+        record_acks(&mut stats, &run, &messages, results, received, t1, Instant::now());
     }
     Ok(stats)
+}
+
+/// Counts an ack's results: `sent` is when the ack left, `received` when its messages came.
+fn record_acks(
+    stats: &mut WorkerStats,
+    run: &QueueRun,
+    messages: &[Received],
+    results: Vec<Option<String>>,
+    received: Instant,
+    sent: Instant,
+    acked_at: Instant,
+) {
+    stats.acks += 1;
+    let _ = stats.ack.record(acked_at.duration_since(sent).as_micros() as u64);
+    let _ = stats.receive_to_ack.record(acked_at.duration_since(received).as_micros() as u64);
+    let acked_ns = acked_at.duration_since(run.clock).as_nanos() as u64;
+    let mut acked = Vec::with_capacity(messages.len());
+    for (m, result) in messages.iter().zip(results) {
+        match result {
+            None => {
+                acked.push((m.partition, m.offset, m.value_len));
+                if let Some(sent) = m.sent_ns {
+                    let _ = stats.publish_to_ack.record(acked_ns.saturating_sub(sent) / 1000);
+                }
+            }
+            Some(code) => *stats.refused.entry(code).or_default() += 1,
+        }
+    }
+    run.record(&acked);
+}
+
+/// A worker whose acks ride on its next receive (`--ack-next`); the last batch is acked alone.
+async fn queue_worker_acking_next(mut client: QueueClient, run: Arc<QueueRun>) -> Result<WorkerStats, BoxError> {
+    let mut stats = WorkerStats::new()?;
+    let mut held: Vec<Received> = Vec::new();
+    let mut received = Instant::now();
+    loop {
+        let done = run.done.load(Ordering::Relaxed);
+        if done && held.is_empty() {
+            return Ok(stats);
+        }
+        let receipts: Vec<String> = held.iter().map(|m| m.receipt.clone()).collect();
+        let sent = Instant::now();
+        let answer = if done {
+            client.ack(&receipts).await.map(|a| a.map(|acks| (Vec::new(), acks)))
+        } else {
+            client.receive_acking(&receipts).await
+        };
+        let (messages, results) = match answer {
+            Ok(Ok(answer)) => answer,
+            // Not acked: the held messages come back when their visibility window ends.
+            Ok(Err(refused)) => {
+                eprintln!("{refused}");
+                stats.errors += 1;
+                held.clear();
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+            Err(_) => {
+                stats.errors += 1;
+                held.clear();
+                client.reopen().await?;
+                continue;
+            }
+        };
+        let answered = Instant::now();
+        if !held.is_empty() {
+            record_acks(&mut stats, &run, &held, results, received, sent, answered);
+        }
+        if done {
+            return Ok(stats);
+        }
+        stats.receives += 1;
+        if messages.is_empty() {
+            stats.empty += 1;
+        } else {
+            let _ = stats.receive.record(answered.duration_since(sent).as_micros() as u64);
+            stats.redelivered += messages.iter().filter(|m| m.receive_count > 1).count() as u64;
+        }
+        held = messages;
+        received = answered;
+    }
 }
 
 /// The `queue` workload: a fresh subscription of the topic, drained by workers that ack
@@ -1748,7 +1851,16 @@ async fn queue(backend: QueueBackend, settings: QueueSettings, load: GroupLoad) 
 
     let start = Instant::now();
     let progress = spawn_progress(run.acked.clone(), run.done.clone());
-    let mut workers: Vec<_> = clients.into_iter().map(|c| tokio::spawn(queue_worker(c, run.clone()))).collect();
+    let mut workers: Vec<_> = clients
+        .into_iter()
+        .map(|c| {
+            if settings.ack_next {
+                tokio::spawn(queue_worker_acking_next(c, run.clone()))
+            } else {
+                tokio::spawn(queue_worker(c, run.clone()))
+            }
+        })
+        .collect();
     let (published_live, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let mut publish_latency = Histogram::<u64>::new(3)?;
     if let (GroupLoad::Live { publishers, duration }, QueueBackend::Http(t)) = (load, &backend) {
