@@ -559,14 +559,25 @@ struct SentHeader<'a> {
     sent_ns: Option<Cow<'a, str>>,
 }
 
+impl SentHeader<'_> {
+    /// When the event's publish was sent, on the bench's clock (bench publishers' events only).
+    fn ns(&self) -> Option<u64> {
+        self.sent_ns.as_deref().and_then(|s| s.parse().ok())
+    }
+}
+
+/// Bytes of a value as published: a JSON value's text, or the decoded size of a binary one.
+fn value_len(value: Option<&RawValue>, value_base64: Option<&str>) -> u64 {
+    match (value, value_base64) {
+        (Some(v), _) => v.get().len() as u64,
+        (None, Some(b)) => (b.len() / 4 * 3) as u64,
+        (None, None) => 0,
+    }
+}
+
 impl PolledEvent<'_> {
-    /// Bytes of the value as published: a JSON value's text, or the decoded size of a binary one.
     fn value_len(&self) -> u64 {
-        match (&self.value, &self.value_base64) {
-            (Some(v), _) => v.get().len() as u64,
-            (None, Some(b)) => (b.len() / 4 * 3) as u64,
-            (None, None) => 0,
-        }
+        value_len(self.value, self.value_base64.as_deref())
     }
 }
 
@@ -614,7 +625,7 @@ impl GroupRun {
             *next = e.offset + 1;
             fresh += 1;
             bytes += e.value_len();
-            if let Some(sent) = e.headers.sent_ns.as_deref().and_then(|s| s.parse::<u64>().ok()) {
+            if let Some(sent) = e.headers.ns() {
                 let _ = latency.record(arrived_ns.saturating_sub(sent) / 1000);
             }
         }
@@ -1269,12 +1280,8 @@ impl QueueClient {
                     .messages
                     .into_iter()
                     .map(|m| Received {
-                        value_len: match (&m.value, &m.value_base64) {
-                            (Some(v), _) => v.get().len() as u64,
-                            (None, Some(b)) => (b.len() / 4 * 3) as u64,
-                            (None, None) => 0,
-                        },
-                        sent_ns: m.headers.sent_ns.as_deref().and_then(|s| s.parse().ok()),
+                        value_len: value_len(m.value, m.value_base64.as_deref()),
+                        sent_ns: m.headers.ns(),
                         receipt: m.receipt.into_owned(),
                         partition: m.partition,
                         offset: m.offset,

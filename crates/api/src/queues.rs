@@ -4,10 +4,8 @@
 //! queue: `GET|DELETE …/{sub}/dlq`, `DELETE …/{sub}/dlq/{id}`, `POST …/{sub}/dlq/redrive`.
 //! Parsing and rendering only: [`Queues`] checks every value before it writes.
 
-use std::collections::HashMap;
-
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -22,7 +20,7 @@ use sluice_core::queues::{
 use sluice_core::Log;
 
 use crate::publish::{parse_json_owned, read_body};
-use crate::read::{write_record, write_str};
+use crate::read::{self, write_record, write_str};
 use crate::ApiError;
 
 /// Queue requests are small JSON documents (at most 100 receipts).
@@ -227,8 +225,7 @@ pub async fn receive(State(log): State<Log>, Path((topic, sub)): SubPath, body: 
         return Ok(json_response(render_messages(&messages, None)));
     }
     let (acks, messages) = queues.ack_and_receive(&topic, &sub, &req.ack, &request).await?;
-    let Json(acks) = results(&req.ack, &acks);
-    Ok(json_response(render_messages(&messages, acks.get("results"))))
+    Ok(json_response(render_messages(&messages, Some(&results(&req.ack, &acks)))))
 }
 
 /// Renders received messages by hand, as replay does: values are copied as stored; with
@@ -267,28 +264,27 @@ fn receipt_error(receipt: &str, e: ReceiptError) -> Value {
 }
 
 /// One result per receipt, in the order of the request.
-fn results(receipts: &[String], outcomes: &[Result<(), ReceiptError>]) -> Json<Value> {
-    let results: Vec<Value> = receipts
+fn results(receipts: &[String], outcomes: &[Result<(), ReceiptError>]) -> Value {
+    receipts
         .iter()
         .zip(outcomes)
         .map(|(receipt, outcome)| match outcome {
             Ok(()) => json!({ "receipt": receipt, "ok": true }),
             Err(e) => receipt_error(receipt, *e),
         })
-        .collect();
-    Json(json!({ "results": results }))
+        .collect()
 }
 
 pub async fn ack(State(log): State<Log>, Path((topic, sub)): SubPath, body: Body) -> Result<Json<Value>, ApiError> {
     let req: Ack = parse_json_owned(&read_body(body, MAX_BODY).await?)?;
     let outcomes = Queues::new(log).ack(&topic, &sub, &req.receipts).await?;
-    Ok(results(&req.receipts, &outcomes))
+    Ok(Json(json!({ "results": results(&req.receipts, &outcomes) })))
 }
 
 pub async fn nack(State(log): State<Log>, Path((topic, sub)): SubPath, body: Body) -> Result<Json<Value>, ApiError> {
     let req: Nack = parse_json_owned(&read_body(body, MAX_BODY).await?)?;
     let outcomes = Queues::new(log).nack(&topic, &sub, &req.receipts, req.delay_ms).await?;
-    Ok(results(&req.receipts, &outcomes))
+    Ok(Json(json!({ "results": results(&req.receipts, &outcomes) })))
 }
 
 /// Each result that is `ok` carries the receipt to use from now on, in place of the one sent.
@@ -313,20 +309,13 @@ pub async fn visibility(
     Ok(Json(json!({ "results": results })))
 }
 
-type Params = Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>;
-
 pub async fn dead_letters(
     State(log): State<Log>,
     Path((topic, sub)): SubPath,
-    q: Params,
+    q: read::Params,
 ) -> Result<Response, ApiError> {
-    let Query(q) = q.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
-    let limit = match q.get("limit") {
-        None => DEFAULT_DLQ_LIMIT,
-        Some(v) => v.parse().map_err(|_| {
-            ApiError::bad_request("invalid_limit", format!("limit '{v}' is not a non-negative integer in range"))
-        })?,
-    };
+    let q = read::params(q)?;
+    let limit = read::number(&q, "limit", "invalid_limit")?.unwrap_or(DEFAULT_DLQ_LIMIT);
     let after = q.get("after").map(String::as_str);
     let page = Queues::new(log).dead_letters(&topic, &sub, after, limit).await?;
     Ok(json_response(render_dead_letters(&page)))

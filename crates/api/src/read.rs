@@ -16,9 +16,9 @@ use crate::ApiError;
 const DEFAULT_LIMIT: usize = 100;
 const DEFAULT_MAX_BYTES: usize = 1 << 20;
 
-type Params = Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>;
+pub(crate) type Params = Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>;
 
-fn params(q: Params) -> Result<HashMap<String, String>, ApiError> {
+pub(crate) fn params(q: Params) -> Result<HashMap<String, String>, ApiError> {
     q.map(|Query(q)| q).map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))
 }
 
@@ -28,7 +28,7 @@ fn partition(raw: &str) -> Result<u32, ApiError> {
     })
 }
 
-fn number<T: std::str::FromStr>(
+pub(crate) fn number<T: std::str::FromStr>(
     q: &HashMap<String, String>,
     name: &str,
     code: &'static str,

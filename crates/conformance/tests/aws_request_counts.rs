@@ -55,6 +55,10 @@ macro_rules! counted {
     }};
 }
 
+/// The tests of this file share one moto server and the janitor purges whatever is
+/// deleted in it: one test at a time, so each counts only its own purge.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The adapters on moto, and a log on them configured as a warm Lambda instance is: a long
 /// topic cache (between config changes; cold reads are counted separately), long polls
 /// checking every 500 ms, as on AWS.
@@ -72,6 +76,7 @@ async fn counted_log() -> (Arc<DynamoStateStore>, Arc<S3ObjectStore>, Log) {
 
 #[tokio::test]
 async fn requests_per_operation_are_what_the_cost_model_says() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let (state, objects, log) = counted_log().await;
     let topic = unique_topic("costs");
     let spec = TopicSpec { partitions: 8, retention_ms: None, retention_bytes: None };
@@ -231,6 +236,7 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
 
 #[tokio::test]
 async fn queue_requests_per_receive_and_ack_are_what_the_cost_model_says() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     use sluice_core::queues::{Queues, ReceiveRequest, StartAt, SubscriptionSpec};
     let (state, objects, log) = counted_log().await;
     let topic = unique_topic("queue-costs");
@@ -275,6 +281,51 @@ async fn queue_requests_per_receive_and_ack_are_what_the_cost_model_says() {
             .sum();
         assert!(ack_writes as usize <= 2 * ROUNDS, "about one write per ack: {acks:?}");
     }
+
+    // Release, extend and ack-next: each settles one lease with one write.
+    let receipts = |got: &[sluice_core::queues::Message]| got.iter().map(|m| m.receipt.clone()).collect::<Vec<_>>();
+    let got = queues.receive(&topic, "work", &receive(10)).await.unwrap();
+    let (_, nack) = counted!(state, objects, queues.nack(&topic, "work", &receipts(&got), 0).await.unwrap());
+    per_request("queue nack, batch 10", &nack, 1);
+    let got = queues.receive(&topic, "work", &receive(10)).await.unwrap();
+    let (renewed, visibility) =
+        counted!(state, objects, queues.change_visibility(&topic, "work", &receipts(&got), 60_000).await.unwrap());
+    per_request("queue visibility change, batch 10", &visibility, 1);
+    let renewed: Vec<String> = renewed.into_iter().map(|r| r.unwrap().unwrap()).collect();
+    let ((acks, next), ack_next) =
+        counted!(state, objects, queues.ack_and_receive(&topic, "work", &renewed, &receive(10)).await.unwrap());
+    per_request("queue receive carrying the previous batch's acks, batch 10", &ack_next, 1);
+    assert!(acks.iter().all(Result::is_ok) && next.len() == 10);
+    queues.ack(&topic, "work", &receipts(&next)).await.unwrap();
+    // A release or a move is one write (the old lease out, the new one in), whatever the batch.
+    assert_eq!(nack.get("dynamodb:TransactWriteItems"), Some(&1), "{nack:?}");
+    assert_eq!(visibility.get("dynamodb:TransactWriteItems"), Some(&1), "{visibility:?}");
+    assert_eq!(ack_next.get("dynamodb:GetItem"), Some(&3), "topic, subscription and lease read once: {ack_next:?}");
+
+    // Dead letters: a queue whose messages die at their first expiry.
+    let dying = SubscriptionSpec {
+        start: StartAt::Earliest,
+        visibility_timeout_ms: 0,
+        max_receive_count: 1,
+        ..SubscriptionSpec::default()
+    };
+    queues.create(&topic, "dying", dying).await.unwrap();
+    queues.receive(&topic, "dying", &receive(10)).await.unwrap();
+    let (page, list) = counted!(state, objects, queues.dead_letters(&topic, "dying", None, 100).await.unwrap());
+    per_request("dead letters listed, first time (10 buried, 8 partitions)", &list, 1);
+    assert_eq!(page.entries.len(), 10);
+    let (_, redrive) = counted!(state, objects, queues.redrive(&topic, "dying", None).await.unwrap());
+    per_request("redrive 10 dead letters (8 partitions)", &redrive, 1);
+    queues.receive(&topic, "dying", &receive(10)).await.unwrap();
+    queues.dead_letters(&topic, "dying", None, 100).await.unwrap();
+    let (_, purge) = counted!(state, objects, queues.purge_dead_letters(&topic, "dying").await.unwrap());
+    per_request("purge 10 dead letters (8 partitions)", &purge, 1);
+    let (_, delete) = counted!(state, objects, queues.delete(&topic, "dying").await.unwrap());
+    per_request("delete subscription", &delete, 1);
+    assert_eq!(delete.get("dynamodb:TransactWriteItems"), Some(&1), "one write: {delete:?}");
+    let (_, purge) =
+        counted!(state, objects, { while janitor::step(state.as_ref(), janitor::STEP_BUDGET).await.unwrap().more {} });
+    per_request("janitor: purge the deleted subscription (8 partitions)", &purge, 1);
 
     // Drain, then an empty receive reads and writes nothing.
     loop {

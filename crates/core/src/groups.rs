@@ -209,6 +209,11 @@ fn offset_key(group: &str, topic: &str, partition: u32) -> Key {
     Key::new(offsets_pk(group), tp_key(topic, partition))
 }
 
+/// Conditional writes kept losing to other members: the client should retry later.
+fn too_busy(group: &str) -> Error {
+    Error::Throttled(StorageError::Throttled { message: format!("group '{group}' is changing too fast"), source: None })
+}
+
 fn conflict(code: &'static str, message: impl Into<String>) -> Error {
     Error::Conflict { code, message: message.into() }
 }
@@ -525,10 +530,7 @@ impl Groups {
             }
             return Ok(PollAnswer { member_id, generation: record.generation, assignment: mine, events });
         }
-        Err(Error::Throttled(StorageError::Throttled {
-            message: format!("group '{}' is changing too fast", req.group),
-            source: None,
-        }))
+        Err(too_busy(&req.group))
     }
 
     /// The heads of every partition of these topics: one query per topic.
@@ -649,10 +651,7 @@ impl Groups {
                 other => return other,
             }
         }
-        Err(Error::Throttled(StorageError::Throttled {
-            message: format!("group '{group}' is changing too fast"),
-            source: None,
-        }))
+        Err(too_busy(group))
     }
 
     /// One fenced commit write: checks the group version and the member's item, puts the offsets that advance.
@@ -762,10 +761,7 @@ impl Groups {
                 Err(e) => return Err(e.into()),
             }
         }
-        Err(Error::Throttled(StorageError::Throttled {
-            message: format!("group '{group}' is changing too fast"),
-            source: None,
-        }))
+        Err(too_busy(group))
     }
 
     /// Moves committed offsets (of every partition of `topic`, or only `partitions`) to
@@ -804,7 +800,7 @@ impl Groups {
         // read the group before fails its check, so no commit can undo the seek, and commits of
         // progress made before it carry a generation that is now stale. Members' next polls
         // resume from the new offsets (their positions predate the partitions' `since`).
-        for chunk in moved.chunks(MAX_WRITE_OPS - 2) {
+        for chunk in moved.chunks(MAX_COMMIT_OFFSETS) {
             let mut done = false;
             for _ in 0..MAX_ATTEMPTS {
                 let state = self.state(group).await?;
@@ -842,10 +838,7 @@ impl Groups {
                 }
             }
             if !done {
-                return Err(Error::Throttled(StorageError::Throttled {
-                    message: format!("group '{group}' is changing too fast"),
-                    source: None,
-                }));
+                return Err(too_busy(group));
             }
         }
         Ok(moved)

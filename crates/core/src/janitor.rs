@@ -51,23 +51,15 @@ pub async fn step(store: &dyn StateStore, budget: usize) -> Result<JanitorReport
             .map_err(|_| StorageError::Corrupt(format!("purge order key {:?}", item.key.sk)))?;
         let mut version = item.version;
         // The index, one partition at a time, recording progress after each.
-        while order.done_partitions < order.partitions {
-            if left == 0 {
-                report.more = true;
-                return Ok(report);
-            }
-            let (deleted, emptied) = drain(store, &layout::segments_pk(id, order.done_partitions), left).await?;
-            report.items_deleted += deleted;
-            // An empty partition still costs a query and a progress write: it counts against the budget.
-            left = left.saturating_sub(deleted.max(1));
-            if !emptied {
-                report.more = true;
-                return Ok(report);
-            }
-            order.done_partitions += 1;
-            let progress = WriteOp::replace(item.key.clone(), layout::encode(&order), Some(version));
-            store.write(vec![progress]).await?;
-            version += 1;
+        let partitions = order.partitions;
+        let done: fn(&mut PurgeRecord) -> &mut u32 = |o| &mut o.done_partitions;
+        let pks = |p| vec![layout::segments_pk(id, p)];
+        let (deleted, finished) =
+            drain_partitions(store, &item.key, &mut version, &mut order, done, partitions, pks, &mut left).await?;
+        report.items_deleted += deleted;
+        if !finished {
+            report.more = true;
+            return Ok(report);
         }
         // Its subscriptions become purge orders of their own; then the heads and
         // idempotency records go, each collection small or bounded by its TTL.
@@ -90,6 +82,42 @@ pub async fn step(store: &dyn StateStore, budget: usize) -> Result<JanitorReport
         report.topics_purged += 1;
     }
     Ok(report)
+}
+
+/// Works through a purge order's partitions from the one `done` names: deletes the
+/// collections `pks(partition)` within the budget `left`, and records progress in the
+/// order's item (`key`, at `version`) after each partition, so the next step resumes there.
+/// Answers the items deleted and whether every partition is done.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn drain_partitions<R: Serialize>(
+    store: &dyn StateStore,
+    key: &Key,
+    version: &mut u64,
+    order: &mut R,
+    done: fn(&mut R) -> &mut u32,
+    partitions: u32,
+    pks: impl Fn(u32) -> Vec<String>,
+    left: &mut usize,
+) -> Result<(usize, bool), StorageError> {
+    let mut deleted = 0;
+    while *done(order) < partitions {
+        if *left == 0 {
+            return Ok((deleted, false));
+        }
+        for pk in pks(*done(order)) {
+            let (n, emptied) = drain(store, &pk, *left).await?;
+            deleted += n;
+            // An empty collection still costs a query and a progress write: it counts against the budget.
+            *left = left.saturating_sub(n.max(1));
+            if !emptied {
+                return Ok((deleted, false));
+            }
+        }
+        *done(order) += 1;
+        store.write(vec![WriteOp::replace(key.clone(), layout::encode(order), Some(*version))]).await?;
+        *version += 1;
+    }
+    Ok((deleted, true))
 }
 
 /// Deletes up to `budget` items of collection `pk`; answers how many, and whether it is now empty.

@@ -481,7 +481,7 @@ impl Log {
             if offset < head.next || now >= deadline {
                 return Ok(head);
             }
-            let nap = (self.inner.config.poll_interval.as_millis() as i64).min(deadline - now);
+            let nap = (self.poll_interval_ms() as i64).min(deadline - now);
             tokio::select! {
                 _ = committed.changed() => {}
                 () = clock.sleep(nap as u64) => {}
@@ -517,7 +517,7 @@ impl Log {
                     return Ok(());
                 }
             }
-            let nap = (self.inner.config.poll_interval.as_millis() as i64).min(deadline - now);
+            let nap = (self.poll_interval_ms() as i64).min(deadline - now);
             tokio::select! {
                 _ = committed.changed() => {}
                 () = clock.sleep(nap as u64) => {}

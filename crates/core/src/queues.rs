@@ -851,7 +851,8 @@ impl Queues {
     /// visited from a random one, so concurrent receivers mostly work on different partitions.
     pub async fn receive(&self, topic: &str, name: &str, req: &ReceiveRequest) -> Result<Vec<Message>, Error> {
         Self::check_receive(req)?;
-        self.receive_checked(topic, name, req).await
+        let sub = self.sub(topic, name).await?;
+        self.receive_on(&sub, req).await
     }
 
     /// Acks `receipts`, then receives: a worker's whole loop in one request (JetStream's
@@ -865,8 +866,10 @@ impl Queues {
         req: &ReceiveRequest,
     ) -> Result<(Vec<Result<(), ReceiptError>>, Vec<Message>), Error> {
         Self::check_receive(req)?;
-        let acks = self.ack(topic, name, receipts).await?;
-        Ok((acks, self.receive_checked(topic, name, req).await?))
+        let sub = self.sub(topic, name).await?;
+        let acks = self.settle_on(&sub, receipts, Settle::Ack).await?;
+        let acks = acks.into_iter().map(|r| r.map(|_| ())).collect();
+        Ok((acks, self.receive_on(&sub, req).await?))
     }
 
     fn check_receive(req: &ReceiveRequest) -> Result<(), Error> {
@@ -888,8 +891,7 @@ impl Queues {
         Ok(())
     }
 
-    async fn receive_checked(&self, topic: &str, name: &str, req: &ReceiveRequest) -> Result<Vec<Message>, Error> {
-        let sub = self.sub(topic, name).await?;
+    async fn receive_on(&self, sub: &Sub, req: &ReceiveRequest) -> Result<Vec<Message>, Error> {
         let visibility = req.visibility_timeout_ms.unwrap_or(sub.record.spec.visibility_timeout_ms);
         let receipt_key = self.receipt_key().await?;
         let deadline = self.now() + req.wait_ms as i64;
@@ -915,7 +917,7 @@ impl Queues {
                 let head = heads.get(p as usize).map(|(h, _)| *h).unwrap_or_default();
                 let want = req.max_messages - messages.len();
                 let first = messages.is_empty();
-                let taken = match self.take(&sub, p, head, want, visibility, &receipt_key, &mut bytes_left, first).await
+                let taken = match self.take(sub, p, head, want, visibility, &receipt_key, &mut bytes_left, first).await
                 {
                     Ok(taken) => taken,
                     // Messages already taken from other partitions are answered, not stranded.
@@ -1457,10 +1459,19 @@ impl Queues {
         receipts: &[String],
         action: Settle,
     ) -> Result<Vec<Result<Option<String>, ReceiptError>>, Error> {
+        let sub = self.sub(topic, name).await?;
+        self.settle_on(&sub, receipts, action).await
+    }
+
+    async fn settle_on(
+        &self,
+        sub: &Sub,
+        receipts: &[String],
+        action: Settle,
+    ) -> Result<Vec<Result<Option<String>, ReceiptError>>, Error> {
         if receipts.len() > MAX_RECEIPTS {
             return Err(Error::invalid("too_many_receipts", format!("at most {MAX_RECEIPTS} receipts per request")));
         }
-        let sub = self.sub(topic, name).await?;
         let receipt_key = self.receipt_key().await?;
         let mut results: Vec<Result<Option<String>, ReceiptError>> = vec![Err(ReceiptError::Invalid); receipts.len()];
         let mut by_partition: BTreeMap<u32, Vec<(usize, Receipt)>> = BTreeMap::new();
@@ -1473,7 +1484,7 @@ impl Queues {
             }
         }
         for (partition, receipts) in by_partition {
-            self.settle_partition(&sub, partition, &receipts, action, &receipt_key, &mut results).await?;
+            self.settle_partition(sub, partition, &receipts, action, &receipt_key, &mut results).await?;
         }
         Ok(results)
     }
@@ -1869,18 +1880,23 @@ pub(crate) async fn purge_step(store: &dyn StateStore, budget: usize) -> Result<
         let id = u64::from_str_radix(&item.key.sk, 16)
             .map_err(|_| StorageError::Corrupt(format!("subscription purge key {:?}", item.key.sk)))?;
         let mut version = item.version;
-        while order.done_partitions < order.partitions {
-            for pk in [queue_pk(id, order.done_partitions), dlq_pk(id, order.done_partitions)] {
-                let (n, emptied) = crate::janitor::drain(store, &pk, left).await?;
-                deleted += n;
-                left = left.saturating_sub(n.max(1));
-                if !emptied || left == 0 {
-                    return Ok((deleted, true));
-                }
-            }
-            order.done_partitions += 1;
-            store.write(vec![WriteOp::replace(item.key.clone(), layout::encode(&order), Some(version))]).await?;
-            version += 1;
+        let partitions = order.partitions;
+        let done: fn(&mut SubPurgeRecord) -> &mut u32 = |o| &mut o.done_partitions;
+        let pks = |p| queue_collections(id, p).to_vec();
+        let (n, finished) = crate::janitor::drain_partitions(
+            store,
+            &item.key,
+            &mut version,
+            &mut order,
+            done,
+            partitions,
+            pks,
+            &mut left,
+        )
+        .await?;
+        deleted += n;
+        if !finished {
+            return Ok((deleted, true));
         }
         store.write(vec![WriteOp::Delete { key: item.key, expect: Expect::Version(version) }]).await?;
     }

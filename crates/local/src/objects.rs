@@ -90,14 +90,16 @@ impl ObjectStore for LocalObjectStore {
         if object.is_empty() || !object.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.') {
             return Err(StorageError::NotFound(format!("object {object}")));
         }
+        // A small range of an open file is (almost always) in the page cache: read it on the
+        // calling thread rather than pay two thread wake-ups for a hop to the blocking pool.
+        if len <= INLINE_READ_BYTES {
+            if let Some(file) = lock(&self.readers).get(object).cloned() {
+                return read_at(&file, object, position, len);
+            }
+        }
         let path = self.dir.join(object);
         let readers = self.readers.clone();
         let object = object.to_owned();
-        // A small range of an open file is (almost always) in the page cache: read it on the
-        // calling thread rather than pay two thread wake-ups for a hop to the blocking pool.
-        if len <= INLINE_READ_BYTES && lock(&readers).contains_key(&object) {
-            return read_range(&readers, &path, &object, position, len);
-        }
         blocking(move || read_range(&readers, &path, &object, position, len)).await
     }
 }
@@ -126,6 +128,11 @@ fn read_range(readers: &Readers, path: &Path, object: &str, position: u64, len: 
             f
         }
     };
+    read_at(&file, object, position, len)
+}
+
+/// `len` bytes at `position` of an open blob file.
+fn read_at(file: &File, object: &str, position: u64, len: u64) -> Result<Bytes, StorageError> {
     let len = usize::try_from(len).map_err(|_| StorageError::Corrupt("blob length overflows".into()))?;
     let mut buf = vec![0; len];
     file.read_exact_at(&mut buf, position).map_err(|e| match e.kind() {

@@ -64,14 +64,21 @@ pub struct SqliteStateStore {
 }
 
 fn db(e: rusqlite::Error) -> StorageError {
+    match classify(&e) {
+        StorageError::Throttled { message, .. } => StorageError::Throttled { message, source: Some(Box::new(e)) },
+        _ => StorageError::unavailable("sqlite", e),
+    }
+}
+
+/// What an SQLite error means to a caller, without its source: another writer's lock is
+/// throttling (safe to retry), anything else leaves the outcome unknown.
+fn classify(e: &rusqlite::Error) -> StorageError {
     let busy = matches!(e.sqlite_error_code(), Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked));
     if busy {
-        return StorageError::Throttled {
-            message: "state store is locked by another writer".into(),
-            source: Some(Box::new(e)),
-        };
+        StorageError::Throttled { message: "state store is locked by another writer".into(), source: None }
+    } else {
+        StorageError::Unavailable { message: format!("sqlite: {e}"), source: None }
     }
-    StorageError::unavailable("sqlite", e)
 }
 
 fn connect(path: &Path, flags: OpenFlags) -> Result<Connection, StorageError> {
@@ -227,9 +234,8 @@ fn commit_group(conn: &mut Connection, batch: Vec<PendingWrite>) {
     let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
         Err(e) => {
-            let message = e.to_string();
             for w in batch {
-                let _ = w.done.send(Err(retryable(&e, &message)));
+                let _ = w.done.send(Err(classify(&e)));
             }
             return;
         }
@@ -261,21 +267,11 @@ fn commit_group(conn: &mut Connection, batch: Vec<PendingWrite>) {
     for (w, outcome) in batch.into_iter().zip(outcomes) {
         let answer = match (&committed, outcome) {
             (Ok(()), outcome) => outcome,
-            (Err(e), Ok(())) => Err(retryable(e, &e.to_string())),
+            (Err(e), Ok(())) => Err(classify(e)),
             // Nothing of a write whose condition failed was applied either way.
             (Err(_), Err(e)) => Err(e),
         };
         let _ = w.done.send(answer);
-    }
-}
-
-/// One SQLite error as each waiting write's own error (the error itself is not `Clone`).
-fn retryable(e: &rusqlite::Error, message: &str) -> StorageError {
-    let busy = matches!(e.sqlite_error_code(), Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked));
-    if busy {
-        StorageError::Throttled { message: "state store is locked by another writer".into(), source: None }
-    } else {
-        StorageError::Unavailable { message: format!("sqlite: {message}"), source: None }
     }
 }
 
