@@ -2248,6 +2248,34 @@ impl sluice_core::ObjectStore for CountingObjects {
             Ok(bytes)
         })
     }
+
+    fn list<'a, 'b, 'c>(
+        &'a self,
+        after: Option<&'b str>,
+        limit: usize,
+    ) -> StoreFuture<'c, Vec<sluice_core::storage::ObjectInfo>>
+    where
+        'a: 'c,
+        'b: 'c,
+        Self: 'c,
+    {
+        Box::pin(
+            self.profile.time("object.list", "objects".to_owned(), self.inner.list(after, limit), |l| l.len() as u64),
+        )
+    }
+
+    fn delete<'a, 'b, 'c>(&'a self, object: &'b str) -> StoreFuture<'c, ()>
+    where
+        'a: 'c,
+        'b: 'c,
+        Self: 'c,
+    {
+        Box::pin(self.profile.time("object.delete", "object".to_owned(), self.inner.delete(object), |()| 1))
+    }
+
+    fn retire(&self, object: &str) {
+        self.inner.retire(object);
+    }
 }
 
 #[cfg(test)]

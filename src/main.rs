@@ -42,9 +42,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 async fn serve(addr: SocketAddr, config: Config) -> Result<(), Box<dyn std::error::Error>> {
     let log = sluice_api::open_embedded(&config)?;
-    let janitor =
-        sluice_core::janitor::run_forever(log.store().clone(), log.clock().clone(), config.janitor_interval_ms);
-    tokio::spawn(janitor);
+    tokio::spawn(sluice_api::janitor(&config, &log)?.run_forever(config.janitor_interval_ms));
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
     tracing::info!(addr = %local, data_dir = %config.data_dir.display(), "sluice listening");

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 #[cfg(feature = "aws")]
 use sluice_aws::AwsSettings;
+use sluice_core::janitor::Janitor;
 use sluice_core::{Clock, Log, ObjectStore, StateStore, StorageError, SystemClock};
 
 use crate::Config;
@@ -99,6 +100,17 @@ pub async fn open_backend(config: &Config) -> Result<Log, OpenError> {
         }
     };
     Ok(Log::new(store, objects, clock, config.log_config(aws)))
+}
+
+/// The janitor of `log`'s backend. On the embedded backend it appends what it compacts to
+/// blob files of its own: merged segments, which live long, never pin files of small
+/// segments, which compaction soon empties (on S3 every blob is an object of its own).
+pub fn janitor(config: &Config, log: &Log) -> Result<Janitor, OpenError> {
+    let objects: Arc<dyn ObjectStore> = match config.backend()? {
+        BackendChoice::Embedded(dir) => Arc::new(sluice_local::LocalObjectStore::open(&dir.join("objects"))?),
+        BackendChoice::Aws { .. } => log.objects().clone(),
+    };
+    Ok(Janitor::new(log.store().clone(), objects, log.clock().clone(), config.janitor_config()))
 }
 
 #[cfg(test)]

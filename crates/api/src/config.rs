@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
+use sluice_core::janitor::JanitorConfig;
 use sluice_core::{Limits, LogConfig};
 
 /// What every Sluice process needs: where the data lives and the request limits.
@@ -45,9 +46,21 @@ pub struct Config {
     /// (default: 50 ms embedded, 500 ms on AWS, where each check is a billed read).
     #[arg(long, env = "SLUICE_POLL_INTERVAL_MS")]
     pub poll_interval_ms: Option<u64>,
-    /// How often `serve` runs the janitor (purging deleted topics, expired records).
+    /// How often `serve` runs the janitor (purges, retention, compaction, collection).
     #[arg(long, env = "SLUICE_JANITOR_INTERVAL_MS", default_value_t = 60_000)]
     pub janitor_interval_ms: u64,
+    /// Retention of topics created without `retention_ms`.
+    #[arg(long, env = "SLUICE_DEFAULT_RETENTION_MS", default_value_t = JanitorConfig::default().default_retention_ms)]
+    pub default_retention_ms: i64,
+    /// The size compaction merges runs of small segments up to.
+    #[arg(long, env = "SLUICE_COMPACTION_TARGET_BYTES", default_value_t = JanitorConfig::default().compaction_target_bytes)]
+    pub compaction_target_bytes: u64,
+    /// How long an unneeded object is kept before it is deleted (readers and commits in flight).
+    #[arg(long, env = "SLUICE_GC_GRACE_MS", default_value_t = JanitorConfig::default().grace_ms)]
+    pub gc_grace_ms: i64,
+    /// How long a consumer group without members keeps its committed offsets.
+    #[arg(long, env = "SLUICE_OFFSETS_RETENTION_MS", default_value_t = JanitorConfig::default().offsets_retention_ms)]
+    pub offsets_retention_ms: i64,
 }
 
 #[derive(Parser)]
@@ -62,12 +75,23 @@ impl Config {
         EnvOnly::try_parse_from(["sluice"]).map(|e| e.config)
     }
 
+    /// The janitor's configuration.
+    pub fn janitor_config(&self) -> JanitorConfig {
+        JanitorConfig {
+            default_retention_ms: self.default_retention_ms,
+            compaction_target_bytes: self.compaction_target_bytes,
+            grace_ms: self.gc_grace_ms,
+            offsets_retention_ms: self.offsets_retention_ms,
+        }
+    }
+
     /// The log's configuration; `aws` says which backend it runs on (its default poll interval differs).
     pub fn log_config(&self, aws: bool) -> LogConfig {
         let default_poll = if aws { 500 } else { 50 };
         LogConfig {
             limits: self.limits(),
             poll_interval: Duration::from_millis(self.poll_interval_ms.unwrap_or(default_poll)),
+            offsets_retention_ms: self.offsets_retention_ms,
             ..LogConfig::default()
         }
     }

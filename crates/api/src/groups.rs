@@ -233,6 +233,7 @@ pub async fn describe(State(log): State<Log>, Path(group): Path<String>) -> Resu
         "members": members,
         "partitions": partitions,
         "lag": lag,
+        "offsets_expire_at_ms": d.offsets_expire_at_ms,
     })))
 }
 

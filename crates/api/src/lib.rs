@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use axum::routing::{delete, get, post, put};
 use axum::Router;
-pub use backend::{open_backend, BackendChoice, IncompleteAwsConfig, OpenError};
+pub use backend::{janitor, open_backend, BackendChoice, IncompleteAwsConfig, OpenError};
 pub use config::Config;
 pub use error::ApiError;
 use sluice_core::{Clock, Log, SystemClock};

@@ -159,6 +159,7 @@ fn backlog_json(b: &Backlog) -> Value {
         "in_flight": b.in_flight,
         "delayed": b.delayed,
         "dead": b.dead,
+        "expired": b.expired,
         "oldest_visible_age_ms": b.oldest_visible_age_ms,
     })
 }

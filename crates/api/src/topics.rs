@@ -73,6 +73,7 @@ pub async fn describe(State(log): State<Log>, Path(name): Path<String>) -> Resul
         })
         .collect();
     out["partition_states"] = Value::Array(states);
+    out["upkeep"] = serde_json::to_value(log.upkeep_of(&topic).await?).unwrap_or_default();
     Ok(Json(out))
 }
 

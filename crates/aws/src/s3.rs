@@ -10,13 +10,17 @@ use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::operation::get_object::GetObjectError;
 use aws_sdk_s3::primitives::ByteStream;
 use bytes::Bytes;
-use sluice_core::storage::BlobRef;
+use sluice_core::storage::{BlobRef, ObjectInfo};
 use sluice_core::{ObjectStore, StorageError};
 
 use crate::{send_counted, unexpected, RequestCounts};
 
 /// Fresh names tried before a put gives up (a clash of 128 random bits means something is wrong).
 const NAME_ATTEMPTS: u32 = 3;
+/// Where every segment object lives.
+const PREFIX: &str = "segments/";
+/// The most keys one ListObjectsV2 request returns.
+const MAX_LIST_KEYS: usize = 1000;
 
 /// Segment objects in one S3 bucket.
 pub struct S3ObjectStore {
@@ -39,8 +43,11 @@ impl S3ObjectStore {
 /// `segments/<ms since epoch>-<128 random bits>`: unique without coordination,
 /// and time-ordered, so listing finds old objects first.
 fn object_name() -> String {
-    let ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis());
-    format!("segments/{ms:013}-{:032x}", rand::random::<u128>())
+    format!("{PREFIX}{:013}-{:032x}", now_ms(), rand::random::<u128>())
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 #[async_trait]
@@ -107,5 +114,51 @@ impl ObjectStore for S3ObjectStore {
             )));
         }
         Ok(data)
+    }
+
+    /// One ListObjectsV2 page (at most 1000 keys): the caller pages on with `after`.
+    #[tracing::instrument(skip(self))]
+    async fn list(&self, after: Option<&str>, limit: usize) -> Result<Vec<ObjectInfo>, StorageError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let max_keys = i32::try_from(limit.min(MAX_LIST_KEYS)).unwrap_or(1000);
+        let sent = send_counted(&self.requests, "s3:ListObjectsV2", || {
+            self.client
+                .list_objects_v2()
+                .bucket(&self.bucket)
+                .prefix(PREFIX)
+                .set_start_after(after.map(str::to_owned))
+                .max_keys(max_keys)
+                .send()
+        })
+        .await;
+        let output = sent.map_err(|e| unexpected("s3:ListObjectsV2", e))?;
+        let objects = output
+            .contents()
+            .iter()
+            .filter_map(|o| {
+                let name = o.key()?.to_owned();
+                // No LastModified (S3 always sends one): young, so the grace period applies.
+                let created_ms = o.last_modified().and_then(|t| t.to_millis().ok()).unwrap_or_else(now_ms);
+                Some(ObjectInfo { name, size: o.size().map_or(0, |n| u64::try_from(n).unwrap_or(0)), created_ms })
+            })
+            .take(limit)
+            .collect();
+        Ok(objects)
+    }
+
+    /// Succeeds for an absent key too (S3 answers 204 either way). Refuses keys outside
+    /// `segments/`: nothing else in the bucket is this store's to delete.
+    #[tracing::instrument(skip(self))]
+    async fn delete(&self, object: &str) -> Result<(), StorageError> {
+        if object.len() <= PREFIX.len() || !object.starts_with(PREFIX) {
+            return Err(StorageError::Invalid(format!("object name {object:?} is not under {PREFIX}")));
+        }
+        let sent = send_counted(&self.requests, "s3:DeleteObject", || {
+            self.client.delete_object().bucket(&self.bucket).key(object).send()
+        })
+        .await;
+        sent.map(|_| ()).map_err(|e| unexpected("s3:DeleteObject", e))
     }
 }

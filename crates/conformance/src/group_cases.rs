@@ -4,9 +4,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use bytes::Bytes;
-use sluice_core::groups::{CommitOffset, Groups, PollAnswer, PollRequest, ResetPolicy, SeekTarget};
-use sluice_core::{Error, Log, LogConfig, ManualClock, NewEvent, TopicSpec};
+use sluice_core::groups::{
+    CommitOffset, Groups, GroupsConfig, PollAnswer, PollRequest, ResetPolicy, SeekTarget, DEFAULT_OFFSETS_RETENTION_MS,
+};
+use sluice_core::layout::{self, HeadRecord};
+use sluice_core::store::{Item, Key, Page, Query, StateStore, WriteOp};
+use sluice_core::{Clock, Error, Log, LogConfig, ManualClock, NewEvent, StorageError, TopicSpec};
 
 use crate::{unique_topic, Backend};
 
@@ -25,6 +30,11 @@ macro_rules! group_conformance_suite {
             given_member_owning_120_partitions_when_auto_commit_then_every_partition_commits,
             given_session_ending_during_a_long_poll_then_unknown_member_and_not_brought_back,
             given_partition_back_at_its_old_owner_then_it_resumes_from_the_commit_not_its_old_position,
+            given_a_group_positioned_below_the_new_log_start_then_earliest_resumes_at_the_start,
+            given_a_group_positioned_below_the_new_log_start_then_latest_jumps_to_the_end,
+            given_a_group_positioned_below_the_new_log_start_then_none_refuses_with_offset_out_of_range,
+            given_groups_whose_last_member_left_then_offsets_expire_after_the_retention_and_not_before,
+            given_a_group_with_a_live_member_then_its_offsets_never_expire_and_after_it_leaves_they_do,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn given_members_joining_and_leaving_while_publishers_write_then_every_acked_event_delivered() {
@@ -508,4 +518,259 @@ pub async fn given_members_joining_and_leaving_while_publishers_write_then_every
     for (p, seq) in commits.lock().await.iter() {
         assert!(seq.windows(2).all(|w| w[0] <= w[1]), "partition {p}: committed offsets went backwards: {seq:?}");
     }
+}
+
+/// Moves a partition's log start to `start`, as the janitor's first retention step does:
+/// the head item rewritten with only `start` changed, conditional on the version read.
+/// The index items and objects below it stay (the janitor removes them afterwards), so a
+/// reader that still read below the start would get the events: the cases can tell.
+pub async fn advance_log_start(store: &dyn StateStore, topic_id: u64, partition: u32, start: u64) {
+    let key = layout::head_key(topic_id, partition);
+    let item = store.get(&key).await.expect("read the head").expect("the partition has a head");
+    let mut head: HeadRecord = layout::decode("head", &item.value).expect("decode the head");
+    assert!(start <= head.next, "a log start past the high watermark {}", head.next);
+    head.start = start;
+    store.write(vec![WriteOp::replace(key, layout::encode(&head), Some(item.version))]).await.expect("write the head");
+}
+
+/// A state store seen through a prefix of its own on every collection: a case that runs
+/// the janitor's offsets expiry (which scans one index for every group) on a table other
+/// cases share sees only its own groups, and they never see its clock.
+pub struct Namespaced {
+    inner: Arc<dyn StateStore>,
+    prefix: String,
+}
+
+impl Namespaced {
+    pub fn new(inner: Arc<dyn StateStore>) -> Self {
+        Self { inner, prefix: format!("{}/", unique_topic("ns")) }
+    }
+
+    fn wrap(&self, key: &Key) -> Key {
+        Key::new(format!("{}{}", self.prefix, key.pk), key.sk.clone())
+    }
+
+    fn unwrap(&self, mut item: Item) -> Item {
+        item.key.pk = item.key.pk.strip_prefix(&self.prefix).unwrap_or(&item.key.pk).to_owned();
+        item
+    }
+}
+
+#[async_trait]
+impl StateStore for Namespaced {
+    async fn get(&self, key: &Key) -> Result<Option<Item>, StorageError> {
+        Ok(self.inner.get(&self.wrap(key)).await?.map(|i| self.unwrap(i)))
+    }
+
+    async fn query(&self, query: &Query) -> Result<Page, StorageError> {
+        let query = Query { pk: format!("{}{}", self.prefix, query.pk), ..query.clone() };
+        let page = self.inner.query(&query).await?;
+        Ok(Page { items: page.items.into_iter().map(|i| self.unwrap(i)).collect(), next: page.next })
+    }
+
+    async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
+        let ops = ops
+            .into_iter()
+            .map(|op| match op {
+                WriteOp::Put { key, value, expires_at_ms, expect } => {
+                    WriteOp::Put { key: self.wrap(&key), value, expires_at_ms, expect }
+                }
+                WriteOp::Delete { key, expect } => WriteOp::Delete { key: self.wrap(&key), expect },
+                WriteOp::Check { key, expect } => WriteOp::Check { key: self.wrap(&key), expect },
+            })
+            .collect();
+        self.inner.write(ops).await
+    }
+
+    async fn delete_many(&self, keys: Vec<Key>) -> Result<(), StorageError> {
+        self.inner.delete_many(keys.iter().map(|k| self.wrap(k)).collect()).await
+    }
+
+    async fn purge_expired(&self, limit: usize) -> Result<usize, StorageError> {
+        self.inner.purge_expired(limit).await
+    }
+}
+
+/// A log and its groups on `backend` under a namespace of their own (see [`Namespaced`]).
+async fn namespaced_groups_on(backend: &dyn Backend, clock: &Arc<ManualClock>, config: GroupsConfig) -> (Log, Groups) {
+    let (store, objects) = backend.open_with(clock.clone()).await;
+    let log = Log::new(Arc::new(Namespaced::new(store)), objects, clock.clone(), LogConfig::default());
+    (log.clone(), Groups::with_config(log, config))
+}
+
+fn offsets_of(answer: &PollAnswer) -> Vec<u64> {
+    answer.events.iter().map(|e| e.event.offset).collect()
+}
+
+/// A topic of one partition holding offsets 0..10; group `member` has fetched 0..3 (its
+/// position is 3) and committed 2; group `committed` has committed 2 and has no member. Then
+/// retention moves the log start to 6. Answers the log, groups, topic and the two groups.
+async fn below_the_log_start(backend: &dyn Backend) -> (Log, Groups, String, (String, PollAnswer), String) {
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (log, groups) = groups_on(backend, &clock).await;
+    let (topic, member_group, committed_group) = (unique_topic("retained"), unique_topic("g"), unique_topic("g"));
+    log.create_topic(&topic, TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None }).await.unwrap();
+    publish(&log, &topic, 0, (0..10).map(|i| (format!("e{i}"), START_MS))).await;
+    let member = groups.poll(&request(&member_group, None, &topic, 3)).await.unwrap();
+    assert_eq!(offsets_of(&member), vec![0, 1, 2]);
+    groups.commit(&member_group, &member.member_id, member.generation, &[commit_of(&topic, 0, 2)]).await.unwrap();
+    let other = groups.poll(&request(&committed_group, None, &topic, 2)).await.unwrap();
+    groups.commit(&committed_group, &other.member_id, other.generation, &[commit_of(&topic, 0, 2)]).await.unwrap();
+    groups.leave(&committed_group, &other.member_id).await.unwrap();
+
+    let topic_id = log.describe_topic(&topic).await.unwrap().0.id;
+    advance_log_start(log.store().as_ref(), topic_id, 0, 6).await;
+    let d = groups.describe(&member_group).await.unwrap();
+    assert_eq!((d.partitions[0].log_start_offset, d.partitions[0].committed), (6, Some(2)));
+    assert_eq!(d.partitions[0].lag, 4, "lag counts from the log start when the committed offset is below it");
+    (log, groups, topic, (member_group, member), committed_group)
+}
+
+fn with_reset(mut req: PollRequest, reset: ResetPolicy) -> PollRequest {
+    req.reset = reset;
+    req
+}
+
+pub async fn given_a_group_positioned_below_the_new_log_start_then_earliest_resumes_at_the_start(
+    backend: &dyn Backend,
+) {
+    let (_, groups, topic, (group, member), committed_group) = below_the_log_start(backend).await;
+    let req = with_reset(request(&group, Some(&member.member_id), &topic, 100), ResetPolicy::Earliest);
+    let next = groups.poll(&req).await.unwrap();
+    assert_eq!(offsets_of(&next), vec![6, 7, 8, 9], "a member that keeps polling continues from the new log start");
+    let rejoin = groups.poll(&with_reset(request(&committed_group, None, &topic, 100), ResetPolicy::Earliest)).await;
+    assert_eq!(offsets_of(&rejoin.unwrap()), vec![6, 7, 8, 9], "a committed offset below the start: from the start");
+}
+
+pub async fn given_a_group_positioned_below_the_new_log_start_then_latest_jumps_to_the_end(backend: &dyn Backend) {
+    let (log, groups, topic, (group, member), committed_group) = below_the_log_start(backend).await;
+    let req = with_reset(request(&group, Some(&member.member_id), &topic, 100), ResetPolicy::Latest);
+    assert!(groups.poll(&req).await.unwrap().events.is_empty(), "a member below the start jumps to the end");
+    let joining = with_reset(request(&committed_group, None, &topic, 100), ResetPolicy::Latest);
+    let joined = groups.poll(&joining).await.unwrap();
+    assert!(joined.events.is_empty(), "so does a committed offset below the start");
+    publish(&log, &topic, 0, (10..12).map(|i| (format!("e{i}"), START_MS))).await;
+    assert_eq!(offsets_of(&groups.poll(&req).await.unwrap()), vec![10, 11], "and continues from there");
+    let again = with_reset(request(&committed_group, Some(&joined.member_id), &topic, 100), ResetPolicy::Latest);
+    assert_eq!(offsets_of(&groups.poll(&again).await.unwrap()), vec![10, 11]);
+}
+
+pub async fn given_a_group_positioned_below_the_new_log_start_then_none_refuses_with_offset_out_of_range(
+    backend: &dyn Backend,
+) {
+    let (_, groups, topic, (group, member), committed_group) = below_the_log_start(backend).await;
+    let req = with_reset(request(&group, Some(&member.member_id), &topic, 100), ResetPolicy::None);
+    for _ in 0..2 {
+        let refused = groups.poll(&req).await;
+        assert!(
+            matches!(refused, Err(Error::OffsetOutOfRange { offset: 3, log_start_offset: 6, high_watermark: 10 })),
+            "the member's position is below the start: {refused:?}"
+        );
+    }
+    let joining = with_reset(request(&committed_group, None, &topic, 100), ResetPolicy::None);
+    let refused = groups.poll(&joining).await;
+    assert!(
+        matches!(refused, Err(Error::OffsetOutOfRange { offset: 2, log_start_offset: 6, high_watermark: 10 })),
+        "the committed offset is below the start: {refused:?}"
+    );
+    let d = groups.describe(&committed_group).await.unwrap();
+    assert!(d.members.is_empty(), "a refused join writes nothing: {:?}", d.members);
+    assert_eq!(d.partitions[0].committed, Some(2), "nor moves the offset");
+    // The application decides: a seek to the start, and polls with `none` go on from there.
+    groups.seek(&group, &topic, None, SeekTarget::Earliest).await.unwrap();
+    assert_eq!(offsets_of(&groups.poll(&req).await.unwrap()), vec![6, 7, 8, 9]);
+}
+
+/// A group of one member on `topic` that fetched everything, committed 3 and left.
+async fn used_and_left(groups: &Groups, topic: &str) -> String {
+    let group = unique_topic("g");
+    let member = poll(groups, &group, None, topic).await;
+    groups.commit(&group, &member.member_id, member.generation, &[commit_of(topic, 0, 3)]).await.unwrap();
+    groups.leave(&group, &member.member_id).await.unwrap();
+    group
+}
+
+pub async fn given_groups_whose_last_member_left_then_offsets_expire_after_the_retention_and_not_before(
+    backend: &dyn Backend,
+) {
+    const DAY_MS: i64 = 24 * 3600 * 1000;
+    assert_eq!(DEFAULT_OFFSETS_RETENTION_MS, 7 * DAY_MS, "Kafka's default");
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (log, groups) = namespaced_groups_on(backend, &clock, GroupsConfig::default()).await;
+    let topic = unique_topic("expiry");
+    log.create_topic(&topic, TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None }).await.unwrap();
+    publish(&log, &topic, 0, (0..5).map(|i| (format!("e{i}"), START_MS))).await;
+    assert_eq!(groups.expire_offsets(1000).await.unwrap(), 0, "nothing to expire");
+
+    let early = used_and_left(&groups, &topic).await;
+    clock.advance(2);
+    let late = used_and_left(&groups, &topic).await;
+    // A member that never leaves: its session (6 s) ends at START_MS + 2 + 6 s.
+    let silent = unique_topic("g");
+    let mut req = request(&silent, None, &topic, 10);
+    req.session_timeout_ms = Some(6_000);
+    let member = groups.poll(&req).await.unwrap();
+    groups.commit(&silent, &member.member_id, member.generation, &[commit_of(&topic, 0, 3)]).await.unwrap();
+    let d = groups.describe(&late).await.unwrap();
+    assert_eq!(d.offsets_expire_at_ms, Some(START_MS + 2 + 7 * DAY_MS));
+    assert_eq!(groups.describe(&silent).await.unwrap().offsets_expire_at_ms, None, "a live member: no expiry");
+
+    // 7 days + 1 ms after `early` left, 7 days − 1 ms after `late` did.
+    clock.advance(7 * DAY_MS - 1);
+    assert!(groups.expire_offsets(1000).await.unwrap() > 0);
+    assert!(matches!(groups.describe(&early).await, Err(Error::GroupNotFound(_))), "offsets and group gone");
+    assert!(!groups.list().await.unwrap().contains(&early));
+    assert_eq!(committed(&groups, &late, 0).await, Some(3), "7 days − 1 ms: kept");
+    assert_eq!(committed(&groups, &silent, 0).await, Some(3), "its session ended 7 days − 6 s ago: kept");
+    assert_eq!(groups.expire_offsets(1000).await.unwrap(), 0, "nothing more: one query");
+    // A new member of the expired group starts as its reset policy says.
+    let mut none = request(&early, None, &topic, 10);
+    none.reset = ResetPolicy::None;
+    let refused = groups.poll(&none).await;
+    assert!(matches!(refused, Err(Error::Invalid { code: "no_committed_offset", .. })), "{refused:?}");
+    let back = poll(&groups, &early, None, &topic).await;
+    assert_eq!(offsets_of(&back), vec![0, 1, 2, 3, 4], "earliest: from the log start");
+    groups.leave(&early, &back.member_id).await.unwrap();
+
+    clock.advance(2);
+    assert!(groups.expire_offsets(1000).await.unwrap() > 0);
+    assert!(matches!(groups.describe(&late).await, Err(Error::GroupNotFound(_))), "7 days + 1 ms: gone");
+    // A session that ended (rather than a leave) counts with up to an hour's slack.
+    assert_eq!(committed(&groups, &silent, 0).await, Some(3), "just past 7 days after its session ended: kept");
+    clock.advance(6_000 + 3600 * 1000);
+    assert!(groups.expire_offsets(1000).await.unwrap() > 0);
+    assert!(matches!(groups.describe(&silent).await, Err(Error::GroupNotFound(_))), "7 days and an hour: gone");
+}
+
+pub async fn given_a_group_with_a_live_member_then_its_offsets_never_expire_and_after_it_leaves_they_do(
+    backend: &dyn Backend,
+) {
+    // A retention of one minute, and a member that polls every 30 s for ten minutes.
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (log, groups) = namespaced_groups_on(backend, &clock, GroupsConfig { offsets_retention_ms: 60_000 }).await;
+    let (topic, group) = (unique_topic("alive"), unique_topic("g"));
+    log.create_topic(&topic, TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None }).await.unwrap();
+    publish(&log, &topic, 0, (0..5).map(|i| (format!("e{i}"), START_MS))).await;
+    let member = poll(&groups, &group, None, &topic).await;
+    groups.commit(&group, &member.member_id, member.generation, &[commit_of(&topic, 0, 3)]).await.unwrap();
+    for _ in 0..20 {
+        clock.advance(30_000);
+        poll(&groups, &group, Some(&member.member_id), &topic).await;
+        assert_eq!(groups.expire_offsets(1000).await.unwrap(), 0);
+        assert_eq!(committed(&groups, &group, 0).await, Some(3), "a commit ten times older than the retention");
+    }
+    groups.leave(&group, &member.member_id).await.unwrap();
+    let d = groups.describe(&group).await.unwrap();
+    assert_eq!(d.offsets_expire_at_ms, Some(clock.now_ms() + 60_000), "a minute after the leave");
+    clock.advance(59_999);
+    assert_eq!(groups.expire_offsets(1000).await.unwrap(), 0, "a millisecond short of the retention: kept");
+    assert_eq!(committed(&groups, &group, 0).await, Some(3));
+    clock.advance(1);
+    // A budget of one item per step: resumable, a step at a time.
+    let mut steps = 0;
+    while groups.expire_offsets(1).await.unwrap() > 0 {
+        steps += 1;
+        assert!(steps < 10, "bounded");
+    }
+    assert!(matches!(groups.describe(&group).await, Err(Error::GroupNotFound(_))), "after {steps} steps");
 }

@@ -11,6 +11,7 @@ pub mod group_cases;
 pub mod log_cases;
 pub mod moto;
 pub mod queue_cases;
+pub mod retention_cases;
 pub mod store;
 
 use std::sync::Arc;

@@ -355,7 +355,14 @@ pub async fn given_deleted_topic_with_many_index_items_then_janitor_purges_in_bo
         let ops = chunk
             .iter()
             .map(|&base| {
-                let record = SegmentRecord { next: base + 1, object: "none".into(), pos: 0, len: 1, max_ts: 0 };
+                let record = SegmentRecord {
+                    next: base + 1,
+                    object: "none".into(),
+                    pos: 0,
+                    len: 1,
+                    max_ts: 0,
+                    parts: Vec::new(),
+                };
                 WriteOp::create(layout::segment_key(config.id, 0, base), layout::encode(&record))
             })
             .collect();
@@ -367,7 +374,7 @@ pub async fn given_deleted_topic_with_many_index_items_then_janitor_purges_in_bo
     const BUDGET: usize = 2_000;
     let mut steps = 0;
     loop {
-        let report = janitor::step(store.as_ref(), BUDGET).await.unwrap();
+        let report = janitor::step(store.as_ref(), BUDGET, 0).await.unwrap();
         assert!(report.items_deleted <= BUDGET, "a step stays within its budget: {report:?}");
         steps += 1;
         if steps == 2 {
@@ -389,7 +396,7 @@ pub async fn given_deleted_topic_with_many_index_items_then_janitor_purges_in_bo
     assert_eq!(heads.items, vec![], "the old heads are gone");
     let orders = store.get(&layout::purge_key(config.id)).await.unwrap();
     assert_eq!(orders, None, "the purge order is done");
-    let report = janitor::step(store.as_ref(), BUDGET).await.unwrap();
+    let report = janitor::step(store.as_ref(), BUDGET, 0).await.unwrap();
     assert_eq!((report.items_deleted, report.topics_purged), (0, 0), "nothing left to do");
     let (_, states) = log.describe_topic(&topic).await.unwrap();
     assert!(states.iter().all(|s| s.high_watermark == 0), "the new topic is untouched");

@@ -17,6 +17,7 @@ use sluice_core::queues::{
 use sluice_core::{Clock, Error, Log, LogConfig, ManualClock, NewEvent, Position, TopicSpec};
 use tokio::sync::{watch, Notify};
 
+use crate::group_cases::advance_log_start;
 use crate::{unique_topic, Backend};
 
 /// Generates one `#[tokio::test]` per queue case; `$backend` is an async expression yielding a [`Backend`].
@@ -46,6 +47,7 @@ macro_rules! queue_conformance_suite {
             given_long_poll_on_an_empty_queue_when_a_message_is_published_then_it_returns_the_message,
             given_long_poll_on_an_empty_queue_when_the_clock_passes_the_wait_then_it_returns_empty_not_before,
             given_long_poll_when_a_delayed_message_comes_due_then_it_returns_the_message,
+            given_undelivered_messages_when_the_log_start_passes_them_then_counted_expired_never_delivered_and_the_rest_are,
         );
         $crate::queue_conformance_suite!(@concurrent $backend;
             given_eight_workers_draining_a_queue_then_every_message_acked_exactly_once_and_backlog_ends_empty,
@@ -1361,7 +1363,7 @@ pub async fn given_a_deleted_subscription_and_a_deleted_topic_then_the_janitor_r
         Err(Error::SubscriptionNotFound { .. })
     ));
     log.delete_topic(&topic).await.unwrap();
-    while sluice_core::janitor::step(store.as_ref(), 5_000).await.unwrap().more {}
+    while sluice_core::janitor::step(store.as_ref(), 5_000, 0).await.unwrap().more {}
     assert_eq!(items(store.clone(), ids).await, 0, "every queue item is gone");
     assert!(
         store.get(&subscription_key(config.id, &orphaned)).await.unwrap().is_none(),
@@ -1489,4 +1491,66 @@ pub async fn given_ack_applied_but_answer_lost_then_the_retry_is_stale_and_the_m
     assert_eq!(backlog(&clean, &topic, &sub).await, [0; 4]);
     clock.advance(3_600_000);
     assert_nothing(&clean, &topic, &sub, "an acked message, its ack's answer lost").await;
+}
+
+/// (visible, in_flight, delayed, dead, expired) of the subscription, checked against its one partition.
+async fn expiry_counts(queues: &Queues, topic: &str, sub: &str) -> (u64, u64, u64, u64, u64) {
+    let d = queues.describe(topic, sub).await.expect("describe");
+    assert_eq!(d.partitions.len(), 1);
+    let (b, p) = (d.backlog, d.partitions[0].backlog);
+    assert_eq!(
+        (b.visible, b.in_flight, b.delayed, b.dead, b.expired),
+        (p.visible, p.in_flight, p.delayed, p.dead, p.expired)
+    );
+    (b.visible, b.in_flight, b.delayed, b.dead, b.expired)
+}
+
+pub async fn given_undelivered_messages_when_the_log_start_passes_them_then_counted_expired_never_delivered_and_the_rest_are(
+    backend: &dyn Backend,
+) {
+    let (clock, log, queues) = manual(backend).await;
+    let topic = new_topic(&log, "expired", 1).await;
+    let sub = subscribe(&queues, &topic, spec(StartAt::Earliest)).await;
+    publish(&log, &topic, (0..10).map(|i| event(format!("m{i}"), Some(0), None, Some(START_MS))).collect()).await;
+    let got = receive(&queues, &topic, &sub, 5).await;
+    assert_eq!(positions(&got), (0..5).map(|o| (0, o)).collect::<Vec<_>>());
+    ack(&queues, &topic, &sub, &got[0].receipt).await.unwrap(); // 0: done
+    nack(&queues, &topic, &sub, &got[2].receipt, 60_000).await.unwrap(); // 2: waits a minute for redelivery
+    change_visibility(&queues, &topic, &sub, &got[3].receipt, 0).await.unwrap(); // 3: due for redelivery now
+                                                                                 // 1 and 4 are in flight; 5 to 9 were never received.
+    assert_eq!(expiry_counts(&queues, &topic, &sub).await, (6, 2, 1, 0, 0));
+
+    // Retention moves the log start to 7: 1 to 6 are gone from the log.
+    let topic_id = log.describe_topic(&topic).await.unwrap().0.id;
+    advance_log_start(log.store().as_ref(), topic_id, 0, 7).await;
+    assert_eq!(
+        expiry_counts(&queues, &topic, &sub).await,
+        (3, 2, 1, 0, 3),
+        "5 and 6 (never received) and 3 (due) are expired; 1 and 4 are still held, 2 still waits"
+    );
+    ack(&queues, &topic, &sub, &got[4].receipt).await.expect("a held message can still be acked");
+    assert_eq!(expiry_counts(&queues, &topic, &sub).await, (3, 1, 1, 0, 3), "an acked message is not expired");
+
+    let rest = receive(&queues, &topic, &sub, 10).await;
+    assert_eq!(positions(&rest), vec![(0, 7), (0, 8), (0, 9)], "only what the log still holds");
+    assert_eq!(rest.iter().map(value).collect::<Vec<_>>(), ["m7", "m8", "m9"]);
+    let d = queues.describe(&topic, &sub).await.unwrap();
+    assert_eq!(d.partitions[0].cursor, 10);
+    assert_eq!(
+        expiry_counts(&queues, &topic, &sub).await,
+        (0, 4, 1, 0, 3),
+        "counted once, when the receive passed them"
+    );
+    for m in &rest {
+        ack(&queues, &topic, &sub, &m.receipt).await.unwrap();
+    }
+
+    // 1's visibility timeout and 2's delay end: they come due, below the log start.
+    clock.advance(60_001);
+    assert_eq!(expiry_counts(&queues, &topic, &sub).await, (0, 0, 0, 0, 5));
+    assert_nothing(&queues, &topic, &sub, "expired messages are never delivered").await;
+    assert_nothing(&queues, &topic, &sub, "nor later").await;
+    assert_eq!(expiry_counts(&queues, &topic, &sub).await, (0, 0, 0, 0, 5), "never counted twice");
+    assert_eq!(ack(&queues, &topic, &sub, &got[1].receipt).await, Err(ReceiptError::Stale));
+    assert!(all_dead_letters(&queues, &topic, &sub).await.is_empty(), "expired, not dead");
 }

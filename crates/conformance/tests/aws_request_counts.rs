@@ -228,8 +228,9 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
     per_request("delete topic", &delete, 1);
     assert_eq!(delete, Counts::from([("dynamodb:GetItem", 1), ("dynamodb:TransactWriteItems", 1)]));
 
-    let (_, purge) =
-        counted!(state, objects, { while janitor::step(state.as_ref(), janitor::STEP_BUDGET).await.unwrap().more {} });
+    let (_, purge) = counted!(state, objects, {
+        while janitor::step(state.as_ref(), janitor::STEP_BUDGET, 0).await.unwrap().more {}
+    });
     per_request("janitor: purge the deleted topic (~560 index items)", &purge, 1);
     assert!(purge.contains_key("dynamodb:BatchWriteItem"), "{purge:?}");
 }
@@ -323,8 +324,9 @@ async fn queue_requests_per_receive_and_ack_are_what_the_cost_model_says() {
     let (_, delete) = counted!(state, objects, queues.delete(&topic, "dying").await.unwrap());
     per_request("delete subscription", &delete, 1);
     assert_eq!(delete.get("dynamodb:TransactWriteItems"), Some(&1), "one write: {delete:?}");
-    let (_, purge) =
-        counted!(state, objects, { while janitor::step(state.as_ref(), janitor::STEP_BUDGET).await.unwrap().more {} });
+    let (_, purge) = counted!(state, objects, {
+        while janitor::step(state.as_ref(), janitor::STEP_BUDGET, 0).await.unwrap().more {}
+    });
     per_request("janitor: purge the deleted subscription (8 partitions)", &purge, 1);
 
     // Drain, then an empty receive reads and writes nothing.
@@ -344,4 +346,78 @@ async fn queue_requests_per_receive_and_ack_are_what_the_cost_model_says() {
     let (d, describe) = counted!(state, objects, queues.describe(&topic, "work").await.unwrap());
     per_request("describe subscription (8 partitions)", &describe, 1);
     assert_eq!((d.backlog.visible, d.backlog.in_flight), (0, 0));
+}
+
+/// The janitor's requests: compaction of a partition written one event per publish, replay
+/// before and after, retention, and an idle run over every partition (docs/AWS.md's upkeep rows).
+#[tokio::test]
+async fn upkeep_requests_are_what_the_cost_model_says() {
+    use sluice_core::janitor::{Janitor, JanitorConfig};
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let (state, objects, log) = counted_log().await;
+    let janitor = Janitor::new(
+        state.clone(),
+        objects.clone(),
+        Arc::new(SystemClock),
+        JanitorConfig { grace_ms: 0, ..JanitorConfig::default() },
+    );
+    // Settle what other tests left (deleted topics, free objects), so each count below is its own.
+    janitor.run(janitor::STEP_BUDGET).await.unwrap();
+    let topic = unique_topic("upkeep");
+    log.create_topic(&topic, TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None }).await.unwrap();
+    const SINGLES: usize = 320;
+    for i in 0..SINGLES {
+        log.publish(&topic, vec![kib_event(i, false)], None).await.unwrap();
+    }
+    let replay_all = || async {
+        let mut offset = 0;
+        while offset < SINGLES as u64 {
+            let request = ReadRequest {
+                topic: topic.clone(),
+                partition: 0,
+                offset,
+                max_events: 1000,
+                max_bytes: 6 << 20,
+                wait_ms: 0,
+            };
+            offset = log.read(&request).await.unwrap().next_offset;
+        }
+    };
+    let (_, before) = counted!(state, objects, replay_all().await);
+    per_request(&format!("replay {SINGLES} 1 KiB events stored one per segment"), &before, 1);
+    assert_eq!(before.get("s3:GetObject"), Some(&(SINGLES as u64)));
+
+    let (report, compaction) = counted!(state, objects, janitor.run(janitor::STEP_BUDGET).await.unwrap());
+    per_request(
+        &format!(
+            "janitor: compact {SINGLES} one-event segments into {} ({} merges; old objects collected)",
+            1, report.segments_written
+        ),
+        &compaction,
+        1,
+    );
+    let (_, after) = counted!(state, objects, replay_all().await);
+    per_request(&format!("replay {SINGLES} 1 KiB events from one compacted segment"), &after, 1);
+    assert!(after.get("s3:GetObject").copied().unwrap_or(0) <= 2, "{after:?}");
+
+    // An idle run: nothing to expire, merge or collect; it still looks at every partition.
+    let partitions: u32 = log.list_topics().await.unwrap().iter().map(|t| t.spec.partitions).sum();
+    let (_, idle) = counted!(state, objects, janitor.run(janitor::STEP_BUDGET).await.unwrap());
+    per_request(&format!("janitor: idle run over {partitions} partitions"), &idle, 1);
+    assert!(!idle.contains_key("dynamodb:TransactWriteItems") && !idle.contains_key("s3:DeleteObject"), "{idle:?}");
+
+    // Retention by size drops the compacted segment (400 KiB over a 150 KiB bound).
+    let bounded = unique_topic("bounded");
+    let spec = TopicSpec { partitions: 1, retention_ms: None, retention_bytes: Some(150 << 10) };
+    log.create_topic(&bounded, spec).await.unwrap();
+    for b in 0..4 {
+        log.publish(&bounded, (0..100).map(|i| kib_event(b * 100 + i, false)).collect(), None).await.unwrap();
+    }
+    let (report, retention) = counted!(state, objects, janitor.run(janitor::STEP_BUDGET).await.unwrap());
+    per_request(
+        &format!("janitor: retention drops {} of 4 segments of 100 KiB (objects collected)", report.segments_expired),
+        &retention,
+        1,
+    );
+    assert_eq!(report.segments_expired, 3, "{report:?}");
 }

@@ -24,3 +24,9 @@ mod queue {
 
     sluice_conformance::queue_conformance_suite!(embedded());
 }
+
+mod retention {
+    use sluice_conformance::embedded::embedded;
+
+    sluice_conformance::retention_conformance_suite!(embedded());
+}

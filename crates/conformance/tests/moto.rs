@@ -41,6 +41,12 @@ mod queue {
     sluice_conformance::queue_conformance_suite!(moto());
 }
 
+mod retention {
+    use super::moto;
+
+    sluice_conformance::retention_conformance_suite!(moto());
+}
+
 /// The requests `store` sent since `before` was taken, by operation.
 fn sent_since(store: &DynamoStateStore, before: &BTreeMap<&'static str, u64>) -> Vec<(&'static str, u64)> {
     let now = store.requests().snapshot();

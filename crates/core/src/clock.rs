@@ -50,6 +50,11 @@ impl ManualClock {
     pub fn advance(&self, ms: i64) {
         self.now_ms.send_modify(|now| *now += ms);
     }
+
+    /// Sets the clock to `now_ms` (forward only: an earlier time is ignored).
+    pub fn set(&self, now_ms: i64) {
+        self.now_ms.send_modify(|now| *now = (*now).max(now_ms));
+    }
 }
 
 impl Clock for ManualClock {

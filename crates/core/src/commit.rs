@@ -9,9 +9,11 @@
 //! and create the segment's index item at the head's old next offset; plus, per
 //! topic, a check that the topic record still has the version read (a delete
 //! turns it into a tombstone with a new version), and the requests' idempotency
-//! records. The safety argument is in docs/DESIGN.md: cached heads and topics
-//! only save reads; a stale one fails its condition, is re-read, and the commit
-//! retries with the same blob.
+//! records, and the count of live segments of the blob's object ([`ObjectRecord`]).
+//! The safety argument is in docs/DESIGN.md: cached heads and topics only save
+//! reads; a stale one fails its condition, is re-read, and the commit retries with
+//! the same blob, unless the collector doomed the blob's object, when it retries
+//! with the blob written anew.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
@@ -20,7 +22,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::layout::{self, HeadRecord, IdempotencyRecord, SegmentRecord, IDEMPOTENCY_TTL_MS};
+use crate::layout::{self, HeadRecord, IdempotencyRecord, ObjectRecord, SegmentRecord, IDEMPOTENCY_TTL_MS};
 use crate::model::{IdempotencyKey, Position, TopicConfig};
 use crate::segment::{encode_segment, Record};
 use crate::storage::{BlobRef, ObjectStore, StorageError};
@@ -37,8 +39,14 @@ const MAX_ATTEMPTS: u32 = 64;
 const MAX_UNKNOWN_OUTCOMES: usize = 3;
 
 /// Most partitions one idempotent publish may touch: its head and segment items,
-/// its topic check and its record must fit one atomic write.
-pub const MAX_IDEMPOTENT_PARTITIONS: usize = (MAX_WRITE_OPS - 2) / 2;
+/// its topic check, its record and its object's record must fit one atomic write.
+pub const MAX_IDEMPOTENT_PARTITIONS: usize = (MAX_WRITE_OPS - 3) / 2;
+
+/// A blob held this long without being indexed is written again before its commit, so a
+/// doomed object's record (kept [`layout::DOOMED_TTL_MS`]) always outlives any commit into it.
+const MAX_BLOB_AGE_MS: i64 = 3600 * 1000;
+/// Times a group's blob is written anew because the collector doomed its object.
+const MAX_REWRITES: usize = 3;
 
 /// One publish request waiting for its commit.
 pub(crate) struct Pending {
@@ -61,6 +69,8 @@ enum CommitError {
     TopicGone,
     /// An idempotency key of the group is taken.
     KeyTaken,
+    /// The collector doomed the blob's object: the blob must be written again.
+    Doomed,
     Storage(StorageError),
 }
 
@@ -79,6 +89,9 @@ pub(crate) struct Committer {
     pub heads: HashMap<(u64, u32), (HeadRecord, u64)>,
     /// The newest version of each live topic's record (by id) this process has read: a hint too.
     pub topic_versions: HashMap<u64, u64>,
+    /// The record of the object blobs were last written to, and its version (0: absent): a hint
+    /// that spares a read per commit on stores that append many blobs to one object.
+    pub object: Option<(String, ObjectRecord, u64)>,
     /// Bumped after every commit, to wake long polls.
     pub committed: watch::Sender<u64>,
 }
@@ -107,6 +120,8 @@ struct Written {
     group: Vec<Pending>,
     layout: Layout,
     blob: Result<BlobRef, StorageError>,
+    /// When the blob was written (this process's clock).
+    written_ms: i64,
 }
 
 impl Committer {
@@ -115,14 +130,14 @@ impl Committer {
     /// writes of consecutive groups overlap instead of queueing.
     pub async fn run(mut self, rx: mpsc::Receiver<Pending>) {
         let (written_tx, mut written) = mpsc::channel(1);
-        tokio::spawn(write_stage(self.objects.clone(), rx, written_tx));
+        tokio::spawn(write_stage(self.objects.clone(), self.clock.clone(), rx, written_tx));
         while let Some(w) = written.recv().await {
             self.commit_group(w).await;
         }
     }
 
     async fn commit_group(&mut self, w: Written) {
-        let Written { group, layout, blob } = w;
+        let Written { group, layout, blob, written_ms } = w;
         let blob = match blob {
             Ok(blob) => blob,
             Err(e) => return self.fail_all(group, e),
@@ -134,7 +149,7 @@ impl Committer {
         if group.len() > 1 && unusual {
             return self.commit_each(group).await;
         }
-        match self.index(&group, &layout, &blob).await {
+        match self.index_fresh(&group, &layout, blob, written_ms).await {
             Ok(results) => {
                 for (p, r) in group.into_iter().zip(results) {
                     let _ = p.reply.send(Ok(r));
@@ -149,6 +164,7 @@ impl Committer {
                     let e = match &e {
                         CommitError::TopicGone => CommitError::TopicGone,
                         CommitError::KeyTaken => CommitError::KeyTaken,
+                        CommitError::Doomed => CommitError::Doomed,
                         CommitError::Storage(e) => CommitError::Storage(e.same_kind()),
                     };
                     let answer = self.answer(&p, e).await;
@@ -170,8 +186,9 @@ impl Committer {
         for p in group {
             let single = std::slice::from_ref(&p);
             let layout = layout(single);
+            let written_ms = self.clock.now_ms();
             let result = match self.objects.put(layout.blob.clone()).await {
-                Ok(blob) => self.index(single, &layout, &blob).await,
+                Ok(blob) => self.index_fresh(single, &layout, blob, written_ms).await,
                 Err(e) => Err(CommitError::Storage(e)),
             };
             let answer = match result {
@@ -204,11 +221,41 @@ impl Committer {
                 }
             }
             CommitError::TopicGone => Err(Error::TopicNotFound(p.topic.name.clone())),
+            CommitError::Doomed => Err(StorageError::Unavailable {
+                message: "the collector kept dooming this publish's blob; retry".into(),
+                source: None,
+            }
+            .into()),
             CommitError::Storage(e) => {
                 tracing::error!(error = %e, source = ?std::error::Error::source(&e), "commit failed");
                 Err(e.into())
             }
         }
+    }
+
+    /// [`Committer::index`], first writing the blob anew if it is old or its object doomed.
+    async fn index_fresh(
+        &mut self,
+        group: &[Pending],
+        layout: &Layout,
+        mut blob: BlobRef,
+        mut written_ms: i64,
+    ) -> Result<Vec<Vec<Position>>, CommitError> {
+        for _ in 0..MAX_REWRITES {
+            if self.clock.now_ms() - written_ms < MAX_BLOB_AGE_MS {
+                match self.index(group, layout, &blob).await {
+                    Err(CommitError::Doomed) => {
+                        tracing::warn!(object = %blob.object, "blob's object doomed by the collector; writing it again");
+                        self.objects.retire(&blob.object);
+                        self.object = None;
+                    }
+                    other => return other,
+                }
+            }
+            written_ms = self.clock.now_ms();
+            blob = self.objects.put(layout.blob.clone()).await?;
+        }
+        Err(CommitError::Doomed)
     }
 
     /// Makes a written group visible at each partition's next offset. One atomic
@@ -254,12 +301,16 @@ impl Committer {
             if !unknown.is_empty() && self.resolve_unknown(layout, blob, chunk.clone(), &unknown, bases).await? {
                 return Ok(());
             }
-            let plan = self.plan(group, layout, blob, chunk.clone(), with_records, bases);
+            let mut plan = self.plan(group, layout, blob, chunk.clone(), with_records, bases);
+            let object = self.object_after(blob, &layout.segments[chunk.clone()]);
+            plan.ops.push(object.0);
+            plan.kinds.push(OpKind::Object);
             let Plan { ops, kinds, heads } = plan;
             let outcome = self.store.write(ops).await;
             let retry = match outcome {
                 Ok(()) => {
                     self.landed(layout, chunk.clone(), &heads);
+                    self.object = Some((blob.object.clone(), object.1, object.2));
                     return Ok(());
                 }
                 Err(StorageError::ConditionFailed { op }) => {
@@ -273,6 +324,7 @@ impl Committer {
                             self.heads.remove(&(s.topic_id, s.partition));
                         }
                         Some(&OpKind::Record) => return Err(CommitError::KeyTaken),
+                        Some(&OpKind::Object) => self.reread_object(&blob.object).await?,
                         None => return Err(StorageError::Corrupt(format!("store named write op {op}")).into()),
                     }
                     tracing::debug!(attempt, op, "commit lost a race; re-reading");
@@ -296,6 +348,7 @@ impl Committer {
                     for s in &layout.segments[chunk.clone()] {
                         self.heads.remove(&(s.topic_id, s.partition));
                     }
+                    self.object = None;
                     true
                 }
                 Err(e) => return Err(e.into()),
@@ -306,6 +359,47 @@ impl Committer {
         }
         Err(StorageError::Throttled { message: "too many concurrent commits to one partition".into(), source: None }
             .into())
+    }
+
+    /// The write to the blob's object record that adds `segments`, and the record and
+    /// version it leaves.
+    fn object_after(&self, blob: &BlobRef, segments: &[SegmentPlan]) -> (WriteOp, ObjectRecord, u64) {
+        let (before, version) = match &self.object {
+            Some((name, record, version)) if *name == blob.object => (*record, *version),
+            // A blob store that makes an object per blob (S3): the record cannot exist yet.
+            _ => (ObjectRecord::default(), 0),
+        };
+        let after = ObjectRecord {
+            refs: before.refs + segments.len() as u64,
+            bytes: before.bytes + segments.iter().map(|s| s.len).sum::<u64>(),
+            doomed: false,
+        };
+        let expect = if version == 0 { Expect::Absent } else { Expect::Version(version) };
+        let op = WriteOp::Put {
+            key: layout::object_key(&blob.object),
+            value: layout::encode(&after),
+            expires_at_ms: None,
+            expect,
+        };
+        (op, after, version + 1)
+    }
+
+    /// After the object record's condition failed: another commit added to it, retention or
+    /// compaction took from it, or the collector doomed (or deleted) it.
+    async fn reread_object(&mut self, object: &str) -> Result<(), CommitError> {
+        let item = self.store.get(&layout::object_key(object)).await?;
+        let record = match &item {
+            Some(item) => layout::decode::<ObjectRecord>("object", &item.value)?,
+            None => ObjectRecord::default(),
+        };
+        let expected = self.object.as_ref().filter(|(name, _, _)| name == object).map_or(0, |(_, _, v)| *v);
+        // Gone after this process saw it (collected), or doomed: nothing may be added to it.
+        if record.doomed || (item.is_none() && expected > 0) {
+            self.object = None;
+            return Err(CommitError::Doomed);
+        }
+        self.object = Some((object.to_owned(), record, item.map_or(0, |i| i.version)));
+        Ok(())
     }
 
     /// Reads the heads of the chunk's partitions that this process has no hint for.
@@ -364,6 +458,7 @@ impl Committer {
                 pos: blob.position + s.start,
                 len: s.len,
                 max_ts: s.max_timestamp_ms,
+                parts: Vec::new(),
             };
             plan.ops
                 .push(WriteOp::create(layout::segment_key(s.topic_id, s.partition, head.next), layout::encode(&entry)));
@@ -451,6 +546,7 @@ enum OpKind {
     Head(usize),
     Segment(usize),
     Record,
+    Object,
 }
 
 struct Plan {
@@ -483,14 +579,15 @@ fn two_incarnations(group: &[Pending]) -> bool {
 fn ops_needed(group: &[Pending], layout: &Layout) -> usize {
     let mut topics: Vec<u64> = layout.segments.iter().map(|s| s.topic_id).collect();
     topics.dedup();
-    topics.len() + 2 * layout.segments.len() + group.iter().filter(|p| p.idempotency.is_some()).count()
+    topics.len() + 2 * layout.segments.len() + group.iter().filter(|p| p.idempotency.is_some()).count() + 1
 }
 
 /// Splits a layout's segments into runs that each fit one write: at worst each
-/// segment needs its head, its index item and a check of its own topic.
+/// segment needs its head, its index item and a check of its own topic, and each
+/// write the object's record.
 fn chunks(group: &[Pending], layout: &Layout) -> Vec<Range<usize>> {
     let n = layout.segments.len();
-    let per_chunk = if ops_needed(group, layout) <= MAX_WRITE_OPS { n.max(1) } else { MAX_WRITE_OPS / 3 };
+    let per_chunk = if ops_needed(group, layout) <= MAX_WRITE_OPS { n.max(1) } else { (MAX_WRITE_OPS - 1) / 3 };
     (0..n).step_by(per_chunk).map(|s| s..(s + per_chunk).min(n)).collect()
 }
 
@@ -518,7 +615,12 @@ pub(crate) fn backoff(attempt: u32, random: &dyn Random) -> u64 {
 }
 
 /// Stage one: takes every publish waiting at that moment as one group and writes its blob.
-async fn write_stage(objects: Arc<dyn ObjectStore>, mut rx: mpsc::Receiver<Pending>, written: mpsc::Sender<Written>) {
+async fn write_stage(
+    objects: Arc<dyn ObjectStore>,
+    clock: Arc<dyn Clock>,
+    mut rx: mpsc::Receiver<Pending>,
+    written: mpsc::Sender<Written>,
+) {
     while let Some(first) = rx.recv().await {
         let mut bytes = first.size();
         let mut group = vec![first];
@@ -533,7 +635,8 @@ async fn write_stage(objects: Arc<dyn ObjectStore>, mut rx: mpsc::Receiver<Pendi
         }
         let layout = layout(&group);
         let blob = objects.put(layout.blob.clone()).await;
-        if written.send(Written { group, layout, blob }).await.is_err() {
+        let written_ms = clock.now_ms();
+        if written.send(Written { group, layout, blob, written_ms }).await.is_err() {
             return;
         }
     }

@@ -10,6 +10,8 @@
 //! | group state (generation, assignment) | `group#<group>` | `meta` | [`GroupRecord`] |
 //! | member (expires when its session does) | `group#<group>` | `member#<id>` | [`MemberRecord`] |
 //! | committed offset | `goff#<group>` | `<topic>#<partition>` | [`OffsetRecord`] |
+//! | activity: no member's session outlasts `until` | `group#<group>` | `active` | [`ActivityRecord`] |
+//! | offsets expiry index entry | `goff-expiry` | `<until, 20 digits>#<group>` | [`ActivityRecord`] |
 //!
 //! Why it holds up without clocks deciding safety:
 //! - The group record changes only by a write conditional on the version read,
@@ -24,6 +26,17 @@
 //!   at which its member got the partition (or at which the partition was last
 //!   seeked); otherwise the member resumes from the committed offset. A member
 //!   therefore never skips events another owner fetched but did not commit.
+//!
+//! Offsets expiry (Kafka's `offsets.retention.minutes`): the offsets of a group
+//! without members go [`GroupsConfig::offsets_retention_ms`] after its last member
+//! left or its session ended. The activity item bounds, from above, when any
+//! member's session ends: a write that gives a member a later expiry also moves
+//! `until` (by a slack, so a busy group moves it about once an hour, not on every
+//! heartbeat), conditional on the activity item's version; the last member's
+//! leave sets it to the time it left, a seek to at least the time of the seek. The
+//! index entry mirrors `until` in the same writes, so the janitor ([`expire_step`])
+//! finds expired groups with one query, and deletes their offsets in writes that
+//! check the activity item: a member joining meanwhile makes them fail.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -43,6 +56,35 @@ pub const DEFAULT_SESSION_TIMEOUT_MS: u64 = 45_000;
 const MAX_ATTEMPTS: usize = 16;
 /// Offsets one commit may carry: its checks and puts must fit one atomic write.
 pub const MAX_COMMIT_OFFSETS: usize = MAX_WRITE_OPS - 2;
+/// How long the offsets of a group without members are kept by default (Kafka's
+/// `offsets.retention.minutes`): 7 days.
+pub const DEFAULT_OFFSETS_RETENTION_MS: i64 = 7 * 24 * 3600 * 1000;
+/// Most a group's activity `until` runs ahead of its members' sessions: the offsets
+/// of a group whose last member's session ended (rather than it leaving) may be
+/// kept this much longer than the retention.
+const MAX_ACTIVITY_SLACK_MS: i64 = 3600 * 1000;
+/// Offsets seek writes at once: with the group record, the registry entry and the
+/// three writes that move the activity item, they fit one atomic write.
+const SEEK_OFFSETS_PER_WRITE: usize = MAX_WRITE_OPS - 5;
+/// Entries of the offsets expiry index one janitor step looks at.
+const EXPIRY_ENTRIES_PER_STEP: usize = 16;
+const ACTIVITY_SK: &str = "active";
+const EXPIRY_PK: &str = "goff-expiry";
+
+/// How groups behave, beyond the log they read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupsConfig {
+    /// How long the committed offsets of a group without members are kept after its
+    /// last member left (or its session ended), or after its last seek; the
+    /// janitor then removes them and the group. A group with a member keeps them.
+    pub offsets_retention_ms: i64,
+}
+
+impl Default for GroupsConfig {
+    fn default() -> Self {
+        Self { offsets_retention_ms: DEFAULT_OFFSETS_RETENTION_MS }
+    }
+}
 
 /// Where a member starts on a partition with no usable committed offset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -117,6 +159,10 @@ pub struct GroupDescription {
     pub generation: u64,
     pub members: Vec<MemberDescription>,
     pub partitions: Vec<PartitionLag>,
+    /// When the janitor may remove the group's offsets (and the group) unless a member
+    /// joins or a seek comes first: `None` while it has members (or it has not been used
+    /// since offsets expiry exists).
+    pub offsets_expire_at_ms: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,6 +227,13 @@ pub struct OffsetRecord {
     pub metadata: Option<String>,
 }
 
+/// When a group was last used: no member's session outlasts `until` (see the module doc).
+/// Also the value of the group's entry in the offsets expiry index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActivityRecord {
+    pub until: i64,
+}
+
 fn group_pk(group: &str) -> String {
     format!("group#{group}")
 }
@@ -191,6 +244,31 @@ fn meta_key(group: &str) -> Key {
 
 fn member_key(group: &str, member: &str) -> Key {
     Key::new(group_pk(group), format!("member#{member}"))
+}
+
+fn activity_key(group: &str) -> Key {
+    Key::new(group_pk(group), ACTIVITY_SK)
+}
+
+fn expiry_key(until: i64, group: &str) -> Key {
+    Key::new(EXPIRY_PK, format!("{:020}#{group}", until.max(0)))
+}
+
+/// The writes that make the activity item say `until`, conditional on the version read
+/// (or on its absence), and move its index entry with it.
+fn activity_ops(group: &str, current: Option<&(ActivityRecord, u64)>, until: i64) -> Vec<WriteOp> {
+    let record = ActivityRecord { until };
+    let mut ops = vec![WriteOp::replace(activity_key(group), layout::encode(&record), current.map(|(_, v)| *v))];
+    if let Some((old, _)) = current.filter(|(old, _)| expiry_key(old.until, group) != expiry_key(until, group)) {
+        ops.push(WriteOp::Delete { key: expiry_key(old.until, group), expect: Expect::Any });
+    }
+    ops.push(WriteOp::Put {
+        key: expiry_key(until, group),
+        value: layout::encode(&record),
+        expires_at_ms: None,
+        expect: Expect::Any,
+    });
+    ops
 }
 
 fn registry_key(group: &str) -> Key {
@@ -225,17 +303,49 @@ struct GroupState {
     version: u64,
     /// Live members (unexpired items) with their item versions and expiry.
     members: BTreeMap<String, (MemberRecord, u64, i64)>,
+    /// The activity item and its version, if the group has one.
+    activity: Option<(ActivityRecord, u64)>,
+}
+
+/// Reads a group's collection: its record, live members and activity.
+async fn read_state(store: &dyn StateStore, group: &str) -> Result<GroupState, StorageError> {
+    let mut state = GroupState { record: GroupRecord::default(), version: 0, members: BTreeMap::new(), activity: None };
+    let mut query = Query::all(group_pk(group), 1000);
+    loop {
+        let page = store.query(&query).await?;
+        for item in page.items {
+            if item.key.sk == "meta" {
+                state.record = layout::decode("group", &item.value)?;
+                state.version = item.version;
+            } else if item.key.sk == ACTIVITY_SK {
+                state.activity = Some((layout::decode("group activity", &item.value)?, item.version));
+            } else if let Some(id) = item.key.sk.strip_prefix("member#") {
+                let member: MemberRecord = layout::decode("member", &item.value)?;
+                state.members.insert(id.to_owned(), (member, item.version, item.expires_at_ms.unwrap_or(i64::MAX)));
+            }
+        }
+        match page.next {
+            Some(after) => query.after = Some(after),
+            None => return Ok(state),
+        }
+    }
 }
 
 /// Consumer groups on a [`Log`].
 #[derive(Clone)]
 pub struct Groups {
     log: Log,
+    config: GroupsConfig,
 }
 
 impl Groups {
     pub fn new(log: Log) -> Self {
-        Self { log }
+        let config = GroupsConfig { offsets_retention_ms: log.offsets_retention_ms() };
+        Self::with_config(log, config)
+    }
+
+    pub fn with_config(log: Log, config: GroupsConfig) -> Self {
+        Self { log, config }
     }
 
     fn store(&self) -> &dyn StateStore {
@@ -247,24 +357,33 @@ impl Groups {
     }
 
     async fn state(&self, group: &str) -> Result<GroupState, StorageError> {
-        let mut state = GroupState { record: GroupRecord::default(), version: 0, members: BTreeMap::new() };
-        let mut query = Query::all(group_pk(group), 1000);
-        loop {
-            let page = self.store().query(&query).await?;
-            for item in page.items {
-                if item.key.sk == "meta" {
-                    state.record = layout::decode("group", &item.value)?;
-                    state.version = item.version;
-                } else if let Some(id) = item.key.sk.strip_prefix("member#") {
-                    let member: MemberRecord = layout::decode("member", &item.value)?;
-                    state.members.insert(id.to_owned(), (member, item.version, item.expires_at_ms.unwrap_or(i64::MAX)));
-                }
-            }
-            match page.next {
-                Some(after) => query.after = Some(after),
-                None => return Ok(state),
-            }
+        read_state(self.store(), group).await
+    }
+
+    /// The writes that make the activity item cover a member session ending at
+    /// `expires`, if it does not already: `until` moves past it by a slack, so that
+    /// a busy group writes the item about once per slack, not on every heartbeat.
+    /// Answers the writes and the item (with its version) they leave.
+    fn cover(
+        &self,
+        group: &str,
+        activity: Option<&(ActivityRecord, u64)>,
+        expires: i64,
+    ) -> Option<(Vec<WriteOp>, (ActivityRecord, u64))> {
+        if activity.is_some_and(|(a, _)| a.until >= expires) {
+            return None;
         }
+        let slack = (self.config.offsets_retention_ms / 24).clamp(0, MAX_ACTIVITY_SLACK_MS);
+        let until = expires.saturating_add(slack);
+        let after = (ActivityRecord { until }, activity.map_or(1, |(_, v)| v + 1));
+        Some((activity_ops(group, activity, until), after))
+    }
+
+    /// Removes (about `budget` items of) the groups whose offsets expired under this
+    /// groups' [`GroupsConfig::offsets_retention_ms`], by this log's clock: the
+    /// janitor's step, for tools and tests. Answers how many items went.
+    pub async fn expire_offsets(&self, budget: usize) -> Result<usize, Error> {
+        Ok(expire_step(self.store(), self.now(), self.config.offsets_retention_ms, budget).await?)
     }
 
     async fn offsets(&self, group: &str) -> Result<BTreeMap<String, (OffsetRecord, u64)>, StorageError> {
@@ -405,19 +524,40 @@ impl Groups {
                         auto_commits.push((tp.clone(), p));
                     }
                 }
+                // Without a usable position or committed offset (none yet, or retention moved the
+                // log start past it), the reset policy decides, as Kafka's `auto.offset.reset`.
                 let start = match (kept, committed, req.reset) {
                     (Some(p), _, _) => p,
                     (_, Some(c), _) => c,
                     (_, None, ResetPolicy::Earliest) => head.start,
                     (_, None, ResetPolicy::Latest) => head.next,
                     (_, None, ResetPolicy::None) => {
+                        // Kafka's OffsetOutOfRange when there was a place to resume from, below the
+                        // log start now; its NoOffsetForPartition when there was none.
+                        let trusted = previous.positions_version >= record.since.get(&key).copied().unwrap_or(0);
+                        let below = previous
+                            .positions
+                            .get(&key)
+                            .copied()
+                            .filter(|_| trusted)
+                            .or_else(|| {
+                                offsets.get(&key).filter(|(o, _)| o.topic_id == topic.id).map(|(o, _)| o.offset)
+                            })
+                            .filter(|o| *o < head.start);
+                        if let Some(offset) = below {
+                            return Err(Error::OffsetOutOfRange {
+                                offset,
+                                log_start_offset: head.start,
+                                high_watermark: head.next,
+                            });
+                        }
                         return Err(Error::invalid(
                             "no_committed_offset",
                             format!(
                                 "group '{}' has no usable committed offset for {}/{} and reset is 'none'",
                                 req.group, tp.topic, tp.partition
                             ),
-                        ))
+                        ));
                     }
                 };
                 positions.push((topic.clone(), tp.partition, start));
@@ -433,6 +573,7 @@ impl Groups {
             // The member item's version as this poll leaves it: every write to it is conditional,
             // so an evicted member's late heartbeat cannot bring it back.
             let mut member_version = state.members.get(&member_id).map_or(0, |(_, v, _)| *v);
+            let mut activity = state.activity;
             if rebalance {
                 // The new assignment takes effect before anything is fetched under it.
                 let mut ops = vec![
@@ -457,8 +598,15 @@ impl Groups {
                         expect: Expect::Any,
                     });
                 }
+                let covered = self.cover(&req.group, activity.as_ref(), expires);
+                if let Some((cover, _)) = &covered {
+                    ops.extend(cover.iter().cloned());
+                }
                 match self.store().write(ops).await {
                     Ok(()) => {
+                        if let Some((_, after)) = covered {
+                            activity = Some(after);
+                        }
                         tracing::info!(group = %req.group, generation = record.generation, members = record.members.len(), "rebalanced")
                     }
                     Err(StorageError::ConditionFailed { .. }) => continue,
@@ -510,23 +658,38 @@ impl Groups {
                 return Ok(PollAnswer { member_id, generation: record.generation, assignment: mine, events });
             }
             // The heartbeat: one small item, whatever happened to the group meanwhile (positions
-            // recorded under an older group version are simply not trusted by the next poll).
-            let heartbeat = WriteOp::Put {
-                key: member_key(&req.group, &member_id),
-                value: layout::encode(&member),
-                expires_at_ms: Some(self.now() + session as i64),
-                expect: if member_version == 0 { Expect::Absent } else { Expect::Version(member_version) },
-            };
-            match self.store().write(vec![heartbeat]).await {
-                Ok(()) => {}
-                // Its session ended while it waited (or it left): the events go to the next owner.
-                Err(StorageError::ConditionFailed { .. }) => {
-                    return Err(conflict(
-                        "unknown_member",
-                        format!("member '{member_id}' was evicted from group '{}' during its poll", req.group),
-                    ))
+            // recorded under an older group version are simply not trusted by the next poll),
+            // and now and then the activity item, when the session outgrows it.
+            let expires = self.now() + session as i64;
+            let mut attempts = 0;
+            loop {
+                let mut ops = vec![WriteOp::Put {
+                    key: member_key(&req.group, &member_id),
+                    value: layout::encode(&member),
+                    expires_at_ms: Some(expires),
+                    expect: if member_version == 0 { Expect::Absent } else { Expect::Version(member_version) },
+                }];
+                ops.extend(self.cover(&req.group, activity.as_ref(), expires).into_iter().flat_map(|(ops, _)| ops));
+                match self.store().write(ops).await {
+                    Ok(()) => break,
+                    // Its session ended while it waited (or it left): the events go to the next owner.
+                    Err(StorageError::ConditionFailed { op: 0 }) => {
+                        return Err(conflict(
+                            "unknown_member",
+                            format!("member '{member_id}' was evicted from group '{}' during its poll", req.group),
+                        ))
+                    }
+                    // Another member moved the activity item first: read it again.
+                    Err(StorageError::ConditionFailed { .. }) if attempts < MAX_ATTEMPTS => {
+                        attempts += 1;
+                        activity = match self.store().get(&activity_key(&req.group)).await? {
+                            Some(item) => Some((layout::decode("group activity", &item.value)?, item.version)),
+                            None => None,
+                        };
+                    }
+                    Err(StorageError::ConditionFailed { .. }) => return Err(too_busy(&req.group)),
+                    Err(e) => return Err(e.into()),
                 }
-                Err(e) => return Err(e.into()),
             }
             return Ok(PollAnswer { member_id, generation: record.generation, assignment: mine, events });
         }
@@ -577,6 +740,11 @@ impl Groups {
                     continue;
                 }
                 let batch = self.log.read_at(topic, *partition, *offset, events_left, bytes_left, head).await?;
+                if batch.events.first().is_some_and(|e| e.offset > *offset) {
+                    // Retention moved the log start past the position since the heads were read
+                    // (the events in between are gone): the next poll applies the reset policy.
+                    continue;
+                }
                 for e in batch.events {
                     events_left -= 1;
                     bytes_left = bytes_left.saturating_sub(e.record.approx_size());
@@ -751,10 +919,18 @@ impl Groups {
             record.generation += 1;
             record.members = assignment;
             record.topics = topic_ids;
-            let ops = vec![
+            let mut ops = vec![
                 WriteOp::replace(meta_key(group), layout::encode(&record), Some(state.version).filter(|v| *v > 0)),
                 WriteOp::Delete { key: member_key(group, member_id), expect: Expect::Any },
             ];
+            // The last member leaving: the group's offsets expire counting from now.
+            if state.members.keys().all(|id| id == member_id) {
+                let now = self.now();
+                let until = state.activity.map_or(now, |(a, _)| a.until.min(now));
+                if state.activity.is_none_or(|(a, _)| a.until != until) {
+                    ops.extend(activity_ops(group, state.activity.as_ref(), until));
+                }
+            }
             match self.store().write(ops).await {
                 Ok(()) => return Ok(()),
                 Err(StorageError::ConditionFailed { .. }) => continue,
@@ -800,7 +976,7 @@ impl Groups {
         // read the group before fails its check, so no commit can undo the seek, and commits of
         // progress made before it carry a generation that is now stale. Members' next polls
         // resume from the new offsets (their positions predate the partitions' `since`).
-        for chunk in moved.chunks(MAX_COMMIT_OFFSETS) {
+        for chunk in moved.chunks(SEEK_OFFSETS_PER_WRITE) {
             let mut done = false;
             for _ in 0..MAX_ATTEMPTS {
                 let state = self.state(group).await?;
@@ -814,6 +990,11 @@ impl Groups {
                     layout::encode(&record),
                     Some(state.version).filter(|v| *v > 0),
                 )];
+                // A seek uses the group: its offsets expire counting from now at the earliest.
+                let now = self.now();
+                if state.activity.is_none_or(|(a, _)| a.until < now) {
+                    ops.extend(activity_ops(group, state.activity.as_ref(), now));
+                }
                 if state.version == 0 {
                     ops.push(WriteOp::Put {
                         key: registry_key(group),
@@ -904,7 +1085,17 @@ impl Groups {
                 });
             }
         }
-        Ok(GroupDescription { group: group.to_owned(), generation: state.record.generation, members, partitions })
+        let offsets_expire_at_ms = state
+            .activity
+            .filter(|_| state.members.is_empty())
+            .map(|(a, _)| a.until.saturating_add(self.config.offsets_retention_ms));
+        Ok(GroupDescription {
+            group: group.to_owned(),
+            generation: state.record.generation,
+            members,
+            partitions,
+            offsets_expire_at_ms,
+        })
     }
 
     /// Deletes a group with no live members: its record, offsets and registry entry.
@@ -935,9 +1126,122 @@ impl Groups {
         }
         let mut keys: Vec<Key> = offsets.keys().map(|sk| Key::new(offsets_pk(group), sk.clone())).collect();
         keys.push(registry_key(group));
+        if let Some((a, _)) = state.activity {
+            keys.extend([activity_key(group), expiry_key(a.until, group)]);
+        }
         self.store().delete_many(keys).await?;
         Ok(())
     }
+}
+
+/// The janitor's step of offsets expiry: removes the offsets, record, registry entry and
+/// activity of groups without members whose activity ended `retention_ms` before
+/// `now_ms`, deleting at most about `budget` items; answers how many it deleted.
+///
+/// One query when nothing is expired (the index is in time order). Resumable: a group's
+/// index entry goes last, so a step cut short leaves it for the next one. Safe against
+/// a member joining meanwhile: every deletion checks the activity item's version, which
+/// any join (and seek) of an expired group changes.
+pub(crate) async fn expire_step(
+    store: &dyn StateStore,
+    now_ms: i64,
+    retention_ms: i64,
+    budget: usize,
+) -> Result<usize, StorageError> {
+    let threshold = now_ms.saturating_sub(retention_ms.max(0));
+    if threshold < 0 {
+        return Ok(0);
+    }
+    let query = Query {
+        pk: EXPIRY_PK.to_owned(),
+        from: None,
+        // Every entry of a time up to the threshold ('$' sorts right after '#').
+        to: Some(format!("{threshold:020}$")),
+        forward: true,
+        limit: EXPIRY_ENTRIES_PER_STEP,
+        after: None,
+    };
+    let mut left = budget.max(1);
+    let mut deleted = 0;
+    for entry in store.query(&query).await?.items {
+        if left == 0 {
+            break;
+        }
+        let parsed = entry.key.sk.split_once('#').and_then(|(t, g)| Some((t.parse::<i64>().ok()?, g.to_owned())));
+        let Some((until, group)) = parsed else {
+            return Err(StorageError::Corrupt(format!("offsets expiry entry {:?}", entry.key.sk)));
+        };
+        let state = read_state(store, &group).await?;
+        let Some((_, version)) = state.activity.filter(|(a, _)| expiry_key(a.until, &group) == entry.key) else {
+            // Left over by a deleted group: its activity is gone or has an entry of its own.
+            match store.write(vec![WriteOp::Delete { key: entry.key, expect: Expect::Version(entry.version) }]).await {
+                Ok(()) => {
+                    deleted += 1;
+                    left -= 1;
+                }
+                Err(StorageError::ConditionFailed { .. }) => {}
+                Err(e) => return Err(e),
+            }
+            continue;
+        };
+        if let Some(latest) = state.members.values().map(|(_, _, expires)| *expires).max() {
+            // A live member the activity does not cover (never written so): cover it.
+            let ops = activity_ops(&group, state.activity.as_ref(), latest.max(until));
+            match store.write(ops).await {
+                Ok(()) | Err(StorageError::ConditionFailed { .. }) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        // The offsets, a write's worth at a time, each write checking that nobody used the group.
+        let mut finished = true;
+        loop {
+            if left == 0 {
+                finished = false;
+                break;
+            }
+            let page = store.query(&Query::all(offsets_pk(&group), left.min(MAX_WRITE_OPS - 1))).await?;
+            if page.items.is_empty() {
+                break;
+            }
+            let n = page.items.len();
+            let mut ops = vec![WriteOp::Check { key: activity_key(&group), expect: Expect::Version(version) }];
+            ops.extend(page.items.into_iter().map(|i| WriteOp::Delete { key: i.key, expect: Expect::Any }));
+            match store.write(ops).await {
+                Ok(()) => {
+                    deleted += n;
+                    left = left.saturating_sub(n);
+                }
+                // Used meanwhile: the next step finds its entry moved (or deletes what is left).
+                Err(StorageError::ConditionFailed { .. }) => {
+                    finished = false;
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if !finished {
+            continue;
+        }
+        let mut ops = vec![
+            WriteOp::Delete { key: activity_key(&group), expect: Expect::Version(version) },
+            WriteOp::Delete { key: entry.key, expect: Expect::Any },
+            WriteOp::Delete { key: registry_key(&group), expect: Expect::Any },
+        ];
+        if state.version > 0 {
+            ops.push(WriteOp::Delete { key: meta_key(&group), expect: Expect::Version(state.version) });
+        }
+        let n = ops.len();
+        match store.write(ops).await {
+            Ok(()) => {
+                deleted += n;
+                left = left.saturating_sub(n);
+                tracing::info!(group = %group, "group offsets expired");
+            }
+            Err(StorageError::ConditionFailed { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(deleted)
 }
 
 fn head_of(heads: &BTreeMap<u64, Vec<(HeadRecord, u64)>>, topic_id: u64, partition: u32) -> HeadRecord {

@@ -1,18 +1,22 @@
-//! Upkeep in bounded, resumable steps: removes the items of deleted topics, of
-//! deleted subscriptions, and expired records. The janitor Lambda function runs steps on a schedule;
-//! `serve` runs them in a background task. A step does at most `budget`
-//! deletions and keeps its progress in the store, so a step cut short (a
-//! timeout, a crash) is simply continued by the next one.
-//!
-//! Segment objects of deleted topics stay for now: an object can hold segments
-//! of several topics, so removing objects needs the garbage collector that
-//! retention brings.
+//! Upkeep in bounded, resumable steps. [`step`] removes the items of deleted
+//! topics and subscriptions and expired records; a [`Janitor`] step does that,
+//! then applies retention and compaction to every partition of every topic (a
+//! pass that resumes where the last step stopped), then runs the collector
+//! ([`crate::gc`]). The janitor Lambda function runs steps on a schedule; `serve`
+//! runs them in a background task. Each step is bounded and keeps its progress in
+//! the store, so a step cut short (a timeout, a crash) is continued by the next.
+
+use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::layout::{self, PurgeRecord, IDEMPOTENCY_SHARDS};
+use crate::compaction::compact;
+use crate::layout::{self, Cursor, PurgeRecord, UpkeepRecord, IDEMPOTENCY_SHARDS};
+use crate::log::decode_segments;
+use crate::retention::{remove_segments, retain, SEGMENTS_PER_WRITE};
+use crate::storage::ObjectStore;
 use crate::store::{Expect, Key, Query, StateStore, WriteOp};
-use crate::StorageError;
+use crate::{gc, topics, Clock, StorageError};
 
 /// Purge orders looked at per step.
 const ORDERS_PER_STEP: usize = 16;
@@ -31,7 +35,7 @@ pub struct JanitorReport {
 }
 
 /// Runs one bounded step of at most about `budget` deletions.
-pub async fn step(store: &dyn StateStore, budget: usize) -> Result<JanitorReport, StorageError> {
+pub async fn step(store: &dyn StateStore, budget: usize, now_ms: i64) -> Result<JanitorReport, StorageError> {
     let budget = budget.max(1);
     let mut report =
         JanitorReport { expired_removed: store.purge_expired(budget / 4 + 1).await?, ..Default::default() };
@@ -51,22 +55,29 @@ pub async fn step(store: &dyn StateStore, budget: usize) -> Result<JanitorReport
             .map_err(|_| StorageError::Corrupt(format!("purge order key {:?}", item.key.sk)))?;
         let mut version = item.version;
         // The index, one partition at a time, recording progress after each.
-        let partitions = order.partitions;
-        let done: fn(&mut PurgeRecord) -> &mut u32 = |o| &mut o.done_partitions;
-        let pks = |p| vec![layout::segments_pk(id, p)];
-        let (deleted, finished) =
-            drain_partitions(store, &item.key, &mut version, &mut order, done, partitions, pks, &mut left).await?;
-        report.items_deleted += deleted;
-        if !finished {
-            report.more = true;
-            return Ok(report);
+        // The index, one partition at a time, lowering the objects' counts and recording progress after each.
+        while order.done_partitions < order.partitions {
+            if left == 0 {
+                report.more = true;
+                return Ok(report);
+            }
+            let p = order.done_partitions;
+            let page = store.query(&Query::all(layout::segments_pk(id, p), (SEGMENTS_PER_WRITE * 4).min(left))).await?;
+            left = left.saturating_sub(page.items.len().max(1));
+            if page.items.is_empty() {
+                order.done_partitions += 1;
+                store.write(vec![WriteOp::replace(item.key.clone(), layout::encode(&order), Some(version))]).await?;
+                version += 1;
+                continue;
+            }
+            report.items_deleted += remove_segments(store, id, p, decode_segments(page.items)?, now_ms).await?;
         }
         // Its subscriptions become purge orders of their own; then the heads and
         // idempotency records go, each collection small or bounded by its TTL.
         if crate::queues::purge_topic_subscriptions(store, id, order.partitions).await? > 0 {
             report.more = true;
         }
-        let mut rest = vec![layout::heads_pk(id)];
+        let mut rest = vec![layout::heads_pk(id), layout::upkeep_record_key(id).pk];
         rest.extend((0..IDEMPOTENCY_SHARDS).map(|shard| layout::idempotency_pk_shard(id, shard)));
         for pk in rest {
             let (deleted, emptied) = drain(store, &pk, left).await?;
@@ -82,6 +93,24 @@ pub async fn step(store: &dyn StateStore, budget: usize) -> Result<JanitorReport
         report.topics_purged += 1;
     }
     Ok(report)
+}
+
+/// Adds what a pass did to a topic to its [`UpkeepRecord`] (statistics: a lost race loses them, nothing else).
+async fn record_upkeep(store: &dyn StateStore, id: u64, done: UpkeepRecord, now: i64) -> Result<(), StorageError> {
+    let key = layout::upkeep_record_key(id);
+    let (mut total, version) = match store.get(&key).await? {
+        Some(item) => (layout::decode::<UpkeepRecord>("upkeep", &item.value)?, Some(item.version)),
+        None => (UpkeepRecord::default(), None),
+    };
+    total.segments_expired += done.segments_expired;
+    total.bytes_expired += done.bytes_expired;
+    total.segments_merged += done.segments_merged;
+    total.segments_written += done.segments_written;
+    total.last_change_ms = now;
+    match store.write(vec![WriteOp::replace(key, layout::encode(&total), version)]).await {
+        Ok(()) | Err(StorageError::ConditionFailed { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Works through a purge order's partitions from the one `done` names: deletes the
@@ -137,30 +166,243 @@ pub(crate) async fn drain(store: &dyn StateStore, pk: &str, budget: usize) -> Re
 
 /// Deletions per step when running continuously.
 pub const STEP_BUDGET: usize = 5_000;
+/// Topics a janitor step applies retention and compaction to.
+const TOPICS_PER_STEP: usize = 16;
+/// Retention steps and merges per partition per janitor step.
+const PARTITION_STEPS: usize = 8;
+/// Steps in one round of [`Janitor::run`], so a busy log cannot keep a round going forever.
+const MAX_STEPS_PER_ROUND: usize = 200;
 
-/// Runs steps every `interval_ms` of `clock`'s time, forever: `serve`'s background upkeep.
-/// Each round runs steps until nothing is left; a failed step is logged and retried next round.
-pub async fn run_forever(
-    store: std::sync::Arc<dyn StateStore>,
-    clock: std::sync::Arc<dyn crate::Clock>,
-    interval_ms: u64,
-) {
-    loop {
-        clock.sleep(interval_ms).await;
+/// How the janitor keeps the log.
+#[derive(Debug, Clone)]
+pub struct JanitorConfig {
+    /// Retention of topics that set no `retention_ms`.
+    pub default_retention_ms: i64,
+    /// The size compaction merges small segments up to.
+    pub compaction_target_bytes: u64,
+    /// How long an object stays after its last segment went (readers in flight) or, never
+    /// indexed, after it was written (commits in flight).
+    pub grace_ms: i64,
+    /// How long a consumer group without members keeps its committed offsets.
+    pub offsets_retention_ms: i64,
+}
+
+impl Default for JanitorConfig {
+    fn default() -> Self {
+        Self {
+            default_retention_ms: 7 * 24 * 3600 * 1000,
+            compaction_target_bytes: 8 << 20,
+            grace_ms: 10 * 60 * 1000,
+            offsets_retention_ms: crate::groups::DEFAULT_OFFSETS_RETENTION_MS,
+        }
+    }
+}
+
+/// What a janitor step (or a round of them) did.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
+pub struct UpkeepReport {
+    #[serde(flatten)]
+    pub purge: JanitorReport,
+    pub partitions_visited: usize,
+    /// Partitions whose upkeep failed (logged; the next pass tries again).
+    pub partitions_failed: usize,
+    pub segments_expired: usize,
+    pub bytes_expired: u64,
+    pub index_items_removed: usize,
+    pub segments_merged: usize,
+    pub segments_written: usize,
+    /// Items of consumer groups whose offsets expired.
+    pub group_items_expired: usize,
+    #[serde(flatten)]
+    pub gc: gc::GcReport,
+    /// Some partition had more to expire or merge than one step does.
+    #[serde(skip)]
+    pub partitions_left: bool,
+}
+
+impl UpkeepReport {
+    /// Adds what another step did.
+    pub fn add(&mut self, o: &UpkeepReport) {
+        let (p, q) = (&mut self.purge, &o.purge);
+        p.topics_purged += q.topics_purged;
+        p.items_deleted += q.items_deleted;
+        p.expired_removed += q.expired_removed;
+        self.partitions_visited += o.partitions_visited;
+        self.partitions_failed += o.partitions_failed;
+        self.segments_expired += o.segments_expired;
+        self.bytes_expired += o.bytes_expired;
+        self.index_items_removed += o.index_items_removed;
+        self.segments_merged += o.segments_merged;
+        self.segments_written += o.segments_written;
+        self.group_items_expired += o.group_items_expired;
+        self.gc.objects_deleted += o.gc.objects_deleted;
+        self.gc.orphans_deleted += o.gc.orphans_deleted;
+        self.gc.bytes_deleted += o.gc.bytes_deleted;
+        self.gc.more = o.gc.more;
+        self.purge.more = o.purge.more;
+        self.partitions_left = o.partitions_left;
+    }
+
+    /// Whether work is left for another step.
+    pub fn more(&self) -> bool {
+        self.purge.more || self.gc.more || self.partitions_left
+    }
+
+    fn did_something(&self) -> bool {
+        *self != UpkeepReport { partitions_visited: self.partitions_visited, ..Default::default() }
+    }
+}
+
+/// Purges, retention, compaction and collection, over one backend's two stores.
+#[derive(Clone)]
+pub struct Janitor {
+    store: Arc<dyn StateStore>,
+    objects: Arc<dyn ObjectStore>,
+    clock: Arc<dyn Clock>,
+    config: JanitorConfig,
+}
+
+impl Janitor {
+    pub fn new(
+        store: Arc<dyn StateStore>,
+        objects: Arc<dyn ObjectStore>,
+        clock: Arc<dyn Clock>,
+        config: JanitorConfig,
+    ) -> Self {
+        Self { store, objects, clock, config }
+    }
+
+    /// One bounded step: purges first; then retention and compaction of up to
+    /// [`TOPICS_PER_STEP`] topics from where the last step left off; then the collector.
+    /// The pass resumes from a cursor kept in the store, so steps of successive runs (each
+    /// cut short by its deadline) cover every topic in turn.
+    pub async fn step(&self, budget: usize) -> Result<UpkeepReport, StorageError> {
+        let store = self.store.as_ref();
+        let key = layout::upkeep_key("pass");
+        let (mut cursor, version) = match store.get(&key).await? {
+            Some(item) => (layout::decode::<Cursor>("cursor", &item.value)?, Some(item.version)),
+            None => (Cursor::default(), None),
+        };
+        let report = self.step_from(&mut cursor, budget).await?;
+        match store.write(vec![WriteOp::replace(key, layout::encode(&cursor), version)]).await {
+            // Another janitor moved it: both did their topics; nothing is lost.
+            Ok(()) | Err(StorageError::ConditionFailed { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        Ok(report)
+    }
+
+    /// [`Janitor::step`] with the pass at `cursor`, which it moves.
+    async fn step_from(&self, cursor: &mut Cursor, budget: usize) -> Result<UpkeepReport, StorageError> {
+        let store = self.store.as_ref();
+        let now = self.clock.now_ms();
+        let mut report = UpkeepReport { purge: step(store, budget, now).await?, ..Default::default() };
+        if report.purge.more {
+            return Ok(report);
+        }
+        report.group_items_expired =
+            crate::groups::expire_step(store, now, self.config.offsets_retention_ms, budget).await?;
+        let pass_done = self.pass(&mut report, now, cursor).await?;
+        report.gc = gc::step(store, self.objects.as_ref(), self.clock.now_ms(), self.config.grace_ms, budget).await?;
+        report.purge.more = !pass_done;
+        Ok(report)
+    }
+
+    /// Retention and compaction of the next topics of the pass; answers whether the pass is done.
+    async fn pass(&self, report: &mut UpkeepReport, now: i64, cursor: &mut Cursor) -> Result<bool, StorageError> {
+        let store = self.store.as_ref();
+        let all = topics::list(store).await?;
+        let todo: Vec<_> =
+            all.into_iter().filter(|t| cursor.after.as_ref().is_none_or(|after| t.name > *after)).collect();
+        let done = todo.len() <= TOPICS_PER_STEP;
+        for topic in todo.into_iter().take(TOPICS_PER_STEP) {
+            let mut done = UpkeepRecord::default();
+            for partition in 0..topic.spec.partitions {
+                report.partitions_visited += 1;
+                // One partition's failure (storage down, a corrupt segment) is logged and left
+                // for the next pass; it never stops the upkeep of the others.
+                if let Err(e) = self.keep(&topic, partition, now, &mut done, report).await {
+                    tracing::warn!(topic = %topic.name, partition, error = %e, "partition upkeep failed");
+                    report.partitions_failed += 1;
+                }
+            }
+            report.segments_expired += done.segments_expired as usize;
+            report.bytes_expired += done.bytes_expired;
+            report.segments_merged += done.segments_merged as usize;
+            report.segments_written += done.segments_written as usize;
+            if done != UpkeepRecord::default() {
+                tracing::info!(topic = %topic.name, ?done, "janitor changed the topic");
+                record_upkeep(store, topic.id, done, now).await?;
+            }
+            cursor.after = Some(topic.name.clone());
+        }
+        if done {
+            cursor.after = None;
+        }
+        Ok(done)
+    }
+
+    /// Retention, then compaction, of one partition, within [`PARTITION_STEPS`] each.
+    async fn keep(
+        &self,
+        topic: &crate::TopicConfig,
+        partition: u32,
+        now: i64,
+        done: &mut UpkeepRecord,
+        report: &mut UpkeepReport,
+    ) -> Result<(), StorageError> {
+        let store = self.store.as_ref();
+        let mut left = true;
+        for _ in 0..PARTITION_STEPS {
+            let r = retain(store, topic, partition, now, self.config.default_retention_ms).await?;
+            done.segments_expired += r.segments_expired as u64;
+            done.bytes_expired += r.bytes_expired;
+            report.index_items_removed += r.items_removed;
+            if !r.more {
+                left = false;
+                break;
+            }
+        }
+        report.partitions_left |= left;
+        left = true;
+        for _ in 0..PARTITION_STEPS {
+            let target = self.config.compaction_target_bytes;
+            let c = compact(store, self.objects.as_ref(), topic, partition, now, target).await?;
+            done.segments_merged += c.segments_merged as u64;
+            done.segments_written += c.segments_written as u64;
+            if !c.more {
+                left = false;
+                break;
+            }
+        }
+        report.partitions_left |= left;
+        Ok(())
+    }
+
+    /// A round: steps through one whole pass over every topic, and until nothing is left
+    /// (or [`MAX_STEPS_PER_ROUND`]); answers what they did together.
+    pub async fn run(&self, budget: usize) -> Result<UpkeepReport, StorageError> {
+        let mut total = UpkeepReport::default();
+        let mut cursor = Cursor::default();
+        for _ in 0..MAX_STEPS_PER_ROUND {
+            let report = self.step_from(&mut cursor, budget).await?;
+            total.add(&report);
+            if !report.more() {
+                break;
+            }
+        }
+        Ok(total)
+    }
+
+    /// Runs a round every `interval_ms` of the clock's time, forever: `serve`'s background upkeep.
+    /// A failed round is logged and retried at the next.
+    pub async fn run_forever(self, interval_ms: u64) {
         loop {
-            match step(store.as_ref(), STEP_BUDGET).await {
-                Ok(report) => {
-                    if report.items_deleted + report.expired_removed + report.topics_purged > 0 {
-                        tracing::info!(?report, "janitor step");
-                    }
-                    if !report.more {
-                        break;
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "janitor step failed; retrying next round");
-                    break;
-                }
+            self.clock.sleep(interval_ms).await;
+            match self.run(STEP_BUDGET).await {
+                Ok(report) if report.did_something() => tracing::info!(?report, "janitor round"),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "janitor round failed; retrying next round"),
             }
         }
     }

@@ -10,6 +10,10 @@
 //! | partition head | `head#<id>` | partition, 10 digits | [`HeadRecord`] |
 //! | segment index entry | `seg#<id>#<partition>` | base offset, 20 digits | [`SegmentRecord`] |
 //! | idempotency record | `idem#<id>#<shard>` | the key | [`IdempotencyRecord`] (expires) |
+//! | blob object's live segments | `obj#<object>` | `-` | [`ObjectRecord`] |
+//! | object whose segments are all gone | `free#<shard>` | object | [`FreeRecord`] |
+//! | the collector's listing cursor, the upkeep pass's cursor | `upkeep` | `gc`, `pass` | [`Cursor`] |
+//! | what the janitor did to a topic | `upkeep#<id>` | `-` | [`UpkeepRecord`] |
 //!
 //! A topic's heads share one collection, so describing a topic is one query;
 //! each partition's index is a collection of its own, so partitions never share
@@ -115,6 +119,89 @@ pub struct SegmentRecord {
     pub pos: u64,
     pub len: u64,
     pub max_ts: i64,
+    /// A compacted segment is a run of parts, each an encoded segment of its own: its sparse
+    /// offset index, `[first offset - base, byte position - pos]` of every part but the first,
+    /// lets a reader fetch only the parts it needs. Empty for a segment in one part.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<[u64; 2]>,
+}
+
+impl SegmentRecord {
+    /// The parts as (first offset delta, byte position from `pos`, length), first part included.
+    pub fn pieces(&self) -> Vec<(u64, u64, u64)> {
+        let mut starts = vec![[0, 0]];
+        starts.extend(self.parts.iter().copied());
+        let ends = starts.iter().skip(1).map(|p| p[1]).chain(std::iter::once(self.len));
+        starts.iter().zip(ends).map(|(s, end)| (s[0], s[1], end.saturating_sub(s[1]))).collect()
+    }
+}
+
+/// How many live segments (and their bytes) an object holds. Every commit adds its
+/// segments to its blob's object in the same write that indexes them; retention and
+/// compaction take them off in the write that removes them. The collector deletes an
+/// object only after dooming its record (so no commit can add to it again): a doomed
+/// record is kept for [`DOOMED_TTL_MS`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectRecord {
+    pub refs: u64,
+    pub bytes: u64,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub doomed: bool,
+}
+
+/// An object whose last segment went at `freed_ms`: the collector deletes it a grace period later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FreeRecord {
+    pub freed_ms: i64,
+}
+
+/// What the janitor has done to a topic, in total: shown by its describe.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpkeepRecord {
+    /// Segments retention removed, and their bytes.
+    pub segments_expired: u64,
+    pub bytes_expired: u64,
+    /// Segments compaction merged away, and the merged segments it wrote.
+    pub segments_merged: u64,
+    pub segments_written: u64,
+    /// When the janitor last changed something in the topic.
+    pub last_change_ms: i64,
+}
+
+pub fn upkeep_record_key(id: u64) -> Key {
+    Key::new(format!("upkeep#{id:016x}"), "-")
+}
+
+/// Where a resumable pass of the upkeep stands.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cursor {
+    /// The last object name (collector) or topic name (upkeep pass) done.
+    #[serde(default)]
+    pub after: Option<String>,
+}
+
+/// How long a doomed object's record is kept: a commit of a blob into it would have to be
+/// applied this long after the blob was written to slip past (committers re-put blobs they
+/// have held for an hour, and a signed DynamoDB request expires after 15 minutes).
+pub const DOOMED_TTL_MS: i64 = 30 * 24 * 3600 * 1000;
+/// Collections the free list is spread over.
+pub const FREE_SHARDS: u32 = 8;
+const UPKEEP_PK: &str = "upkeep";
+
+pub fn object_key(object: &str) -> Key {
+    Key::new(format!("obj#{object}"), "-")
+}
+
+pub fn free_pk(shard: u32) -> String {
+    format!("free#{shard}")
+}
+
+pub fn free_key(object: &str) -> Key {
+    Key::new(free_pk(fnv1a(object.as_bytes()) % FREE_SHARDS), object)
+}
+
+pub fn upkeep_key(what: &str) -> Key {
+    Key::new(UPKEEP_PK, what)
 }
 
 /// The stored answer of a publish made under an `Idempotency-Key`.

@@ -5,7 +5,9 @@
 
 pub mod clock;
 mod commit;
+pub mod compaction;
 pub mod error;
+pub mod gc;
 pub mod groups;
 pub mod janitor;
 pub mod layout;
@@ -14,6 +16,7 @@ pub mod model;
 pub mod names;
 pub mod partitioner;
 pub mod queues;
+pub mod retention;
 pub mod segment;
 pub mod storage;
 pub mod store;

@@ -36,6 +36,8 @@ pub struct LogConfig {
     /// How often a long poll re-reads the partition head for publishes made by other
     /// processes (one small consistent read each). Publishes made by this process wake it at once.
     pub poll_interval: Duration,
+    /// How long a consumer group without members keeps its offsets (the janitor removes them).
+    pub offsets_retention_ms: i64,
 }
 
 impl Default for LogConfig {
@@ -44,6 +46,7 @@ impl Default for LogConfig {
             limits: Limits::default(),
             topic_cache_ttl: Duration::from_secs(1),
             poll_interval: Duration::from_millis(50),
+            offsets_retention_ms: crate::groups::DEFAULT_OFFSETS_RETENTION_MS,
         }
     }
 }
@@ -98,9 +101,56 @@ impl Drop for PartitionClaim {
 }
 
 /// One segment as the index describes it.
-struct Segment {
+pub(crate) struct Segment {
+    pub base: u64,
+    pub record: SegmentRecord,
+    /// The index item's version (compaction and retention replace items on it).
+    pub version: u64,
+}
+
+/// A byte range of an object holding one encoded segment: offsets `base..next`.
+struct Piece {
     base: u64,
-    record: SegmentRecord,
+    next: u64,
+    object: String,
+    pos: u64,
+    len: u64,
+}
+
+impl Segment {
+    fn pieces(&self) -> Vec<Piece> {
+        let parts = self.record.pieces();
+        let nexts: Vec<u64> =
+            parts.iter().skip(1).map(|p| self.base + p.0).chain(std::iter::once(self.record.next)).collect();
+        parts
+            .iter()
+            .zip(nexts)
+            .map(|(&(delta, off, len), next)| Piece {
+                base: self.base + delta,
+                next,
+                object: self.record.object.clone(),
+                pos: self.record.pos + off,
+                len,
+            })
+            .collect()
+    }
+}
+
+/// Every record of a segment with its offset, reading each of its parts.
+pub(crate) async fn segment_records(
+    objects: &dyn ObjectStore,
+    seg: &Segment,
+) -> Result<Vec<(u64, crate::segment::Record)>, StorageError> {
+    let data = objects.read(&seg.record.object, seg.record.pos, seg.record.len).await?;
+    let mut out = Vec::new();
+    for (delta, off, len) in seg.record.pieces() {
+        let part = data.slice(off as usize..(off + len) as usize);
+        let records = decode_segment(&part).map_err(|e| {
+            StorageError::Corrupt(format!("segment {}@{}: {e}", seg.record.object, seg.record.pos + off))
+        })?;
+        out.extend(records.into_iter().map(|d| (seg.base + delta + u64::from(d.offset_delta), d.record)));
+    }
+    Ok(out)
 }
 
 impl Log {
@@ -131,6 +181,7 @@ impl Log {
             random: random.clone(),
             heads: HashMap::new(),
             topic_versions: HashMap::new(),
+            object: None,
             committed: committed_tx,
         };
         tokio::spawn(committer.run(rx));
@@ -151,6 +202,11 @@ impl Log {
         Self { inner: Arc::new(inner) }
     }
 
+    /// How long a consumer group without members keeps its offsets.
+    pub fn offsets_retention_ms(&self) -> i64 {
+        self.inner.config.offsets_retention_ms
+    }
+
     pub fn limits(&self) -> &Limits {
         &self.inner.config.limits
     }
@@ -158,6 +214,11 @@ impl Log {
     /// The state store the log keeps its state in (the janitor works on it too).
     pub fn store(&self) -> &Arc<dyn StateStore> {
         &self.inner.store
+    }
+
+    /// The blob store the log keeps segments in (the janitor compacts and collects there).
+    pub fn objects(&self) -> &Arc<dyn ObjectStore> {
+        &self.inner.objects
     }
 
     pub fn clock(&self) -> &Arc<dyn Clock> {
@@ -210,6 +271,12 @@ impl Log {
         let topic = topics::live(self.inner.store.as_ref(), name).await?;
         let states = topics::states(self.inner.store.as_ref(), &topic).await?;
         Ok((topic, states))
+    }
+
+    /// What the janitor has done to the topic so far (retention, compaction), if anything.
+    pub async fn upkeep_of(&self, topic: &TopicConfig) -> Result<layout::UpkeepRecord, Error> {
+        let item = self.inner.store.get(&layout::upkeep_record_key(topic.id)).await?;
+        Ok(item.map(|i| layout::decode("upkeep", &i.value)).transpose()?.unwrap_or_default())
     }
 
     /// Deletes a topic at once (one atomic write); its data is removed afterwards by the janitor.
@@ -369,24 +436,37 @@ impl Log {
         let mut events: Vec<Event> = Vec::new();
         let (mut bytes, mut rendered) = (0, 0);
         let mut next = offset;
+        let mut retries = 0;
         'pages: while events.len() < max_events && next < head.next {
-            let mut page = self.segments(topic, partition, next).await?;
-            if page.is_empty() {
-                break;
+            let page = self.segments(topic, partition, next).await?;
+            let mut page: Vec<Piece> = page.iter().flat_map(|s| s.pieces()).filter(|p| p.next > next).collect();
+            // Only pieces that meet: a query that is not a snapshot (DynamoDB's, during a
+            // compaction's swap) can show an old item without its deleted neighbours.
+            if let Some(gap) = page.windows(2).position(|w| w[1].base > w[0].next) {
+                page.truncate(gap + 1);
             }
-            // Read only the segments this page can use: every object read is billed.
+            // The index no longer holds `next`: retention removed it since the head was read,
+            // or the query caught a compaction's swap half-way (then a second look finds it).
+            if page.first().is_none_or(|p| p.base > next) {
+                let (now, _) = topics::head(self.inner.store.as_ref(), topic.id, partition).await?;
+                if next >= now.start && retries < 3 {
+                    retries += 1;
+                    continue 'pages;
+                }
+                return self.below_start(topic, partition, next, events, head).await;
+            }
+            // Read only the parts this page can use: every object read is billed.
             let (mut events_left, mut bytes_left) = (max_events - events.len(), max_bytes.saturating_sub(bytes));
             let needed = page
                 .iter()
                 .position(|s| {
-                    events_left = events_left.saturating_sub((s.record.next - s.base.max(next)) as usize);
-                    bytes_left = bytes_left.saturating_sub(s.record.len as usize);
+                    events_left = events_left.saturating_sub((s.next - s.base.max(next)) as usize);
+                    bytes_left = bytes_left.saturating_sub(s.len as usize);
                     events_left == 0 || bytes_left == 0
                 })
                 .map_or(page.len(), |last| last + 1);
             page.truncate(needed);
-            let reads: Vec<(String, u64, u64)> =
-                page.iter().map(|s| (s.record.object.clone(), s.record.pos, s.record.len)).collect();
+            let reads: Vec<(String, u64, u64)> = page.iter().map(|s| (s.object.clone(), s.pos, s.len)).collect();
             let objects = self.inner.objects.clone();
             let mut data = stream::iter(reads)
                 .map(move |(object, pos, len)| {
@@ -395,12 +475,26 @@ impl Log {
                 })
                 .buffered(READ_CONCURRENCY);
             for seg in &page {
-                let Some(bytes_read) = data.try_next().await? else { break };
+                let bytes_read = match data.try_next().await {
+                    Ok(Some(b)) => b,
+                    Ok(None) => break,
+                    // Compaction replaced the segment and its old object went after a grace
+                    // period, or retention removed it: look again.
+                    Err(StorageError::NotFound(_)) if retries < 3 => {
+                        retries += 1;
+                        continue 'pages;
+                    }
+                    Err(StorageError::NotFound(what)) => {
+                        let (now, _) = topics::head(self.inner.store.as_ref(), topic.id, partition).await?;
+                        if next < now.start {
+                            return self.below_start(topic, partition, next, events, now).await;
+                        }
+                        return Err(StorageError::NotFound(what).into());
+                    }
+                    Err(e) => return Err(e.into()),
+                };
                 let records = decode_segment(&bytes_read).map_err(|e| {
-                    Error::Corrupt(format!(
-                        "segment {}@{} of {}/{}: {e}",
-                        seg.record.object, seg.record.pos, topic.name, partition
-                    ))
+                    Error::Corrupt(format!("segment {}@{} of {}/{}: {e}", seg.object, seg.pos, topic.name, partition))
                 })?;
                 for d in records {
                     let offset = seg.base + u64::from(d.offset_delta);
@@ -423,10 +517,37 @@ impl Log {
                         break 'pages;
                     }
                 }
-                next = next.max(seg.record.next);
+                next = next.max(seg.next);
             }
         }
         Ok(ReadBatch { events, next_offset: next, high_watermark: head.next.max(next), log_start_offset: head.start })
+    }
+
+    /// A read that found `next` gone from the index: what it has so far, or, with nothing yet,
+    /// `offset_out_of_range` naming the log start as it is now.
+    async fn below_start(
+        &self,
+        topic: &TopicConfig,
+        partition: u32,
+        next: u64,
+        events: Vec<Event>,
+        head: HeadRecord,
+    ) -> Result<ReadBatch, Error> {
+        let (now, _) = topics::head(self.inner.store.as_ref(), topic.id, partition).await?;
+        if !events.is_empty() {
+            return Ok(ReadBatch { events, next_offset: next, high_watermark: now.next, log_start_offset: now.start });
+        }
+        if next < now.start {
+            return Err(Error::OffsetOutOfRange {
+                offset: next,
+                log_start_offset: now.start,
+                high_watermark: now.next,
+            });
+        }
+        Err(Error::Corrupt(format!(
+            "{}/{partition}: offset {next} is in the log (start {}, head {} when read) but not in its index",
+            topic.name, now.start, head.next
+        )))
     }
 
     /// Up to a page of a partition's segments, from the one holding `offset`.
@@ -562,10 +683,8 @@ impl Log {
                 return Ok(head.next);
             }
         };
-        let data = self.inner.objects.read(&seg.record.object, seg.record.pos, seg.record.len).await?;
-        let records =
-            decode_segment(&data).map_err(|e| Error::Corrupt(format!("segment {}: {e}", seg.record.object)))?;
-        let found = records.iter().find(|d| d.record.timestamp_ms >= ts).map(|d| seg.base + u64::from(d.offset_delta));
+        let records = segment_records(self.inner.objects.as_ref(), &seg).await?;
+        let found = records.iter().find(|(_, r)| r.timestamp_ms >= ts).map(|(o, _)| *o);
         Ok(found.unwrap_or(seg.record.next).max(head.start))
     }
 
@@ -592,10 +711,16 @@ impl Log {
     }
 }
 
-fn decode_segments(items: Vec<crate::store::Item>) -> Result<Vec<Segment>, StorageError> {
+pub(crate) fn decode_segments(items: Vec<crate::store::Item>) -> Result<Vec<Segment>, StorageError> {
     items
         .into_iter()
-        .map(|i| Ok(Segment { base: layout::offset_of(&i.key.sk)?, record: layout::decode("segment", &i.value)? }))
+        .map(|i| {
+            Ok(Segment {
+                base: layout::offset_of(&i.key.sk)?,
+                record: layout::decode("segment", &i.value)?,
+                version: i.version,
+            })
+        })
         .collect()
 }
 

@@ -6,7 +6,7 @@
 //! | item | `pk` | `sk` | value |
 //! |---|---|---|---|
 //! | subscription | `subs#<topic id>` | name | [`SubscriptionRecord`] |
-//! | cursor: next offset never delivered, DLQ size | `q#<sub id>#<partition>` | `c` | [`CursorRecord`] |
+//! | cursor: next offset never delivered, DLQ size, expired count | `q#<sub id>#<partition>` | `c` | [`CursorRecord`] |
 //! | lease: messages of one delivery, or released | `q#<sub id>#<partition>` | `l#<due ms>#<nonce>` | [`LeaseRecord`] |
 //! | dead letter | `dlq#<sub id>#<partition>` | offset, 20 digits | [`DeadRecord`] |
 //! | delete order of a subscription | `purge-subs` | sub id | [`SubPurgeRecord`] |
@@ -145,6 +145,13 @@ pub struct Backlog {
     pub delayed: u64,
     /// In the dead-letter queue (including messages whose last delivery ran out at the limit).
     pub dead: u64,
+    /// Removed from the log by retention before they were delivered, or before they were
+    /// delivered again: never delivered (again). Counts those a receive already passed
+    /// over (kept with the cursor), and those it would pass over now: below the log start,
+    /// new or due for redelivery. A message below the log start that a receiver holds, or
+    /// that waits, keeps its count (`in_flight`, `delayed`) until it comes due: it can
+    /// still be acked meanwhile. So the number only grows, and exactly once per message.
+    pub expired: u64,
     /// How long the oldest visible message has been visible.
     pub oldest_visible_age_ms: Option<u64>,
 }
@@ -287,6 +294,10 @@ pub struct CursorRecord {
     /// Messages in this partition's dead-letter queue.
     #[serde(default)]
     pub dead: u64,
+    /// Messages removed by retention that receives passed over (new ones below the log
+    /// start, and lease messages dropped when they came due), counted in the same write.
+    #[serde(default)]
+    pub expired: u64,
 }
 
 /// Messages delivered together (or released together), all with one receive count.
@@ -823,7 +834,7 @@ impl Queues {
     /// first `limit` items, which are the cursor and the leases due soonest.
     async fn load(&self, sub: &Sub, partition: u32, limit: Option<usize>) -> Result<QueueState, StorageError> {
         let mut state = QueueState {
-            cursor: CursorRecord { next: sub.start(partition), dead: 0 },
+            cursor: CursorRecord { next: sub.start(partition), dead: 0, expired: 0 },
             cursor_version: None,
             leases: Vec::new(),
         };
@@ -1026,19 +1037,17 @@ impl Queues {
             } else {
                 want.saturating_sub(candidates.len())
             };
+            // Where new messages start: offsets below the log start were removed by retention
+            // before the queue took them, and are counted as expired when the cursor passes them.
+            let mut base = state.cursor.next.max(head.start);
             let mut payloads: HashMap<u64, Event> = HashMap::new();
-            if room > 0 && state.cursor.next < head.next {
+            if room > 0 && base < head.next {
                 let batch = self
                     .log
-                    .read_at(
-                        &sub.topic,
-                        partition,
-                        state.cursor.next,
-                        room.min(limits.max_read_events),
-                        limits.max_read_bytes,
-                        head,
-                    )
+                    .read_at(&sub.topic, partition, base, room.min(limits.max_read_events), limits.max_read_bytes, head)
                     .await?;
+                // The log start moved past `base` since the heads were read.
+                base = base.max(batch.events.first().map_or(base, |e| e.offset));
                 for event in batch.events {
                     let waiting = (spec.delay_ms > 0)
                         // From its timestamp, or from now if the publisher's clock ran ahead.
@@ -1136,7 +1145,7 @@ impl Queues {
                     pick.cursor_next = c.msg.offset + 1;
                 }
             }
-            pick.cursor_next = pick.cursor_next.max(state.cursor.next);
+            pick.cursor_next = pick.cursor_next.max(base);
 
             // The payloads of what was chosen from leases (new messages' are read), then the
             // answer's size: what does not fit stays (in its lease, or in the log).
@@ -1166,7 +1175,7 @@ impl Queues {
                 }
             }
             if let Some(at) = cut {
-                pick.cursor_next = at.max(state.cursor.next);
+                pick.cursor_next = at.max(base);
                 pick.parked.retain(|m| m.offset < at);
                 for msgs in pick.delayed.values_mut() {
                     msgs.retain(|m| m.offset < at);
@@ -1174,7 +1183,10 @@ impl Queues {
                 pick.delayed.retain(|_, msgs| !msgs.is_empty());
             }
             taken.blocked |= !pick.parked.is_empty();
-            if kept.is_empty() && pick.parked.is_empty() && pick.delayed.is_empty() && pick.gone.is_empty() {
+            let skipped = base - state.cursor.next.min(base);
+            // Only expired messages to pass over: written, then the partition is looked at again.
+            let only_expired = kept.is_empty() && pick.parked.is_empty() && pick.delayed.is_empty();
+            if only_expired && pick.gone.is_empty() && skipped == 0 {
                 let nothing_due = !state.leases.iter().any(|l| l.due <= now);
                 if nothing_due && state.cursor.next >= head.next {
                     taken.idle_at = Some(state.cursor.next);
@@ -1189,12 +1201,15 @@ impl Queues {
             // a lease moved while the leases were read shows as a new cursor version), the
             // due leases emptied of what was taken, a new lease per receive count, and the
             // parked messages.
+            // Expired messages are counted in the write that passes over them, conditional on
+            // the cursor's and the leases' versions: exactly once.
             let mut ops = Vec::new();
-            if pick.cursor_next > state.cursor.next {
+            if pick.cursor_next > state.cursor.next || !pick.gone.is_empty() {
+                let expired = state.cursor.expired + skipped + pick.gone.len() as u64;
                 ops.push(state.cursor_write(
                     sub.record.id,
                     partition,
-                    CursorRecord { next: pick.cursor_next, dead: state.cursor.dead },
+                    CursorRecord { next: pick.cursor_next, dead: state.cursor.dead, expired },
                 ));
             } else if keyed {
                 // Rewritten, not only checked: a keyed receiver that read the leases while
@@ -1248,6 +1263,9 @@ impl Queues {
                 // An unknown outcome may have leased messages to no one: they come back
                 // when that visibility window ends, so nothing is lost or held twice.
                 self.lost_race(e, &mut attempt).await?;
+                continue;
+            }
+            if only_expired {
                 continue;
             }
             *bytes_left = left;
@@ -1625,7 +1643,10 @@ impl Queues {
 
     /// The subscription with exact counts: every partition's leases are read (they are
     /// what is in flight or waiting, not the backlog), new messages are counted from the
-    /// cursor to the head.
+    /// cursor (or the log start, if retention moved it past the cursor) to the head.
+    /// `expired` is what retention took from the queue: counted when a receive passed
+    /// over it, plus what a receive would pass over now (see [`Backlog::expired`]), so
+    /// it is exact whether or not a receive came since the log start moved.
     pub async fn describe(&self, topic: &str, name: &str) -> Result<SubscriptionDescription, Error> {
         let sub = self.sub(topic, name).await?;
         let heads = topics::heads(self.store(), &sub.topic).await?;
@@ -1637,15 +1658,22 @@ impl Queues {
         for (p, (head, _)) in heads.iter().enumerate() {
             let p = p as u32;
             let state = self.load(&sub, p, None).await?;
-            let mut b = Backlog { dead: state.cursor.dead, ..Backlog::default() };
+            let mut b = Backlog { dead: state.cursor.dead, expired: state.cursor.expired, ..Backlog::default() };
+            // What a receive would pass over now: new messages below the log start.
+            b.expired += head.start.saturating_sub(state.cursor.next);
             let mut visible_since: Option<i64> = None;
             for lease in &state.leases {
                 let n = lease.record.msgs.len() as u64;
                 if lease.due <= now && lease.record.receives >= spec.max_receive_count {
                     b.dead += n;
                 } else if lease.due <= now {
-                    b.visible += n;
-                    visible_since = min_time(visible_since, lease.due);
+                    // …and due messages below it.
+                    let gone = lease.record.msgs.iter().filter(|m| m.offset < head.start).count() as u64;
+                    b.expired += gone;
+                    if n > gone {
+                        b.visible += n - gone;
+                        visible_since = min_time(visible_since, lease.due);
+                    }
                 } else if lease.record.held_until.is_some_and(|h| h > now) {
                     b.in_flight += n;
                 } else {
@@ -1679,6 +1707,7 @@ impl Queues {
             total.in_flight += b.in_flight;
             total.delayed += b.delayed;
             total.dead += b.dead;
+            total.expired += b.expired;
             partitions.push(PartitionBacklog { partition: p, cursor, high_watermark: head.next, backlog: b });
         }
         total.oldest_visible_age_ms = oldest.map(|t| now.saturating_sub(t).max(0) as u64);

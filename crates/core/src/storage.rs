@@ -57,7 +57,20 @@ impl StorageError {
     }
 }
 
+/// One object as a listing shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectInfo {
+    pub name: String,
+    pub size: u64,
+    /// When it was created, by the store's clock (S3's LastModified, a file's mtime): only
+    /// used to leave young objects alone for a grace period, never to decide safety.
+    pub created_ms: i64,
+}
+
 /// Immutable blobs: S3 objects, or byte ranges of local files.
+///
+/// Objects are removed only by the collector ([`crate::gc`]), which first dooms an object in
+/// the state store so that no commit can index a blob in it afterwards; see docs/DESIGN.md.
 #[async_trait]
 pub trait ObjectStore: Send + Sync + 'static {
     /// Stores `bytes` as a new immutable blob, durable when this returns, and says where it lives.
@@ -67,4 +80,15 @@ pub trait ObjectStore: Send + Sync + 'static {
     /// Reads `len` bytes at `position` of `object`.
     /// `NotFound` if the object does not exist; `Corrupt` if it holds fewer bytes.
     async fn read(&self, object: &str, position: u64, len: u64) -> Result<Bytes, StorageError>;
+
+    /// Up to `limit` objects in name order, after `after` (exclusive) when given. Names sort
+    /// by creation time (they start with it), so a listing meets old objects first.
+    async fn list(&self, after: Option<&str>, limit: usize) -> Result<Vec<ObjectInfo>, StorageError>;
+
+    /// Deletes an object. Deleting an absent object succeeds (a retried delete is not an error).
+    async fn delete(&self, object: &str) -> Result<(), StorageError>;
+
+    /// Never puts another blob into `object` (the collector doomed it). A no-op where every
+    /// put creates an object of its own.
+    fn retire(&self, _object: &str) {}
 }

@@ -1,8 +1,9 @@
-//! The janitor Lambda function, run by an EventBridge schedule: removes the
-//! items of deleted topics and expired records in bounded steps until its time
-//! is nearly up (whatever is left, the next run continues), then reports per
-//! topic how many events and bytes the log holds, as one structured log line
-//! each and as the invocation's result.
+//! The janitor Lambda function, run by an EventBridge schedule: purges deleted
+//! topics and expired records, applies retention and compaction, and collects
+//! unneeded objects, in bounded steps until its time is nearly up (whatever is
+//! left, the next run continues); then reports per topic how many events and
+//! bytes the log holds, as one structured log line each and as the invocation's
+//! result. It is the only function allowed to delete objects.
 
 use std::time::{Duration, SystemTime};
 
@@ -10,7 +11,7 @@ use lambda_runtime::{run, service_fn, tracing, Error, LambdaEvent};
 use serde::Serialize;
 use serde_json::Value;
 use sluice_api::Config;
-use sluice_core::janitor::{self, JanitorReport, STEP_BUDGET};
+use sluice_core::janitor::{Janitor, UpkeepReport, STEP_BUDGET};
 use sluice_core::Log;
 
 /// Time kept back from the invocation's deadline for the report.
@@ -28,23 +29,22 @@ struct TopicReport {
 /// What one run did and found.
 #[derive(Debug, Serialize)]
 struct Report {
-    upkeep: JanitorReport,
+    upkeep: UpkeepReport,
     topics: Vec<TopicReport>,
 }
 
 /// One scheduled run; the event's content does not matter, only that it came.
-async fn janitor(log: &Log, event: LambdaEvent<Value>) -> Result<Report, Error> {
+async fn janitor(log: &Log, config: &Config, event: LambdaEvent<Value>) -> Result<Report, Error> {
     let scheduled = event.payload.get("time").and_then(Value::as_str).unwrap_or("unknown");
     tracing::info!(request_id = %event.context.request_id, scheduled, "janitor run");
     let deadline = event.context.deadline().checked_sub(RESERVE);
-    let mut upkeep = JanitorReport::default();
+    let janitor =
+        Janitor::new(log.store().clone(), log.objects().clone(), log.clock().clone(), config.janitor_config());
+    let mut upkeep = UpkeepReport::default();
     loop {
-        let step = janitor::step(log.store().as_ref(), STEP_BUDGET).await?;
-        upkeep.topics_purged += step.topics_purged;
-        upkeep.items_deleted += step.items_deleted;
-        upkeep.expired_removed += step.expired_removed;
-        upkeep.more = step.more;
-        if !step.more || deadline.is_some_and(|d| SystemTime::now() >= d) {
+        let step = janitor.step(STEP_BUDGET).await?;
+        upkeep.add(&step);
+        if !step.more() || deadline.is_some_and(|d| SystemTime::now() >= d) {
             break;
         }
     }
@@ -69,7 +69,7 @@ async fn main() -> Result<(), Error> {
     tracing::init_default_subscriber();
     let config = Config::from_env()?;
     let log = sluice_api::open_backend(&config).await?;
-    run(service_fn(|event| janitor(&log, event))).await
+    run(service_fn(|event| janitor(&log, &config, event))).await
 }
 
 #[cfg(test)]
@@ -108,10 +108,10 @@ mod tests {
         context.deadline =
             (SystemTime::now() + Duration::from_secs(120)).duration_since(SystemTime::UNIX_EPOCH).unwrap().as_millis()
                 as u64;
-        let report = janitor(&log, LambdaEvent::new(payload, context)).await.unwrap();
-        assert_eq!(report.upkeep.topics_purged, 1, "{:?}", report.upkeep);
-        assert_eq!(report.upkeep.items_deleted, 4, "two heads and two segment entries: {:?}", report.upkeep);
-        assert!(!report.upkeep.more);
+        let report = janitor(&log, &config, LambdaEvent::new(payload, context)).await.unwrap();
+        assert_eq!(report.upkeep.purge.topics_purged, 1, "{:?}", report.upkeep);
+        assert_eq!(report.upkeep.purge.items_deleted, 4, "two heads and two segment entries: {:?}", report.upkeep);
+        assert!(!report.upkeep.more());
         let topics = &report.topics;
         assert_eq!(topics.len(), 1);
         assert_eq!((topics[0].topic.as_str(), topics[0].partitions, topics[0].events), ("orders", 2, 3));

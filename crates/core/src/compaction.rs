@@ -1,0 +1,258 @@
+//! Compaction: runs of small segments of a partition are merged into one large
+//! segment, so replaying a partition written one event at a time reads a few
+//! large objects instead of one per publish.
+//!
+//! A merged segment keeps its offsets (the same base, the same events, byte for
+//! byte) and is written as parts of about [`PART_BYTES`], each an encoded segment
+//! of its own, whose positions its index item lists: a reader fetches only the
+//! parts it needs (a sparse offset index). The swap is one atomic write per run:
+//! the first item of the run is replaced by the merged segment and the others are
+//! deleted, each conditionally on the version read, with the objects' counts; a
+//! reader sees either the old items or the new one. The old objects go through
+//! the collector, after its grace period for readers still reading them.
+//! Merging repeats on the merged segments while they are small, so a partition
+//! converges to segments of about the target size.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
+use crate::gc::{object_ops, ObjectChanges};
+use crate::layout::{self, SegmentRecord};
+use crate::log::{decode_segments, segment_records, Segment};
+use crate::model::TopicConfig;
+use crate::segment::{encode_segment, Record};
+use crate::storage::ObjectStore;
+use crate::store::{Expect, Query, StateStore, WriteOp, MAX_WRITE_OPS};
+use crate::{topics, StorageError};
+
+/// Bytes of one part of a merged segment: the unit a reader fetches.
+pub const PART_BYTES: usize = 256 << 10;
+/// Segments merged per swap: each costs its index item, its object's count and perhaps a free-list entry.
+const MAX_RUN: usize = (MAX_WRITE_OPS - 4) / 3;
+/// Index items looked at per step of a partition.
+const PAGE: usize = 200;
+
+/// What compaction did to one partition.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct CompactionReport {
+    /// Segments merged away (replaced by fewer).
+    pub segments_merged: usize,
+    /// Merged segments written.
+    pub segments_written: usize,
+    /// Whether more is left for another step.
+    pub more: bool,
+}
+
+/// Merges the first run of small segments of a partition found from its log start, if any.
+/// A segment is small below half of `target_bytes`; a run is at most `target_bytes`.
+pub async fn compact(
+    store: &dyn StateStore,
+    objects: &dyn ObjectStore,
+    topic: &TopicConfig,
+    partition: u32,
+    now_ms: i64,
+    target_bytes: u64,
+) -> Result<CompactionReport, StorageError> {
+    let mut report = CompactionReport::default();
+    let (head, version) = topics::head(store, topic.id, partition).await?;
+    if version == 0 {
+        return Ok(report);
+    }
+    let mut query = Query::all(layout::segments_pk(topic.id, partition), PAGE);
+    query.from = Some(layout::offset_sk(head.start));
+    loop {
+        let page = store.query(&query).await?;
+        let more_pages = page.next.is_some();
+        let segments = decode_segments(page.items)?;
+        if let Some(run) = runs(&segments, target_bytes).into_iter().next() {
+            let written = merge(store, objects, topic, partition, &segments[run.clone()], now_ms).await?;
+            if written {
+                report.segments_merged = run.len();
+                report.segments_written = 1;
+            }
+            // Another step continues: more runs may follow, and merged segments may merge again.
+            report.more = true;
+            return Ok(report);
+        }
+        match page.next {
+            Some(after) if more_pages => query.after = Some(after),
+            _ => return Ok(report),
+        }
+    }
+}
+
+/// Runs of at least two adjacent small segments, each at most `target_bytes` and [`MAX_RUN`] long.
+fn runs(segments: &[Segment], target_bytes: u64) -> Vec<std::ops::Range<usize>> {
+    let small = |s: &Segment| s.record.len < target_bytes / 2;
+    let mut runs = Vec::new();
+    let mut i = 0;
+    while i < segments.len() {
+        if !small(&segments[i]) {
+            i += 1;
+            continue;
+        }
+        let mut j = i + 1;
+        let mut bytes = segments[i].record.len;
+        while j < segments.len()
+            && j - i < MAX_RUN
+            && small(&segments[j])
+            && segments[j].base == segments[j - 1].record.next
+            && bytes + segments[j].record.len <= target_bytes
+        {
+            bytes += segments[j].record.len;
+            j += 1;
+        }
+        if j - i >= 2 {
+            runs.push(i..j);
+        }
+        i = j;
+    }
+    runs
+}
+
+/// Merges `run` into one segment written as a new blob, and swaps it into the index.
+/// Answers whether the swap landed (it loses to a concurrent retention or compaction, harmlessly:
+/// the new blob is then never indexed, and the collector removes it).
+async fn merge(
+    store: &dyn StateStore,
+    objects: &dyn ObjectStore,
+    topic: &TopicConfig,
+    partition: u32,
+    run: &[Segment],
+    now_ms: i64,
+) -> Result<bool, StorageError> {
+    let (first, last) = (&run[0], &run[run.len() - 1]);
+    let mut records: Vec<(u64, Record)> = Vec::new();
+    for seg in run {
+        records.extend(segment_records(objects, seg).await?);
+    }
+    let dense = records.iter().enumerate().all(|(i, (o, _))| *o == first.base + i as u64);
+    if !dense || first.base + records.len() as u64 != last.record.next {
+        return Err(StorageError::Corrupt(format!(
+            "{}/{partition}: segments {}..{} do not hold their offsets densely",
+            topic.name, first.base, last.record.next
+        )));
+    }
+    let (blob, parts, max_ts) = encode_parts(&records);
+    let len = blob.len() as u64;
+    let at = objects.put(blob).await?;
+    let merged =
+        SegmentRecord { next: last.record.next, object: at.object.clone(), pos: at.position, len, max_ts, parts };
+    let mut changes: ObjectChanges = BTreeMap::new();
+    for seg in run {
+        let c = changes.entry(seg.record.object.clone()).or_default();
+        c.0 -= 1;
+        c.1 -= seg.record.len as i64;
+    }
+    let c = changes.entry(at.object.clone()).or_default();
+    c.0 += 1;
+    c.1 += len as i64;
+    let Some(object_ops) = object_ops(store, &changes, now_ms).await? else {
+        // The new blob's object was doomed under us: never add to it.
+        objects.retire(&at.object);
+        return Ok(false);
+    };
+    let mut ops = vec![WriteOp::replace(
+        layout::segment_key(topic.id, partition, first.base),
+        layout::encode(&merged),
+        Some(first.version),
+    )];
+    for seg in &run[1..] {
+        ops.push(WriteOp::Delete {
+            key: layout::segment_key(topic.id, partition, seg.base),
+            expect: Expect::Version(seg.version),
+        });
+    }
+    ops.extend(object_ops);
+    match store.write(ops).await {
+        Ok(()) => {
+            tracing::info!(
+                topic = %topic.name, partition, base = first.base, next = merged.next, segments = run.len(),
+                bytes = len, "compacted a run of segments"
+            );
+            Ok(true)
+        }
+        Err(StorageError::ConditionFailed { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Encodes records (offsets dense from the first) as parts of about [`PART_BYTES`]; answers
+/// the blob, the sparse index of parts after the first, and the largest timestamp.
+fn encode_parts(records: &[(u64, Record)]) -> (Bytes, Vec<[u64; 2]>, i64) {
+    let base = records.first().map_or(0, |(o, _)| *o);
+    let mut blob = Vec::new();
+    let mut parts = Vec::new();
+    let mut max_ts = i64::MIN;
+    let mut i = 0;
+    while i < records.len() {
+        let mut j = i;
+        let mut bytes = 0;
+        while j < records.len() && (j == i || bytes + records[j].1.approx_size() <= PART_BYTES) {
+            bytes += records[j].1.approx_size();
+            j += 1;
+        }
+        if i > 0 {
+            parts.push([records[i].0 - base, blob.len() as u64]);
+        }
+        let summary = encode_segment(records[i..j].iter().map(|(_, r)| r), &mut blob);
+        max_ts = max_ts.max(summary.max_timestamp_ms);
+        i = j;
+    }
+    (Bytes::from(blob), parts, max_ts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seg(base: u64, next: u64, len: u64) -> Segment {
+        Segment {
+            base,
+            version: 1,
+            record: SegmentRecord { next, object: "o".into(), pos: 0, len, max_ts: 0, parts: Vec::new() },
+        }
+    }
+
+    #[test]
+    fn runs_are_adjacent_small_segments_within_the_target() {
+        let segs = vec![seg(0, 1, 10), seg(1, 2, 10), seg(2, 3, 600), seg(3, 4, 10), seg(4, 5, 10), seg(5, 6, 10)];
+        assert_eq!(runs(&segs, 1000), vec![0..2, 3..6]);
+        // A gap (a straddling segment cut away) ends a run; one small segment alone is no run.
+        let gap = vec![seg(0, 1, 10), seg(2, 3, 10), seg(3, 4, 10)];
+        assert_eq!(runs(&gap, 1000), vec![1..3]);
+        // The target bounds a run's bytes.
+        let many: Vec<Segment> = (0..10).map(|i| seg(i, i + 1, 300)).collect();
+        assert_eq!(runs(&many, 1000), vec![0..3, 3..6, 6..9]);
+    }
+
+    #[test]
+    fn parts_split_at_the_part_size_and_index_their_first_offsets() {
+        let value = Bytes::from(vec![7u8; 100 << 10]);
+        let records: Vec<(u64, Record)> = (0..7)
+            .map(|i| {
+                let r = Record {
+                    timestamp_ms: i,
+                    key: None,
+                    headers: Vec::new(),
+                    value: value.clone(),
+                    value_is_json: false,
+                };
+                (40 + i as u64, r)
+            })
+            .collect();
+        let (blob, parts, max_ts) = encode_parts(&records);
+        assert_eq!(max_ts, 6);
+        // 100 KiB records, 256 KiB parts: two per part.
+        assert_eq!(parts.iter().map(|p| p[0]).collect::<Vec<_>>(), vec![2, 4, 6]);
+        let record = SegmentRecord { next: 47, object: "o".into(), pos: 0, len: blob.len() as u64, max_ts, parts };
+        let mut offsets = Vec::new();
+        for (delta, off, len) in record.pieces() {
+            let part = blob.slice(off as usize..(off + len) as usize);
+            let decoded = crate::segment::decode_segment(&part).unwrap();
+            offsets.extend(decoded.iter().map(|d| 40 + delta + u64::from(d.offset_delta)));
+        }
+        assert_eq!(offsets, (40..47).collect::<Vec<_>>());
+    }
+}

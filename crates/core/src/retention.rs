@@ -1,0 +1,123 @@
+//! Retention: a partition keeps what its topic's policy says, by time
+//! (`retention_ms`: segments whose newest event is older go) and by size
+//! (`retention_bytes`: the oldest segments go while the partition holds more).
+//!
+//! Whole segments go, from the oldest end, in two steps: first the partition's
+//! log start advances past them (one conditional write of the head), so from then
+//! on no reader is told their offsets exist; then their index items are removed
+//! and their objects' counts lowered, in writes of their own. A step cut short
+//! between the two leaves index items below the log start, which the next step
+//! removes first.
+
+use std::collections::BTreeMap;
+
+use crate::gc::{object_ops, ObjectChanges};
+use crate::layout;
+use crate::log::{decode_segments, Segment};
+use crate::model::TopicConfig;
+use crate::store::{Expect, Query, StateStore, WriteOp, MAX_WRITE_OPS};
+use crate::{topics, StorageError};
+
+/// Index items read per retention step of a partition.
+const PAGE: usize = 100;
+/// Segments removed per write: each costs its index item, its object's count and perhaps a free-list entry.
+pub(crate) const SEGMENTS_PER_WRITE: usize = (MAX_WRITE_OPS - 2) / 3;
+
+/// What retention did to one partition.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct RetentionReport {
+    /// Segments whose offsets fell below the log start.
+    pub segments_expired: usize,
+    /// Their bytes.
+    pub bytes_expired: u64,
+    /// Index items removed (below the log start).
+    pub items_removed: usize,
+    /// Whether more is left for another step.
+    pub more: bool,
+}
+
+/// Applies the topic's retention policy to one partition, then removes index items below
+/// its log start. `default_retention_ms` applies when the topic sets none.
+pub async fn retain(
+    store: &dyn StateStore,
+    topic: &TopicConfig,
+    partition: u32,
+    now_ms: i64,
+    default_retention_ms: i64,
+) -> Result<RetentionReport, StorageError> {
+    let mut report = RetentionReport::default();
+    let (head, version) = topics::head(store, topic.id, partition).await?;
+    if version == 0 {
+        return Ok(report);
+    }
+    let pk = layout::segments_pk(topic.id, partition);
+    let page = store.query(&Query::all(pk, PAGE)).await?;
+    report.more = page.next.is_some();
+    let segments = decode_segments(page.items)?;
+    let cutoff = now_ms.saturating_sub(topic.spec.retention_ms.unwrap_or(default_retention_ms));
+    let mut after = head;
+    for seg in segments.iter().filter(|s| s.record.next > head.start) {
+        let too_old = seg.record.max_ts < cutoff;
+        let too_big = topic.spec.retention_bytes.is_some_and(|limit| after.bytes > limit as u64);
+        if !(too_old || too_big) {
+            break;
+        }
+        after.start = seg.record.next;
+        after.bytes = after.bytes.saturating_sub(seg.record.len);
+        report.segments_expired += 1;
+        report.bytes_expired += seg.record.len;
+    }
+    if after.start > head.start {
+        let op = WriteOp::replace(layout::head_key(topic.id, partition), layout::encode(&after), Some(version));
+        match store.write(vec![op]).await {
+            Ok(()) => tracing::info!(
+                topic = %topic.name, partition, log_start = after.start, segments = report.segments_expired,
+                bytes = report.bytes_expired, "retention advanced the log start"
+            ),
+            // A commit moved the head meanwhile: the next step looks again.
+            Err(StorageError::ConditionFailed { .. }) => {
+                return Ok(RetentionReport { more: true, ..Default::default() })
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let dead: Vec<Segment> = segments.into_iter().filter(|s| s.record.next <= after.start).collect();
+    report.items_removed = remove_segments(store, topic.id, partition, dead, now_ms).await?;
+    Ok(report)
+}
+
+/// Removes index items and lowers their objects' counts, in writes of
+/// [`SEGMENTS_PER_WRITE`], each conditional on the items' versions (so a segment is
+/// never subtracted twice). Answers how many went; stops at the first write that loses a race.
+pub(crate) async fn remove_segments(
+    store: &dyn StateStore,
+    topic_id: u64,
+    partition: u32,
+    segments: Vec<Segment>,
+    now_ms: i64,
+) -> Result<usize, StorageError> {
+    let mut removed = 0;
+    for chunk in segments.chunks(SEGMENTS_PER_WRITE) {
+        let mut changes: ObjectChanges = BTreeMap::new();
+        let mut ops = Vec::with_capacity(chunk.len() * 3);
+        for s in chunk {
+            let c = changes.entry(s.record.object.clone()).or_default();
+            c.0 -= 1;
+            c.1 -= s.record.len as i64;
+            ops.push(WriteOp::Delete {
+                key: layout::segment_key(topic_id, partition, s.base),
+                expect: Expect::Version(s.version),
+            });
+        }
+        let Some(object_ops) = object_ops(store, &changes, now_ms).await? else {
+            return Err(StorageError::Corrupt("an object lost a segment after it was doomed".into()));
+        };
+        ops.extend(object_ops);
+        match store.write(ops).await {
+            Ok(()) => removed += chunk.len(),
+            Err(StorageError::ConditionFailed { .. }) => return Ok(removed),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(removed)
+}
