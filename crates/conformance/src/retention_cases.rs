@@ -30,6 +30,7 @@ macro_rules! retention_conformance_suite {
             given_many_one_event_segments_then_compaction_keeps_every_event_and_replay_reads_few_objects,
             given_orphan_blob_then_collected_after_the_grace_period_and_never_a_committed_one,
             given_deleted_topic_then_its_objects_are_collected_and_objects_shared_with_live_topics_stay,
+            given_an_index_query_torn_by_a_swap_then_retention_stops_at_the_hole,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn given_readers_replaying_during_compaction_and_retention_then_no_error_no_gap_same_bytes() {
@@ -454,6 +455,66 @@ pub async fn given_deleted_topic_then_its_objects_are_collected_and_objects_shar
     }
     let kept_after = replay(&log, &kept, 0, 0).await.unwrap().len() + replay(&log, &kept, 1, 0).await.unwrap().len();
     assert_eq!(kept_after, kept_before);
+}
+
+pub async fn given_an_index_query_torn_by_a_swap_then_retention_stops_at_the_hole(backend: &dyn Backend) {
+    let _turn = ONE_JANITOR_AT_A_TIME.lock().await;
+    let t0 = real_now();
+    let clock = Arc::new(ManualClock::new(t0));
+    let stores = backend.open_with(clock.clone()).await;
+    let log = log_at(stores.clone(), &clock);
+    let topic = unique_topic("torn");
+    log.create_topic(&topic, TopicSpec { partitions: 1, retention_ms: Some(HOUR), retention_bytes: None })
+        .await
+        .unwrap();
+    // Offsets 0 and 4 are two hours old; 1..=3 are fresh and must stay.
+    for at in [t0 - 2 * HOUR, t0, t0, t0, t0 - 2 * HOUR] {
+        log.publish(&topic, vec![event("e", 0, Some(at))], None).await.unwrap();
+    }
+    let (config, _) = log.describe_topic(&topic).await.unwrap();
+    // A query that misses 1..=3, as one racing a compaction's swap on DynamoDB can.
+    let torn = TornStore {
+        inner: stores.0.clone(),
+        pk: layout::segments_pk(config.id, 0),
+        hide: 1..4,
+        once: Mutex::new(true),
+    };
+    sluice_core::retention::retain(&torn, &config, 0, t0, JanitorConfig::default().default_retention_ms).await.unwrap();
+    let (_, states) = log.describe_topic(&topic).await.unwrap();
+    assert_eq!(states[0].log_start_offset, 1, "only the old segment before the hole goes");
+    let kept: Vec<u64> = replay(&log, &topic, 0, 1).await.unwrap().into_iter().map(|(o, _)| o).collect();
+    assert_eq!(kept, vec![1, 2, 3, 4]);
+}
+
+/// A state store whose first query of collection `pk` misses the items at offsets `hide`.
+struct TornStore {
+    inner: Arc<dyn StateStore>,
+    pk: String,
+    hide: std::ops::Range<u64>,
+    once: Mutex<bool>,
+}
+
+#[async_trait]
+impl StateStore for TornStore {
+    async fn get(&self, key: &Key) -> Result<Option<Item>, StorageError> {
+        self.inner.get(key).await
+    }
+    async fn query(&self, query: &Query) -> Result<Page, StorageError> {
+        let mut page = self.inner.query(query).await?;
+        if query.pk == self.pk && std::mem::take(&mut *self.once.lock().unwrap()) {
+            page.items.retain(|i| !self.hide.contains(&layout::offset_of(&i.key.sk).unwrap()));
+        }
+        Ok(page)
+    }
+    async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
+        self.inner.write(ops).await
+    }
+    async fn delete_many(&self, keys: Vec<Key>) -> Result<(), StorageError> {
+        self.inner.delete_many(keys).await
+    }
+    async fn purge_expired(&self, budget: usize) -> Result<usize, StorageError> {
+        self.inner.purge_expired(budget).await
+    }
 }
 
 /// Counts object reads.

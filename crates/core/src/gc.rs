@@ -107,9 +107,18 @@ pub async fn step(
                 continue;
             }
             let object = item.key.sk.clone();
-            if let Some(bytes) = collect(store, objects, &object, now_ms).await? {
-                report.objects_deleted += 1;
-                report.bytes_deleted += bytes;
+            match collect(store, objects, &object, now_ms).await {
+                Ok(Some(bytes)) => {
+                    report.objects_deleted += 1;
+                    report.bytes_deleted += bytes;
+                }
+                Ok(None) => {}
+                // One object that cannot go (denied, storage down) is left on the list for the
+                // next step; it never holds up the others.
+                Err(e) => {
+                    tracing::warn!(object, error = %e, "collecting an object failed");
+                    continue;
+                }
             }
             // Collected, or revived by a commit since: either way off the list.
             match store.write(vec![WriteOp::Delete { key: item.key, expect: Expect::Version(item.version) }]).await {
@@ -159,6 +168,40 @@ async fn collect(
     Ok(Some(record.bytes))
 }
 
+/// Deletes a listed object if no record says it is live: none (never indexed: doomed first,
+/// created doomed so a commit that comes later fails), or a doomed one (a collection cut short).
+async fn orphan(
+    store: &dyn StateStore,
+    objects: &dyn ObjectStore,
+    info: &crate::storage::ObjectInfo,
+    now_ms: i64,
+) -> Result<bool, StorageError> {
+    let key = layout::object_key(&info.name);
+    if let Some(item) = store.get(&key).await? {
+        let record: ObjectRecord = layout::decode("object", &item.value)?;
+        if !(record.doomed && record.refs == 0) {
+            return Ok(false);
+        }
+    } else {
+        let doomed = ObjectRecord { refs: 0, bytes: info.size, doomed: true };
+        let op = WriteOp::Put {
+            key,
+            value: layout::encode(&doomed),
+            expires_at_ms: Some(now_ms + DOOMED_TTL_MS),
+            expect: Expect::Absent,
+        };
+        match store.write(vec![op]).await {
+            Ok(()) => {}
+            // Its commit landed just now: it is live.
+            Err(StorageError::ConditionFailed { .. }) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+    }
+    objects.delete(&info.name).await?;
+    tracing::info!(object = %info.name, bytes = info.size, "collected a blob no segment needs");
+    Ok(true)
+}
+
 /// Examines listed objects after the collector's cursor: one without a record, older than
 /// the grace period, is doomed (created doomed, so a commit that comes later fails) and deleted.
 async fn orphans(
@@ -180,28 +223,21 @@ async fn orphans(
     let mut young = false;
     for info in listed {
         if info.created_ms > now_ms - grace_ms {
-            // Too young to judge; names sort by age, so the rest are too (mostly): next time.
+            // Too young to judge; names sort by age, so the rest are too: next time.
             young = true;
             break;
         }
-        if store.get(&layout::object_key(&info.name)).await?.is_none() {
-            let doomed = ObjectRecord { refs: 0, bytes: info.size, doomed: true };
-            let op = WriteOp::Put {
-                key: layout::object_key(&info.name),
-                value: layout::encode(&doomed),
-                expires_at_ms: Some(now_ms + DOOMED_TTL_MS),
-                expect: Expect::Absent,
-            };
-            match store.write(vec![op]).await {
-                Ok(()) => {
-                    objects.delete(&info.name).await?;
-                    tracing::info!(object = %info.name, bytes = info.size, "collected a blob never indexed");
-                    report.orphans_deleted += 1;
-                    report.bytes_deleted += info.size;
-                }
-                // Its commit landed just now: it is live.
-                Err(StorageError::ConditionFailed { .. }) => {}
-                Err(e) => return Err(e),
+        match orphan(store, objects, &info, now_ms).await {
+            Ok(true) => {
+                report.orphans_deleted += 1;
+                report.bytes_deleted += info.size;
+            }
+            Ok(false) => {}
+            // Left for the next step, which lists from here again.
+            Err(e) => {
+                tracing::warn!(object = %info.name, error = %e, "examining an object failed");
+                young = true;
+                break;
             }
         }
         cursor.after = Some(info.name);

@@ -253,6 +253,13 @@ impl UpkeepReport {
     }
 }
 
+/// Where a pass over the topics keeps its cursor: in the store (steps of successive runs),
+/// or in memory (one round).
+enum Pass {
+    Stored,
+    Local(Cursor),
+}
+
 /// Purges, retention, compaction and collection, over one backend's two stores.
 #[derive(Clone)]
 pub struct Janitor {
@@ -277,67 +284,95 @@ impl Janitor {
     /// The pass resumes from a cursor kept in the store, so steps of successive runs (each
     /// cut short by its deadline) cover every topic in turn.
     pub async fn step(&self, budget: usize) -> Result<UpkeepReport, StorageError> {
-        let store = self.store.as_ref();
-        let key = layout::upkeep_key("pass");
-        let (mut cursor, version) = match store.get(&key).await? {
-            Some(item) => (layout::decode::<Cursor>("cursor", &item.value)?, Some(item.version)),
-            None => (Cursor::default(), None),
-        };
-        let report = self.step_from(&mut cursor, budget).await?;
-        match store.write(vec![WriteOp::replace(key, layout::encode(&cursor), version)]).await {
-            // Another janitor moved it: both did their topics; nothing is lost.
-            Ok(()) | Err(StorageError::ConditionFailed { .. }) => {}
-            Err(e) => return Err(e),
-        }
-        Ok(report)
+        self.step_from(&mut Pass::Stored, budget).await
     }
 
-    /// [`Janitor::step`] with the pass at `cursor`, which it moves.
-    async fn step_from(&self, cursor: &mut Cursor, budget: usize) -> Result<UpkeepReport, StorageError> {
+    /// [`Janitor::step`] with the pass where `pass` says. A failure of one chore (a purge, an
+    /// expiry, the collector) is logged and left for the next step; it never stops the others.
+    async fn step_from(&self, pass: &mut Pass, budget: usize) -> Result<UpkeepReport, StorageError> {
         let store = self.store.as_ref();
         let now = self.clock.now_ms();
-        let mut report = UpkeepReport { purge: step(store, budget, now).await?, ..Default::default() };
-        if report.purge.more {
-            return Ok(report);
+        let mut report = UpkeepReport::default();
+        match step(store, budget, now).await {
+            Ok(purge) if purge.more => return Ok(UpkeepReport { purge, ..report }),
+            Ok(purge) => report.purge = purge,
+            Err(e) => tracing::warn!(error = %e, "purge step failed"),
         }
-        report.group_items_expired =
-            crate::groups::expire_step(store, now, self.config.offsets_retention_ms, budget).await?;
-        let pass_done = self.pass(&mut report, now, cursor).await?;
-        report.gc = gc::step(store, self.objects.as_ref(), self.clock.now_ms(), self.config.grace_ms, budget).await?;
+        match crate::groups::expire_step(store, now, self.config.offsets_retention_ms, budget).await {
+            Ok(n) => report.group_items_expired = n,
+            Err(e) => tracing::warn!(error = %e, "group offsets expiry failed"),
+        }
+        let pass_done = self.pass(&mut report, now, pass).await?;
+        match gc::step(store, self.objects.as_ref(), self.clock.now_ms(), self.config.grace_ms, budget).await {
+            Ok(gc) => report.gc = gc,
+            Err(e) => tracing::warn!(error = %e, "collector step failed"),
+        }
         report.purge.more = !pass_done;
         Ok(report)
     }
 
-    /// Retention and compaction of the next topics of the pass; answers whether the pass is done.
-    async fn pass(&self, report: &mut UpkeepReport, now: i64, cursor: &mut Cursor) -> Result<bool, StorageError> {
+    /// Retention and compaction of the next topics of the pass, moving its cursor after each
+    /// (a step cut short resumes after the last topic done); answers whether the pass is done.
+    async fn pass(&self, report: &mut UpkeepReport, now: i64, pass: &mut Pass) -> Result<bool, StorageError> {
         let store = self.store.as_ref();
+        let key = layout::upkeep_key("pass");
+        let (mut cursor, mut version) = match pass {
+            Pass::Stored => match store.get(&key).await? {
+                Some(item) => (layout::decode::<Cursor>("cursor", &item.value)?, Some(item.version)),
+                None => (Cursor::default(), None),
+            },
+            Pass::Local(cursor) => (cursor.clone(), None),
+        };
         let all = topics::list(store).await?;
-        let todo: Vec<_> =
-            all.into_iter().filter(|t| cursor.after.as_ref().is_none_or(|after| t.name > *after)).collect();
+        let mut todo: Vec<_> =
+            all.iter().filter(|t| cursor.after.as_ref().is_none_or(|after| t.name > *after)).cloned().collect();
+        if todo.is_empty() {
+            // The topics after the cursor were deleted since: the pass starts over.
+            todo = all;
+        }
         let done = todo.len() <= TOPICS_PER_STEP;
-        for topic in todo.into_iter().take(TOPICS_PER_STEP) {
-            let mut done = UpkeepRecord::default();
+        let count = todo.len().min(TOPICS_PER_STEP);
+        for (i, topic) in todo.into_iter().take(TOPICS_PER_STEP).enumerate() {
+            let mut changed = UpkeepRecord::default();
             for partition in 0..topic.spec.partitions {
                 report.partitions_visited += 1;
                 // One partition's failure (storage down, a corrupt segment) is logged and left
                 // for the next pass; it never stops the upkeep of the others.
-                if let Err(e) = self.keep(&topic, partition, now, &mut done, report).await {
+                if let Err(e) = self.keep(&topic, partition, now, &mut changed, report).await {
                     tracing::warn!(topic = %topic.name, partition, error = %e, "partition upkeep failed");
                     report.partitions_failed += 1;
                 }
             }
-            report.segments_expired += done.segments_expired as usize;
-            report.bytes_expired += done.bytes_expired;
-            report.segments_merged += done.segments_merged as usize;
-            report.segments_written += done.segments_written as usize;
-            if done != UpkeepRecord::default() {
-                tracing::info!(topic = %topic.name, ?done, "janitor changed the topic");
-                record_upkeep(store, topic.id, done, now).await?;
+            report.segments_expired += changed.segments_expired as usize;
+            report.bytes_expired += changed.bytes_expired;
+            report.segments_merged += changed.segments_merged as usize;
+            report.segments_written += changed.segments_written as usize;
+            if changed != UpkeepRecord::default() {
+                tracing::info!(topic = %topic.name, ?changed, "janitor changed the topic");
+                if let Err(e) = record_upkeep(store, topic.id, changed, now).await {
+                    tracing::warn!(topic = %topic.name, error = %e, "recording the topic's upkeep failed");
+                }
             }
-            cursor.after = Some(topic.name.clone());
+            cursor.after = if done && i + 1 == count { None } else { Some(topic.name.clone()) };
+            match pass {
+                Pass::Stored => {
+                    let op = WriteOp::replace(key.clone(), layout::encode(&cursor), version);
+                    match store.write(vec![op]).await {
+                        Ok(()) => version = Some(version.unwrap_or(0) + 1),
+                        // Another janitor moved it: both did their topics; nothing is lost.
+                        Err(StorageError::ConditionFailed { .. }) => {
+                            version = store.get(&key).await?.map(|i| i.version);
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                Pass::Local(c) => *c = cursor.clone(),
+            }
         }
         if done {
-            cursor.after = None;
+            if let Pass::Local(c) = pass {
+                c.after = None;
+            }
         }
         Ok(done)
     }
@@ -383,9 +418,9 @@ impl Janitor {
     /// (or [`MAX_STEPS_PER_ROUND`]); answers what they did together.
     pub async fn run(&self, budget: usize) -> Result<UpkeepReport, StorageError> {
         let mut total = UpkeepReport::default();
-        let mut cursor = Cursor::default();
+        let mut pass = Pass::Local(Cursor::default());
         for _ in 0..MAX_STEPS_PER_ROUND {
-            let report = self.step_from(&mut cursor, budget).await?;
+            let report = self.step_from(&mut pass, budget).await?;
             total.add(&report);
             if !report.more() {
                 break;

@@ -436,7 +436,8 @@ impl Log {
         let mut events: Vec<Event> = Vec::new();
         let (mut bytes, mut rendered) = (0, 0);
         let mut next = offset;
-        let mut retries = 0;
+        // Second looks: at the index (a hole in a query), at an object gone under a reader.
+        let (mut holes, mut gone) = (0, 0);
         'pages: while events.len() < max_events && next < head.next {
             let page = self.segments(topic, partition, next).await?;
             let mut page: Vec<Piece> = page.iter().flat_map(|s| s.pieces()).filter(|p| p.next > next).collect();
@@ -449,8 +450,8 @@ impl Log {
             // or the query caught a compaction's swap half-way (then a second look finds it).
             if page.first().is_none_or(|p| p.base > next) {
                 let (now, _) = topics::head(self.inner.store.as_ref(), topic.id, partition).await?;
-                if next >= now.start && retries < 3 {
-                    retries += 1;
+                if next >= now.start && holes < 3 {
+                    holes += 1;
                     continue 'pages;
                 }
                 return self.below_start(topic, partition, next, events, head).await;
@@ -480,8 +481,8 @@ impl Log {
                     Ok(None) => break,
                     // Compaction replaced the segment and its old object went after a grace
                     // period, or retention removed it: look again.
-                    Err(StorageError::NotFound(_)) if retries < 3 => {
-                        retries += 1;
+                    Err(StorageError::NotFound(_)) if gone < 3 => {
+                        gone += 1;
                         continue 'pages;
                     }
                     Err(StorageError::NotFound(what)) => {

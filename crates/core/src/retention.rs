@@ -52,11 +52,19 @@ pub async fn retain(
     }
     let pk = layout::segments_pk(topic.id, partition);
     let page = store.query(&Query::all(pk, PAGE)).await?;
-    report.more = page.next.is_some();
+    let full = page.next.is_some();
     let segments = decode_segments(page.items)?;
     let cutoff = now_ms.saturating_sub(topic.spec.retention_ms.unwrap_or(default_retention_ms));
     let mut after = head;
-    for seg in segments.iter().filter(|s| s.record.next > head.start) {
+    for seg in &segments {
+        // Only segments that meet, from the log start on: a query that is not a snapshot (a
+        // compaction's swap in flight) can show an item it replaced, or miss ones it deleted.
+        if seg.record.next <= after.start {
+            continue;
+        }
+        if seg.base > after.start {
+            break;
+        }
         let too_old = seg.record.max_ts < cutoff;
         let too_big = topic.spec.retention_bytes.is_some_and(|limit| after.bytes > limit as u64);
         if !(too_old || too_big) {
@@ -82,7 +90,10 @@ pub async fn retain(
         }
     }
     let dead: Vec<Segment> = segments.into_iter().filter(|s| s.record.next <= after.start).collect();
+    let found = dead.len();
     report.items_removed = remove_segments(store, topic.id, partition, dead, now_ms).await?;
+    // Another page may hold more to do only if this one was full and all of it went.
+    report.more = full && found > 0 && report.items_removed == found;
     Ok(report)
 }
 

@@ -49,6 +49,22 @@ struct Active {
     name: String,
     file: File,
     len: u64,
+    created: std::time::Instant,
+}
+
+/// A file takes appends for at most this long, so every blob in a file is written within an
+/// hour of its creation: the collector's doomed records (kept 30 days) outlive any commit into it.
+const MAX_FILE_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
+
+impl Active {
+    /// Whether the next blob must go to a new file: this one is full, old, or deleted (by
+    /// another handle on the directory: the janitor's collector).
+    fn spent(&self, roll_bytes: u64) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        self.len >= roll_bytes
+            || self.created.elapsed() >= MAX_FILE_AGE
+            || self.file.metadata().map_or(true, |m| m.nlink() == 0)
+    }
 }
 
 #[derive(Default)]
@@ -97,7 +113,7 @@ fn new_file(dir: &Path) -> Result<Active, StorageError> {
         .map_err(|e| io("create blob file", e))?;
     // The new name must survive a crash too, or its blobs would vanish with it.
     sync_dir(dir)?;
-    Ok(Active { name, file, len: 0 })
+    Ok(Active { name, file, len: 0, created: std::time::Instant::now() })
 }
 
 fn sync_dir(dir: &Path) -> Result<(), StorageError> {
@@ -136,11 +152,15 @@ fn list_dir(dir: &Path, after: Option<&str>, limit: usize) -> Result<Vec<ObjectI
             Err(e) if e.kind() == ErrorKind::NotFound => continue,
             Err(e) => return Err(io("stat blob file", e)),
         };
-        let created_ms = meta
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        // Created when its name says (its mtime is its last append: an active file would look
+        // young for ever and hold the collector's listing up behind it).
+        let named = name.get(..13).and_then(|ms| ms.parse::<i64>().ok());
+        let created_ms = named.unwrap_or_else(|| {
+            meta.modified()
+                .ok()
+                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        });
         objects.push(ObjectInfo { name, size: meta.len(), created_ms });
     }
     Ok(objects)
@@ -156,7 +176,7 @@ impl ObjectStore for LocalObjectStore {
         blocking(move || {
             let mut guard = active.lock().unwrap_or_else(|p| p.into_inner());
             let retired = lock_current(&current).retired;
-            if retired || guard.as_ref().is_none_or(|a| a.len >= roll_bytes) {
+            if retired || guard.as_ref().is_none_or(|a| a.spent(roll_bytes)) {
                 let next = new_file(&dir)?;
                 set_active(&mut guard, &current, Some(next));
             }
@@ -378,6 +398,18 @@ mod tests {
         assert_eq!(b.position, 0);
         assert_eq!(store.read(&b.object, 0, 6).await.unwrap(), "second");
         assert!(!dir.path().join(&a.object).exists(), "the deleted file was not recreated");
+    }
+
+    #[tokio::test]
+    async fn given_active_file_deleted_through_another_handle_when_put_then_blob_goes_to_a_new_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (writer, collector) =
+            (LocalObjectStore::open(dir.path()).unwrap(), LocalObjectStore::open(dir.path()).unwrap());
+        let a = writer.put(Bytes::from_static(b"first")).await.unwrap();
+        collector.delete(&a.object).await.unwrap();
+        let b = writer.put(Bytes::from_static(b"second")).await.unwrap();
+        assert_ne!(a.object, b.object, "never an append to a file another handle deleted");
+        assert_eq!(writer.read(&b.object, b.position, 6).await.unwrap(), "second");
     }
 
     #[tokio::test]
