@@ -51,9 +51,9 @@ macro_rules! retention_conformance_suite {
 
 const HOUR: i64 = 3600 * 1000;
 
-/// A janitor works on every topic of its backend, so cases that run one take turns: on a
-/// shared backend (one moto server) one case's janitor would otherwise compact or collect
-/// under another case's expectations.
+/// A janitor works on every topic and object of its backend, so cases that run one take
+/// turns: on a shared backend (one moto server) one case's janitor would otherwise compact or
+/// collect under another case's expectations. (Other suites share no moto server with these.)
 static ONE_JANITOR_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The clock starts at the real time, so object stores' own timestamps (file times,

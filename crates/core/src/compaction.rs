@@ -64,7 +64,12 @@ pub async fn compact(
     loop {
         let page = store.query(&query).await?;
         let more_pages = page.next.is_some();
-        let segments = decode_segments(page.items)?;
+        let mut segments = decode_segments(page.items)?;
+        // Never the newest segment: a committer whose answer was lost reads its segment item
+        // back to learn whether it landed, and must find it as it wrote it.
+        if segments.last().is_some_and(|s| s.record.next >= head.next) {
+            segments.pop();
+        }
         if let Some(run) = runs(&segments, target_bytes).into_iter().next() {
             let written = merge(store, objects, topic, partition, &segments[run.clone()], now_ms).await?;
             if written {
