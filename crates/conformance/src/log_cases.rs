@@ -396,8 +396,8 @@ pub async fn given_deleted_topic_with_many_index_items_then_janitor_purges_in_bo
     assert_eq!(heads.items, vec![], "the old heads are gone");
     let orders = store.get(&layout::purge_key(config.id)).await.unwrap();
     assert_eq!(orders, None, "the purge order is done");
-    let report = janitor::step(store.as_ref(), BUDGET, 0).await.unwrap();
-    assert_eq!((report.items_deleted, report.topics_purged), (0, 0), "nothing left to do");
+    // Another step leaves the new topic alone (on a shared backend it may purge other cases' topics).
+    janitor::step(store.as_ref(), BUDGET, 0).await.unwrap();
     let (_, states) = log.describe_topic(&topic).await.unwrap();
     assert!(states.iter().all(|s| s.high_watermark == 0), "the new topic is untouched");
 }
