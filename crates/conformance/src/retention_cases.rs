@@ -31,6 +31,7 @@ macro_rules! retention_conformance_suite {
             given_orphan_blob_then_collected_after_the_grace_period_and_never_a_committed_one,
             given_deleted_topic_then_its_objects_are_collected_and_objects_shared_with_live_topics_stay,
             given_an_index_query_torn_by_a_swap_then_retention_stops_at_the_hole,
+            given_compacted_segments_then_offset_by_time_uses_the_time_index_and_answers_exactly,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn given_readers_replaying_during_compaction_and_retention_then_no_error_no_gap_same_bytes() {
@@ -490,6 +491,68 @@ pub async fn given_an_index_query_torn_by_a_swap_then_retention_stops_at_the_hol
     assert_eq!(states[0].log_start_offset, 1, "only the old segment before the hole goes");
     let kept: Vec<u64> = replay(&log, &topic, 0, 1).await.unwrap().into_iter().map(|(o, _)| o).collect();
     assert_eq!(kept, vec![1, 2, 3, 4]);
+}
+
+pub async fn given_compacted_segments_then_offset_by_time_uses_the_time_index_and_answers_exactly(
+    backend: &dyn Backend,
+) {
+    let _turn = ONE_JANITOR_AT_A_TIME.lock().await;
+    let t0 = real_now();
+    let clock = Arc::new(ManualClock::new(t0));
+    let stores = backend.open_with(clock.clone()).await;
+    let log = log_at(stores.clone(), &clock);
+    let topic = unique_topic("by-time");
+    log.create_topic(&topic, TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None }).await.unwrap();
+    // Timestamps mostly growing, some out of order (a late event, a clock jump back).
+    const N: i64 = 1000;
+    let stamps: Vec<i64> = (0..N).map(|i| t0 + i * 1000 - if i % 37 == 5 { 90_000 } else { 0 }).collect();
+    for (i, &at) in stamps.iter().enumerate() {
+        log.publish(&topic, vec![event(format!("t{i}:{}", "z".repeat(200)), 0, Some(at))], None).await.unwrap();
+    }
+    // A small target, so merged segments settle and enter the time index.
+    let config = JanitorConfig { compaction_target_bytes: 2 << 10, grace_ms: 0, ..retention_only() };
+    let janitor = janitor(&stores, &clock, config);
+    for _ in 0..20 {
+        if janitor.run(STEP_BUDGET).await.unwrap().segments_merged == 0 {
+            break;
+        }
+    }
+    let counting = Arc::new(CountingStore { inner: stores.0.clone(), queries: AtomicUsize::new(0) });
+    let reader = log_at((counting.clone(), stores.1.clone()), &clock);
+    for probe in [t0 - 200_000, t0 + 4_500, t0 + 41_000, t0 + 500_000, t0 + 960_500, t0 + 998_000, t0 + 999_000] {
+        let expected = stamps.iter().position(|&at| at >= probe).map_or(N as u64, |o| o as u64);
+        let before = counting.queries.load(Ordering::SeqCst);
+        let at = reader.offset(&topic, 0, sluice_core::OffsetQuery::Timestamp(probe)).await.unwrap();
+        let queries = counting.queries.load(Ordering::SeqCst) - before;
+        assert_eq!(at, expected, "first offset at or after {probe}");
+        assert!(queries <= 3, "offset by time made {queries} index queries (a walk of the partition would make more)");
+    }
+}
+
+/// Counts index queries.
+struct CountingStore {
+    inner: Arc<dyn StateStore>,
+    queries: AtomicUsize,
+}
+
+#[async_trait]
+impl StateStore for CountingStore {
+    async fn get(&self, key: &Key) -> Result<Option<Item>, StorageError> {
+        self.inner.get(key).await
+    }
+    async fn query(&self, query: &Query) -> Result<Page, StorageError> {
+        self.queries.fetch_add(1, Ordering::SeqCst);
+        self.inner.query(query).await
+    }
+    async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
+        self.inner.write(ops).await
+    }
+    async fn delete_many(&self, keys: Vec<Key>) -> Result<(), StorageError> {
+        self.inner.delete_many(keys).await
+    }
+    async fn purge_expired(&self, budget: usize) -> Result<usize, StorageError> {
+        self.inner.purge_expired(budget).await
+    }
 }
 
 /// A state store whose first query of collection `pk` misses the items at offsets `hide`.

@@ -77,7 +77,8 @@ pub async fn step(store: &dyn StateStore, budget: usize, now_ms: i64) -> Result<
         if crate::queues::purge_topic_subscriptions(store, id, order.partitions).await? > 0 {
             report.more = true;
         }
-        let mut rest = vec![layout::heads_pk(id), layout::upkeep_record_key(id).pk];
+        let mut rest = vec![layout::heads_pk(id), layout::upkeep_record_key(id).pk, crate::timeindex::cursors_pk(id)];
+        rest.extend((0..order.partitions).map(|p| crate::timeindex::entries_pk(id, p)));
         rest.extend((0..IDEMPOTENCY_SHARDS).map(|shard| layout::idempotency_pk_shard(id, shard)));
         for pk in rest {
             let (deleted, emptied) = drain(store, &pk, left).await?;
@@ -388,15 +389,21 @@ impl Janitor {
     ) -> Result<(), StorageError> {
         let store = self.store.as_ref();
         let mut left = true;
+        let (mut log_start, mut trimmed) = (0, false);
         for _ in 0..PARTITION_STEPS {
             let r = retain(store, topic, partition, now, self.config.default_retention_ms).await?;
             done.segments_expired += r.segments_expired as u64;
             done.bytes_expired += r.bytes_expired;
             report.index_items_removed += r.items_removed;
+            log_start = r.log_start;
+            trimmed |= r.items_removed > 0;
             if !r.more {
                 left = false;
                 break;
             }
+        }
+        if trimmed {
+            crate::timeindex::trim(store, topic.id, partition, log_start).await?;
         }
         report.partitions_left |= left;
         left = true;
@@ -411,6 +418,9 @@ impl Janitor {
             }
         }
         report.partitions_left |= left;
+        // Settled segments (compaction will not merge them again) join the time index.
+        let settled = self.config.compaction_target_bytes / 2;
+        crate::timeindex::extend(store, topic.id, partition, log_start, settled).await?;
         Ok(())
     }
 

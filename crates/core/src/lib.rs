@@ -20,6 +20,7 @@ pub mod retention;
 pub mod segment;
 pub mod storage;
 pub mod store;
+pub mod timeindex;
 mod topics;
 
 pub use clock::{Clock, ManualClock, Random, SeededRandom, SystemClock, SystemRandom};

@@ -670,23 +670,24 @@ impl Log {
             OffsetQuery::Timestamp(ts) if ts > head.max_ts => return Ok(head.next),
             OffsetQuery::Timestamp(ts) => ts,
         };
-        // Walks the index in offset order to the first segment reaching the time: a lookup
-        // by time is rare, and a time index would cost a write per commit (retention's issue adds one).
-        let mut query = Query::all(layout::segments_pk(topic.id, partition), topics::PAGE);
-        query.from = Some(layout::offset_sk(head.start));
-        let seg = loop {
-            let page = store.query(&query).await?;
-            query.after = page.next.clone();
-            if let Some(seg) = decode_segments(page.items)?.into_iter().find(|s| s.record.max_ts >= ts) {
-                break seg;
-            }
-            if query.after.is_none() {
-                return Ok(head.next);
-            }
+        // The time index says where to start (a segment reaching the time, or the end of what it
+        // covers); the segments from there are walked to the first event at or after the time.
+        let from = match crate::timeindex::lookup(store, topic.id, partition, ts).await? {
+            crate::timeindex::Lookup::At(base) | crate::timeindex::Lookup::After(base) => base.max(head.start),
         };
-        let records = segment_records(self.inner.objects.as_ref(), &seg).await?;
-        let found = records.iter().find(|(_, r)| r.timestamp_ms >= ts).map(|(o, _)| *o);
-        Ok(found.unwrap_or(seg.record.next).max(head.start))
+        let mut page = self.segments(topic, partition, from).await?;
+        loop {
+            let Some(last) = page.last().map(|s| s.base) else { return Ok(head.next) };
+            for seg in page.iter().filter(|s| s.record.max_ts >= ts && s.record.next > from) {
+                let records = segment_records(self.inner.objects.as_ref(), seg).await?;
+                if let Some((o, _)) = records.iter().find(|(o, r)| *o >= from && r.timestamp_ms >= ts) {
+                    return Ok(*o);
+                }
+            }
+            let mut query = Query::all(layout::segments_pk(topic.id, partition), INDEX_PAGE);
+            query.from = Some(layout::offset_sk(last + 1));
+            page = decode_segments(store.query(&query).await?.items)?;
+        }
     }
 
     /// The topic's config for publishing, from a short-lived cache (the commit checks it).

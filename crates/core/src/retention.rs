@@ -34,6 +34,8 @@ pub struct RetentionReport {
     pub items_removed: usize,
     /// Whether more is left for another step.
     pub more: bool,
+    /// The partition's log start once the step is done.
+    pub log_start: u64,
 }
 
 /// Applies the topic's retention policy to one partition, then removes index items below
@@ -50,6 +52,7 @@ pub async fn retain(
     if version == 0 {
         return Ok(report);
     }
+    report.log_start = head.start;
     let pk = layout::segments_pk(topic.id, partition);
     let page = store.query(&Query::all(pk, PAGE)).await?;
     let full = page.next.is_some();
@@ -84,11 +87,12 @@ pub async fn retain(
             ),
             // A commit moved the head meanwhile: the next step looks again.
             Err(StorageError::ConditionFailed { .. }) => {
-                return Ok(RetentionReport { more: true, ..Default::default() })
+                return Ok(RetentionReport { more: true, log_start: head.start, ..Default::default() })
             }
             Err(e) => return Err(e),
         }
     }
+    report.log_start = after.start;
     let dead: Vec<Segment> = segments.into_iter().filter(|s| s.record.next <= after.start).collect();
     let found = dead.len();
     report.items_removed = remove_segments(store, topic.id, partition, dead, now_ms).await?;

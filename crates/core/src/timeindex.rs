@@ -1,0 +1,188 @@
+//! The time index: the first offset at or after a time, found with one query instead
+//! of a walk over a partition's index.
+//!
+//! Event timestamps need not grow with offsets, so the index is keyed by each segment's
+//! *running maximum*: the largest timestamp of that segment and every indexed one before
+//! it. That key grows with the offset, and the first segment holding an event at or
+//! after `ts` is exactly the first whose running maximum reaches `ts`: one query for
+//! the first key at or above `ts`.
+//!
+//! The janitor keeps it, after compaction, for *settled* segments only (at least half
+//! the compaction target: compaction never merges them again), in offset order from a
+//! per-partition cursor, so the running maximum is always that of the segments before.
+//! What lies past the cursor (recent, small segments) is walked as before. Retention
+//! trims entries of segments below the log start, and restarts the cursor when the log
+//! start passed it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::layout;
+use crate::log::{decode_segments, Segment};
+use crate::store::{Expect, Key, Query, StateStore, WriteOp};
+use crate::StorageError;
+
+/// Segments indexed per write.
+const BATCH: usize = 32;
+
+/// Where a partition's time index stands: every settled segment from the log start to
+/// `upto` has an entry; `run_max` is the largest timestamp among them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimeCursor {
+    pub upto: u64,
+    pub run_max: i64,
+}
+
+/// One entry: the segment `base..next`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct TimeEntry {
+    base: u64,
+    next: u64,
+}
+
+fn pk(topic_id: u64, partition: u32) -> String {
+    format!("time#{topic_id:016x}#{partition}")
+}
+
+/// The collection of a topic's time cursors (one item per partition).
+pub fn cursors_pk(topic_id: u64) -> String {
+    format!("tcur#{topic_id:016x}")
+}
+
+/// Every time-index collection of a topic's partition, for the purge of a deleted topic.
+pub fn entries_pk(topic_id: u64, partition: u32) -> String {
+    pk(topic_id, partition)
+}
+
+fn cursor_key(topic_id: u64, partition: u32) -> Key {
+    Key::new(cursors_pk(topic_id), format!("{partition:010}"))
+}
+
+/// Running maxima below zero sort as zero: an index of times since the epoch.
+fn ts_key(ts: i64) -> String {
+    format!("{:020}", ts.max(0))
+}
+
+/// What the index says about a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lookup {
+    /// The first indexed segment reaching the time starts here: no earlier offset does.
+    At(u64),
+    /// No indexed segment reaches it: every offset below this one is earlier.
+    After(u64),
+}
+
+/// Where to start looking for the first offset at or after `ts`: one query, and one read
+/// of the cursor when no entry reaches the time.
+pub(crate) async fn lookup(
+    store: &dyn StateStore,
+    topic_id: u64,
+    partition: u32,
+    ts: i64,
+) -> Result<Lookup, StorageError> {
+    let mut query = Query::all(pk(topic_id, partition), 1);
+    query.from = Some(ts_key(ts));
+    if let Some(item) = store.query(&query).await?.items.pop() {
+        let entry: TimeEntry = layout::decode("time entry", &item.value)?;
+        return Ok(Lookup::At(entry.base));
+    }
+    let cursor = match store.get(&cursor_key(topic_id, partition)).await? {
+        Some(item) => layout::decode::<TimeCursor>("time cursor", &item.value)?.upto,
+        None => 0,
+    };
+    Ok(Lookup::After(cursor))
+}
+
+/// Indexes the settled segments from the cursor on (up to [`BATCH`]), restarting at the log
+/// start if retention passed the cursor; answers how many it indexed.
+pub(crate) async fn extend(
+    store: &dyn StateStore,
+    topic_id: u64,
+    partition: u32,
+    log_start: u64,
+    settled_bytes: u64,
+) -> Result<usize, StorageError> {
+    let key = cursor_key(topic_id, partition);
+    let (mut cursor, version) = match store.get(&key).await? {
+        Some(item) => (layout::decode::<TimeCursor>("time cursor", &item.value)?, Some(item.version)),
+        None => (TimeCursor { upto: log_start, run_max: i64::MIN }, None),
+    };
+    let restarted = cursor.upto < log_start;
+    if restarted {
+        cursor = TimeCursor { upto: log_start, run_max: i64::MIN };
+    }
+    let segments = from(store, topic_id, partition, cursor.upto).await?;
+    let mut ops = Vec::new();
+    for seg in segments {
+        // In order, without a hole, and only what compaction will not merge again.
+        if seg.base > cursor.upto || seg.record.next <= cursor.upto || seg.record.len < settled_bytes {
+            break;
+        }
+        let run_max = cursor.run_max.max(seg.record.max_ts);
+        let entry = TimeEntry { base: seg.base, next: seg.record.next };
+        let sk = format!("{}#{}", ts_key(run_max), layout::offset_sk(seg.base));
+        ops.push(WriteOp::Put {
+            key: Key::new(pk(topic_id, partition), sk),
+            value: layout::encode(&entry),
+            expires_at_ms: None,
+            expect: Expect::Any,
+        });
+        cursor = TimeCursor { upto: seg.record.next, run_max };
+    }
+    let indexed = ops.len();
+    if indexed == 0 && !restarted && version.is_some() {
+        return Ok(0);
+    }
+    ops.push(WriteOp::replace(key, layout::encode(&cursor), version));
+    match store.write(ops).await {
+        Ok(()) => Ok(indexed),
+        // Another janitor moved the cursor: it indexed these.
+        Err(StorageError::ConditionFailed { .. }) => Ok(0),
+        Err(e) => Err(e),
+    }
+}
+
+/// Removes entries of segments that end at or below the log start; answers how many.
+pub(crate) async fn trim(
+    store: &dyn StateStore,
+    topic_id: u64,
+    partition: u32,
+    log_start: u64,
+) -> Result<usize, StorageError> {
+    let page = store.query(&Query::all(pk(topic_id, partition), BATCH)).await?;
+    let mut dead = Vec::new();
+    for item in page.items {
+        let entry: TimeEntry = layout::decode("time entry", &item.value)?;
+        if entry.next <= log_start {
+            dead.push(item.key);
+        }
+    }
+    let n = dead.len();
+    if n > 0 {
+        store.delete_many(dead).await?;
+    }
+    Ok(n)
+}
+
+/// Up to [`BATCH`] segments from the one holding `offset` on: one query when a segment
+/// starts there (the usual case), two when `offset` falls inside one.
+async fn from(
+    store: &dyn StateStore,
+    topic_id: u64,
+    partition: u32,
+    offset: u64,
+) -> Result<Vec<Segment>, StorageError> {
+    let pk = layout::segments_pk(topic_id, partition);
+    let mut forward = Query::all(pk.clone(), BATCH);
+    forward.from = Some(layout::offset_sk(offset));
+    let mut found = decode_segments(store.query(&forward).await?.items)?;
+    if found.first().is_none_or(|s| s.base != offset) {
+        let backward =
+            Query { pk, from: None, to: Some(layout::offset_sk(offset)), forward: false, limit: 1, after: None };
+        if let Some(holder) = decode_segments(store.query(&backward).await?.items)?.pop() {
+            if holder.record.next > offset {
+                found.insert(0, holder);
+            }
+        }
+    }
+    Ok(found)
+}
