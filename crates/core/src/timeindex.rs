@@ -21,8 +21,10 @@ use crate::log::{decode_segments, Segment};
 use crate::store::{Expect, Key, Query, StateStore, WriteOp};
 use crate::StorageError;
 
-/// Segments indexed per write.
+/// Segments indexed per write, entries looked at per page.
 const BATCH: usize = 32;
+/// Pages one trim looks at (the rest waits for the next).
+const TRIM_PAGES: usize = 32;
 
 /// Where a partition's time index stands: every settled segment from the log start to
 /// `upto` has an entry; `run_max` is the largest timestamp among them.
@@ -57,9 +59,9 @@ fn cursor_key(topic_id: u64, partition: u32) -> Key {
     Key::new(cursors_pk(topic_id), format!("{partition:010}"))
 }
 
-/// Running maxima below zero sort as zero: an index of times since the epoch.
+/// A time as a key whose string order is the time's order, negative times included.
 fn ts_key(ts: i64) -> String {
-    format!("{:020}", ts.max(0))
+    format!("{:020}", (ts as u64) ^ (1 << 63))
 }
 
 /// What the index says about a time.
@@ -85,11 +87,17 @@ pub(crate) async fn lookup(
         let entry: TimeEntry = layout::decode("time entry", &item.value)?;
         return Ok(Lookup::At(entry.base));
     }
-    let cursor = match store.get(&cursor_key(topic_id, partition)).await? {
-        Some(item) => layout::decode::<TimeCursor>("time cursor", &item.value)?.upto,
-        None => 0,
-    };
-    Ok(Lookup::After(cursor))
+    let Some(item) = store.get(&cursor_key(topic_id, partition)).await? else { return Ok(Lookup::After(0)) };
+    let cursor: TimeCursor = layout::decode("time cursor", &item.value)?;
+    if cursor.run_max < ts {
+        return Ok(Lookup::After(cursor.upto));
+    }
+    // The cursor moved past an entry reaching `ts` after the query looked: look once more, and
+    // if that races too, start from the beginning (slower, never wrong).
+    match store.query(&query).await?.items.pop() {
+        Some(item) => Ok(Lookup::At(layout::decode::<TimeEntry>("time entry", &item.value)?.base)),
+        None => Ok(Lookup::After(0)),
+    }
 }
 
 /// Indexes the settled segments from the cursor on (up to [`BATCH`]), restarting at the log
@@ -108,6 +116,8 @@ pub(crate) async fn extend(
     };
     let restarted = cursor.upto < log_start;
     if restarted {
+        // Entries below the log start first: new keys must not sort among stale ones.
+        trim(store, topic_id, partition, log_start).await?;
         cursor = TimeCursor { upto: log_start, run_max: i64::MIN };
     }
     let segments = from(store, topic_id, partition, cursor.upto).await?;
@@ -141,26 +151,35 @@ pub(crate) async fn extend(
     }
 }
 
-/// Removes entries of segments that end at or below the log start; answers how many.
+/// Removes entries of segments that end at or below the log start (they come first, keys
+/// growing with offsets), page by page until a page holds a live one; answers how many.
 pub(crate) async fn trim(
     store: &dyn StateStore,
     topic_id: u64,
     partition: u32,
     log_start: u64,
 ) -> Result<usize, StorageError> {
-    let page = store.query(&Query::all(pk(topic_id, partition), BATCH)).await?;
-    let mut dead = Vec::new();
-    for item in page.items {
-        let entry: TimeEntry = layout::decode("time entry", &item.value)?;
-        if entry.next <= log_start {
-            dead.push(item.key);
+    let mut removed = 0;
+    for _ in 0..TRIM_PAGES {
+        let page = store.query(&Query::all(pk(topic_id, partition), BATCH)).await?;
+        let full = page.next.is_some();
+        let mut dead = Vec::new();
+        for item in page.items {
+            let entry: TimeEntry = layout::decode("time entry", &item.value)?;
+            if entry.next <= log_start {
+                dead.push(item.key);
+            }
+        }
+        let live_seen = dead.len() < BATCH;
+        removed += dead.len();
+        if !dead.is_empty() {
+            store.delete_many(dead).await?;
+        }
+        if live_seen || !full {
+            break;
         }
     }
-    let n = dead.len();
-    if n > 0 {
-        store.delete_many(dead).await?;
-    }
-    Ok(n)
+    Ok(removed)
 }
 
 /// Up to [`BATCH`] segments from the one holding `offset` on: one query when a segment
