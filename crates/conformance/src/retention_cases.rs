@@ -236,7 +236,7 @@ pub async fn given_many_one_event_segments_then_compaction_keeps_every_event_and
     let index = stores.0.query(&Query::all(layout::segments_pk(id, 0), 1000)).await.unwrap().items.len();
     assert!(index <= 4, "{count} one-event segments compacted into {index}");
     // Replay through a log whose object reads are counted.
-    let counting = Arc::new(CountingObjects { inner: stores.1.clone(), reads: AtomicUsize::new(0) });
+    let counting = Arc::new(HookedObjects::new(stores.1.clone()));
     let reader = log_at((stores.0.clone(), counting.clone()), &clock);
     let after = replay(&reader, &topic, 0, 0).await.unwrap();
     assert_eq!(after, before, "the same events, byte for byte, at the same offsets");
@@ -352,7 +352,8 @@ pub async fn given_orphan_blob_then_collected_after_the_grace_period_and_never_a
 
     // A publish whose blob is written, then whose commit waits at a gate.
     let gate = Arc::new(Gate::default());
-    let gated: Arc<dyn StateStore> = Arc::new(GatedStore { inner: stores.0.clone(), gate: gate.clone() });
+    let gated: Arc<dyn StateStore> =
+        Arc::new(HookedStore { gate: Some(gate.clone()), ..HookedStore::new(stores.0.clone()) });
     let publisher = log_at((gated, stores.1.clone()), &clock);
     let topic = unique_topic("orphans");
     publisher
@@ -372,8 +373,8 @@ pub async fn given_orphan_blob_then_collected_after_the_grace_period_and_never_a
     gate.wait_for_blocked().await;
     // The collector lists after the grace period; the commit lands just after the listing.
     clock.advance(GRACE + 60_000);
-    let failpoint =
-        Arc::new(Failpoint { inner: stores.1.clone(), after_list: Mutex::new(Some((gate.clone(), on_landed))) });
+    let failpoint = Arc::new(HookedObjects::new(stores.1.clone()));
+    *failpoint.after_list.lock().unwrap() = Some((gate.clone(), on_landed));
     let collector = Janitor::new(stores.0.clone(), failpoint.clone(), clock.clone(), config.clone());
     let report = collector.run(STEP_BUDGET).await.unwrap();
     let acked = pending.await.unwrap().expect("the publish is acknowledged");
@@ -480,12 +481,8 @@ pub async fn given_an_index_query_torn_by_a_swap_then_retention_stops_at_the_hol
     }
     let (config, _) = log.describe_topic(&topic).await.unwrap();
     // A query that misses 1..=3, as one racing a compaction's swap on DynamoDB can.
-    let torn = TornStore {
-        inner: stores.0.clone(),
-        pk: layout::segments_pk(config.id, 0),
-        hide: 1..4,
-        once: Mutex::new(true),
-    };
+    let torn = HookedStore::new(stores.0.clone());
+    *torn.tear.lock().unwrap() = Some((layout::segments_pk(config.id, 0), 1..4));
     sluice_core::retention::retain(&torn, &config, 0, t0, JanitorConfig::default().default_retention_ms).await.unwrap();
     let (_, states) = log.describe_topic(&topic).await.unwrap();
     assert_eq!(states[0].log_start_offset, 1, "only the old segment before the hole goes");
@@ -517,7 +514,7 @@ pub async fn given_compacted_segments_then_offset_by_time_uses_the_time_index_an
             break;
         }
     }
-    let counting = Arc::new(CountingStore { inner: stores.0.clone(), queries: AtomicUsize::new(0) });
+    let counting = Arc::new(HookedStore::new(stores.0.clone()));
     let reader = log_at((counting.clone(), stores.1.clone()), &clock);
     for probe in [t0 - 200_000, t0 + 4_500, t0 + 41_000, t0 + 500_000, t0 + 960_500, t0 + 998_000, t0 + 999_000] {
         let expected = stamps.iter().position(|&at| at >= probe).map_or(N as u64, |o| o as u64);
@@ -529,53 +526,40 @@ pub async fn given_compacted_segments_then_offset_by_time_uses_the_time_index_an
     }
 }
 
-/// Counts index queries.
-struct CountingStore {
+/// A state store with the hooks these cases need: it counts queries, can hide the items at
+/// some offsets from the first query of one collection (a query torn by a compaction's swap),
+/// and can hold writes at a gate.
+struct HookedStore {
     inner: Arc<dyn StateStore>,
     queries: AtomicUsize,
+    tear: Mutex<Option<(String, std::ops::Range<u64>)>>,
+    gate: Option<Arc<Gate>>,
+}
+
+impl HookedStore {
+    fn new(inner: Arc<dyn StateStore>) -> Self {
+        Self { inner, queries: AtomicUsize::new(0), tear: Mutex::new(None), gate: None }
+    }
 }
 
 #[async_trait]
-impl StateStore for CountingStore {
+impl StateStore for HookedStore {
     async fn get(&self, key: &Key) -> Result<Option<Item>, StorageError> {
         self.inner.get(key).await
     }
     async fn query(&self, query: &Query) -> Result<Page, StorageError> {
         self.queries.fetch_add(1, Ordering::SeqCst);
-        self.inner.query(query).await
-    }
-    async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
-        self.inner.write(ops).await
-    }
-    async fn delete_many(&self, keys: Vec<Key>) -> Result<(), StorageError> {
-        self.inner.delete_many(keys).await
-    }
-    async fn purge_expired(&self, budget: usize) -> Result<usize, StorageError> {
-        self.inner.purge_expired(budget).await
-    }
-}
-
-/// A state store whose first query of collection `pk` misses the items at offsets `hide`.
-struct TornStore {
-    inner: Arc<dyn StateStore>,
-    pk: String,
-    hide: std::ops::Range<u64>,
-    once: Mutex<bool>,
-}
-
-#[async_trait]
-impl StateStore for TornStore {
-    async fn get(&self, key: &Key) -> Result<Option<Item>, StorageError> {
-        self.inner.get(key).await
-    }
-    async fn query(&self, query: &Query) -> Result<Page, StorageError> {
         let mut page = self.inner.query(query).await?;
-        if query.pk == self.pk && std::mem::take(&mut *self.once.lock().unwrap()) {
-            page.items.retain(|i| !self.hide.contains(&layout::offset_of(&i.key.sk).unwrap()));
+        let mut tear = self.tear.lock().unwrap();
+        if let Some((_, hide)) = tear.take_if(|(pk, _)| *pk == query.pk) {
+            page.items.retain(|i| !hide.contains(&layout::offset_of(&i.key.sk).unwrap()));
         }
         Ok(page)
     }
     async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
+        if let Some(gate) = &self.gate {
+            gate.pass().await;
+        }
         self.inner.write(ops).await
     }
     async fn delete_many(&self, keys: Vec<Key>) -> Result<(), StorageError> {
@@ -586,14 +570,23 @@ impl StateStore for TornStore {
     }
 }
 
-/// Counts object reads.
-struct CountingObjects {
+/// An object store that counts reads and can, once, open a gate right after a listing and
+/// wait for the gated write to land: the commit that comes between a collector's list and
+/// its delete.
+struct HookedObjects {
     inner: Arc<dyn ObjectStore>,
     reads: AtomicUsize,
+    after_list: Mutex<Option<(Arc<Gate>, tokio::sync::oneshot::Receiver<()>)>>,
+}
+
+impl HookedObjects {
+    fn new(inner: Arc<dyn ObjectStore>) -> Self {
+        Self { inner, reads: AtomicUsize::new(0), after_list: Mutex::new(None) }
+    }
 }
 
 #[async_trait]
-impl ObjectStore for CountingObjects {
+impl ObjectStore for HookedObjects {
     async fn put(&self, bytes: Bytes) -> Result<BlobRef, StorageError> {
         self.inner.put(bytes).await
     }
@@ -602,7 +595,14 @@ impl ObjectStore for CountingObjects {
         self.inner.read(object, position, len).await
     }
     async fn list(&self, after: Option<&str>, limit: usize) -> Result<Vec<ObjectInfo>, StorageError> {
-        self.inner.list(after, limit).await
+        let listed = self.inner.list(after, limit).await?;
+        let hook = self.after_list.lock().unwrap().take();
+        if let Some((gate, landed)) = hook {
+            gate.open();
+            // The commit lands (its publish is acknowledged) before the collector goes on.
+            let _ = landed.await;
+        }
+        Ok(listed)
     }
     async fn delete(&self, object: &str) -> Result<(), StorageError> {
         self.inner.delete(object).await
@@ -642,61 +642,5 @@ impl Gate {
             opened.await;
             self.blocked.fetch_sub(1, Ordering::SeqCst);
         }
-    }
-}
-
-/// A state store whose writes wait at a gate.
-struct GatedStore {
-    inner: Arc<dyn StateStore>,
-    gate: Arc<Gate>,
-}
-
-#[async_trait]
-impl StateStore for GatedStore {
-    async fn get(&self, key: &Key) -> Result<Option<Item>, StorageError> {
-        self.inner.get(key).await
-    }
-    async fn query(&self, query: &Query) -> Result<Page, StorageError> {
-        self.inner.query(query).await
-    }
-    async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
-        self.gate.pass().await;
-        self.inner.write(ops).await
-    }
-    async fn delete_many(&self, keys: Vec<Key>) -> Result<(), StorageError> {
-        self.inner.delete_many(keys).await
-    }
-    async fn purge_expired(&self, budget: usize) -> Result<usize, StorageError> {
-        self.inner.purge_expired(budget).await
-    }
-}
-
-/// An object store that, once, opens a gate right after a listing and waits for the
-/// gated write to land: the commit that comes between a collector's list and its delete.
-struct Failpoint {
-    inner: Arc<dyn ObjectStore>,
-    after_list: Mutex<Option<(Arc<Gate>, tokio::sync::oneshot::Receiver<()>)>>,
-}
-
-#[async_trait]
-impl ObjectStore for Failpoint {
-    async fn put(&self, bytes: Bytes) -> Result<BlobRef, StorageError> {
-        self.inner.put(bytes).await
-    }
-    async fn read(&self, object: &str, position: u64, len: u64) -> Result<Bytes, StorageError> {
-        self.inner.read(object, position, len).await
-    }
-    async fn list(&self, after: Option<&str>, limit: usize) -> Result<Vec<ObjectInfo>, StorageError> {
-        let listed = self.inner.list(after, limit).await?;
-        let hook = self.after_list.lock().unwrap().take();
-        if let Some((gate, landed)) = hook {
-            gate.open();
-            // The commit lands (its publish is acknowledged) before the collector goes on.
-            let _ = landed.await;
-        }
-        Ok(listed)
-    }
-    async fn delete(&self, object: &str) -> Result<(), StorageError> {
-        self.inner.delete(object).await
     }
 }

@@ -33,7 +33,7 @@ pub struct GcReport {
     pub objects_deleted: usize,
     /// Blobs never indexed, deleted.
     pub orphans_deleted: usize,
-    /// Bytes those objects held, as listed (orphans) or recorded (freed).
+    /// Bytes of the blobs never indexed, as listed (a freed object's record counts none by then).
     pub bytes_deleted: u64,
     pub more: bool,
 }
@@ -108,11 +108,8 @@ pub async fn step(
             }
             let object = item.key.sk.clone();
             match collect(store, objects, &object, now_ms).await {
-                Ok(Some(bytes)) => {
-                    report.objects_deleted += 1;
-                    report.bytes_deleted += bytes;
-                }
-                Ok(None) => {}
+                Ok(true) => report.objects_deleted += 1,
+                Ok(false) => {}
                 // One object that cannot go (denied, storage down) is left on the list for the
                 // next step; it never holds up the others.
                 Err(e) => {
@@ -135,18 +132,18 @@ pub async fn step(
     Ok(report)
 }
 
-/// Dooms and deletes `object` if no segment is in it; answers the bytes it recorded.
+/// Dooms and deletes `object` if no segment is in it; answers whether it did.
 async fn collect(
     store: &dyn StateStore,
     objects: &dyn ObjectStore,
     object: &str,
     now_ms: i64,
-) -> Result<Option<u64>, StorageError> {
+) -> Result<bool, StorageError> {
     let key = layout::object_key(object);
-    let Some(item) = store.get(&key).await? else { return Ok(None) };
+    let Some(item) = store.get(&key).await? else { return Ok(false) };
     let record: ObjectRecord = layout::decode("object", &item.value)?;
     if record.refs > 0 {
-        return Ok(None);
+        return Ok(false);
     }
     if !record.doomed {
         let doomed = ObjectRecord { doomed: true, ..record };
@@ -159,13 +156,13 @@ async fn collect(
         match store.write(vec![op]).await {
             Ok(()) => {}
             // A commit added a segment to it meanwhile: it lives.
-            Err(StorageError::ConditionFailed { .. }) => return Ok(None),
+            Err(StorageError::ConditionFailed { .. }) => return Ok(false),
             Err(e) => return Err(e),
         }
     }
     objects.delete(object).await?;
-    tracing::info!(object, bytes = record.bytes, "collected an object whose segments are all gone");
-    Ok(Some(record.bytes))
+    tracing::info!(object, "collected an object whose segments are all gone");
+    Ok(true)
 }
 
 /// Deletes a listed object if no record says it is live: none (never indexed: doomed first,

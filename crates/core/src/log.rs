@@ -553,29 +553,7 @@ impl Log {
 
     /// Up to a page of a partition's segments, from the one holding `offset`.
     async fn segments(&self, topic: &TopicConfig, partition: u32, offset: u64) -> Result<Vec<Segment>, Error> {
-        let pk = layout::segments_pk(topic.id, partition);
-        let store = self.inner.store.as_ref();
-        let forward = Query {
-            pk: pk.clone(),
-            from: Some(layout::offset_sk(offset)),
-            to: None,
-            forward: true,
-            limit: INDEX_PAGE,
-            after: None,
-        };
-        let mut found = decode_segments(store.query(&forward).await?.items)?;
-        if found.first().is_some_and(|s| s.base == offset) {
-            return Ok(found);
-        }
-        // `offset` falls inside a segment: the one holding it starts before it.
-        let backward =
-            Query { pk, from: None, to: Some(layout::offset_sk(offset)), forward: false, limit: 1, after: None };
-        if let Some(holder) = decode_segments(store.query(&backward).await?.items)?.pop() {
-            if holder.record.next > offset {
-                found.insert(0, holder);
-            }
-        }
-        Ok(found)
+        Ok(segments_from(self.inner.store.as_ref(), topic.id, partition, offset, INDEX_PAGE).await?)
     }
 
     /// The partition's head once `offset` is readable or `wait` has passed; refuses offsets out of range.
@@ -711,6 +689,32 @@ impl Log {
     fn forget_topic(&self, name: &str) {
         self.inner.topics.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
     }
+}
+
+/// Up to `limit` segments of a partition from the one holding `offset` on: one query when a
+/// segment starts there (the usual case), two when `offset` falls inside one.
+pub(crate) async fn segments_from(
+    store: &dyn StateStore,
+    topic_id: u64,
+    partition: u32,
+    offset: u64,
+    limit: usize,
+) -> Result<Vec<Segment>, StorageError> {
+    let pk = layout::segments_pk(topic_id, partition);
+    let mut forward = Query::all(pk.clone(), limit);
+    forward.from = Some(layout::offset_sk(offset));
+    let mut found = decode_segments(store.query(&forward).await?.items)?;
+    if found.first().is_some_and(|s| s.base == offset) {
+        return Ok(found);
+    }
+    // `offset` falls inside a segment: the one holding it starts before it.
+    let backward = Query { pk, from: None, to: Some(layout::offset_sk(offset)), forward: false, limit: 1, after: None };
+    if let Some(holder) = decode_segments(store.query(&backward).await?.items)?.pop() {
+        if holder.record.next > offset {
+            found.insert(0, holder);
+        }
+    }
+    Ok(found)
 }
 
 pub(crate) fn decode_segments(items: Vec<crate::store::Item>) -> Result<Vec<Segment>, StorageError> {

@@ -17,7 +17,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::layout;
-use crate::log::{decode_segments, Segment};
+use crate::log::segments_from;
 use crate::store::{Expect, Key, Query, StateStore, WriteOp};
 use crate::StorageError;
 
@@ -120,7 +120,7 @@ pub(crate) async fn extend(
         trim(store, topic_id, partition, log_start).await?;
         cursor = TimeCursor { upto: log_start, run_max: i64::MIN };
     }
-    let segments = from(store, topic_id, partition, cursor.upto).await?;
+    let segments = segments_from(store, topic_id, partition, cursor.upto, BATCH).await?;
     let mut ops = Vec::new();
     for seg in segments {
         // In order, without a hole, and only what compaction will not merge again.
@@ -180,28 +180,4 @@ pub(crate) async fn trim(
         }
     }
     Ok(removed)
-}
-
-/// Up to [`BATCH`] segments from the one holding `offset` on: one query when a segment
-/// starts there (the usual case), two when `offset` falls inside one.
-async fn from(
-    store: &dyn StateStore,
-    topic_id: u64,
-    partition: u32,
-    offset: u64,
-) -> Result<Vec<Segment>, StorageError> {
-    let pk = layout::segments_pk(topic_id, partition);
-    let mut forward = Query::all(pk.clone(), BATCH);
-    forward.from = Some(layout::offset_sk(offset));
-    let mut found = decode_segments(store.query(&forward).await?.items)?;
-    if found.first().is_none_or(|s| s.base != offset) {
-        let backward =
-            Query { pk, from: None, to: Some(layout::offset_sk(offset)), forward: false, limit: 1, after: None };
-        if let Some(holder) = decode_segments(store.query(&backward).await?.items)?.pop() {
-            if holder.record.next > offset {
-                found.insert(0, holder);
-            }
-        }
-    }
-    Ok(found)
 }
