@@ -401,6 +401,17 @@ async fn upkeep_requests_are_what_the_cost_model_says() {
     per_request(&format!("replay {SINGLES} 1 KiB events: one compacted segment and the newest one"), &after, 1);
     assert!(after.get("s3:GetObject").copied().unwrap_or(0) <= 3, "{after:?}");
 
+    // Offset by time: the time index (here its cursor: a 320 KiB segment is below the settled
+    // size of half the 8 MiB target), then the segments from there, and one ranged GET.
+    let request =
+        ReadRequest { topic: topic.clone(), partition: 0, offset: 160, max_events: 1, max_bytes: 1 << 20, wait_ms: 0 };
+    let at = log.read(&request).await.unwrap().events[0].record.timestamp_ms;
+    let (found, by_time) =
+        counted!(state, objects, log.offset(&topic, 0, sluice_core::OffsetQuery::Timestamp(at)).await.unwrap());
+    per_request("offset by time (compacted partition)", &by_time, 1);
+    assert!(found <= 160, "the first offset at or after the 160th event's time");
+    assert!(by_time.get("s3:GetObject").copied().unwrap_or(0) <= 2, "{by_time:?}");
+
     // An idle run: nothing to expire, merge or collect; it still looks at every partition.
     let partitions: u32 = log.list_topics().await.unwrap().iter().map(|t| t.spec.partitions).sum();
     let (_, idle) = counted!(state, objects, janitor.run(janitor::STEP_BUDGET).await.unwrap());
