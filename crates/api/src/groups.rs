@@ -1,6 +1,8 @@
 //! Consumer groups: `POST /v1/groups/{group}/poll`, `…/commit`, `…/leave`,
 //! `…/seek`; `GET /v1/groups`, `GET|DELETE /v1/groups/{group}`.
 
+use std::collections::BTreeMap;
+
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
@@ -34,6 +36,16 @@ struct Poll {
     session_timeout_ms: Option<u64>,
     #[serde(default)]
     auto_commit: bool,
+    /// The next offset the client expects per partition it has received events of.
+    positions: Option<Vec<Position>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Position {
+    topic: String,
+    partition: u32,
+    offset: u64,
 }
 
 fn earliest() -> ResetPolicy {
@@ -92,6 +104,21 @@ pub async fn poll(State(log): State<Log>, Path(group): Path<String>, body: Body)
         let message = format!("wait_ms must be at most {}", limits.max_wait_ms);
         return Err(ApiError::bad_request("invalid_wait", message));
     }
+    let positions = match req.positions {
+        None => None,
+        Some(list) => {
+            let mut positions = BTreeMap::new();
+            for p in list {
+                let tp = TopicPartition { topic: p.topic, partition: p.partition };
+                if positions.contains_key(&tp) {
+                    let message = format!("{}/{} appears twice in positions", tp.topic, tp.partition);
+                    return Err(ApiError::bad_request("duplicate_position", message));
+                }
+                positions.insert(tp, p.offset);
+            }
+            Some(positions)
+        }
+    };
     let request = PollRequest {
         group,
         member_id: req.member_id,
@@ -102,6 +129,7 @@ pub async fn poll(State(log): State<Log>, Path(group): Path<String>, body: Body)
         reset: req.reset,
         session_timeout_ms: req.session_timeout_ms,
         auto_commit: req.auto_commit,
+        positions,
     };
     let answer = Groups::new(log).poll(&request).await?;
     Ok(([(header::CONTENT_TYPE, "application/json")], render(&answer)).into_response())

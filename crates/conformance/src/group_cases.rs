@@ -13,6 +13,7 @@ use sluice_core::layout::{self, HeadRecord};
 use sluice_core::store::{Item, Key, Page, Query, StateStore, WriteOp};
 use sluice_core::{Clock, Error, Log, LogConfig, ManualClock, NewEvent, StorageError, TopicSpec};
 
+pub use crate::group_fault_cases::*;
 use crate::{unique_topic, Backend};
 
 /// Generates one `#[tokio::test]` per group case; `$backend` is an async expression yielding a [`Backend`].
@@ -35,6 +36,11 @@ macro_rules! group_conformance_suite {
             given_a_group_positioned_below_the_new_log_start_then_none_refuses_with_offset_out_of_range,
             given_groups_whose_last_member_left_then_offsets_expire_after_the_retention_and_not_before,
             given_a_group_with_a_live_member_then_its_offsets_never_expire_and_after_it_leaves_they_do,
+            given_a_poll_answer_lost_when_retried_with_positions_then_same_events_and_commit_stays,
+            given_a_heartbeat_applied_but_unanswered_then_the_poll_still_answers_its_events,
+            given_a_heartbeat_refused_then_the_poll_answers_and_the_next_one_delivers_again,
+            given_a_member_joining_and_committing_while_its_group_is_deleted_then_its_commit_stays,
+            given_a_wide_group_deleted_while_a_member_commits_then_that_commit_stays,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn given_members_joining_and_leaving_while_publishers_write_then_every_acked_event_delivered() {
@@ -53,16 +59,16 @@ macro_rules! group_conformance_suite {
     };
 }
 
-const START_MS: i64 = 1_800_000_000_000;
+pub(crate) const START_MS: i64 = 1_800_000_000_000;
 
 /// A log and its groups on `backend`, reading time from `clock`.
-async fn groups_on(backend: &dyn Backend, clock: &Arc<ManualClock>) -> (Log, Groups) {
+pub(crate) async fn groups_on(backend: &dyn Backend, clock: &Arc<ManualClock>) -> (Log, Groups) {
     let (store, objects) = backend.open_with(clock.clone()).await;
     let log = Log::new(store, objects, clock.clone(), LogConfig::default());
     (log.clone(), Groups::new(log))
 }
 
-fn request(group: &str, member: Option<&str>, topic: &str, max_events: usize) -> PollRequest {
+pub(crate) fn request(group: &str, member: Option<&str>, topic: &str, max_events: usize) -> PollRequest {
     PollRequest {
         group: group.to_owned(),
         member_id: member.map(str::to_owned),
@@ -73,10 +79,11 @@ fn request(group: &str, member: Option<&str>, topic: &str, max_events: usize) ->
         reset: ResetPolicy::Earliest,
         session_timeout_ms: None,
         auto_commit: false,
+        positions: None,
     }
 }
 
-async fn poll(groups: &Groups, group: &str, member: Option<&str>, topic: &str) -> PollAnswer {
+pub(crate) async fn poll(groups: &Groups, group: &str, member: Option<&str>, topic: &str) -> PollAnswer {
     groups.poll(&request(group, member, topic, 1000)).await.expect("poll")
 }
 
@@ -84,7 +91,7 @@ fn partitions(answer: &PollAnswer) -> Vec<u32> {
     answer.assignment.iter().map(|tp| tp.partition).collect()
 }
 
-async fn publish(log: &Log, topic: &str, partition: u32, values: impl IntoIterator<Item = (String, i64)>) {
+pub(crate) async fn publish(log: &Log, topic: &str, partition: u32, values: impl IntoIterator<Item = (String, i64)>) {
     let events = values
         .into_iter()
         .map(|(v, ts)| NewEvent {
@@ -99,11 +106,11 @@ async fn publish(log: &Log, topic: &str, partition: u32, values: impl IntoIterat
     log.publish(topic, events, None).await.expect("publish");
 }
 
-fn commit_of(topic: &str, partition: u32, offset: u64) -> CommitOffset {
+pub(crate) fn commit_of(topic: &str, partition: u32, offset: u64) -> CommitOffset {
     CommitOffset { topic: topic.to_owned(), partition, offset, metadata: None }
 }
 
-async fn committed(groups: &Groups, group: &str, partition: u32) -> Option<u64> {
+pub(crate) async fn committed(groups: &Groups, group: &str, partition: u32) -> Option<u64> {
     let d = groups.describe(group).await.expect("describe");
     d.partitions.iter().find(|p| p.partition == partition).and_then(|p| p.committed)
 }
@@ -598,7 +605,7 @@ async fn namespaced_groups_on(backend: &dyn Backend, clock: &Arc<ManualClock>, c
     (log.clone(), Groups::with_config(log, config))
 }
 
-fn offsets_of(answer: &PollAnswer) -> Vec<u64> {
+pub(crate) fn offsets_of(answer: &PollAnswer) -> Vec<u64> {
     answer.events.iter().map(|e| e.event.offset).collect()
 }
 

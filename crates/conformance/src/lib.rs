@@ -7,7 +7,9 @@
 //! one moto server or one data directory and run in parallel.
 
 pub mod embedded;
+pub mod faults;
 pub mod group_cases;
+mod group_fault_cases;
 pub mod log_cases;
 pub mod moto;
 pub mod queue_cases;

@@ -32,6 +32,7 @@ macro_rules! retention_conformance_suite {
             given_deleted_topic_then_its_objects_are_collected_and_objects_shared_with_live_topics_stay,
             given_an_index_query_torn_by_a_swap_then_retention_stops_at_the_hole,
             given_compacted_segments_then_offset_by_time_uses_the_time_index_and_answers_exactly,
+            given_a_later_index_page_torn_by_a_swap_then_offset_by_time_still_answers_exactly,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn given_readers_replaying_during_compaction_and_retention_then_no_error_no_gap_same_bytes() {
@@ -482,7 +483,7 @@ pub async fn given_an_index_query_torn_by_a_swap_then_retention_stops_at_the_hol
     let (config, _) = log.describe_topic(&topic).await.unwrap();
     // A query that misses 1..=3, as one racing a compaction's swap on DynamoDB can.
     let torn = HookedStore::new(stores.0.clone());
-    *torn.tear.lock().unwrap() = Some((layout::segments_pk(config.id, 0), 1..4));
+    *torn.tear.lock().unwrap() = Some(Tear { pk: layout::segments_pk(config.id, 0), hide: 1..4, skip: 0 });
     sluice_core::retention::retain(&torn, &config, 0, t0, JanitorConfig::default().default_retention_ms).await.unwrap();
     let (_, states) = log.describe_topic(&topic).await.unwrap();
     assert_eq!(states[0].log_start_offset, 1, "only the old segment before the hole goes");
@@ -526,14 +527,46 @@ pub async fn given_compacted_segments_then_offset_by_time_uses_the_time_index_an
     }
 }
 
+/// Offset by time walks the index past its first page. A page torn by a compaction's swap
+/// (items missing at its start) must not make it answer a later offset: it re-asks from the
+/// first offset it has not examined, as a replay does.
+pub async fn given_a_later_index_page_torn_by_a_swap_then_offset_by_time_still_answers_exactly(backend: &dyn Backend) {
+    let t0 = real_now();
+    let clock = Arc::new(ManualClock::new(t0));
+    let stores = backend.open_with(clock.clone()).await;
+    let log = log_at(stores.clone(), &clock);
+    let topic = unique_topic("torn-time");
+    log.create_topic(&topic, TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None }).await.unwrap();
+    // One event per segment, a second apart: the walk's second index page starts at 32.
+    for i in 0..40 {
+        log.publish(&topic, vec![event("e", 0, Some(t0 + i * 1000))], None).await.unwrap();
+    }
+    let (config, _) = log.describe_topic(&topic).await.unwrap();
+    let torn = Arc::new(HookedStore::new(stores.0.clone()));
+    // The walk's first query of the index is its first page; the next one loses 32..35.
+    *torn.tear.lock().unwrap() = Some(Tear { pk: layout::segments_pk(config.id, 0), hide: 32..35, skip: 1 });
+    let reader = log_at((torn.clone(), stores.1.clone()), &clock);
+    let at = reader.offset(&topic, 0, sluice_core::OffsetQuery::Timestamp(t0 + 33_000)).await.unwrap();
+    assert!(torn.tear.lock().unwrap().is_none(), "the torn query happened");
+    assert_eq!(at, 33, "the first event at or after the time, not one past the torn items");
+}
+
 /// A state store with the hooks these cases need: it counts queries, can hide the items at
-/// some offsets from the first query of one collection (a query torn by a compaction's swap),
+/// some offsets from one query of one collection (a query torn by a compaction's swap),
 /// and can hold writes at a gate.
 struct HookedStore {
     inner: Arc<dyn StateStore>,
     queries: AtomicUsize,
-    tear: Mutex<Option<(String, std::ops::Range<u64>)>>,
+    tear: Mutex<Option<Tear>>,
     gate: Option<Arc<Gate>>,
+}
+
+/// Hides the items at offsets `hide` from the query of collection `pk` that comes after
+/// `skip` others of it.
+struct Tear {
+    pk: String,
+    hide: std::ops::Range<u64>,
+    skip: usize,
 }
 
 impl HookedStore {
@@ -551,8 +584,12 @@ impl StateStore for HookedStore {
         self.queries.fetch_add(1, Ordering::SeqCst);
         let mut page = self.inner.query(query).await?;
         let mut tear = self.tear.lock().unwrap();
-        if let Some((_, hide)) = tear.take_if(|(pk, _)| *pk == query.pk) {
-            page.items.retain(|i| !hide.contains(&layout::offset_of(&i.key.sk).unwrap()));
+        if let Some(t) = tear.as_mut().filter(|t| t.pk == query.pk) {
+            if t.skip > 0 {
+                t.skip -= 1;
+            } else if let Some(t) = tear.take() {
+                page.items.retain(|i| !t.hide.contains(&layout::offset_of(&i.key.sk).unwrap()));
+            }
         }
         Ok(page)
     }

@@ -113,8 +113,13 @@ pub struct PollRequest {
     pub wait_ms: u64,
     pub reset: ResetPolicy,
     pub session_timeout_ms: Option<u64>,
-    /// Commit what this member's previous poll returned, before fetching.
+    /// Before fetching, commit the positions this request carries (with `positions: None`,
+    /// what this member's previous poll returned).
     pub auto_commit: bool,
+    /// The next offset the client expects on each partition it has received events of, as a
+    /// Kafka consumer holds its fetch positions. `None` for a client that keeps none: the
+    /// server's record of what it last sent stands in (a lost answer then skips its events).
+    pub positions: Option<BTreeMap<TopicPartition, u64>>,
 }
 
 /// An event with the topic it came from.
@@ -493,16 +498,22 @@ impl Groups {
             let mut positions: Vec<(TopicConfig, u32, u64)> = Vec::with_capacity(mine.len());
             let mut auto_commits: Vec<(TopicPartition, u64)> = Vec::new();
             let heads = self.heads(mine.iter().map(|tp| &all_topics[&tp.topic])).await?;
-            // The member's own position on a partition, if it is still trusted and readable.
+            // Where the member resumes on a partition it keeps, if anywhere but its committed offset.
+            // The server's record (what it last sent) counts only if recorded since the partition
+            // last changed hands or was seeked. A client's own position (what it received) wins over
+            // it: an answer may have been lost. One past the record means the client's position
+            // predates a reset it has not seen, and the record stands. A client that sends
+            // positions and has none for a partition resumes at the committed offset.
             let kept = |tp: &TopicPartition| {
                 let key = tp_key(&tp.topic, tp.partition);
                 let trusted_from = record.since.get(&key).copied().unwrap_or(0);
                 let head = head_of(&heads, all_topics[&tp.topic].id, tp.partition);
-                previous
-                    .positions
-                    .get(&key)
-                    .copied()
-                    .filter(|p| previous.positions_version >= trusted_from && *p >= head.start)
+                let sent = previous.positions.get(&key).copied().filter(|_| previous.positions_version >= trusted_from);
+                let resume = match &req.positions {
+                    None => sent,
+                    Some(received) => sent.and_then(|s| received.get(tp).map(|r| (*r).min(s))),
+                };
+                resume.filter(|p| *p >= head.start)
             };
             // Committed offsets are read only when a poll needs them: a steady member resumes from its positions.
             let offsets = if req.auto_commit || mine.iter().any(|tp| kept(tp).is_none()) {
@@ -672,6 +683,13 @@ impl Groups {
                 ops.extend(self.cover(&req.group, activity.as_ref(), expires).into_iter().flat_map(|(ops, _)| ops));
                 match self.store().write(ops).await {
                     Ok(()) => break,
+                    // The events are answered even when the heartbeat's outcome is unknown (or it
+                    // was refused): the member's next poll resumes from its own positions or the
+                    // server's, at or before the end of these, so a duplicate is possible and a gap is not.
+                    Err(e @ (StorageError::Unavailable { .. } | StorageError::Throttled { .. })) => {
+                        tracing::warn!(group = %req.group, member = %member_id, error = %e, "heartbeat not confirmed; answering the poll");
+                        break;
+                    }
                     // Its session ended while it waited (or it left): the events go to the next owner.
                     Err(StorageError::ConditionFailed { op: 0 }) => {
                         return Err(conflict(
@@ -739,12 +757,14 @@ impl Groups {
                 if *offset >= head.next || *offset < head.start {
                     continue;
                 }
-                let batch = self.log.read_at(topic, *partition, *offset, events_left, bytes_left, head).await?;
-                if batch.events.first().is_some_and(|e| e.offset > *offset) {
-                    // Retention moved the log start past the position since the heads were read
-                    // (the events in between are gone): the next poll applies the reset policy.
-                    continue;
-                }
+                // Retention may move the log start past the position since the heads were read (the
+                // events in between are gone): the partition sits this poll out, and the next one
+                // applies the reset policy to it.
+                let batch = match self.log.read_at(topic, *partition, *offset, events_left, bytes_left, head).await {
+                    Ok(batch) if batch.events.first().is_none_or(|e| e.offset == *offset) => batch,
+                    Ok(_) | Err(Error::OffsetOutOfRange { .. }) => continue,
+                    Err(e) => return Err(e),
+                };
                 for e in batch.events {
                     events_left -= 1;
                     bytes_left = bytes_left.saturating_sub(e.record.approx_size());
@@ -1099,37 +1119,69 @@ impl Groups {
     }
 
     /// Deletes a group with no live members: its record, offsets and registry entry.
+    ///
+    /// Every deletion is conditional on the version read, so a member that joins (or commits)
+    /// meanwhile is never erased. The first write removes the record, registry entry and
+    /// activity with as many offsets as fit, atomically: a join before it makes it fail whole
+    /// (`group_not_empty`). Offsets past the first write's room go after it, each at the
+    /// version read; one a new incarnation of the group committed over stays.
     pub async fn delete(&self, group: &str) -> Result<(), Error> {
         names::validate("group", group)?;
-        let state = self.state(group).await?;
-        let offsets = self.offsets(group).await?;
-        if state.version == 0 && offsets.is_empty() {
-            return Err(Error::GroupNotFound(group.to_owned()));
-        }
-        if !state.members.is_empty() {
-            return Err(conflict(
-                "group_not_empty",
-                format!("group '{group}' has live members: they must leave first"),
-            ));
-        }
-        // First, and only if no member joined meanwhile: the group record. A refused delete
-        // changes nothing; after this one, the offsets and registry entry go.
-        if state.version > 0 {
-            let delete = WriteOp::Delete { key: meta_key(group), expect: Expect::Version(state.version) };
-            match self.store().write(vec![delete]).await {
+        for _ in 0..MAX_ATTEMPTS {
+            let state = self.state(group).await?;
+            let offsets = self.offsets(group).await?;
+            if state.version == 0 && offsets.is_empty() {
+                return Err(Error::GroupNotFound(group.to_owned()));
+            }
+            if !state.members.is_empty() {
+                return Err(conflict(
+                    "group_not_empty",
+                    format!("group '{group}' has live members: they must leave first"),
+                ));
+            }
+            let registry = self.store().get(&registry_key(group)).await?.map(|i| i.version);
+            let at = |key: Key, version: Option<u64>| match version {
+                Some(v) => WriteOp::Delete { key, expect: Expect::Version(v) },
+                None => WriteOp::Check { key, expect: Expect::Absent },
+            };
+            let mut ops = vec![
+                at(meta_key(group), Some(state.version).filter(|v| *v > 0)),
+                at(registry_key(group), registry),
+                at(activity_key(group), state.activity.map(|(_, v)| v)),
+            ];
+            if let Some((a, _)) = state.activity {
+                ops.push(WriteOp::Delete { key: expiry_key(a.until, group), expect: Expect::Any });
+            }
+            let mut offset_ops =
+                offsets.iter().map(|(sk, (_, v))| at(Key::new(offsets_pk(group), sk.clone()), Some(*v)));
+            let room = MAX_WRITE_OPS - ops.len();
+            ops.extend(offset_ops.by_ref().take(room));
+            match self.store().write(ops).await {
                 Ok(()) => {}
-                Err(StorageError::ConditionFailed { .. }) => {
-                    return Err(conflict("group_not_empty", format!("a member joined group '{group}' meanwhile")))
+                // A member joined, committed or sought meanwhile: look again.
+                Err(StorageError::ConditionFailed { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            }
+            let rest: Vec<WriteOp> = offset_ops.collect();
+            for chunk in rest.chunks(MAX_WRITE_OPS) {
+                self.delete_unchanged(chunk.to_vec()).await?;
+            }
+            return Ok(());
+        }
+        Err(too_busy(group))
+    }
+
+    /// Applies conditional deletes, leaving out each one whose item changed since it was read.
+    async fn delete_unchanged(&self, mut ops: Vec<WriteOp>) -> Result<(), Error> {
+        while !ops.is_empty() {
+            match self.store().write(ops.clone()).await {
+                Ok(()) => return Ok(()),
+                Err(StorageError::ConditionFailed { op }) if op < ops.len() => {
+                    ops.remove(op);
                 }
                 Err(e) => return Err(e.into()),
             }
         }
-        let mut keys: Vec<Key> = offsets.keys().map(|sk| Key::new(offsets_pk(group), sk.clone())).collect();
-        keys.push(registry_key(group));
-        if let Some((a, _)) = state.activity {
-            keys.extend([activity_key(group), expiry_key(a.until, group)]);
-        }
-        self.store().delete_many(keys).await?;
         Ok(())
     }
 }

@@ -653,19 +653,54 @@ impl Log {
         let from = match crate::timeindex::lookup(store, topic.id, partition, ts).await? {
             crate::timeindex::Lookup::At(base) | crate::timeindex::Lookup::After(base) => base.max(head.start),
         };
-        let mut page = self.segments(topic, partition, from).await?;
-        loop {
-            let Some(last) = page.last().map(|s| s.base) else { return Ok(head.next) };
-            for seg in page.iter().filter(|s| s.record.max_ts >= ts && s.record.next > from) {
-                let records = segment_records(self.inner.objects.as_ref(), seg).await?;
-                if let Some((o, _)) = records.iter().find(|(o, r)| *o >= from && r.timestamp_ms >= ts) {
-                    return Ok(*o);
-                }
+        // Walked as a replay is: each page from the first offset not yet examined, with the
+        // segment holding it (compaction may have merged it into one that starts earlier),
+        // cut at a hole (a query that is not a snapshot, DynamoDB's during a swap, can miss
+        // items). Asking from the last base + 1 instead skipped a run merged across pages.
+        let mut next = from;
+        let (mut holes, mut gone) = (0, 0);
+        'pages: while next < head.next {
+            let mut page: Vec<Segment> =
+                self.segments(topic, partition, next).await?.into_iter().filter(|s| s.record.next > next).collect();
+            if let Some(gap) = page.windows(2).position(|w| w[1].base > w[0].record.next) {
+                page.truncate(gap + 1);
             }
-            let mut query = Query::all(layout::segments_pk(topic.id, partition), INDEX_PAGE);
-            query.from = Some(layout::offset_sk(last + 1));
-            page = decode_segments(store.query(&query).await?.items)?;
+            if page.first().is_none_or(|s| s.base > next) {
+                // Retention removed `next` since the head was read (what is left starts later),
+                // or the query was torn (a second look finds it).
+                let (now, _) = topics::head(store, topic.id, partition).await?;
+                if next < now.start {
+                    next = now.start;
+                    continue;
+                }
+                if holes < 3 {
+                    holes += 1;
+                    continue;
+                }
+                return Err(Error::Corrupt(format!(
+                    "{}/{partition}: offset {next} is in the log (start {}) but not in its index",
+                    topic.name, now.start
+                )));
+            }
+            for seg in &page {
+                if seg.record.max_ts >= ts {
+                    let records = match segment_records(self.inner.objects.as_ref(), seg).await {
+                        Ok(records) => records,
+                        // Compaction replaced the segment and its old object went: look again.
+                        Err(StorageError::NotFound(_)) if gone < 3 => {
+                            gone += 1;
+                            continue 'pages;
+                        }
+                        Err(e) => return Err(e.into()),
+                    };
+                    if let Some((o, _)) = records.iter().find(|(o, r)| *o >= next && r.timestamp_ms >= ts) {
+                        return Ok(*o);
+                    }
+                }
+                next = seg.record.next;
+            }
         }
+        Ok(head.next.max(next))
     }
 
     /// The topic's config for publishing, from a short-lived cache (the commit checks it).

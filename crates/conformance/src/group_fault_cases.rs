@@ -1,0 +1,182 @@
+//! Consumer group cases at the edges a retried request or a rival reaches: a poll whose
+//! answer is lost, a heartbeat whose outcome is unknown, a member joining while its group
+//! is deleted. Each names the promise it holds (at-least-once across retries; an accepted
+//! commit is never erased).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use sluice_core::groups::{Groups, PollRequest, TopicPartition};
+use sluice_core::{Log, LogConfig, ManualClock, NewEvent, TopicSpec};
+
+use crate::faults::{deletes, puts, Action, Scripted};
+use crate::group_cases::{commit_of, committed, groups_on, offsets_of, poll, publish, request, START_MS};
+use crate::log_cases::Fault;
+use crate::{unique_topic, Backend};
+
+/// The log and groups of `backend` beside a second pair whose writes meet `script`.
+async fn scripted_groups_on(backend: &dyn Backend, clock: &Arc<ManualClock>) -> (Log, Groups, Arc<Scripted>, Groups) {
+    let (log, groups) = groups_on(backend, clock).await;
+    let (store, objects) = backend.open_with(clock.clone()).await;
+    let script = Scripted::new(store);
+    let scripted = Log::new(script.clone(), objects, clock.clone(), LogConfig::default());
+    (log, groups, script, Groups::new(scripted))
+}
+
+fn with_positions(mut req: PollRequest, topic: &str, positions: &[(u32, u64)]) -> PollRequest {
+    let map: BTreeMap<TopicPartition, u64> = positions
+        .iter()
+        .map(|&(partition, offset)| (TopicPartition { topic: topic.to_owned(), partition }, offset))
+        .collect();
+    req.positions = Some(map);
+    req
+}
+
+async fn one_partition_topic(log: &Log, prefix: &str) -> String {
+    let topic = unique_topic(prefix);
+    log.create_topic(&topic, TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None }).await.unwrap();
+    topic
+}
+
+fn five(from: u64) -> impl Iterator<Item = (String, i64)> {
+    (from..from + 5).map(|i| (format!("e{i}"), START_MS))
+}
+
+/// The contract's example: poll (0–4), the answer is lost, the client polls again with
+/// its positions (p → 0) and auto-commit: it gets 0–4 again and the commit stays at 0.
+pub async fn given_a_poll_answer_lost_when_retried_with_positions_then_same_events_and_commit_stays(
+    backend: &dyn Backend,
+) {
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (log, groups) = groups_on(backend, &clock).await;
+    let topic = one_partition_topic(&log, "retried").await;
+    let group = unique_topic("g");
+    publish(&log, &topic, 0, five(0)).await;
+    let lost = groups.poll(&request(&group, None, &topic, 5)).await.unwrap();
+    assert_eq!(offsets_of(&lost), vec![0, 1, 2, 3, 4]);
+    let member = lost.member_id.clone();
+
+    let mut retry = with_positions(request(&group, Some(&member), &topic, 5), &topic, &[(0, 0)]);
+    retry.auto_commit = true;
+    let again = groups.poll(&retry).await.unwrap();
+    assert_eq!(offsets_of(&again), vec![0, 1, 2, 3, 4], "the retried poll answers what the lost one held");
+    assert_eq!(committed(&groups, &group, 0).await, Some(0), "auto-commit commits what the client confirms");
+
+    // Confirming 0–4 commits 5 and moves on; a client sending no positions gets the server's record.
+    let mut next = with_positions(request(&group, Some(&member), &topic, 5), &topic, &[(0, 5)]);
+    next.auto_commit = true;
+    publish(&log, &topic, 0, five(5)).await;
+    assert_eq!(offsets_of(&groups.poll(&next).await.unwrap()), vec![5, 6, 7, 8, 9]);
+    assert_eq!(committed(&groups, &group, 0).await, Some(5));
+    assert!(poll(&groups, &group, Some(&member), &topic).await.events.is_empty(), "the server's record is at 10");
+
+    // Positions the client held before a seek are ignored: the seek wins.
+    let ahead = with_positions(request(&group, Some(&member), &topic, 5), &topic, &[(0, 7)]);
+    groups.seek(&group, &topic, None, sluice_core::groups::SeekTarget::Offset(2)).await.unwrap();
+    assert_eq!(offsets_of(&groups.poll(&ahead).await.unwrap()), vec![2, 3, 4, 5, 6], "a seek wins over positions");
+}
+
+/// The heartbeat that records a poll's positions is applied but its answer is lost: the poll
+/// answers its events anyway, and a retry with positions gets them again.
+pub async fn given_a_heartbeat_applied_but_unanswered_then_the_poll_still_answers_its_events(backend: &dyn Backend) {
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (log, _, script, groups) = scripted_groups_on(backend, &clock).await;
+    let topic = one_partition_topic(&log, "heartbeat").await;
+    let group = unique_topic("g");
+    let joined = groups.poll(&request(&group, None, &topic, 5)).await.unwrap();
+    publish(&log, &topic, 0, five(0)).await;
+    script.at(puts("member#"), Action::Fault(Fault::LoseAnswer));
+    let answered = groups.poll(&request(&group, Some(&joined.member_id), &topic, 5)).await;
+    assert_eq!(script.pending(), 0, "the heartbeat met its fault");
+    let answered = answered.expect("an unknown heartbeat outcome still answers the events");
+    assert_eq!(offsets_of(&answered), vec![0, 1, 2, 3, 4]);
+    let retry = with_positions(request(&group, Some(&joined.member_id), &topic, 5), &topic, &[(0, 0)]);
+    assert_eq!(offsets_of(&groups.poll(&retry).await.unwrap()), vec![0, 1, 2, 3, 4]);
+}
+
+/// A heartbeat that fails before it applies: the poll answers, and the server's record still
+/// says where the member was, so even a client without positions gets the events again.
+pub async fn given_a_heartbeat_refused_then_the_poll_answers_and_the_next_one_delivers_again(backend: &dyn Backend) {
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (log, _, script, groups) = scripted_groups_on(backend, &clock).await;
+    let topic = one_partition_topic(&log, "refused").await;
+    let group = unique_topic("g");
+    let joined = groups.poll(&request(&group, None, &topic, 5)).await.unwrap();
+    publish(&log, &topic, 0, five(0)).await;
+    script.at(puts("member#"), Action::Fault(Fault::FailBefore));
+    let answered = groups.poll(&request(&group, Some(&joined.member_id), &topic, 5)).await.unwrap();
+    assert_eq!(offsets_of(&answered), vec![0, 1, 2, 3, 4]);
+    let again = groups.poll(&request(&group, Some(&joined.member_id), &topic, 5)).await.unwrap();
+    assert_eq!(offsets_of(&again), vec![0, 1, 2, 3, 4], "a duplicate, never a gap");
+}
+
+/// A member joins and commits right after the delete removed the group's record: its
+/// commit and the group's listing survive the rest of the delete.
+pub async fn given_a_member_joining_and_committing_while_its_group_is_deleted_then_its_commit_stays(
+    backend: &dyn Backend,
+) {
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (log, groups, script, deleting) = scripted_groups_on(backend, &clock).await;
+    let topic = one_partition_topic(&log, "deleted").await;
+    let group = unique_topic("g");
+    publish(&log, &topic, 0, five(0)).await;
+    let old = poll(&groups, &group, None, &topic).await;
+    groups.commit(&group, &old.member_id, old.generation, &[commit_of(&topic, 0, 3)]).await.unwrap();
+    groups.leave(&group, &old.member_id).await.unwrap();
+
+    let rival = {
+        let (groups, group, topic) = (groups.clone(), group.clone(), topic.clone());
+        Box::pin(async move {
+            let new = poll(&groups, &group, None, &topic).await;
+            groups.commit(&group, &new.member_id, new.generation, &[commit_of(&topic, 0, 5)]).await.unwrap();
+        })
+    };
+    script.at(deletes("meta"), Action::After(rival));
+    deleting.delete(&group).await.unwrap();
+    assert_eq!(script.pending(), 0, "the rival ran");
+    assert_eq!(committed(&groups, &group, 0).await, Some(5), "the new member's accepted commit stays");
+    assert!(groups.list().await.unwrap().contains(&group), "the group the new member joined is listed");
+}
+
+/// The same race on a group whose offsets take more than one write to delete: an offset
+/// the new member commits over is left alone, the rest go.
+pub async fn given_a_wide_group_deleted_while_a_member_commits_then_that_commit_stays(backend: &dyn Backend) {
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (log, groups, script, deleting) = scripted_groups_on(backend, &clock).await;
+    let (topic, group) = (unique_topic("wide-deleted"), unique_topic("g"));
+    log.create_topic(&topic, TopicSpec { partitions: 120, retention_ms: None, retention_bytes: None }).await.unwrap();
+    let events: Vec<NewEvent> = (0..120u32)
+        .flat_map(|p| (0..2).map(move |i| (p, i)))
+        .map(|(p, i)| NewEvent {
+            key: None,
+            headers: Vec::new(),
+            value: Bytes::from(format!("e{p}.{i}")),
+            value_is_json: false,
+            timestamp_ms: None,
+            partition: Some(p),
+        })
+        .collect();
+    log.publish(&topic, events, None).await.unwrap();
+    let old = poll(&groups, &group, None, &topic).await;
+    let all: Vec<_> = (0..120).map(|p| commit_of(&topic, p, 1)).collect();
+    for chunk in all.chunks(90) {
+        groups.commit(&group, &old.member_id, old.generation, chunk).await.unwrap();
+    }
+    groups.leave(&group, &old.member_id).await.unwrap();
+
+    let rival = {
+        let (groups, group, topic) = (groups.clone(), group.clone(), topic.clone());
+        Box::pin(async move {
+            let new = groups.poll(&request(&group, None, &topic, 1)).await.unwrap();
+            groups.commit(&group, &new.member_id, new.generation, &[commit_of(&topic, 110, 2)]).await.unwrap();
+        })
+    };
+    script.at(deletes("meta"), Action::After(rival));
+    deleting.delete(&group).await.unwrap();
+    assert_eq!(script.pending(), 0, "the rival ran");
+    let d = groups.describe(&group).await.unwrap();
+    let kept: Vec<(u32, Option<u64>)> =
+        d.partitions.iter().filter(|p| p.committed.is_some()).map(|p| (p.partition, p.committed)).collect();
+    assert_eq!(kept, vec![(110, Some(2))], "only the rival's commit is left");
+}
