@@ -193,6 +193,7 @@ pub async fn describe(State(log): State<Log>, Path((topic, sub)): SubPath) -> Re
     let d = Queues::new(log).describe(&topic, &sub).await?;
     let mut out = subscription_json(&d.subscription);
     out["backlog"] = backlog_json(&d.backlog);
+    out["exact"] = json!(d.exact);
     out["partitions"] = d
         .partitions
         .iter()

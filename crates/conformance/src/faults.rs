@@ -1,6 +1,7 @@
-//! A state store that meets scripted events at chosen writes: a fault (the answer lost
-//! after the write applied, a failure before it), or a rival's work run just before or
-//! just after the write, so a case can place an interleaving exactly where it matters.
+//! A state store that meets scripted events at chosen writes and queries: a fault (the
+//! answer lost after the write applied, a failure before it, a query torn by a concurrent
+//! write), or a rival's work run just before or just after the call, so a case can place
+//! an interleaving exactly where it matters.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -28,15 +29,25 @@ pub enum Action {
     After(Rival),
 }
 
-/// A [`StateStore`] whose rules each meet the first write they match, once, in order of adding.
+/// What happens at the query a query rule meets.
+pub enum QueryAction {
+    /// The answer misses its first `n` items, as a query racing a transaction can.
+    Tear(usize),
+    /// The rival runs to its end, then the query reads.
+    Before(Rival),
+}
+
+/// A [`StateStore`] whose rules each meet the first write (or query) they match, once, in
+/// order of adding.
 pub struct Scripted {
     inner: Arc<dyn StateStore>,
     rules: Mutex<Vec<(Matcher, Action)>>,
+    query_rules: Mutex<Vec<(String, QueryAction)>>,
 }
 
 impl Scripted {
     pub fn new(inner: Arc<dyn StateStore>) -> Arc<Self> {
-        Arc::new(Self { inner, rules: Mutex::new(Vec::new()) })
+        Arc::new(Self { inner, rules: Mutex::new(Vec::new()), query_rules: Mutex::new(Vec::new()) })
     }
 
     /// Adds a rule that meets the next write `matches` accepts.
@@ -44,9 +55,14 @@ impl Scripted {
         self.rules.lock().unwrap().push((Box::new(matches), action));
     }
 
-    /// Rules not met yet.
+    /// Adds a rule that meets the next query of a collection whose key starts with `pk_prefix`.
+    pub fn at_query(&self, pk_prefix: impl Into<String>, action: QueryAction) {
+        self.query_rules.lock().unwrap().push((pk_prefix.into(), action));
+    }
+
+    /// Rules (of writes and queries) not met yet.
     pub fn pending(&self) -> usize {
-        self.rules.lock().unwrap().len()
+        self.rules.lock().unwrap().len() + self.query_rules.lock().unwrap().len()
     }
 }
 
@@ -71,7 +87,22 @@ impl StateStore for Scripted {
     }
 
     async fn query(&self, query: &Query) -> Result<Page, StorageError> {
-        self.inner.query(query).await
+        let action = {
+            let mut rules = self.query_rules.lock().unwrap();
+            rules.iter().position(|(prefix, _)| query.pk.starts_with(prefix.as_str())).map(|i| rules.remove(i).1)
+        };
+        match action {
+            None => self.inner.query(query).await,
+            Some(QueryAction::Tear(n)) => {
+                let mut page = self.inner.query(query).await?;
+                page.items.drain(..n.min(page.items.len()));
+                Ok(page)
+            }
+            Some(QueryAction::Before(rival)) => {
+                rival.await;
+                self.inner.query(query).await
+            }
+        }
     }
 
     async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {

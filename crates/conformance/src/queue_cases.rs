@@ -18,6 +18,7 @@ use sluice_core::{Clock, Error, Log, LogConfig, ManualClock, NewEvent, Position,
 use tokio::sync::{watch, Notify};
 
 use crate::group_cases::advance_log_start;
+pub use crate::queue_fault_cases::*;
 use crate::{unique_topic, Backend};
 
 /// Generates one `#[tokio::test]` per queue case; `$backend` is an async expression yielding a [`Backend`].
@@ -48,6 +49,9 @@ macro_rules! queue_conformance_suite {
             given_long_poll_on_an_empty_queue_when_the_clock_passes_the_wait_then_it_returns_empty_not_before,
             given_long_poll_when_a_delayed_message_comes_due_then_it_returns_the_message,
             given_undelivered_messages_when_the_log_start_passes_them_then_counted_expired_never_delivered_and_the_rest_are,
+            given_a_describe_whose_first_read_is_torn_then_its_counts_are_still_exact,
+            given_retention_passing_a_receive_in_flight_then_it_answers_from_the_new_start,
+            given_a_slow_receive_then_the_visibility_window_counts_from_its_write,
         );
         $crate::queue_conformance_suite!(@concurrent $backend;
             given_eight_workers_draining_a_queue_then_every_message_acked_exactly_once_and_backlog_ends_empty,
@@ -75,7 +79,7 @@ macro_rules! queue_conformance_suite {
     };
 }
 
-const START_MS: i64 = 1_800_000_000_000;
+pub(crate) const START_MS: i64 = 1_800_000_000_000;
 /// How long a test waits in real time for something the fake clock has already made due.
 const REAL_PATIENCE: Duration = Duration::from_secs(30);
 
@@ -91,13 +95,13 @@ async fn queues_on(backend: &dyn Backend, clock: Arc<dyn Clock>) -> (Log, Queues
     (log.clone(), Queues::new(log))
 }
 
-async fn manual(backend: &dyn Backend) -> (Arc<ManualClock>, Log, Queues) {
+pub(crate) async fn manual(backend: &dyn Backend) -> (Arc<ManualClock>, Log, Queues) {
     let clock = Arc::new(ManualClock::new(START_MS));
     let (log, queues) = queues_on(backend, clock.clone()).await;
     (clock, log, queues)
 }
 
-async fn new_topic(log: &Log, prefix: &str, partitions: u32) -> String {
+pub(crate) async fn new_topic(log: &Log, prefix: &str, partitions: u32) -> String {
     let topic = unique_topic(prefix);
     log.create_topic(&topic, TopicSpec { partitions, retention_ms: None, retention_bytes: None }).await.unwrap();
     topic
@@ -107,7 +111,7 @@ fn spec(start: StartAt) -> SubscriptionSpec {
     SubscriptionSpec { start, ..SubscriptionSpec::default() }
 }
 
-async fn subscribe(queues: &Queues, topic: &str, spec: SubscriptionSpec) -> String {
+pub(crate) async fn subscribe(queues: &Queues, topic: &str, spec: SubscriptionSpec) -> String {
     let name = unique_topic("sub");
     let (_, created) = queues.create(topic, &name, spec).await.expect("create subscription");
     assert!(created);
@@ -137,7 +141,7 @@ async fn publish(log: &Log, topic: &str, events: Vec<NewEvent>) -> Vec<Position>
 }
 
 /// Publishes one event to `partition` with an explicit timestamp.
-async fn publish_at(log: &Log, topic: &str, partition: u32, value: &str, timestamp_ms: i64) -> (u32, u64) {
+pub(crate) async fn publish_at(log: &Log, topic: &str, partition: u32, value: &str, timestamp_ms: i64) -> (u32, u64) {
     let at = publish(log, topic, vec![event(value.to_owned(), Some(partition), None, Some(timestamp_ms))]).await;
     (at[0].partition, at[0].offset)
 }
@@ -146,7 +150,7 @@ fn request(max_messages: usize) -> ReceiveRequest {
     ReceiveRequest { max_messages, wait_ms: 0, visibility_timeout_ms: None }
 }
 
-async fn receive(queues: &Queues, topic: &str, sub: &str, max: usize) -> Vec<Message> {
+pub(crate) async fn receive(queues: &Queues, topic: &str, sub: &str, max: usize) -> Vec<Message> {
     let got = queues.receive(topic, sub, &request(max)).await.expect("receive");
     assert!(got.len() <= max, "asked for at most {max}, got {}", got.len());
     got
@@ -159,7 +163,7 @@ async fn receive_one(queues: &Queues, topic: &str, sub: &str) -> Message {
     got.remove(0)
 }
 
-async fn assert_nothing(queues: &Queues, topic: &str, sub: &str, why: &str) {
+pub(crate) async fn assert_nothing(queues: &Queues, topic: &str, sub: &str, why: &str) {
     let got = receive(queues, topic, sub, 10).await;
     assert!(got.is_empty(), "{why}: received {:?}", got.iter().map(|m| (at(m), m.receive_count)).collect::<Vec<_>>());
 }
@@ -168,7 +172,7 @@ fn at(m: &Message) -> (u32, u64) {
     (m.event.partition, m.event.offset)
 }
 
-fn positions(messages: &[Message]) -> Vec<(u32, u64)> {
+pub(crate) fn positions(messages: &[Message]) -> Vec<(u32, u64)> {
     messages.iter().map(at).collect()
 }
 

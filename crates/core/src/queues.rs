@@ -170,6 +170,9 @@ pub struct SubscriptionDescription {
     pub subscription: Subscription,
     pub backlog: Backlog,
     pub partitions: Vec<PartitionBacklog>,
+    /// Every partition's counts are of one moment (two reads in a row agreed); false only
+    /// when a partition kept changing through every read (see `Queues::snapshot`).
+    pub exact: bool,
 }
 
 /// A receive: up to `max_messages`, waiting up to `wait_ms` for the first.
@@ -271,6 +274,8 @@ const MAX_BURIALS: usize = 4;
 /// Leases of messages parked until different times, made by one receive.
 const MAX_DELAY_LEASES: usize = 8;
 const PAGE: usize = 1000;
+/// Reads of a partition's queue one describe makes at most, looking for two that agree.
+const SNAPSHOT_READS: usize = 4;
 const CURSOR_SK: &str = "c";
 const SUB_PURGE_PK: &str = "purge-subs";
 const DEAD_REASON: &str = "max_receive_count_exceeded";
@@ -858,6 +863,30 @@ impl Queues {
         }
     }
 
+    /// A partition's queue items as they were at one moment, for exact counts: a query is not
+    /// a snapshot (DynamoDB's can be torn by a transaction; SQLite pages by [`PAGE`]), so
+    /// the items are read until two reads in a row agree on every item and its version
+    /// (versions only grow, so two equal reads bracket a moment with no write in between).
+    /// Under writes that never pause, the last read is answered after [`SNAPSHOT_READS`].
+    async fn snapshot(&self, sub: &Sub, partition: u32) -> Result<(QueueState, bool), StorageError> {
+        let fingerprint = |s: &QueueState| -> Vec<(String, u64)> {
+            s.leases
+                .iter()
+                .map(|l| (l.key.sk.clone(), l.version))
+                .chain(s.cursor_version.map(|v| (String::new(), v)))
+                .collect()
+        };
+        let mut last = self.load(sub, partition, None).await?;
+        for _ in 1..SNAPSHOT_READS {
+            let again = self.load(sub, partition, None).await?;
+            if fingerprint(&again) == fingerprint(&last) {
+                return Ok((again, true));
+            }
+            last = again;
+        }
+        Ok((last, false))
+    }
+
     /// Receives up to `max_messages`, waiting up to `wait_ms` for the first. Partitions are
     /// visited from a random one, so concurrent receivers mostly work on different partitions.
     pub async fn receive(&self, topic: &str, name: &str, req: &ReceiveRequest) -> Result<Vec<Message>, Error> {
@@ -1042,10 +1071,21 @@ impl Queues {
             let mut base = state.cursor.next.max(head.start);
             let mut payloads: HashMap<u64, Event> = HashMap::new();
             if room > 0 && base < head.next {
-                let batch = self
+                let read = self
                     .log
                     .read_at(&sub.topic, partition, base, room.min(limits.max_read_events), limits.max_read_bytes, head)
-                    .await?;
+                    .await;
+                let batch = match read {
+                    Ok(batch) => batch,
+                    // Retention moved the log start past `base` while it was read: look again
+                    // from the new start (what it passes over is counted as expired then).
+                    Err(Error::OffsetOutOfRange { .. }) => {
+                        attempt += 1;
+                        head = topics::head(self.store(), sub.topic.id, partition).await?.0;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
                 // The log start moved past `base` since the heads were read.
                 base = base.max(batch.events.first().map_or(base, |e| e.offset));
                 for event in batch.events {
@@ -1232,7 +1272,9 @@ impl Queues {
             for (i, offsets) in &removed {
                 ops.push(shrink(&state.leases[*i], offsets));
             }
-            let held_until = now.saturating_add(visibility as i64);
+            // The window counts from the write, not from the reads before it: a slow read
+            // must not shorten it.
+            let held_until = self.now().max(now).saturating_add(visibility as i64);
             let mut by_receives: BTreeMap<u32, Vec<LeaseMsg>> = BTreeMap::new();
             for &ci in &kept {
                 let c = &candidates[ci];
@@ -1396,10 +1438,19 @@ impl Queues {
             let mut next = first.max(head.start);
             while next <= last && next < head.next {
                 let want = (last - next + 1) as usize;
-                let batch = self
+                let read = self
                     .log
                     .read_at(topic, partition, next, want.min(limits.max_read_events), limits.max_read_bytes, head)
-                    .await?;
+                    .await;
+                let batch = match read {
+                    Ok(batch) => batch,
+                    // Retention removed them while they were read: they are not found.
+                    Err(Error::OffsetOutOfRange { log_start_offset, .. }) if log_start_offset > next => {
+                        next = log_start_offset;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
                 let Some(last_read) = batch.events.last().map(|e| e.offset) else { break };
                 for e in batch.events {
                     if e.offset <= last {
@@ -1655,9 +1706,11 @@ impl Queues {
         let mut total = Backlog::default();
         let mut partitions = Vec::with_capacity(heads.len());
         let mut oldest: Option<i64> = None;
+        let mut exact = true;
         for (p, (head, _)) in heads.iter().enumerate() {
             let p = p as u32;
-            let state = self.load(&sub, p, None).await?;
+            let (state, settled) = self.snapshot(&sub, p).await?;
+            exact &= settled;
             let mut b = Backlog { dead: state.cursor.dead, expired: state.cursor.expired, ..Backlog::default() };
             // What a receive would pass over now: new messages below the log start.
             b.expired += head.start.saturating_sub(state.cursor.next);
@@ -1711,7 +1764,7 @@ impl Queues {
             partitions.push(PartitionBacklog { partition: p, cursor, high_watermark: head.next, backlog: b });
         }
         total.oldest_visible_age_ms = oldest.map(|t| now.saturating_sub(t).max(0) as u64);
-        Ok(SubscriptionDescription { subscription: sub.describe(), backlog: total, partitions })
+        Ok(SubscriptionDescription { subscription: sub.describe(), backlog: total, partitions, exact })
     }
 
     /// A page of dead letters in (partition, offset) order, after the id `after`.

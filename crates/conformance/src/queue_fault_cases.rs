@@ -1,0 +1,106 @@
+//! Work queue cases at the edges a rival reaches: a describe whose query a write tears,
+//! retention passing a receive's read, a receive whose reads are slow. Each names the
+//! promise it holds (exact counts; no transient 416; a full visibility window).
+
+use std::sync::Arc;
+
+use sluice_core::janitor::JanitorConfig;
+use sluice_core::queues::{Queues, ReceiveRequest, StartAt, SubscriptionSpec};
+use sluice_core::{layout, Clock, Log, LogConfig, ManualClock, TopicSpec};
+
+use crate::faults::{QueryAction, Scripted};
+use crate::queue_cases::{assert_nothing, manual, new_topic, positions, publish_at, receive, subscribe, START_MS};
+use crate::Backend;
+
+const HOUR: i64 = 3600 * 1000;
+
+/// Queues on `backend` whose queries meet the rules of the [`Scripted`] store answered.
+async fn scripted_queues(backend: &dyn Backend, clock: &Arc<ManualClock>) -> (Arc<Scripted>, Queues) {
+    let (store, objects) = backend.open_with(clock.clone()).await;
+    let script = Scripted::new(store);
+    let log = Log::new(script.clone(), objects, clock.clone(), LogConfig::default());
+    (script, Queues::new(log))
+}
+
+fn earliest() -> SubscriptionSpec {
+    SubscriptionSpec { start: StartAt::Earliest, ..SubscriptionSpec::default() }
+}
+
+/// A describe's first read of a partition is torn (it misses the cursor, as a query racing
+/// a transaction can): the counts are still exact, since it reads until two reads agree.
+pub async fn given_a_describe_whose_first_read_is_torn_then_its_counts_are_still_exact(backend: &dyn Backend) {
+    let (clock, log, queues) = manual(backend).await;
+    let topic = new_topic(&log, "torn-describe", 1).await;
+    let sub = subscribe(&queues, &topic, earliest()).await;
+    for i in 0..3 {
+        publish_at(&log, &topic, 0, &format!("m{i}"), START_MS).await;
+    }
+    assert_eq!(positions(&receive(&queues, &topic, &sub, 1).await), vec![(0, 0)]);
+    let (script, torn) = scripted_queues(backend, &clock).await;
+    script.at_query("q#", QueryAction::Tear(1));
+    let d = torn.describe(&topic, &sub).await.unwrap();
+    assert_eq!(script.pending(), 0, "the describe's read was torn");
+    assert_eq!((d.backlog.visible, d.backlog.in_flight), (2, 1), "{:?}", d.backlog);
+    assert!(d.exact);
+}
+
+/// Retention moves the log start past where a receive reads, between its look at the head
+/// and its read of the index: the receive continues from the new start, no 416.
+pub async fn given_retention_passing_a_receive_in_flight_then_it_answers_from_the_new_start(backend: &dyn Backend) {
+    let (clock, log, queues) = manual(backend).await;
+    let topic = unique_retained_topic(&log).await;
+    let sub = subscribe(&queues, &topic, earliest()).await;
+    for i in 0..3 {
+        publish_at(&log, &topic, 0, &format!("old{i}"), START_MS - 2 * HOUR).await;
+    }
+    for i in 0..2 {
+        publish_at(&log, &topic, 0, &format!("new{i}"), START_MS).await;
+    }
+    let (config, _) = log.describe_topic(&topic).await.unwrap();
+    let (script, racing) = scripted_queues(backend, &clock).await;
+    let rival = {
+        let (store, config) = (log.store().clone(), config.clone());
+        Box::pin(async move {
+            let default_ms = JanitorConfig::default().default_retention_ms;
+            sluice_core::retention::retain(store.as_ref(), &config, 0, START_MS, default_ms).await.unwrap();
+        })
+    };
+    script.at_query(layout::segments_pk(config.id, 0), QueryAction::Before(rival));
+    let got =
+        racing.receive(&topic, &sub, &ReceiveRequest { max_messages: 10, wait_ms: 0, visibility_timeout_ms: None });
+    let got = got.await.expect("no transient offset_out_of_range");
+    assert_eq!(script.pending(), 0, "retention ran during the receive");
+    assert_eq!(positions(&got), vec![(0, 3), (0, 4)]);
+    assert_eq!(queues.describe(&topic, &sub).await.unwrap().backlog.expired, 3);
+}
+
+async fn unique_retained_topic(log: &Log) -> String {
+    let topic = crate::unique_topic("retained-receive");
+    log.create_topic(&topic, TopicSpec { partitions: 1, retention_ms: Some(HOUR), retention_bytes: None })
+        .await
+        .unwrap();
+    topic
+}
+
+/// A receive whose reads take 10 s still holds its message for the whole visibility
+/// timeout, counted from its write.
+pub async fn given_a_slow_receive_then_the_visibility_window_counts_from_its_write(backend: &dyn Backend) {
+    let (clock, log, queues) = manual(backend).await;
+    let topic = new_topic(&log, "slow-receive", 1).await;
+    let sub = subscribe(&queues, &topic, earliest()).await;
+    publish_at(&log, &topic, 0, "m", START_MS).await;
+    let (config, _) = log.describe_topic(&topic).await.unwrap();
+    let (script, slow) = scripted_queues(backend, &clock).await;
+    let stall = {
+        let clock = clock.clone();
+        Box::pin(async move { clock.advance(10_000) })
+    };
+    script.at_query(layout::segments_pk(config.id, 0), QueryAction::Before(stall));
+    let req = ReceiveRequest { max_messages: 1, wait_ms: 0, visibility_timeout_ms: Some(30_000) };
+    assert_eq!(positions(&slow.receive(&topic, &sub, &req).await.unwrap()), vec![(0, 0)]);
+    assert_eq!(clock.now_ms(), START_MS + 10_000);
+    clock.advance(29_999);
+    assert_nothing(&queues, &topic, &sub, "held for 30 s from the receive's write").await;
+    clock.advance(1);
+    assert_eq!(positions(&receive(&queues, &topic, &sub, 1).await), vec![(0, 0)]);
+}
