@@ -8,7 +8,7 @@ use sluice_core::janitor::JanitorConfig;
 use sluice_core::queues::{Queues, ReceiveRequest, StartAt, SubscriptionSpec};
 use sluice_core::{layout, Clock, Log, LogConfig, ManualClock, TopicSpec};
 
-use crate::faults::{QueryAction, Scripted};
+use crate::faults::{Action, QueryAction, Scripted};
 use crate::queue_cases::{assert_nothing, manual, new_topic, positions, publish_at, receive, subscribe, START_MS};
 use crate::Backend;
 
@@ -103,4 +103,66 @@ pub async fn given_a_slow_receive_then_the_visibility_window_counts_from_its_wri
     assert_nothing(&queues, &topic, &sub, "held for 30 s from the receive's write").await;
     clock.advance(1);
     assert_eq!(positions(&receive(&queues, &topic, &sub, 1).await), vec![(0, 0)]);
+}
+
+/// A delete that read the subscription, then lost the race to a delete and a re-create of
+/// the same name: it must not delete the new subscription (whose version restarted, before
+/// tombstones kept it growing).
+pub async fn given_a_stale_delete_after_the_subscription_was_re_created_then_the_new_one_stays(backend: &dyn Backend) {
+    let (clock, log, queues) = manual(backend).await;
+    let topic = new_topic(&log, "aba", 1).await;
+    let sub = subscribe(&queues, &topic, earliest()).await;
+    let (script, stale) = scripted_queues(backend, &clock).await;
+    let rival = {
+        let (queues, topic, sub) = (queues.clone(), topic.clone(), sub.clone());
+        Box::pin(async move {
+            queues.delete(&topic, &sub).await.unwrap();
+            let (_, created) = queues.create(&topic, &sub, earliest()).await.unwrap();
+            assert!(created);
+        })
+    };
+    script.at(|ops| ops.iter().any(|op| op.key().pk.starts_with("subs#")), Action::Before(rival));
+    stale.delete(&topic, &sub).await.expect("the subscription it meant is deleted");
+    assert_eq!(script.pending(), 0, "the rival ran");
+    queues.describe(&topic, &sub).await.expect("the re-created subscription stays");
+    publish_at(&log, &topic, 0, "m", START_MS).await;
+    assert_eq!(positions(&receive(&queues, &topic, &sub, 1).await), vec![(0, 0)]);
+}
+
+/// A receive that read its subscription, then the subscription was deleted and purged before
+/// the receive wrote its first items: they must not be created, or nothing removes them.
+pub async fn given_a_receive_racing_its_subscriptions_purge_then_no_item_is_left_behind(backend: &dyn Backend) {
+    use sluice_core::queues::{queue_collections, subscription_key, SubscriptionRecord};
+    use sluice_core::store::Query;
+
+    let (clock, log, queues) = manual(backend).await;
+    let topic = new_topic(&log, "purge-race", 1).await;
+    let sub = subscribe(&queues, &topic, earliest()).await;
+    publish_at(&log, &topic, 0, "m", START_MS).await;
+    let (config, _) = log.describe_topic(&topic).await.unwrap();
+    let store = log.store().clone();
+    let item = store.get(&subscription_key(config.id, &sub)).await.unwrap().expect("subscription record");
+    let id = layout::decode::<SubscriptionRecord>("subscription", &item.value).unwrap().id;
+    let (script, racing) = scripted_queues(backend, &clock).await;
+    let rival = {
+        let (queues, topic, sub, store) = (queues.clone(), topic.clone(), sub.clone(), store.clone());
+        Box::pin(async move {
+            queues.delete(&topic, &sub).await.unwrap();
+            for _ in 0..100 {
+                if !sluice_core::janitor::step(store.as_ref(), 1000, START_MS).await.unwrap().more {
+                    break;
+                }
+            }
+        })
+    };
+    script.at(|ops| ops.iter().any(|op| op.key().pk.starts_with("q#")), Action::Before(rival));
+    let got =
+        racing.receive(&topic, &sub, &ReceiveRequest { max_messages: 1, wait_ms: 0, visibility_timeout_ms: None });
+    let got = got.await;
+    assert_eq!(script.pending(), 0, "the rival ran");
+    assert!(matches!(got, Err(sluice_core::Error::SubscriptionNotFound { .. })), "{got:?}");
+    for pk in queue_collections(id, 0) {
+        let left = store.query(&Query::all(pk.clone(), 10)).await.unwrap().items;
+        assert!(left.is_empty(), "{pk} holds {} items after its purge", left.len());
+    }
 }

@@ -33,6 +33,7 @@ macro_rules! retention_conformance_suite {
             given_an_index_query_torn_by_a_swap_then_retention_stops_at_the_hole,
             given_compacted_segments_then_offset_by_time_uses_the_time_index_and_answers_exactly,
             given_a_later_index_page_torn_by_a_swap_then_offset_by_time_still_answers_exactly,
+            given_a_topic_purged_during_a_janitor_pass_then_the_pass_leaves_none_of_its_items,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn given_readers_replaying_during_compaction_and_retention_then_no_error_no_gap_same_bytes() {
@@ -549,6 +550,48 @@ pub async fn given_a_later_index_page_torn_by_a_swap_then_offset_by_time_still_a
     let at = reader.offset(&topic, 0, sluice_core::OffsetQuery::Timestamp(t0 + 33_000)).await.unwrap();
     assert!(torn.tear.lock().unwrap().is_none(), "the torn query happened");
     assert_eq!(at, 33, "the first event at or after the time, not one past the torn items");
+}
+
+/// One janitor compacts a topic and indexes its settled segments by time while another
+/// deletes and purges the topic: the first must not re-create the time index cursor or the
+/// upkeep record that the purge already removed (nothing would ever remove them again).
+pub async fn given_a_topic_purged_during_a_janitor_pass_then_the_pass_leaves_none_of_its_items(backend: &dyn Backend) {
+    use crate::faults::{Action, Scripted};
+
+    let _turn = ONE_JANITOR_AT_A_TIME.lock().await;
+    let t0 = real_now();
+    let clock = Arc::new(ManualClock::new(t0));
+    let stores = backend.open_with(clock.clone()).await;
+    let log = log_at(stores.clone(), &clock);
+    let topic = unique_topic("purged-mid-pass");
+    log.create_topic(&topic, TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None }).await.unwrap();
+    for i in 0..40 {
+        log.publish(&topic, vec![event(format!("e{i}:{}", "z".repeat(200)), 0, Some(t0 + i))], None).await.unwrap();
+    }
+    let (config, _) = log.describe_topic(&topic).await.unwrap();
+    let script = Scripted::new(stores.0.clone());
+    let rival = {
+        let (log, store, topic) = (log.clone(), stores.0.clone(), topic.clone());
+        Box::pin(async move {
+            log.delete_topic(&topic).await.unwrap();
+            for _ in 0..100 {
+                if !sluice_core::janitor::step(store.as_ref(), STEP_BUDGET, t0).await.unwrap().more {
+                    break;
+                }
+            }
+        })
+    };
+    let cursors = sluice_core::timeindex::cursors_pk(config.id);
+    script.at(move |ops| ops.iter().any(|op| op.key().pk == cursors), Action::Before(rival));
+    let config_small = JanitorConfig { compaction_target_bytes: 2 << 10, grace_ms: 0, ..retention_only() };
+    let racing = Janitor::new(script.clone(), stores.1.clone(), clock.clone(), config_small);
+    racing.run(STEP_BUDGET).await.unwrap();
+    assert_eq!(script.pending(), 0, "the purge ran during the pass");
+    let store = stores.0.clone();
+    let cursors = store.query(&Query::all(sluice_core::timeindex::cursors_pk(config.id), 10)).await.unwrap();
+    let entries = store.query(&Query::all(sluice_core::timeindex::entries_pk(config.id, 0), 10)).await.unwrap();
+    assert!(cursors.items.is_empty() && entries.items.is_empty(), "time index items of a purged topic were re-created");
+    assert!(store.get(&layout::upkeep_record_key(config.id)).await.unwrap().is_none(), "upkeep record re-created");
 }
 
 /// A state store with the hooks these cases need: it counts queries, can hide the items at

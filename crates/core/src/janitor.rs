@@ -16,7 +16,7 @@ use crate::log::decode_segments;
 use crate::retention::{remove_segments, retain, SEGMENTS_PER_WRITE};
 use crate::storage::ObjectStore;
 use crate::store::{Expect, Key, Query, StateStore, WriteOp};
-use crate::{gc, topics, Clock, StorageError};
+use crate::{gc, topics, Clock, StorageError, TopicConfig};
 
 /// Purge orders looked at per step.
 const ORDERS_PER_STEP: usize = 16;
@@ -97,8 +97,13 @@ pub async fn step(store: &dyn StateStore, budget: usize, now_ms: i64) -> Result<
 }
 
 /// Adds what a pass did to a topic to its [`UpkeepRecord`] (statistics: a lost race loses them, nothing else).
-async fn record_upkeep(store: &dyn StateStore, id: u64, done: UpkeepRecord, now: i64) -> Result<(), StorageError> {
-    let key = layout::upkeep_record_key(id);
+async fn record_upkeep(
+    store: &dyn StateStore,
+    topic: &TopicConfig,
+    done: UpkeepRecord,
+    now: i64,
+) -> Result<(), StorageError> {
+    let key = layout::upkeep_record_key(topic.id);
     let (mut total, version) = match store.get(&key).await? {
         Some(item) => (layout::decode::<UpkeepRecord>("upkeep", &item.value)?, Some(item.version)),
         None => (UpkeepRecord::default(), None),
@@ -108,7 +113,12 @@ async fn record_upkeep(store: &dyn StateStore, id: u64, done: UpkeepRecord, now:
     total.segments_merged += done.segments_merged;
     total.segments_written += done.segments_written;
     total.last_change_ms = now;
-    match store.write(vec![WriteOp::replace(key, layout::encode(&total), version)]).await {
+    let mut ops = vec![WriteOp::replace(key, layout::encode(&total), version)];
+    if version.is_none() {
+        // Created only while the topic lives: its purge may have removed the record already.
+        ops.push(layout::topic_check(topic));
+    }
+    match store.write(ops).await {
         Ok(()) | Err(StorageError::ConditionFailed { .. }) => Ok(()),
         Err(e) => Err(e),
     }
@@ -350,7 +360,7 @@ impl Janitor {
             report.segments_written += changed.segments_written as usize;
             if changed != UpkeepRecord::default() {
                 tracing::info!(topic = %topic.name, ?changed, "janitor changed the topic");
-                if let Err(e) = record_upkeep(store, topic.id, changed, now).await {
+                if let Err(e) = record_upkeep(store, &topic, changed, now).await {
                     tracing::warn!(topic = %topic.name, error = %e, "recording the topic's upkeep failed");
                 }
             }
@@ -420,7 +430,7 @@ impl Janitor {
         report.partitions_left |= left;
         // Settled segments (compaction will not merge them again) join the time index.
         let settled = self.config.compaction_target_bytes / 2;
-        crate::timeindex::extend(store, topic.id, partition, log_start, settled).await?;
+        crate::timeindex::extend(store, topic, partition, log_start, settled).await?;
         Ok(())
     }
 

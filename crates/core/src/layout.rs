@@ -216,6 +216,11 @@ pub fn topic_key(name: &str) -> Key {
     Key::new(TOPICS_PK, name)
 }
 
+/// A write's condition that `topic` is still the live topic of its name, as read.
+pub fn topic_check(topic: &TopicConfig) -> crate::store::WriteOp {
+    crate::store::WriteOp::Check { key: topic_key(&topic.name), expect: crate::store::Expect::Version(topic.version) }
+}
+
 pub fn topics_pk() -> &'static str {
     TOPICS_PK
 }

@@ -289,6 +289,11 @@ pub struct SubscriptionRecord {
     /// Per partition, the first offset the queue delivers.
     pub starts: Vec<u64>,
     pub created_ms: i64,
+    /// A tombstone: the subscription `id` was deleted. It stays until a subscription of the
+    /// same name replaces it (or the topic's purge removes it), so the item's version never
+    /// restarts: a delete that read an older incarnation's version cannot remove a newer one.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
 }
 
 /// A partition's cursor: offsets below `next` were all taken from the log into leases.
@@ -709,11 +714,17 @@ impl Queues {
         names::validate("topic", topic)?;
         names::validate("subscription", name)?;
         let topic = topics::live(self.store(), topic).await?;
-        let Some(item) = self.store().get(&sub_key(topic.id, name)).await? else {
-            return Err(Error::SubscriptionNotFound { topic: topic.name, subscription: name.to_owned() });
-        };
+        match self.sub_item(&topic, name).await? {
+            Some(sub) if !sub.record.deleted => Ok(sub),
+            _ => Err(Error::SubscriptionNotFound { topic: topic.name, subscription: name.to_owned() }),
+        }
+    }
+
+    /// The subscription's item, a tombstone included.
+    async fn sub_item(&self, topic: &TopicConfig, name: &str) -> Result<Option<Sub>, Error> {
+        let Some(item) = self.store().get(&sub_key(topic.id, name)).await? else { return Ok(None) };
         let record = layout::decode("subscription", &item.value)?;
-        Ok(Sub { topic, name: name.to_owned(), record, version: item.version })
+        Ok(Some(Sub { topic: topic.clone(), name: name.to_owned(), record, version: item.version }))
     }
 
     /// Creates a subscription, or answers the existing one if its settings are the same
@@ -737,17 +748,24 @@ impl Queues {
                 Err(e) => return Err(e),
             }
             let topic = topics::live(self.store(), topic).await?;
+            let tombstone = self.sub_item(&topic, name).await?.filter(|s| s.record.deleted).map(|s| s.version);
             let starts = self.start_offsets(&topic, &spec.start).await?;
-            let record = SubscriptionRecord { id: self.nonce(), spec: spec.clone(), starts, created_ms: self.now() };
+            let record = SubscriptionRecord {
+                id: self.nonce(),
+                spec: spec.clone(),
+                starts,
+                created_ms: self.now(),
+                deleted: false,
+            };
             let ops = vec![
-                WriteOp::create(sub_key(topic.id, name), layout::encode(&record)),
+                WriteOp::replace(sub_key(topic.id, name), layout::encode(&record), tombstone),
                 // Not on a topic deleted meanwhile: its subscriptions would never be purged.
                 WriteOp::Check { key: layout::topic_key(&topic.name), expect: Expect::Version(topic.version) },
             ];
             match self.store().write(ops).await {
                 Ok(()) => {
                     tracing::info!(topic = %topic.name, subscription = name, "subscription created");
-                    let sub = Sub { topic, name: name.to_owned(), record, version: 1 };
+                    let sub = Sub { topic, name: name.to_owned(), record, version: tombstone.map_or(1, |v| v + 1) };
                     return Ok((sub.describe(), true));
                 }
                 Err(e) => self.lost_race(e, &mut attempt).await?,
@@ -797,8 +815,12 @@ impl Queues {
         loop {
             let page = self.store().query(&query).await?;
             for item in page.items {
-                let record = layout::decode("subscription", &item.value)?;
-                subs.push(Sub { topic: topic.clone(), name: item.key.sk, record, version: item.version }.describe());
+                let record: SubscriptionRecord = layout::decode("subscription", &item.value)?;
+                if !record.deleted {
+                    subs.push(
+                        Sub { topic: topic.clone(), name: item.key.sk, record, version: item.version }.describe(),
+                    );
+                }
             }
             match page.next {
                 Some(after) => query.after = Some(after),
@@ -807,12 +829,14 @@ impl Queues {
         }
     }
 
-    /// Deletes a subscription at once (one write); the janitor removes its queue items.
+    /// Deletes a subscription at once (one write: its tombstone and purge order); the janitor
+    /// removes its queue items.
     pub async fn delete(&self, topic: &str, name: &str) -> Result<(), Error> {
         let sub = self.sub(topic, name).await?;
         let order = SubPurgeRecord { partitions: sub.topic.spec.partitions, done_partitions: 0 };
+        let tombstone = SubscriptionRecord { deleted: true, ..sub.record.clone() };
         let ops = vec![
-            WriteOp::Delete { key: sub_key(sub.topic.id, name), expect: Expect::Version(sub.version) },
+            WriteOp::replace(sub_key(sub.topic.id, name), layout::encode(&tombstone), Some(sub.version)),
             WriteOp::Put {
                 key: sub_purge_key(sub.record.id),
                 value: layout::encode(&order),
@@ -825,9 +849,11 @@ impl Queues {
                 tracing::info!(topic = %sub.topic.name, subscription = name, "subscription deleted");
                 Ok(())
             }
-            // Changed or deleted meanwhile: deleted by someone else is still deleted.
+            // Deleted meanwhile by someone else (and perhaps re-created since): the
+            // subscription this request meant is deleted.
             Err(StorageError::ConditionFailed { .. }) => match self.sub(topic, name).await {
                 Err(Error::SubscriptionNotFound { .. }) => Ok(()),
+                Ok(now) if now.record.id != sub.record.id => Ok(()),
                 Err(e) => Err(e),
                 Ok(_) => Err(contended(name)),
             },
@@ -1120,7 +1146,8 @@ impl Queues {
             // candidate considered marks its key, so a later one of the key never overtakes
             // it); within one write's operations.
             let mut pick = Pick::default();
-            let mut ops_left = MAX_WRITE_OPS - 2 - MAX_DELAY_LEASES; // the cursor, the parked lease
+            // The cursor, the parked lease, and the subscription's check on a first write.
+            let mut ops_left = MAX_WRITE_OPS - 3 - MAX_DELAY_LEASES;
             for (ci, c) in candidates.iter().enumerate() {
                 let full = pick.chosen.len() >= want;
                 if c.lease.is_none() && full {
@@ -1244,6 +1271,15 @@ impl Queues {
             // Expired messages are counted in the write that passes over them, conditional on
             // the cursor's and the leases' versions: exactly once.
             let mut ops = Vec::new();
+            if state.cursor_version.is_none() {
+                // The partition's first items: created on absence, so only while the subscription
+                // lives (a receive racing its delete would otherwise leave items its purge missed).
+                // Later writes need no such check: the purge deletes the cursor they are conditional on.
+                ops.push(WriteOp::Check {
+                    key: sub_key(sub.topic.id, &sub.name),
+                    expect: Expect::Version(sub.version),
+                });
+            }
             if pick.cursor_next > state.cursor.next || !pick.gone.is_empty() {
                 let expired = state.cursor.expired + skipped + pick.gone.len() as u64;
                 ops.push(state.cursor_write(
@@ -1301,7 +1337,14 @@ impl Queues {
                     ops.push(self.new_lease(sub, partition, due, lease));
                 }
             }
+            let checks_sub = state.cursor_version.is_none();
             if let Err(e) = self.store().write(ops).await {
+                if checks_sub && matches!(e, StorageError::ConditionFailed { op: 0 }) {
+                    return Err(Error::SubscriptionNotFound {
+                        topic: sub.topic.name.clone(),
+                        subscription: sub.name.clone(),
+                    });
+                }
                 // An unknown outcome may have leased messages to no one: they come back
                 // when that visibility window ends, so nothing is lost or held twice.
                 self.lost_race(e, &mut attempt).await?;
@@ -2002,6 +2045,12 @@ pub(crate) async fn purge_topic_subscriptions(
         let mut ops = Vec::new();
         for item in page.items {
             let record: SubscriptionRecord = layout::decode("subscription", &item.value)?;
+            if record.deleted {
+                // Its purge was ordered when it was deleted.
+                orders -= 1;
+                ops.push(WriteOp::Delete { key: item.key, expect: Expect::Version(item.version) });
+                continue;
+            }
             ops.push(WriteOp::Put {
                 key: sub_purge_key(record.id),
                 value: layout::encode(&SubPurgeRecord { partitions, done_partitions: 0 }),

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::layout;
 use crate::log::segments_from;
 use crate::store::{Expect, Key, Query, StateStore, WriteOp};
-use crate::StorageError;
+use crate::{StorageError, TopicConfig};
 
 /// Segments indexed per write, entries looked at per page.
 const BATCH: usize = 32;
@@ -104,11 +104,12 @@ pub(crate) async fn lookup(
 /// start if retention passed the cursor; answers how many it indexed.
 pub(crate) async fn extend(
     store: &dyn StateStore,
-    topic_id: u64,
+    topic: &TopicConfig,
     partition: u32,
     log_start: u64,
     settled_bytes: u64,
 ) -> Result<usize, StorageError> {
+    let topic_id = topic.id;
     let key = cursor_key(topic_id, partition);
     let (mut cursor, version) = match store.get(&key).await? {
         Some(item) => (layout::decode::<TimeCursor>("time cursor", &item.value)?, Some(item.version)),
@@ -143,6 +144,11 @@ pub(crate) async fn extend(
         return Ok(0);
     }
     ops.push(WriteOp::replace(key, layout::encode(&cursor), version));
+    if version.is_none() {
+        // A new cursor only while the topic lives: a purge that already removed this
+        // partition's index would never see these entries.
+        ops.push(layout::topic_check(topic));
+    }
     match store.write(ops).await {
         Ok(()) => Ok(indexed),
         // Another janitor moved the cursor: it indexed these.
