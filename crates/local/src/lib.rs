@@ -3,12 +3,16 @@
 //! functions under `cargo lambda watch`): each process appends to files of its
 //! own, and SQLite's write lock orders the state store's writes.
 
+mod blobfs;
 mod objects;
 mod state;
 
 use std::path::Path;
 use std::sync::Arc;
 
+#[cfg(feature = "fault-injection")]
+#[doc(hidden)]
+pub use blobfs::{BlobFs, OsFs};
 pub use objects::LocalObjectStore;
 use sluice_core::{Clock, StorageError};
 pub use state::SqliteStateStore;
@@ -19,11 +23,35 @@ pub fn open(
     data_dir: &Path,
     clock: Arc<dyn Clock>,
 ) -> Result<(Arc<SqliteStateStore>, Arc<LocalObjectStore>), StorageError> {
-    std::fs::create_dir_all(data_dir)
+    open_on(data_dir, clock, Arc::new(blobfs::OsFs), objects::DEFAULT_ROLL_BYTES)
+}
+
+/// [`open`] with the blob files changed through `fs` and rolled at `roll_bytes`: for
+/// tests that simulate a power cut, see [`BlobFs`].
+#[cfg(feature = "fault-injection")]
+#[doc(hidden)]
+pub fn open_with_fs(
+    data_dir: &Path,
+    clock: Arc<dyn Clock>,
+    fs: Arc<dyn BlobFs>,
+    roll_bytes: u64,
+) -> Result<(Arc<SqliteStateStore>, Arc<LocalObjectStore>), StorageError> {
+    open_on(data_dir, clock, fs, roll_bytes)
+}
+
+fn open_on(
+    data_dir: &Path,
+    clock: Arc<dyn Clock>,
+    fs: Arc<dyn blobfs::BlobFs>,
+    roll_bytes: u64,
+) -> Result<(Arc<SqliteStateStore>, Arc<LocalObjectStore>), StorageError> {
+    // Its name made durable too: SQLite syncs the directory it creates its WAL in, never
+    // that directory's own entry in its parent.
+    blobfs::create_dir_durably(fs.as_ref(), data_dir)
         .map_err(|e| StorageError::unavailable(format!("create {}", data_dir.display()), e))?;
     // Not the old `index.sqlite3`: a data directory of the earlier schema is not misread.
     let state = SqliteStateStore::open(&data_dir.join("state.sqlite3"), clock)?;
-    let objects = LocalObjectStore::open(&data_dir.join("objects"))?;
+    let objects = LocalObjectStore::open_on(&data_dir.join("objects"), roll_bytes, fs)?;
     Ok((Arc::new(state), Arc::new(objects)))
 }
 

@@ -2,8 +2,11 @@
 //! own (so no two writers share a file) and rolls to a new one past a size
 //! (64 MiB unless opened with [`LocalObjectStore::open_with_roll`]),
 //! small enough that the collector can delete whole files once every blob in one
-//! is dead. `put` returns only after `fdatasync`; a crash mid-write leaves a torn
-//! tail that no index entry points at.
+//! is dead. `put` returns only after `fdatasync` (and, for the first blob of a
+//! file, after the directory holding the new file's name was synced); a crash or a
+//! power cut mid-write leaves a torn tail that no index entry points at. Every
+//! change to the directory goes through [`BlobFs`] (`crate::blobfs`), the seam
+//! that the power-loss test (`tests/power_loss.rs`) hooks.
 //!
 //! File names start with their creation time in ms (13 digits), so name order is
 //! age order. `retire` and `delete` stop appends to the active file, so the next
@@ -11,7 +14,7 @@
 //! disk space is freed at once.
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::ErrorKind;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -23,10 +26,11 @@ use bytes::Bytes;
 use sluice_core::storage::{BlobRef, ObjectInfo};
 use sluice_core::{ObjectStore, StorageError};
 
+use crate::blobfs::{create_dir_durably, BlobFs, OsFs};
 use crate::blocking;
 
 /// By default a file is closed for appends once it holds this many bytes.
-const DEFAULT_ROLL_BYTES: u64 = 64 << 20;
+pub(crate) const DEFAULT_ROLL_BYTES: u64 = 64 << 20;
 /// Open read handles kept; past this the cache is emptied (files are cheap to reopen).
 const MAX_OPEN_READERS: usize = 256;
 /// Reads up to this size of an already open file run on the calling thread.
@@ -37,6 +41,8 @@ const SUFFIX: &str = ".blobs";
 /// Blobs in append-only files under one directory.
 pub struct LocalObjectStore {
     dir: PathBuf,
+    /// Every change to `dir` goes through this ([`OsFs`] unless a test hooked it).
+    fs: Arc<dyn BlobFs>,
     roll_bytes: u64,
     active: Arc<Mutex<Option<Active>>>,
     /// The active file's name and whether it was retired: apart from `active`, whose lock a
@@ -47,6 +53,7 @@ pub struct LocalObjectStore {
 
 struct Active {
     name: String,
+    path: PathBuf,
     file: File,
     len: u64,
     created: std::time::Instant,
@@ -82,9 +89,23 @@ impl LocalObjectStore {
     /// Blob files under `dir` (created if needed); a file takes no more appends once it
     /// holds `roll_bytes` (a blob is never split, so a file may end up larger).
     pub fn open_with_roll(dir: &Path, roll_bytes: u64) -> Result<Self, StorageError> {
-        std::fs::create_dir_all(dir).map_err(|e| io("create objects dir", e))?;
+        Self::open_on(dir, roll_bytes, Arc::new(OsFs))
+    }
+
+    /// [`LocalObjectStore::open_with_roll`] changing its directory through `fs`: for
+    /// tests that simulate a power cut, see [`BlobFs`].
+    #[cfg(feature = "fault-injection")]
+    #[doc(hidden)]
+    pub fn open_with_fs(dir: &Path, roll_bytes: u64, fs: Arc<dyn BlobFs>) -> Result<Self, StorageError> {
+        Self::open_on(dir, roll_bytes, fs)
+    }
+
+    pub(crate) fn open_on(dir: &Path, roll_bytes: u64, fs: Arc<dyn BlobFs>) -> Result<Self, StorageError> {
+        // The directory's own name must survive a power cut, or every file in it would vanish with it.
+        create_dir_durably(fs.as_ref(), dir).map_err(|e| io("create objects dir", e))?;
         Ok(Self {
             dir: dir.to_owned(),
+            fs,
             roll_bytes,
             active: Arc::default(),
             current: Arc::default(),
@@ -102,22 +123,18 @@ fn valid_name(object: &str) -> bool {
     !object.is_empty() && object.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
 }
 
-fn new_file(dir: &Path) -> Result<Active, StorageError> {
+fn new_file(fs: &dyn BlobFs, dir: &Path) -> Result<Active, StorageError> {
     let ms = std::time::SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis());
     let name = format!("{ms:013}-{}-{:08x}{SUFFIX}", std::process::id(), rand::random::<u32>());
-    let file = OpenOptions::new()
-        .create_new(true)
-        .read(true)
-        .write(true)
-        .open(dir.join(&name))
-        .map_err(|e| io("create blob file", e))?;
-    // The new name must survive a crash too, or its blobs would vanish with it.
-    sync_dir(dir)?;
-    Ok(Active { name, file, len: 0, created: std::time::Instant::now() })
+    let path = dir.join(&name);
+    let file = fs.create_new(&path).map_err(|e| io("create blob file", e))?;
+    // The new name must survive a power cut too, or its blobs would vanish with it.
+    sync_dir(fs, dir)?;
+    Ok(Active { name, path, file, len: 0, created: std::time::Instant::now() })
 }
 
-fn sync_dir(dir: &Path) -> Result<(), StorageError> {
-    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io("sync objects dir", e))
+fn sync_dir(fs: &dyn BlobFs, dir: &Path) -> Result<(), StorageError> {
+    fs.sync_dir(dir).map_err(|e| io("sync objects dir", e))
 }
 
 fn lock_current(current: &Mutex<Current>) -> std::sync::MutexGuard<'_, Current> {
@@ -170,6 +187,7 @@ fn list_dir(dir: &Path, after: Option<&str>, limit: usize) -> Result<Vec<ObjectI
 impl ObjectStore for LocalObjectStore {
     async fn put(&self, bytes: Bytes) -> Result<BlobRef, StorageError> {
         let dir = self.dir.clone();
+        let fs = self.fs.clone();
         let roll_bytes = self.roll_bytes;
         let active = self.active.clone();
         let current = self.current.clone();
@@ -177,12 +195,15 @@ impl ObjectStore for LocalObjectStore {
             let mut guard = active.lock().unwrap_or_else(|p| p.into_inner());
             let retired = lock_current(&current).retired;
             if retired || guard.as_ref().is_none_or(|a| a.spent(roll_bytes)) {
-                let next = new_file(&dir)?;
+                let next = new_file(fs.as_ref(), &dir)?;
                 set_active(&mut guard, &current, Some(next));
             }
             let Some(a) = guard.as_mut() else { unreachable!("active file set above") };
             let position = a.len;
-            let written = a.file.write_all_at(&bytes, position).and_then(|()| a.file.sync_data());
+            // Answered only once the bytes are on disk: the index entry the caller writes
+            // next must never point at bytes that a power cut could take away.
+            let written =
+                fs.write_all_at(&a.path, &a.file, &bytes, position).and_then(|()| fs.sync_data(&a.path, &a.file));
             if let Err(e) = written {
                 // The file's tail is now unknown: never append to it again.
                 set_active(&mut guard, &current, None);
@@ -225,6 +246,7 @@ impl ObjectStore for LocalObjectStore {
             return Err(StorageError::Invalid(format!("object name {object:?}")));
         }
         let dir = self.dir.clone();
+        let fs = self.fs.clone();
         let active = self.active.clone();
         let current = self.current.clone();
         let readers = self.readers.clone();
@@ -237,7 +259,7 @@ impl ObjectStore for LocalObjectStore {
                     set_active(&mut guard, &current, None);
                 }
             }
-            match std::fs::remove_file(dir.join(&object)) {
+            match fs.remove_file(&dir.join(&object)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == ErrorKind::NotFound => {}
                 Err(e) => return Err(io("delete blob file", e)),
@@ -245,7 +267,7 @@ impl ObjectStore for LocalObjectStore {
             // After the unlink: a read that opens the file concurrently caches it only if it
             // is still linked (see `read_range`), so no handle keeps the space allocated.
             lock(&readers).remove(&object);
-            sync_dir(&dir)
+            sync_dir(fs.as_ref(), &dir)
         })
         .await
     }
