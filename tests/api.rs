@@ -288,6 +288,103 @@ async fn given_large_binary_events_when_replayed_then_the_rendered_page_fits_a_l
     assert_eq!(page["next_offset"], events.len(), "the next page starts where this one stopped");
 }
 
+/// Four partitions of 700 KiB binary events: ~3.7 MB rendered per partition, past Lambda's
+/// 6 MB response once two partitions' events are answered together.
+async fn four_partitions_of_big_events(c: &reqwest::Client, s: &Server, topic: &str) {
+    create_topic(c, s, topic, 4).await;
+    let value = base64::engine::general_purpose::STANDARD.encode(vec![0x5Au8; 700 << 10]);
+    for p in 0..4 {
+        for _ in 0..4 {
+            let body = json!({ "events": [{ "value_base64": value, "partition": p }] });
+            let (status, answer) = publish(c, s, topic, None, &body).await;
+            assert_eq!(status, 200, "{answer}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn given_large_binary_events_on_four_partitions_when_polled_then_the_answer_fits_a_lambda_response() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path());
+    let c = client();
+    four_partitions_of_big_events(&c, &s, "big-poll").await;
+    let mut seen = 0;
+    let mut member: Option<String> = None;
+    for _ in 0..20 {
+        let mut body = json!({ "topics": ["big-poll"], "max_events": 100, "max_bytes": 6291456 });
+        if let Some(m) = &member {
+            body["member_id"] = json!(m);
+        }
+        let response = c.post(s.url("/v1/groups/big/poll")).json(&body).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        let bytes = response.bytes().await.unwrap();
+        assert!(bytes.len() < 6_000_000, "a poll of {} bytes would not fit Lambda's 6 MB response", bytes.len());
+        let answer: Value = serde_json::from_slice(&bytes).unwrap();
+        member = answer["member_id"].as_str().map(str::to_owned);
+        let n = answer["events"].as_array().unwrap().len();
+        if n == 0 {
+            break;
+        }
+        seen += n;
+    }
+    assert_eq!(seen, 16, "successive polls answer every event once");
+}
+
+#[tokio::test]
+async fn given_large_binary_events_on_four_partitions_when_received_then_the_answer_fits_a_lambda_response() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path());
+    let c = client();
+    let created = c.put(s.url("/v1/topics/big-receive/subscriptions/work")).json(&json!({ "start": "earliest" }));
+    four_partitions_of_big_events(&c, &s, "big-receive").await;
+    assert_eq!(created.send().await.unwrap().status(), 201);
+    let mut seen = 0;
+    for _ in 0..20 {
+        let response = c
+            .post(s.url("/v1/topics/big-receive/subscriptions/work/receive"))
+            .json(&json!({ "max_messages": 100 }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let bytes = response.bytes().await.unwrap();
+        assert!(bytes.len() < 6_000_000, "a receive of {} bytes would not fit Lambda's 6 MB response", bytes.len());
+        let answer: Value = serde_json::from_slice(&bytes).unwrap();
+        let n = answer["messages"].as_array().unwrap().len();
+        if n == 0 {
+            break;
+        }
+        seen += n;
+    }
+    assert_eq!(seen, 16, "successive receives answer every message once");
+}
+
+#[tokio::test]
+async fn given_a_poll_answer_lost_when_retried_with_positions_over_http_then_the_same_events_come_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path());
+    let c = client();
+    create_topic(&c, &s, "retried", 1).await;
+    let events: Vec<Value> = (0..5).map(|i| json!({ "value": i })).collect();
+    assert_eq!(publish(&c, &s, "retried", None, &json!({ "events": events })).await.0, 200);
+    let poll = |body: Value| {
+        let (c, url) = (c.clone(), s.url("/v1/groups/retry/poll"));
+        async move { c.post(url).json(&body).send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let offsets = |answer: &Value| -> Vec<u64> {
+        answer["events"].as_array().unwrap().iter().map(|e| e["offset"].as_u64().unwrap()).collect()
+    };
+    let lost = poll(json!({ "topics": ["retried"], "max_events": 5 })).await;
+    assert_eq!(offsets(&lost), vec![0, 1, 2, 3, 4]);
+    let member = lost["member_id"].clone();
+    let positions = json!([{ "topic": "retried", "partition": 0, "offset": 0 }]);
+    let body = json!({ "topics": ["retried"], "member_id": member, "positions": positions, "auto_commit": true });
+    let again = poll(body).await;
+    assert_eq!(offsets(&again), vec![0, 1, 2, 3, 4], "{again}");
+    let group: Value = c.get(s.url("/v1/groups/retry")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(group["partitions"][0]["committed_offset"], 0, "{group}");
+}
+
 #[tokio::test]
 async fn given_bad_group_requests_then_documented_4xx_json_and_no_group_created() {
     let dir = tempfile::tempdir().unwrap();
@@ -314,6 +411,21 @@ async fn given_bad_group_requests_then_documented_4xx_json_and_no_group_created(
         ("/v1/groups/g1/poll", json!({ "topics": ["g-topic"], "reset": "none" }), 400, "no_committed_offset"),
         ("/v1/groups/g1/poll", json!({ "topics": ["g-topic"], "reset": "sometimes" }), 400, "invalid_request"),
         ("/v1/groups/g1/poll", json!({ "topics": ["g-topic"], "member_id": "ghost" }), 409, "unknown_member"),
+        (
+            "/v1/groups/g1/poll",
+            json!({ "topics": ["g-topic"], "positions": [
+                { "topic": "g-topic", "partition": 0, "offset": 1 },
+                { "topic": "g-topic", "partition": 0, "offset": 2 },
+            ] }),
+            400,
+            "duplicate_position",
+        ),
+        (
+            "/v1/groups/g1/poll",
+            json!({ "topics": ["g-topic"], "positions": [{ "topic": "g-topic", "offset": 1 }] }),
+            400,
+            "invalid_request",
+        ),
         ("/v1/groups/bad%20name/poll", json!({ "topics": ["g-topic"] }), 400, "invalid_name"),
         ("/v1/groups/g1/commit", json!({ "member_id": "m", "generation": 1, "offsets": [] }), 404, "group_not_found"),
         ("/v1/groups/g1/seek", json!({ "topic": "g-topic", "to": "earliest", "offset": 3 }), 400, "invalid_seek"),

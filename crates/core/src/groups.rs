@@ -748,7 +748,9 @@ impl Groups {
         let first = (self.log.random().next_u64() % positions.len() as u64) as usize;
         for round in 0..2 {
             let (mut events_left, mut bytes_left) = (max_events, max_bytes);
-            for i in 0..positions.len() {
+            // The answer's rendering is bounded across partitions (each read bounds only its own).
+            let mut rendered_left = self.log.limits().max_response_bytes;
+            'partitions: for i in 0..positions.len() {
                 let (topic, partition, offset) = &positions[(first + i) % positions.len()];
                 if events_left == 0 || bytes_left == 0 {
                     break;
@@ -766,6 +768,13 @@ impl Groups {
                     Err(e) => return Err(e),
                 };
                 for e in batch.events {
+                    // Like a replay, the first event goes whatever its size; what does not fit
+                    // is not answered, and the member's position stays before it.
+                    let rendering = crate::log::rendered_size(&e.record) + topic.name.len();
+                    if !events.is_empty() && rendering > rendered_left {
+                        break 'partitions;
+                    }
+                    rendered_left = rendered_left.saturating_sub(rendering);
                     events_left -= 1;
                     bytes_left = bytes_left.saturating_sub(e.record.approx_size());
                     events.push(GroupEvent { topic: topic.name.clone(), event: e });
