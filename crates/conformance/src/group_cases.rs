@@ -41,6 +41,7 @@ macro_rules! group_conformance_suite {
             given_a_heartbeat_refused_then_the_poll_answers_and_the_next_one_delivers_again,
             given_a_member_joining_and_committing_while_its_group_is_deleted_then_its_commit_stays,
             given_a_wide_group_deleted_while_a_member_commits_then_that_commit_stays,
+            given_a_group_over_three_topics_of_1024_partitions_then_it_rebalances_and_commits,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn given_members_joining_and_leaving_while_publishers_write_then_every_acked_event_delivered() {

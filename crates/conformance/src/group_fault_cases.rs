@@ -180,3 +180,44 @@ pub async fn given_a_wide_group_deleted_while_a_member_commits_then_that_commit_
         d.partitions.iter().filter(|p| p.committed.is_some()).map(|p| (p.partition, p.committed)).collect();
     assert_eq!(kept, vec![(110, Some(2))], "only the rival's commit is left");
 }
+
+/// A group over three topics of 1,024 partitions: its record and its members' stay well
+/// within DynamoDB's 400 KB item (each rebalance writes them whole), so it keeps working.
+pub async fn given_a_group_over_three_topics_of_1024_partitions_then_it_rebalances_and_commits(backend: &dyn Backend) {
+    use sluice_core::store::Key;
+
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (log, groups) = groups_on(backend, &clock).await;
+    let group = unique_topic("wide-group");
+    let mut topics = Vec::new();
+    for _ in 0..3 {
+        let topic = unique_topic(&"t".repeat(60));
+        log.create_topic(&topic, TopicSpec { partitions: 1024, retention_ms: None, retention_bytes: None })
+            .await
+            .unwrap();
+        publish(&log, &topic, 1000, five(0)).await;
+        topics.push(topic);
+    }
+    let join = |member: Option<String>| {
+        let mut req = request(&group, member.as_deref(), &topics[0], 100);
+        req.topics = topics.clone();
+        req
+    };
+    let a = groups.poll(&join(None)).await.unwrap();
+    assert_eq!(a.assignment.len(), 3 * 1024);
+    let b = groups.poll(&join(None)).await.unwrap();
+    let a = groups.poll(&join(Some(a.member_id))).await.unwrap();
+    assert_eq!((a.assignment.len(), b.assignment.len()), (1536, 1536), "balanced");
+    let owned = &a.assignment[0];
+    groups.commit(&group, &a.member_id, a.generation, &[commit_of(&owned.topic, owned.partition, 0)]).await.unwrap();
+    let d = groups.describe(&group).await.unwrap();
+    assert_eq!((d.members.len(), d.partitions.len()), (2, 3 * 1024));
+    let store = log.store();
+    for sk in ["meta".to_owned(), format!("member#{}", a.member_id)] {
+        let item = store.get(&Key::new(format!("group#{group}"), sk.clone())).await.unwrap().expect("stored");
+        assert!(item.value.len() < 100_000, "{sk} takes {} bytes", item.value.len());
+    }
+    groups.leave(&group, &b.member_id).await.unwrap();
+    let a = groups.poll(&join(Some(a.member_id))).await.unwrap();
+    assert_eq!(a.assignment.len(), 3 * 1024, "the leaver's partitions came back");
+}

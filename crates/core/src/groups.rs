@@ -52,6 +52,9 @@ use crate::{names, topics, Error, StorageError};
 pub const MIN_SESSION_TIMEOUT_MS: u64 = 6_000;
 pub const MAX_SESSION_TIMEOUT_MS: u64 = 300_000;
 pub const DEFAULT_SESSION_TIMEOUT_MS: u64 = 45_000;
+/// Most partitions one group reads, over all its topics: its record and a member's stay a
+/// quarter below DynamoDB's 400 KB item limit (see `compact`).
+pub const MAX_GROUP_PARTITIONS: u32 = 10_000;
 /// Conditional writes lost to concurrent members before a request gives up.
 const MAX_ATTEMPTS: usize = 16;
 /// Offsets one commit may carry: its checks and puts must fit one atomic write.
@@ -203,11 +206,13 @@ pub struct RegistryRecord {
 pub struct GroupRecord {
     pub generation: u64,
     /// Each member's assigned partitions.
+    #[serde(with = "crate::compact::assignment")]
     pub members: BTreeMap<String, Vec<TopicPartition>>,
     /// The ids of the topics the assignment was made for (a re-created topic forces a new one).
     pub topics: BTreeMap<String, u64>,
     /// Per partition (`topic#partition`): the group version from which fetch positions
     /// recorded for it are trusted (when it changed hands, or was last seeked).
+    #[serde(with = "crate::compact::by_partition")]
     pub since: BTreeMap<String, u64>,
 }
 
@@ -217,6 +222,7 @@ pub struct MemberRecord {
     pub topics: Vec<String>,
     pub session_timeout_ms: u64,
     /// Per partition (`topic#partition`): the next offset to fetch.
+    #[serde(with = "crate::compact::by_partition")]
     pub positions: BTreeMap<String, u64>,
     /// The group version the positions were recorded at.
     pub positions_version: u64,
@@ -284,9 +290,7 @@ fn offsets_pk(group: &str) -> String {
     format!("goff#{group}")
 }
 
-fn tp_key(topic: &str, partition: u32) -> String {
-    format!("{topic}#{partition:010}")
-}
+use crate::compact::tp_key;
 
 fn offset_key(group: &str, topic: &str, partition: u32) -> Key {
     Key::new(offsets_pk(group), tp_key(topic, partition))
@@ -469,6 +473,13 @@ impl Groups {
                     }
                 }
             }
+            let partitions: u32 = all_topics.values().map(|t| t.spec.partitions).sum();
+            if partitions > MAX_GROUP_PARTITIONS {
+                return Err(Error::invalid(
+                    "too_many_partitions",
+                    format!("group '{}' would read {partitions} partitions: at most {MAX_GROUP_PARTITIONS}", req.group),
+                ));
+            }
             let mut subscriptions: BTreeMap<String, Vec<String>> =
                 state.members.iter().map(|(id, (m, _, _))| (id.clone(), m.topics.clone())).collect();
             subscriptions.insert(member_id.clone(), subscribed.clone());
@@ -476,21 +487,11 @@ impl Groups {
             let assignment = assign(&state.record, &subscriptions, &all_topics);
             let rebalance = assignment != state.record.members || topic_ids != state.record.topics;
             let version_after = if rebalance { state.version + 1 } else { state.version };
-            let mut record = state.record.clone();
-            if rebalance {
-                for (id, parts) in &assignment {
-                    for tp in parts {
-                        let before = state.record.members.get(id).is_some_and(|old| old.contains(tp));
-                        let same_topic = state.record.topics.get(&tp.topic) == topic_ids.get(&tp.topic);
-                        if !(before && same_topic) {
-                            record.since.insert(tp_key(&tp.topic, tp.partition), version_after);
-                        }
-                    }
-                }
-                record.generation += 1;
-                record.members = assignment.clone();
-                record.topics = topic_ids;
-            }
+            let record = if rebalance {
+                next_generation(&state.record, version_after, assignment, topic_ids)
+            } else {
+                state.record.clone()
+            };
             let mine = record.members.get(&member_id).cloned().unwrap_or_default();
 
             // Where to fetch each partition from; nothing is written before this can fail.
@@ -932,22 +933,9 @@ impl Groups {
                     }
                 }
             }
-            let mut record = state.record.clone();
             let assignment = assign(&state.record, &subscriptions, &all_topics);
-            let version_after = state.version + 1;
             let topic_ids: BTreeMap<String, u64> = all_topics.iter().map(|(n, t)| (n.clone(), t.id)).collect();
-            for (id, parts) in &assignment {
-                for tp in parts {
-                    let before = state.record.members.get(id).is_some_and(|old| old.contains(tp));
-                    let same_topic = state.record.topics.get(&tp.topic) == topic_ids.get(&tp.topic);
-                    if !(before && same_topic) {
-                        record.since.insert(tp_key(&tp.topic, tp.partition), version_after);
-                    }
-                }
-            }
-            record.generation += 1;
-            record.members = assignment;
-            record.topics = topic_ids;
+            let record = next_generation(&state.record, state.version + 1, assignment, topic_ids);
             let mut ops = vec![
                 WriteOp::replace(meta_key(group), layout::encode(&record), Some(state.version).filter(|v| *v > 0)),
                 WriteOp::Delete { key: member_key(group, member_id), expect: Expect::Any },
@@ -1313,6 +1301,31 @@ fn head_of(heads: &BTreeMap<u64, Vec<(HeadRecord, u64)>>, topic_id: u64, partiti
 /// member keeps what it had of the topic up to the fair share (one more for as many
 /// members as the remainder allows), then every partition left goes to the least
 /// loaded member, so counts differ by at most one.
+/// The group record of a new generation (written at `version_after`): the assignment, the
+/// topics' incarnations, and `since` for every partition that changed hands (or whose topic
+/// was re-created) now; `since` is kept only for assigned partitions, which are all it is read
+/// for, so the record stays bounded by the partitions the group reads.
+fn next_generation(
+    previous: &GroupRecord,
+    version_after: u64,
+    assignment: BTreeMap<String, Vec<TopicPartition>>,
+    topic_ids: BTreeMap<String, u64>,
+) -> GroupRecord {
+    let held: BTreeSet<(&String, &TopicPartition)> =
+        previous.members.iter().flat_map(|(id, parts)| parts.iter().map(move |tp| (id, tp))).collect();
+    let mut since = BTreeMap::new();
+    for (id, parts) in &assignment {
+        for tp in parts {
+            let key = tp_key(&tp.topic, tp.partition);
+            let same_topic = previous.topics.get(&tp.topic) == topic_ids.get(&tp.topic);
+            let kept = held.contains(&(id, tp)) && same_topic;
+            let from = if kept { previous.since.get(&key).copied().unwrap_or(0) } else { version_after };
+            since.insert(key, from);
+        }
+    }
+    GroupRecord { generation: previous.generation + 1, members: assignment, topics: topic_ids, since }
+}
+
 fn assign(
     previous: &GroupRecord,
     subscriptions: &BTreeMap<String, Vec<String>>,

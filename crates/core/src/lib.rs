@@ -5,6 +5,7 @@
 
 pub mod clock;
 mod commit;
+mod compact;
 pub mod compaction;
 pub mod error;
 pub mod gc;

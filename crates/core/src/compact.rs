@@ -1,0 +1,165 @@
+//! Compact encodings of the per-partition maps in group records, so a group reading
+//! thousands of partitions stays far inside DynamoDB's 400 KB item: a topic's name is
+//! written once, not once per partition. Each decoder also reads the older, one entry
+//! per partition form, so records written before still load.
+//!
+//! - an assignment `{member: [{"topic", "partition"}…]}` is stored as `{member: {topic: [partition…]}}`;
+//! - a map keyed `topic#partition` (zero-padded) is stored as `{topic: [[partition, value]…]}`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::groups::TopicPartition;
+
+/// `topic#partition` keys as the group records use them (partition zero-padded, so string
+/// order is numeric order).
+pub(crate) fn tp_key(topic: &str, partition: u32) -> String {
+    format!("{topic}#{partition:010}")
+}
+
+fn split_tp_key(key: &str) -> Option<(&str, u32)> {
+    let (topic, partition) = key.rsplit_once('#')?;
+    Some((topic, partition.parse().ok()?))
+}
+
+pub(crate) mod assignment {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(members: &BTreeMap<String, Vec<TopicPartition>>, s: S) -> Result<S::Ok, S::Error> {
+        let mut out: BTreeMap<&str, BTreeMap<&str, Vec<u32>>> = BTreeMap::new();
+        for (member, parts) in members {
+            let topics = out.entry(member).or_default();
+            for tp in parts {
+                topics.entry(&tp.topic).or_default().push(tp.partition);
+            }
+        }
+        out.serialize(s)
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Stored {
+        Compact(BTreeMap<String, BTreeMap<String, Vec<u32>>>),
+        PerPartition(BTreeMap<String, Vec<TopicPartition>>),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, Vec<TopicPartition>>, D::Error> {
+        Ok(match Stored::deserialize(d)? {
+            Stored::PerPartition(members) => members,
+            Stored::Compact(members) => members
+                .into_iter()
+                .map(|(member, topics)| {
+                    let mut parts: Vec<TopicPartition> = topics
+                        .into_iter()
+                        .flat_map(|(topic, ps)| ps.into_iter().map(move |partition| (topic.clone(), partition)))
+                        .map(|(topic, partition)| TopicPartition { topic, partition })
+                        .collect();
+                    parts.sort();
+                    (member, parts)
+                })
+                .collect(),
+        })
+    }
+}
+
+pub(crate) mod by_partition {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(map: &BTreeMap<String, u64>, s: S) -> Result<S::Ok, S::Error> {
+        let mut out: BTreeMap<&str, Vec<(u32, u64)>> = BTreeMap::new();
+        for (key, value) in map {
+            // Keys are always written by `tp_key`; one that is not is kept whole, as partition 0 of
+            // a topic named by the key, which no lookup matches (never the case in practice).
+            let (topic, partition) = split_tp_key(key).unwrap_or((key.as_str(), 0));
+            out.entry(topic).or_default().push((partition, *value));
+        }
+        out.serialize(s)
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Stored {
+        Compact(BTreeMap<String, Vec<(u32, u64)>>),
+        PerPartition(BTreeMap<String, u64>),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, u64>, D::Error> {
+        Ok(match Stored::deserialize(d)? {
+            Stored::PerPartition(map) => map,
+            Stored::Compact(topics) => topics
+                .into_iter()
+                .flat_map(|(topic, entries)| entries.into_iter().map(move |(p, v)| (tp_key(&topic, p), v)))
+                .collect(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::groups::{GroupRecord, MemberRecord};
+
+    fn group() -> GroupRecord {
+        let parts = |t: &str, ps: &[u32]| -> Vec<TopicPartition> {
+            ps.iter().map(|&partition| TopicPartition { topic: t.to_owned(), partition }).collect()
+        };
+        let mut a = parts("orders", &[0, 2, 11]);
+        a.extend(parts("refunds#eu", &[1]));
+        GroupRecord {
+            generation: 7,
+            members: BTreeMap::from([("m1".to_owned(), a), ("m2".to_owned(), parts("orders", &[1, 3]))]),
+            topics: BTreeMap::from([("orders".to_owned(), 4), ("refunds#eu".to_owned(), 9)]),
+            since: BTreeMap::from([(tp_key("orders", 11), 5), (tp_key("refunds#eu", 1), 6)]),
+        }
+    }
+
+    #[test]
+    fn group_and_member_records_round_trip_and_read_the_per_partition_form() {
+        let record = group();
+        let json = serde_json::to_string(&record).unwrap();
+        assert!(json.contains(r#""m1":{"orders":[0,2,11],"refunds#eu":[1]}"#), "{json}");
+        assert_eq!(serde_json::from_str::<GroupRecord>(&json).unwrap(), record);
+        let old = r#"{"generation":7,"members":{"m1":[{"topic":"orders","partition":0},{"topic":"orders","partition":2},
+            {"topic":"orders","partition":11},{"topic":"refunds#eu","partition":1}],
+            "m2":[{"topic":"orders","partition":1},{"topic":"orders","partition":3}]},
+            "topics":{"orders":4,"refunds#eu":9},"since":{"orders#0000000011":5,"refunds#eu#0000000001":6}}"#;
+        assert_eq!(serde_json::from_str::<GroupRecord>(old).unwrap(), record);
+        let member = MemberRecord {
+            topics: vec!["orders".into()],
+            session_timeout_ms: 45_000,
+            positions: BTreeMap::from([(tp_key("orders", 3), u64::MAX), (tp_key("orders", 1), 0)]),
+            positions_version: 3,
+        };
+        let json = serde_json::to_string(&member).unwrap();
+        assert!(json.contains(r#""positions":{"orders":[[1,0],[3,18446744073709551615]]}"#), "{json}");
+        assert_eq!(serde_json::from_str::<MemberRecord>(&json).unwrap(), member);
+    }
+
+    #[test]
+    fn a_group_over_ten_thousand_partitions_stays_far_below_dynamodbs_item_limit() {
+        let topics: Vec<String> = (0..10).map(|i| format!("{}-{i}", "t".repeat(200))).collect();
+        let mut members: BTreeMap<String, Vec<TopicPartition>> = BTreeMap::new();
+        let mut since = BTreeMap::new();
+        for (i, topic) in topics.iter().enumerate() {
+            for p in 0..1000u32 {
+                let member = format!("{:016x}", (p as usize + i) % 7);
+                members.entry(member).or_default().push(TopicPartition { topic: topic.clone(), partition: p });
+                since.insert(tp_key(topic, p), 1_000_000 + u64::from(p));
+            }
+        }
+        let record = GroupRecord {
+            generation: 1,
+            members,
+            topics: topics.iter().map(|t| (t.clone(), u64::MAX)).collect(),
+            since,
+        };
+        let size = serde_json::to_vec(&record).unwrap().len();
+        // A quarter below DynamoDB's 400 KB, with 200-character topic names.
+        assert!(size < 300_000, "a group record of {size} bytes");
+        let positions = record.since.keys().map(|k| (k.clone(), u64::MAX)).collect();
+        let member = MemberRecord { topics, session_timeout_ms: 45_000, positions, positions_version: 1 };
+        let size = serde_json::to_vec(&member).unwrap().len();
+        assert!(size < 300_000, "a member record of {size} bytes (one member holding all 10,000)");
+    }
+}
