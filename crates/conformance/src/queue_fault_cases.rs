@@ -166,3 +166,42 @@ pub async fn given_a_receive_racing_its_subscriptions_purge_then_no_item_is_left
         assert!(left.is_empty(), "{pk} holds {} items after its purge", left.len());
     }
 }
+
+/// An ack with the receipt of a delivery whose lease a visibility change moved: the lease is
+/// not where the receipt says, so the whole partition is read, and that read is torn (it
+/// misses the moved lease, as a query racing a transaction can). The receipt is still valid:
+/// the ack must succeed, not answer stale.
+pub async fn given_a_moved_lease_hidden_by_a_torn_read_then_its_receipt_still_acks(backend: &dyn Backend) {
+    let (clock, log, queues) = manual(backend).await;
+    let topic = new_topic(&log, "torn-settle", 1).await;
+    let sub = subscribe(&queues, &topic, earliest()).await;
+    publish_at(&log, &topic, 0, "m", START_MS).await;
+    let got = receive(&queues, &topic, &sub, 1).await;
+    let receipt = got[0].receipt.clone();
+    let moved = queues.change_visibility(&topic, &sub, std::slice::from_ref(&receipt), 60_000).await.unwrap();
+    assert!(moved[0].is_ok(), "{moved:?}");
+    let (script, torn) = scripted_queues(backend, &clock).await;
+    // The partition's items in order: the cursor, then the one (moved) lease.
+    script.at_query("q#", QueryAction::Tear(2));
+    let acked = torn.ack(&topic, &sub, &[receipt]).await.unwrap();
+    assert_eq!(script.pending(), 0, "the settle's read was torn");
+    assert_eq!(acked, vec![Ok(())], "a valid receipt acks");
+    clock.advance(120_000);
+    assert_nothing(&queues, &topic, &sub, "acked for good").await;
+}
+
+/// A message whose last delivery ran out is counted dead before a receive buries it: a
+/// purge of the dead-letter queue takes it too, and describe agrees.
+pub async fn given_a_dead_message_not_yet_buried_when_the_dlq_is_purged_then_it_is_purged(backend: &dyn Backend) {
+    let (clock, log, queues) = manual(backend).await;
+    let topic = new_topic(&log, "purge-due", 1).await;
+    let spec = SubscriptionSpec { visibility_timeout_ms: 1_000, max_receive_count: 1, ..earliest() };
+    let sub = subscribe(&queues, &topic, spec).await;
+    publish_at(&log, &topic, 0, "poison", START_MS).await;
+    assert_eq!(receive(&queues, &topic, &sub, 1).await.len(), 1);
+    clock.advance(1_001);
+    assert_eq!(queues.describe(&topic, &sub).await.unwrap().backlog.dead, 1, "counted dead once due");
+    assert_eq!(queues.purge_dead_letters(&topic, &sub).await.unwrap(), 1, "the purge takes it");
+    let d = queues.describe(&topic, &sub).await.unwrap();
+    assert_eq!((d.backlog.dead, d.backlog.visible), (0, 0), "{:?}", d.backlog);
+}

@@ -323,6 +323,10 @@ pub struct LeaseRecord {
     /// When they were last delivered.
     pub delivered_ms: i64,
     pub msgs: Vec<LeaseMsg>,
+    /// Put back by a redrive (never delivered since): due, not parked behind a key, so it
+    /// does not count toward the keyed look-ahead's parking limit.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub redriven: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -1068,7 +1072,7 @@ impl Queues {
             let mut candidates = Vec::new();
             let mut parked_before = 0;
             for (i, lease) in state.leases.iter().enumerate() {
-                if lease.record.held_until.is_none() && lease.record.receives == 0 {
+                if lease.record.held_until.is_none() && lease.record.receives == 0 && !lease.record.redriven {
                     parked_before += lease.record.msgs.len();
                 }
                 if lease.due > now {
@@ -1325,15 +1329,28 @@ impl Queues {
                     let receipt = Receipt { sub_id: sub.record.id, partition, offset: m.offset, nonce, due, receives };
                     delivered.push((m.offset, receipt.encode(receipt_key), receives, m.first_ms));
                 }
-                let lease = LeaseRecord { nonce, receives, held_until: Some(held_until), delivered_ms: now, msgs };
+                let lease = LeaseRecord {
+                    nonce,
+                    receives,
+                    held_until: Some(held_until),
+                    delivered_ms: now,
+                    msgs,
+                    redriven: false,
+                };
                 ops.push(self.new_lease(sub, partition, due, lease));
             }
             let parked = std::mem::take(&mut pick.parked);
             let waiting = std::mem::take(&mut pick.delayed);
             for (due, msgs) in std::iter::once((now, parked)).chain(waiting) {
                 if !msgs.is_empty() {
-                    let lease =
-                        LeaseRecord { nonce: self.nonce(), receives: 0, held_until: None, delivered_ms: now, msgs };
+                    let lease = LeaseRecord {
+                        nonce: self.nonce(),
+                        receives: 0,
+                        held_until: None,
+                        delivered_ms: now,
+                        msgs,
+                        redriven: false,
+                    };
                     ops.push(self.new_lease(sub, partition, due, lease));
                 }
             }
@@ -1639,12 +1656,19 @@ impl Queues {
                 }
                 everything = pending.iter().any(|(_, r)| holder(&leases, r).is_none());
             }
-            if everything || bump_cursor {
-                let loaded = self.load(sub, partition, if everything { None } else { Some(1) }).await?;
-                if everything {
-                    leases = loaded.leases.iter().map(|l| (l.key.sk.clone(), l.clone())).collect();
+            if everything {
+                // A receipt whose lease is not where it says: the whole partition, as of one
+                // moment, so a lease a concurrent write was moving cannot hide from a torn read
+                // and make a valid receipt answer stale.
+                let (loaded, settled) = self.snapshot(sub, partition).await?;
+                if !settled {
+                    attempt += 1;
+                    continue;
                 }
+                leases = loaded.leases.iter().map(|l| (l.key.sk.clone(), l.clone())).collect();
                 state = Some(loaded);
+            } else if bump_cursor {
+                state = Some(self.load(sub, partition, Some(1)).await?);
             }
             // This round: receipts in order until their messages' leases fill a write.
             let mut round: Vec<Option<(String, LeaseMsg)>> = Vec::new();
@@ -1688,6 +1712,7 @@ impl Queues {
                     held_until,
                     delivered_ms: from.record.delivered_ms,
                     msgs: Vec::new(),
+                    redriven: false,
                 });
                 lease.msgs.extend(msgs);
             }
@@ -1902,9 +1927,9 @@ impl Queues {
         let mut left = max.unwrap_or(u64::MAX);
         let mut done = 0;
         for p in 0..sub.topic.spec.partitions {
-            if requeue {
-                self.bury_all(&sub, p).await?;
-            }
+            // Due dead leases first: describe counts them as dead already, so a purge (or a
+            // redrive) of the dead-letter queue takes them too.
+            self.bury_all(&sub, p).await?;
             let mut attempts = 0;
             while left > 0 {
                 let now = self.now();
@@ -1926,7 +1951,8 @@ impl Queues {
                 ops.push(state.cursor_write(sub.record.id, p, cursor));
                 if requeue {
                     let nonce = self.nonce();
-                    let lease = LeaseRecord { nonce, receives: 0, held_until: None, delivered_ms: now, msgs };
+                    let lease =
+                        LeaseRecord { nonce, receives: 0, held_until: None, delivered_ms: now, msgs, redriven: true };
                     ops.push(WriteOp::create(
                         Key::new(queue_pk(sub.record.id, p), lease_sk(now, nonce)),
                         layout::encode(&lease),
@@ -1936,6 +1962,9 @@ impl Queues {
                     Ok(()) => {
                         done += n;
                         left -= n;
+                        // Contention is counted per write: a long redrive is not cut short by
+                        // the races its earlier writes lost.
+                        attempts = 0;
                     }
                     Err(e) => {
                         self.lost_race(e, &mut attempts).await?;
