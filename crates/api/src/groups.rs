@@ -38,6 +38,8 @@ struct Poll {
     auto_commit: bool,
     /// The next offset the client expects per partition it has received events of.
     positions: Option<Vec<Position>>,
+    /// A static member's stable name (Kafka's `group.instance.id`).
+    instance_id: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -130,6 +132,7 @@ pub async fn poll(State(log): State<Log>, Path(group): Path<String>, body: Body)
         session_timeout_ms: req.session_timeout_ms,
         auto_commit: req.auto_commit,
         positions,
+        instance_id: req.instance_id,
     };
     let answer = Groups::new(log).poll(&request).await?;
     Ok(([(header::CONTENT_TYPE, "application/json")], render(&answer)).into_response())

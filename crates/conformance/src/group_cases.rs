@@ -42,6 +42,7 @@ macro_rules! group_conformance_suite {
             given_a_member_joining_and_committing_while_its_group_is_deleted_then_its_commit_stays,
             given_a_wide_group_deleted_while_a_member_commits_then_that_commit_stays,
             given_a_group_over_three_topics_of_1024_partitions_then_it_rebalances_and_commits,
+            given_a_static_join_answer_lost_when_retried_then_the_same_member_and_no_ghost,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn given_members_joining_and_leaving_while_publishers_write_then_every_acked_event_delivered() {
@@ -81,6 +82,7 @@ pub(crate) fn request(group: &str, member: Option<&str>, topic: &str, max_events
         session_timeout_ms: None,
         auto_commit: false,
         positions: None,
+        instance_id: None,
     }
 }
 

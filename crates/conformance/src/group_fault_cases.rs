@@ -221,3 +221,24 @@ pub async fn given_a_group_over_three_topics_of_1024_partitions_then_it_rebalanc
     let a = groups.poll(&join(Some(a.member_id))).await.unwrap();
     assert_eq!(a.assignment.len(), 3 * 1024, "the leaver's partitions came back");
 }
+
+/// A join whose answer is lost, retried with the same `instance_id`: the retry is the same
+/// member (no second member holding partitions it never polls), in the same generation.
+pub async fn given_a_static_join_answer_lost_when_retried_then_the_same_member_and_no_ghost(backend: &dyn Backend) {
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (log, groups) = groups_on(backend, &clock).await;
+    let topic = unique_topic("static");
+    log.create_topic(&topic, TopicSpec { partitions: 4, retention_ms: None, retention_bytes: None }).await.unwrap();
+    let group = unique_topic("g");
+    let join = || {
+        let mut req = request(&group, None, &topic, 10);
+        req.instance_id = Some("worker-1".to_owned());
+        req
+    };
+    let lost = groups.poll(&join()).await.unwrap();
+    assert_eq!(lost.member_id, "i.worker-1");
+    let retried = groups.poll(&join()).await.unwrap();
+    assert_eq!((retried.member_id.as_str(), retried.generation), ("i.worker-1", lost.generation));
+    assert_eq!(retried.assignment.len(), 4, "it holds every partition, alone");
+    assert_eq!(groups.describe(&group).await.unwrap().members.len(), 1, "no ghost member");
+}

@@ -185,6 +185,7 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
         session_timeout_ms: None,
         auto_commit: false,
         positions: None,
+        instance_id: None,
     };
     let (answer, join) = counted!(state, objects, groups.poll(&poll(None, 100)).await.unwrap());
     per_request("group poll: join (first member, 100 events)", &join, 1);

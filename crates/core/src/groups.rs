@@ -52,6 +52,8 @@ use crate::{names, topics, Error, StorageError};
 pub const MIN_SESSION_TIMEOUT_MS: u64 = 6_000;
 pub const MAX_SESSION_TIMEOUT_MS: u64 = 300_000;
 pub const DEFAULT_SESSION_TIMEOUT_MS: u64 = 45_000;
+/// How a static member's id starts (random ids are 16 hex digits, so never collide).
+const STATIC_MEMBER_PREFIX: &str = "i.";
 /// Most partitions one group reads, over all its topics: its record and a member's stay a
 /// quarter below DynamoDB's 400 KB item limit (see `compact`).
 pub const MAX_GROUP_PARTITIONS: u32 = 10_000;
@@ -123,6 +125,10 @@ pub struct PollRequest {
     /// Kafka consumer holds its fetch positions. `None` for a client that keeps none: the
     /// server's record of what it last sent stands in (a lost answer then skips its events).
     pub positions: Option<BTreeMap<TopicPartition, u64>>,
+    /// A client's stable name for itself (Kafka's `group.instance.id`): a join with it gets
+    /// the member id `i.<instance_id>`, the same on every join, so a join retried after a lost
+    /// answer (or a restart within the session) resumes that member instead of adding one.
+    pub instance_id: Option<String>,
 }
 
 /// An event with the topic it came from.
@@ -420,6 +426,9 @@ impl Groups {
         for t in &req.topics {
             names::validate("topic", t)?;
         }
+        if let Some(instance) = &req.instance_id {
+            names::validate("instance_id", instance)?;
+        }
         let session = req.session_timeout_ms.unwrap_or(DEFAULT_SESSION_TIMEOUT_MS);
         if !(MIN_SESSION_TIMEOUT_MS..=MAX_SESSION_TIMEOUT_MS).contains(&session) {
             return Err(Error::invalid(
@@ -453,7 +462,13 @@ impl Groups {
                     ),
                     ))
                 }
-                None => format!("{:016x}", self.log.random().next_u64()),
+                // A static member (Kafka's `group.instance.id`) always has the same id: a join
+                // retried after its answer was lost finds the member it made, not a second one
+                // that would hold partitions, unpolled, for a whole session.
+                None => match &req.instance_id {
+                    Some(instance) => format!("{STATIC_MEMBER_PREFIX}{instance}"),
+                    None => format!("{:016x}", self.log.random().next_u64()),
+                },
             };
             // The other topics the group reads (other members' subscriptions) count for the assignment too.
             let mut all_topics = topics.clone();
