@@ -2,14 +2,17 @@
 //! answer lost after the write applied, a failure before it, a query torn by a concurrent
 //! write), or a rival's work run just before or just after the call, so a case can place
 //! an interleaving exactly where it matters.
+//! [`ScriptedObjects`] does the same to an object store's puts.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use bytes::Bytes;
+use sluice_core::storage::ObjectInfo;
 use sluice_core::store::{Item, Key, Page, Query, StateStore, WriteOp};
-use sluice_core::StorageError;
+use sluice_core::{BlobRef, ObjectStore, StorageError};
 
 use crate::log_cases::Fault;
 
@@ -27,6 +30,12 @@ pub enum Action {
     Before(Rival),
     /// The write applies, then the rival runs to its end before the write answers.
     After(Rival),
+    /// The write applies, the rival runs to its end, then the write's answer is lost
+    /// (`Unavailable`): a rival's work landing between a lost answer and its resolution.
+    LoseAnswerAfter(Rival),
+    /// The write is not applied, the rival runs to its end, then the write answers
+    /// `Unavailable`: a rival's work landing between a failed attempt and its retry.
+    FailAfter(Rival),
 }
 
 /// What happens at the query a query rule meets.
@@ -74,6 +83,24 @@ pub fn puts(prefix: &'static str) -> impl Fn(&[WriteOp]) -> bool + Send + Sync {
 /// A write that deletes an item whose sort key starts with `prefix`.
 pub fn deletes(prefix: &'static str) -> impl Fn(&[WriteOp]) -> bool + Send + Sync {
     move |ops| ops.iter().any(|op| matches!(op, WriteOp::Delete { key, .. } if key.sk.starts_with(prefix)))
+}
+
+/// Whether `ops` puts an item whose key starts with `pk` and `sk` (prefixes; "" for any).
+pub fn puts_at(ops: &[WriteOp], pk: &str, sk: &str) -> bool {
+    ops.iter().any(|op| matches!(op, WriteOp::Put { key, .. } if key.pk.starts_with(pk) && key.sk.starts_with(sk)))
+}
+
+/// Whether `ops` deletes an item whose key starts with `pk` and `sk` (prefixes; "" for any).
+pub fn deletes_at(ops: &[WriteOp], pk: &str, sk: &str) -> bool {
+    ops.iter().any(|op| matches!(op, WriteOp::Delete { key, .. } if key.pk.starts_with(pk) && key.sk.starts_with(sk)))
+}
+
+/// Whether `ops` puts an item whose key starts with `pk` and whose value holds `needle`.
+pub fn puts_value(ops: &[WriteOp], pk: &str, needle: &[u8]) -> bool {
+    ops.iter().any(|op| {
+        matches!(op, WriteOp::Put { key, value, .. }
+            if key.pk.starts_with(pk) && value.windows(needle.len()).any(|w| w == needle))
+    })
 }
 
 fn lost() -> StorageError {
@@ -129,6 +156,15 @@ impl StateStore for Scripted {
                 rival.await;
                 written
             }
+            Some(Action::LoseAnswerAfter(rival)) => {
+                self.inner.write(ops).await?;
+                rival.await;
+                Err(lost())
+            }
+            Some(Action::FailAfter(rival)) => {
+                rival.await;
+                Err(lost())
+            }
         }
     }
 
@@ -138,5 +174,60 @@ impl StateStore for Scripted {
 
     async fn purge_expired(&self, limit: usize) -> Result<usize, StorageError> {
         self.inner.purge_expired(limit).await
+    }
+}
+
+/// An [`ObjectStore`] whose next puts meet scripted faults: the blob is stored, then its
+/// answer is lost ([`Fault::LoseAnswer`]), or the put fails before storing anything.
+pub struct ScriptedObjects {
+    inner: Arc<dyn ObjectStore>,
+    faults: Mutex<std::collections::VecDeque<Fault>>,
+}
+
+impl ScriptedObjects {
+    pub fn new(inner: Arc<dyn ObjectStore>) -> Arc<Self> {
+        Arc::new(Self { inner, faults: Mutex::new(std::collections::VecDeque::new()) })
+    }
+
+    /// The next put not yet scripted meets `fault`.
+    pub fn at_put(&self, fault: Fault) {
+        self.faults.lock().unwrap().push_back(fault);
+    }
+
+    /// Faults not met yet.
+    pub fn pending(&self) -> usize {
+        self.faults.lock().unwrap().len()
+    }
+}
+
+#[async_trait]
+impl ObjectStore for ScriptedObjects {
+    async fn put(&self, bytes: Bytes) -> Result<BlobRef, StorageError> {
+        let fault = self.faults.lock().unwrap().pop_front();
+        match fault {
+            None => self.inner.put(bytes).await,
+            Some(Fault::LoseAnswer) => {
+                self.inner.put(bytes).await?;
+                Err(lost())
+            }
+            Some(Fault::FailBefore) => Err(lost()),
+            Some(Fault::Throttle) => Err(StorageError::Throttled { message: "injected".into(), source: None }),
+        }
+    }
+
+    async fn read(&self, object: &str, position: u64, len: u64) -> Result<Bytes, StorageError> {
+        self.inner.read(object, position, len).await
+    }
+
+    async fn list(&self, after: Option<&str>, limit: usize) -> Result<Vec<ObjectInfo>, StorageError> {
+        self.inner.list(after, limit).await
+    }
+
+    async fn delete(&self, object: &str) -> Result<(), StorageError> {
+        self.inner.delete(object).await
+    }
+
+    fn retire(&self, object: &str) {
+        self.inner.retire(object)
     }
 }

@@ -11,6 +11,7 @@ pub mod faults;
 pub mod group_cases;
 mod group_fault_cases;
 pub mod log_cases;
+pub mod lost_answer_cases;
 pub mod moto;
 pub mod queue_cases;
 mod queue_fault_cases;

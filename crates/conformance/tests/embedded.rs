@@ -30,3 +30,9 @@ mod retention {
 
     sluice_conformance::retention_conformance_suite!(embedded());
 }
+
+mod lost_answer {
+    use sluice_conformance::embedded::embedded;
+
+    sluice_conformance::lost_answer_conformance_suite!(embedded());
+}

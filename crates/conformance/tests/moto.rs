@@ -41,6 +41,13 @@ mod queue {
     sluice_conformance::queue_conformance_suite!(moto());
 }
 
+mod lost_answer {
+    use super::moto;
+
+    // Its janitor cases see only their own topics and objects, so they share this server.
+    sluice_conformance::lost_answer_conformance_suite!(moto());
+}
+
 // The retention suite runs against a moto server of its own (tests/moto_retention.rs): its
 // janitors work on every topic and object of their backend.
 

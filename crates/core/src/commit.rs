@@ -492,8 +492,12 @@ impl Committer {
     }
 
     /// Whether one of the attempts whose answer was lost in fact landed; if so, takes its bases.
-    /// One segment item tells: a write lands whole or not at all, and no other
-    /// commit can index this blob's bytes at that place.
+    /// An attempt landed if every one of its segment items is there, pointing at this blob's
+    /// bytes: a write lands whole or not at all, no other commit can index these bytes, and at
+    /// most one attempt lands (each conditions on the heads the one before it moved). One
+    /// segment is not enough: two attempts can share the first partition's base and differ
+    /// on another (a rival committed there in between), and the first one's answer was
+    /// then taken for the second's.
     async fn resolve_unknown(
         &mut self,
         layout: &Layout,
@@ -502,20 +506,23 @@ impl Committer {
         unknown: &[Vec<u64>],
         bases: &mut [u64],
     ) -> Result<bool, StorageError> {
-        let first = &layout.segments[chunk.start];
-        for attempt in unknown {
-            let key = layout::segment_key(first.topic_id, first.partition, attempt[0]);
-            let Some(item) = self.store.get(&key).await? else { continue };
-            let seg: SegmentRecord = layout::decode("segment", &item.value)?;
-            if seg.object == blob.object && seg.pos == blob.position + first.start {
-                tracing::info!("a commit whose answer was lost had landed");
-                bases[chunk.clone()].copy_from_slice(attempt);
-                for s in &layout.segments[chunk.clone()] {
-                    self.heads.remove(&(s.topic_id, s.partition));
+        let segments = &layout.segments[chunk.clone()];
+        'attempts: for attempt in unknown {
+            for (s, base) in segments.iter().zip(attempt) {
+                let key = layout::segment_key(s.topic_id, s.partition, *base);
+                let Some(item) = self.store.get(&key).await? else { continue 'attempts };
+                let seg: SegmentRecord = layout::decode("segment", &item.value)?;
+                if seg.object != blob.object || seg.pos != blob.position + s.start {
+                    continue 'attempts;
                 }
-                self.committed.send_modify(|v| *v += 1);
-                return Ok(true);
             }
+            tracing::info!("a commit whose answer was lost had landed");
+            bases[chunk.clone()].copy_from_slice(attempt);
+            for s in segments {
+                self.heads.remove(&(s.topic_id, s.partition));
+            }
+            self.committed.send_modify(|v| *v += 1);
+            return Ok(true);
         }
         Ok(false)
     }

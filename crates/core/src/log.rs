@@ -545,6 +545,12 @@ impl Log {
                 high_watermark: now.next,
             });
         }
+        // Deleted (and perhaps purged) since it was read: its head and index go with it.
+        match topics::live(self.inner.store.as_ref(), &topic.name).await {
+            Ok(live) if live.id == topic.id => {}
+            Ok(_) | Err(Error::TopicNotFound(_)) => return Err(Error::TopicNotFound(topic.name.clone())),
+            Err(e) => return Err(e),
+        }
         Err(Error::Corrupt(format!(
             "{}/{partition}: offset {next} is in the log (start {}, head {} when read) but not in its index",
             topic.name, now.start, head.next

@@ -1,0 +1,380 @@
+//! The fault layer: wraps a process's view of both stores and, driven by one seeded
+//! generator shared by every call of the simulation, fails calls before they apply, loses
+//! answers after they applied, throttles, tears queries the way a non-snapshot read can,
+//! fails object reads, and yields to the scheduler before and after each call so that
+//! concurrent calls interleave differently. A process that crashed ([`Life::kill`]) gets
+//! nothing through any more: every call of its tasks fails, and a write in flight at the
+//! crash may or may not have applied.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use sluice_core::storage::ObjectInfo;
+use sluice_core::store::{Item, Key, Page, Query, StateStore, WriteOp};
+use sluice_core::{BlobRef, ObjectStore, StorageError};
+
+use crate::rng::Rng;
+use crate::trace::Trace;
+
+/// Fault probabilities (per call) and the most yields around a call.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FaultConfig {
+    pub enabled: bool,
+    /// A call refused before it applied: `Unavailable`.
+    pub fail_before: f64,
+    /// A call refused before it applied: `Throttled` (DynamoDB's throttling and transaction conflicts).
+    pub throttle: f64,
+    /// A write (or delete, or put of an object) applied, and its answer lost: `Unavailable`.
+    pub lost_answer: f64,
+    /// A query read item by item, yielding between items, so concurrent writes land in the middle.
+    pub torn_query: f64,
+    /// An object read failing (`Unavailable`).
+    pub object_read: f64,
+    /// Yields before and after each call: 0..=max_yields, drawn per call.
+    pub max_yields: u32,
+}
+
+/// The faults of one simulation, and the generator that decides them.
+pub struct Chaos {
+    rng: Mutex<Rng>,
+    config: Mutex<FaultConfig>,
+    trace: Trace,
+    verbose: AtomicBool,
+}
+
+impl Chaos {
+    pub fn new(seed: u64, config: FaultConfig, trace: Trace) -> Self {
+        Self { rng: Mutex::new(Rng::new(seed)), config: Mutex::new(config), trace, verbose: AtomicBool::new(false) }
+    }
+
+    pub fn config(&self) -> FaultConfig {
+        *self.config.lock().unwrap()
+    }
+
+    /// Every call is traced (to find where two runs part).
+    pub fn verbose(&self) -> bool {
+        self.verbose.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn set_verbose(&self, on: bool) {
+        self.verbose.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn set_enabled(&self, enabled: bool) {
+        self.config.lock().unwrap().enabled = enabled;
+    }
+
+    fn chance(&self, p: f64) -> bool {
+        let config = self.config();
+        config.enabled && p > 0.0 && self.rng.lock().unwrap().chance(p)
+    }
+
+    fn yields(&self) -> u32 {
+        let config = self.config();
+        if config.max_yields == 0 {
+            return 0;
+        }
+        self.rng.lock().unwrap().below(u64::from(config.max_yields) + 1) as u32
+    }
+
+    async fn pause(&self) {
+        for _ in 0..self.yields() {
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+/// One process's life: when it crashes, every call of its tasks fails from then on.
+pub struct Life {
+    pub pid: usize,
+    pub incarnation: u64,
+    dead: AtomicBool,
+}
+
+impl Life {
+    pub fn new(pid: usize, incarnation: u64) -> Arc<Self> {
+        Arc::new(Self { pid, incarnation, dead: AtomicBool::new(false) })
+    }
+
+    pub fn kill(&self) {
+        self.dead.store(true, Ordering::SeqCst);
+    }
+
+    pub fn dead(&self) -> bool {
+        self.dead.load(Ordering::SeqCst)
+    }
+}
+
+fn unavailable(what: &str) -> StorageError {
+    StorageError::Unavailable { message: format!("sim: {what}"), source: None }
+}
+
+fn throttled(what: &str) -> StorageError {
+    StorageError::Throttled { message: format!("sim: {what}"), source: None }
+}
+
+fn keys_of(ops: &[WriteOp]) -> String {
+    let mut s = String::new();
+    for (i, op) in ops.iter().take(4).enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        let k = op.key();
+        s.push_str(&k.pk);
+        s.push('/');
+        s.push_str(&k.sk);
+    }
+    if ops.len() > 4 {
+        s.push_str(&format!(",+{}", ops.len() - 4));
+    }
+    s
+}
+
+/// A process's state store: the shared one behind faults.
+pub struct FaultyStore {
+    inner: Arc<dyn StateStore>,
+    chaos: Arc<Chaos>,
+    life: Arc<Life>,
+}
+
+impl FaultyStore {
+    pub fn new(inner: Arc<dyn StateStore>, chaos: Arc<Chaos>, life: Arc<Life>) -> Self {
+        Self { inner, chaos, life }
+    }
+
+    fn note(&self, what: &str) {
+        self.chaos.trace.line(format!("  fault p{}.{} {what}", self.life.pid, self.life.incarnation));
+    }
+
+    /// Before a call: yields, then the crash and refusal checks.
+    async fn before(&self, what: &str) -> Result<(), StorageError> {
+        if self.chaos.verbose() {
+            self.note(&format!("call {what}"));
+        }
+        self.chaos.pause().await;
+        if self.life.dead() {
+            return Err(unavailable("process crashed"));
+        }
+        let c = self.chaos.config();
+        if self.chaos.chance(c.throttle) {
+            self.note(&format!("throttled {what}"));
+            return Err(throttled(what));
+        }
+        if self.chaos.chance(c.fail_before) {
+            self.note(&format!("failed before {what}"));
+            return Err(unavailable(what));
+        }
+        Ok(())
+    }
+
+    /// After a call applied: yields, then the crash check.
+    async fn after(&self) -> Result<(), StorageError> {
+        self.chaos.pause().await;
+        if self.life.dead() {
+            return Err(unavailable("process crashed after the call applied"));
+        }
+        Ok(())
+    }
+
+    /// A query read item by item, each at its own moment: what DynamoDB's non-snapshot
+    /// queries can show (an item a concurrent transaction deletes and another it creates
+    /// seen as neither or both, in scan order).
+    async fn torn_query(&self, query: &Query) -> Result<Page, StorageError> {
+        let limit = query.limit.max(1);
+        let mut q = query.clone();
+        q.limit = 1;
+        let mut items: Vec<Item> = Vec::new();
+        loop {
+            let page = self.inner.query(&q).await?;
+            let more = page.next.is_some();
+            if let Some(item) = page.items.into_iter().next() {
+                q.after = Some(item.key.sk.clone());
+                items.push(item);
+            } else {
+                return Ok(Page { items, next: None });
+            }
+            if items.len() >= limit {
+                // Whether more follow is itself read at a later moment.
+                return Ok(Page { next: if more { q.after.clone() } else { None }, items });
+            }
+            if !more {
+                return Ok(Page { items, next: None });
+            }
+            for _ in 0..1 + self.chaos.yields() {
+                tokio::task::yield_now().await;
+            }
+            if self.life.dead() {
+                return Err(unavailable("process crashed mid-query"));
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl StateStore for FaultyStore {
+    async fn get(&self, key: &Key) -> Result<Option<Item>, StorageError> {
+        self.before("get").await?;
+        let out = self.inner.get(key).await;
+        self.after().await?;
+        out
+    }
+
+    async fn query(&self, query: &Query) -> Result<Page, StorageError> {
+        self.before("query").await?;
+        let c = self.chaos.config();
+        let out = if query.limit > 1 && self.chaos.chance(c.torn_query) {
+            self.torn_query(query).await
+        } else {
+            self.inner.query(query).await
+        };
+        self.after().await?;
+        out
+    }
+
+    async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
+        sluice_core::store::validate(&ops)?;
+        if self.chaos.verbose() {
+            let detail: Vec<String> = ops
+                .iter()
+                .map(|op| {
+                    let k = op.key();
+                    let kind = match op {
+                        WriteOp::Put { .. } => "put",
+                        WriteOp::Delete { .. } => "del",
+                        WriteOp::Check { .. } => "chk",
+                    };
+                    format!("{kind} {}/{} {:?}", k.pk, k.sk, op.expect())
+                })
+                .collect();
+            self.note(&format!("write ops [{}]", detail.join(", ")));
+        }
+        self.before("write").await?;
+        let keys = keys_of(&ops);
+        let out = self.inner.write(ops).await;
+        if self.chaos.verbose() {
+            self.note(&format!("write applied? {:?} [{keys}]", out.as_ref().map_err(|e| e.to_string())));
+        }
+        if out.is_ok() && self.chaos.chance(self.chaos.config().lost_answer) {
+            self.note(&format!("lost the answer of an applied write [{keys}]"));
+            self.chaos.pause().await;
+            return Err(unavailable("answer lost after the write applied"));
+        }
+        if let Err(e) = self.after().await {
+            if out.is_ok() {
+                self.note(&format!("crashed after an applied write [{keys}]"));
+            }
+            return Err(e);
+        }
+        out
+    }
+
+    async fn delete_many(&self, keys: Vec<Key>) -> Result<(), StorageError> {
+        self.before("delete_many").await?;
+        // Not atomic as a whole: each delete on its own, a crash or a lost answer part way.
+        for chunk in keys.chunks(8) {
+            self.inner.delete_many(chunk.to_vec()).await?;
+            self.chaos.pause().await;
+            if self.life.dead() {
+                return Err(unavailable("process crashed during delete_many"));
+            }
+        }
+        if self.chaos.chance(self.chaos.config().lost_answer) {
+            self.note("lost the answer of delete_many");
+            return Err(unavailable("answer of delete_many lost"));
+        }
+        Ok(())
+    }
+
+    async fn purge_expired(&self, limit: usize) -> Result<usize, StorageError> {
+        self.before("purge_expired").await?;
+        let out = self.inner.purge_expired(limit).await;
+        self.after().await?;
+        out
+    }
+}
+
+/// A process's object store: the shared one behind faults.
+pub struct FaultyObjects {
+    inner: Arc<dyn ObjectStore>,
+    chaos: Arc<Chaos>,
+    life: Arc<Life>,
+}
+
+impl FaultyObjects {
+    pub fn new(inner: Arc<dyn ObjectStore>, chaos: Arc<Chaos>, life: Arc<Life>) -> Self {
+        Self { inner, chaos, life }
+    }
+
+    fn note(&self, what: &str) {
+        self.chaos.trace.line(format!("  fault p{}.{} {what}", self.life.pid, self.life.incarnation));
+    }
+
+    async fn before(&self, what: &str, p: f64) -> Result<(), StorageError> {
+        self.chaos.pause().await;
+        if self.life.dead() {
+            return Err(unavailable("process crashed"));
+        }
+        if self.chaos.chance(p) {
+            self.note(&format!("failed object {what}"));
+            return Err(unavailable(what));
+        }
+        Ok(())
+    }
+
+    async fn after(&self) -> Result<(), StorageError> {
+        self.chaos.pause().await;
+        if self.life.dead() {
+            return Err(unavailable("process crashed after the call"));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl ObjectStore for FaultyObjects {
+    async fn put(&self, bytes: Bytes) -> Result<BlobRef, StorageError> {
+        let c = self.chaos.config();
+        self.before("put", c.fail_before).await?;
+        let out = self.inner.put(bytes).await;
+        if out.is_ok() && self.chaos.chance(c.lost_answer) {
+            self.note("lost the answer of an object put");
+            return Err(unavailable("answer of an object put lost"));
+        }
+        self.after().await?;
+        out
+    }
+
+    async fn read(&self, object: &str, position: u64, len: u64) -> Result<Bytes, StorageError> {
+        let c = self.chaos.config();
+        self.before("read", c.object_read).await?;
+        let out = self.inner.read(object, position, len).await;
+        self.after().await?;
+        out
+    }
+
+    async fn list(&self, after: Option<&str>, limit: usize) -> Result<Vec<ObjectInfo>, StorageError> {
+        let c = self.chaos.config();
+        self.before("list", c.fail_before).await?;
+        let out = self.inner.list(after, limit).await;
+        self.after().await?;
+        out
+    }
+
+    async fn delete(&self, object: &str) -> Result<(), StorageError> {
+        let c = self.chaos.config();
+        self.before("delete", c.fail_before).await?;
+        let out = self.inner.delete(object).await;
+        if out.is_ok() && self.chaos.chance(c.lost_answer) {
+            self.note("lost the answer of an object delete");
+            return Err(unavailable("answer of an object delete lost"));
+        }
+        self.after().await?;
+        out
+    }
+
+    fn retire(&self, object: &str) {
+        self.inner.retire(object)
+    }
+}

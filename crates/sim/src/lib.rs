@@ -1,0 +1,15 @@
+//! Deterministic simulation of the Sluice core (FoundationDB's simulation, TigerBeetle's
+//! VOPR, slatedb's DST): the real log, group commit, consumer groups, work queues and
+//! janitor run over in-memory stores ([`mem`]) behind a seeded fault layer ([`fault`]),
+//! driven by many logical clients on one single-threaded scheduler and a manual clock
+//! ([`sim`]), with every answer checked against a model of what the API promises.
+//! A seed decides everything, so a failing seed replays byte for byte.
+
+pub mod clock;
+pub mod fault;
+pub mod mem;
+pub mod rng;
+pub mod sim;
+pub mod trace;
+
+pub use sim::{run_seed, Options, Outcome, Violation};

@@ -1,0 +1,313 @@
+//! In-memory implementations of both ports, honouring their contracts exactly: the
+//! simulator's ground truth (the checker reads them directly, without faults).
+//!
+//! [`MemStore`] follows the SQLite adapter (`crates/local/src/state.rs`): versions start at
+//! 1 and grow by one per put; an expired item reads as absent and counts as absent in
+//! conditions, but a put under [`Expect::Any`] over it continues from its version (as
+//! DynamoDB's `ADD` does before TTL removes the item); reads are snapshots (the fault layer
+//! makes them not, the way DynamoDB's queries are not). [`MemObjects`] names objects by
+//! creation time (13 digits of the clock's milliseconds, then a sequence number), so a
+//! listing meets old objects first, as the trait says; every put is an object of its own
+//! (S3's model), so `retire` has nothing to do.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use sluice_core::storage::ObjectInfo;
+use sluice_core::store::{validate, Expect, Item, Key, Page, Query, StateStore, WriteOp};
+use sluice_core::{BlobRef, Clock, ObjectStore, StorageError};
+
+#[derive(Debug, Clone)]
+struct Stored {
+    value: Bytes,
+    version: u64,
+    expires_at_ms: Option<i64>,
+}
+
+impl Stored {
+    fn live(&self, now: i64) -> bool {
+        self.expires_at_ms.is_none_or(|e| e > now)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Every item, in key order (pk, then sk, both as byte strings).
+#[derive(Default)]
+pub struct MemData {
+    items: BTreeMap<Key, Stored>,
+}
+
+/// A transactional key-value store in memory. Handles made with [`MemStore::handle`] share
+/// the data and read time from a clock of their own (as another process would).
+#[derive(Clone)]
+pub struct MemStore {
+    data: Arc<Mutex<MemData>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl MemStore {
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self { data: Arc::default(), clock }
+    }
+
+    /// Another handle on the same data, reading time from `clock`.
+    pub fn handle(&self, clock: Arc<dyn Clock>) -> Self {
+        Self { data: self.data.clone(), clock }
+    }
+
+    /// The live item at `key`, without faults: for the checker.
+    pub fn peek(&self, key: &Key) -> Option<Item> {
+        let now = self.clock.now_ms();
+        let data = lock(&self.data);
+        data.items.get(key).filter(|s| s.live(now)).map(|s| item(key, s))
+    }
+
+    /// Every live item of one collection, in order, without faults: for the checker.
+    pub fn peek_all(&self, pk: &str) -> Vec<Item> {
+        let now = self.clock.now_ms();
+        let data = lock(&self.data);
+        let from = Key::new(pk, "");
+        data.items
+            .range(from..)
+            .take_while(|(k, _)| k.pk == pk)
+            .filter(|(_, s)| s.live(now))
+            .map(|(k, s)| item(k, s))
+            .collect()
+    }
+
+    /// How many items are stored (expired ones included).
+    pub fn len(&self) -> usize {
+        lock(&self.data).items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The collections with at least one item, and how many each holds (expired included).
+    pub fn census(&self) -> BTreeMap<String, usize> {
+        let mut out = BTreeMap::new();
+        for k in lock(&self.data).items.keys() {
+            *out.entry(k.pk.clone()).or_insert(0) += 1;
+        }
+        out
+    }
+
+    fn query_now(&self, query: &Query) -> Page {
+        let now = self.clock.now_ms();
+        let limit = query.limit.max(1);
+        let data = lock(&self.data);
+        let lo = Key::new(query.pk.clone(), query.from.clone().unwrap_or_default());
+        let in_bounds = |k: &Key| {
+            k.pk == query.pk
+                && query.from.as_ref().is_none_or(|f| k.sk.as_str() >= f.as_str())
+                && query.to.as_ref().is_none_or(|t| k.sk.as_str() <= t.as_str())
+                && query.after.as_ref().is_none_or(|a| {
+                    if query.forward {
+                        k.sk.as_str() > a.as_str()
+                    } else {
+                        k.sk.as_str() < a.as_str()
+                    }
+                })
+        };
+        let mut items = Vec::with_capacity(limit + 1);
+        if query.forward {
+            for (k, s) in data.items.range(lo..).take_while(|(k, _)| k.pk == query.pk) {
+                if query.to.as_ref().is_some_and(|t| k.sk.as_str() > t.as_str()) {
+                    break;
+                }
+                if in_bounds(k) && s.live(now) {
+                    items.push(item(k, s));
+                    if items.len() > limit {
+                        break;
+                    }
+                }
+            }
+        } else {
+            let hi = match &query.to {
+                Some(t) => std::ops::Bound::Included(Key::new(query.pk.clone(), t.clone())),
+                None => std::ops::Bound::Excluded(Key::new(format!("{}\u{0}", query.pk), String::new())),
+            };
+            for (k, s) in data.items.range((std::ops::Bound::Included(lo), hi)).rev() {
+                if k.pk != query.pk {
+                    continue;
+                }
+                if in_bounds(k) && s.live(now) {
+                    items.push(item(k, s));
+                    if items.len() > limit {
+                        break;
+                    }
+                }
+            }
+        }
+        let next = if items.len() > limit {
+            items.truncate(limit);
+            items.last().map(|i| i.key.sk.clone())
+        } else {
+            None
+        };
+        Page { items, next }
+    }
+
+    fn write_now(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
+        validate(&ops)?;
+        let now = self.clock.now_ms();
+        let mut data = lock(&self.data);
+        for (i, op) in ops.iter().enumerate() {
+            let current = data.items.get(op.key()).filter(|s| s.live(now)).map(|s| s.version);
+            let holds = match op.expect() {
+                Expect::Any => true,
+                Expect::Absent => current.is_none(),
+                Expect::Version(n) => current == Some(n),
+            };
+            if !holds {
+                return Err(StorageError::ConditionFailed { op: i });
+            }
+        }
+        for op in ops {
+            match op {
+                WriteOp::Put { key, value, expires_at_ms, expect } => {
+                    let version = match expect {
+                        Expect::Absent => 1,
+                        Expect::Version(n) => n + 1,
+                        // Over an expired item too, as SQLite and DynamoDB's ADD do.
+                        Expect::Any => data.items.get(&key).map_or(1, |s| s.version + 1),
+                    };
+                    data.items.insert(key, Stored { value, version, expires_at_ms });
+                }
+                WriteOp::Delete { key, .. } => {
+                    data.items.remove(&key);
+                }
+                WriteOp::Check { .. } => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+fn item(k: &Key, s: &Stored) -> Item {
+    Item { key: k.clone(), value: s.value.clone(), version: s.version, expires_at_ms: s.expires_at_ms }
+}
+
+#[async_trait]
+impl StateStore for MemStore {
+    async fn get(&self, key: &Key) -> Result<Option<Item>, StorageError> {
+        Ok(self.peek(key))
+    }
+
+    async fn query(&self, query: &Query) -> Result<Page, StorageError> {
+        Ok(self.query_now(query))
+    }
+
+    async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
+        self.write_now(ops)
+    }
+
+    async fn delete_many(&self, keys: Vec<Key>) -> Result<(), StorageError> {
+        let mut data = lock(&self.data);
+        for k in keys {
+            data.items.remove(&k);
+        }
+        Ok(())
+    }
+
+    async fn purge_expired(&self, limit: usize) -> Result<usize, StorageError> {
+        let now = self.clock.now_ms();
+        let mut data = lock(&self.data);
+        let gone: Vec<Key> =
+            data.items.iter().filter(|(_, s)| !s.live(now)).take(limit).map(|(k, _)| k.clone()).collect();
+        for k in &gone {
+            data.items.remove(k);
+        }
+        Ok(gone.len())
+    }
+}
+
+#[derive(Default)]
+struct Blobs {
+    objects: BTreeMap<String, (Bytes, i64)>,
+    seq: u64,
+    deleted: u64,
+}
+
+/// Immutable blobs in memory, one object per put.
+#[derive(Clone)]
+pub struct MemObjects {
+    blobs: Arc<Mutex<Blobs>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl MemObjects {
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self { blobs: Arc::default(), clock }
+    }
+
+    pub fn handle(&self, clock: Arc<dyn Clock>) -> Self {
+        Self { blobs: self.blobs.clone(), clock }
+    }
+
+    /// The bytes of an object, without faults: for the checker.
+    pub fn peek(&self, object: &str) -> Option<Bytes> {
+        lock(&self.blobs).objects.get(object).map(|(b, _)| b.clone())
+    }
+
+    /// (objects stored, bytes stored, objects deleted so far).
+    pub fn stats(&self) -> (usize, u64, u64) {
+        let b = lock(&self.blobs);
+        (b.objects.len(), b.objects.values().map(|(x, _)| x.len() as u64).sum(), b.deleted)
+    }
+}
+
+#[async_trait]
+impl ObjectStore for MemObjects {
+    async fn put(&self, bytes: Bytes) -> Result<BlobRef, StorageError> {
+        let now = self.clock.now_ms();
+        let mut b = lock(&self.blobs);
+        b.seq += 1;
+        let name = format!("{:013}-{:010}.blob", now.max(0), b.seq);
+        b.objects.insert(name.clone(), (bytes, now));
+        Ok(BlobRef { object: name, position: 0 })
+    }
+
+    async fn read(&self, object: &str, position: u64, len: u64) -> Result<Bytes, StorageError> {
+        let b = lock(&self.blobs);
+        let Some((bytes, _)) = b.objects.get(object) else { return Err(StorageError::NotFound(object.to_owned())) };
+        let end = position.checked_add(len).filter(|e| *e <= bytes.len() as u64);
+        match end {
+            Some(end) => Ok(bytes.slice(position as usize..end as usize)),
+            None => {
+                Err(StorageError::Corrupt(format!("{object}: {len} bytes at {position} asked, {} stored", bytes.len())))
+            }
+        }
+    }
+
+    async fn list(&self, after: Option<&str>, limit: usize) -> Result<Vec<ObjectInfo>, StorageError> {
+        let b = lock(&self.blobs);
+        let from = match after {
+            Some(a) => std::ops::Bound::Excluded(a.to_owned()),
+            None => std::ops::Bound::Unbounded,
+        };
+        Ok(b.objects
+            .range::<String, _>((from, std::ops::Bound::Unbounded))
+            .take(limit)
+            .map(|(name, (bytes, created_ms))| ObjectInfo {
+                name: name.clone(),
+                size: bytes.len() as u64,
+                created_ms: *created_ms,
+            })
+            .collect())
+    }
+
+    async fn delete(&self, object: &str) -> Result<(), StorageError> {
+        let mut b = lock(&self.blobs);
+        if b.objects.remove(object).is_some() {
+            b.deleted += 1;
+        }
+        Ok(())
+    }
+}
