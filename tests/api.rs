@@ -211,21 +211,173 @@ async fn given_offset_past_high_watermark_when_read_then_416_names_the_bounds() 
 
 #[tokio::test]
 async fn given_reader_waiting_when_event_published_then_long_poll_returns_it() {
+    // Polls re-read the head every 10 minutes: a poll that is waiting when the publish lands
+    // returns within the test's patience only if the publish wakes it.
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start_with(dir.path(), &[("SLUICE_POLL_INTERVAL_MS", "600000")]);
+    let c = client();
+    create_topic(&c, &s, "lp", 1).await;
+    // Three rounds: a publish racing ahead of a poll's first read (which would pass without a
+    // wake-up) in all three is vanishingly unlikely.
+    for offset in 0..3u64 {
+        let reader = {
+            let (c, url) =
+                (c.clone(), s.url(&format!("/v1/topics/lp/partitions/0/events?offset={offset}&wait_ms=20000")));
+            tokio::spawn(async move { c.get(url).send().await.unwrap().json::<Value>().await.unwrap() })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert!(!reader.is_finished(), "nothing published yet: the poll waits");
+        let value = format!("wake {offset}");
+        let (status, _) = publish(&c, &s, "lp", None, &json!({ "events": [{ "value": value }] })).await;
+        assert_eq!(status, 200);
+        let page = tokio::time::timeout(std::time::Duration::from_secs(10), reader)
+            .await
+            .expect("the long poll was not woken by the publish")
+            .unwrap();
+        assert_eq!(page["events"][0]["value"], value.as_str());
+        assert_eq!(page["events"][0]["offset"], offset);
+    }
+}
+
+#[tokio::test]
+async fn given_cloudevents_in_each_mode_then_accepted_and_replayed_with_their_fields() {
     let dir = tempfile::tempdir().unwrap();
     let s = Server::start(dir.path());
     let c = client();
-    create_topic(&c, &s, "lp", 1).await;
-    let started = std::time::Instant::now();
-    let reader = {
-        let (c, url) = (c.clone(), s.url("/v1/topics/lp/partitions/0/events?offset=0&wait_ms=10000"));
-        tokio::spawn(async move { c.get(url).send().await.unwrap().json::<Value>().await.unwrap() })
+    create_topic(&c, &s, "ce", 1).await;
+    let url = s.url("/v1/topics/ce/events");
+    let envelope = |id: &str| {
+        json!({ "specversion": "1.0", "id": id, "source": "/shop", "type": "order.created",
+                "partitionkey": format!("key-{id}"), "time": "2026-01-01T00:00:00Z", "data": { "order": id } })
     };
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    let (status, _) = publish(&c, &s, "lp", None, &json!({ "events": [{ "value": "wake" }] })).await;
-    assert_eq!(status, 200);
-    let page = reader.await.unwrap();
-    assert_eq!(page["events"][0]["value"], "wake");
-    assert!(started.elapsed() < std::time::Duration::from_secs(9), "the long poll was not woken by the publish");
+    const TIME_MS: i64 = 1_767_225_600_000;
+    let send = |ct: &'static str, body: Vec<u8>| {
+        let (c, url) = (c.clone(), url.clone());
+        async move {
+            let r = c.post(url).header("content-type", ct).body(body).send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, body) = send("application/cloudevents+json", serde_json::to_vec(&envelope("s1")).unwrap()).await;
+    assert_eq!((status, &body["results"][0]["offset"]), (200, &json!(0)), "structured: {body}");
+    let batch = json!([envelope("b1"), envelope("b2")]);
+    let (status, body) = send("application/cloudevents-batch+json", serde_json::to_vec(&batch).unwrap()).await;
+    assert_eq!(status, 200, "batch: {body}");
+    assert_eq!(body["results"].as_array().map(Vec::len), Some(2));
+    let r = c
+        .post(&url)
+        .header("ce-specversion", "1.0")
+        .header("ce-id", "x1")
+        .header("ce-source", "/shop")
+        .header("ce-type", "order.paid")
+        .header("ce-partitionkey", "key-x1")
+        .header("ce-time", "2026-01-01T00:00:01Z")
+        .header("content-type", "application/json")
+        .body(r#"{"order":"x1"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "binary: {}", r.text().await.unwrap());
+    let r = c
+        .post(&url)
+        .header("ce-specversion", "1.0")
+        .header("ce-id", "x2")
+        .header("ce-source", "/shop")
+        .header("ce-type", "blob")
+        .header("content-type", "application/octet-stream")
+        .body(vec![0u8, 159, 146, 150])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "binary, bytes: {}", r.text().await.unwrap());
+
+    let events = common::read_all(&c, &s, "ce", 0).await;
+    assert_eq!(events.len(), 5);
+    let structured = json!({ "content-type": "application/cloudevents+json" });
+    for (e, id) in events[..3].iter().zip(["s1", "b1", "b2"]) {
+        assert_eq!(e["value"], envelope(id), "the whole event as the value");
+        assert_eq!(e["headers"], structured);
+        assert_eq!(e["key"], format!("key-{id}"), "partitionkey is the key");
+        assert_eq!(e["timestamp_ms"], TIME_MS, "time is the timestamp");
+    }
+    assert_eq!(events[3]["value"], json!({ "order": "x1" }), "binary: the body as the value");
+    assert_eq!(events[3]["key"], "key-x1");
+    assert_eq!(events[3]["timestamp_ms"], TIME_MS + 1000);
+    let headers = &events[3]["headers"];
+    for (name, value) in [("ce_specversion", "1.0"), ("ce_id", "x1"), ("ce_source", "/shop"), ("ce_type", "order.paid")]
+    {
+        assert_eq!(headers[name], value, "{name} in {headers}");
+    }
+    assert_eq!(headers["ce_partitionkey"], "key-x1");
+    assert_eq!(headers["content-type"], "application/json");
+    assert_eq!(events[4]["value_base64"], "AJ+Slg==", "binary, not JSON: bytes");
+    assert_eq!(events[4]["key"], Value::Null);
+    assert_eq!(events[4]["headers"]["content-type"], "application/octet-stream");
+}
+
+#[tokio::test]
+async fn given_idempotent_publish_to_48_partitions_then_accepted_and_to_49_refused_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path());
+    let c = client();
+    create_topic(&c, &s, "wide", 49).await;
+    let spread =
+        |n: u32| json!({ "events": (0..n).map(|p| json!({ "value": p, "partition": p })).collect::<Vec<_>>() });
+    let (status, body) = publish(&c, &s, "wide", Some("k48"), &spread(48)).await;
+    assert_eq!(status, 200, "48 partitions fit one write: {body}");
+    let before = snapshot(&c, &s).await;
+    let (status, body) = publish(&c, &s, "wide", Some("k49"), &spread(49)).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (400, Some("too_many_partitions")), "{body}");
+    assert_eq!(snapshot(&c, &s).await, before, "refused before anything is written");
+    let (status, body) = publish(&c, &s, "wide", None, &spread(49)).await;
+    assert_eq!(status, 200, "without a key, 49 partitions are committed in several writes: {body}");
+    let described: Value = c.get(s.url("/v1/topics/wide")).send().await.unwrap().json().await.unwrap();
+    let hws: Vec<u64> = described["partition_states"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["high_watermark"].as_u64().unwrap())
+        .collect();
+    let mut expected = vec![2; 48];
+    expected.push(1);
+    assert_eq!(hws, expected);
+}
+
+#[tokio::test]
+async fn given_retention_removed_the_first_segments_then_a_read_below_gets_416_naming_the_log_start() {
+    // The janitor runs every 100 ms; the topic keeps a second of events, by their timestamps.
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start_with(dir.path(), &[("SLUICE_JANITOR_INTERVAL_MS", "100")]);
+    let c = client();
+    let r =
+        c.put(s.url("/v1/topics/old")).json(&json!({ "partitions": 1, "retention_ms": 1000 })).send().await.unwrap();
+    assert_eq!(r.status(), 201);
+    let old: Vec<Value> = (0..3).map(|i| json!({ "value": i, "timestamp_ms": 1000 + i })).collect();
+    assert_eq!(publish(&c, &s, "old", None, &json!({ "events": old })).await.0, 200);
+    let far = json!({ "events": [{ "value": "fresh", "timestamp_ms": 4_102_444_800_000i64 }] });
+    assert_eq!(publish(&c, &s, "old", None, &far).await.0, 200, "stamped in 2100: kept");
+    // Waits for what it can observe, however long the machine takes to get there.
+    let start = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        loop {
+            let d: Value = c.get(s.url("/v1/topics/old")).send().await.unwrap().json().await.unwrap();
+            let start = d["partition_states"][0]["log_start_offset"].as_u64().unwrap();
+            if start > 0 {
+                return start;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the janitor applied retention");
+    assert_eq!(start, 3, "the old segment went, the fresh one stays");
+    let r = c.get(s.url("/v1/topics/old/partitions/0/events?offset=1")).send().await.unwrap();
+    assert_eq!(r.status(), 416);
+    let err: Value = r.json().await.unwrap();
+    assert_eq!(err["error"]["code"], "offset_out_of_range");
+    assert_eq!((&err["error"]["log_start_offset"], &err["error"]["high_watermark"]), (&json!(3), &json!(4)), "{err}");
+    let page: Value =
+        c.get(s.url("/v1/topics/old/partitions/0/events?offset=3")).send().await.unwrap().json().await.unwrap();
+    assert_eq!((&page["events"][0]["value"], &page["log_start_offset"]), (&json!("fresh"), &json!(3)));
 }
 
 #[tokio::test]

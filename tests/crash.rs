@@ -4,7 +4,7 @@
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,6 +14,8 @@ use serde_json::{json, Value};
 const PARTITIONS: u32 = 4;
 const CLIENTS: usize = 8;
 const BATCH: usize = 5;
+/// Acknowledged events before the kill (in batches of `BATCH`, from every client).
+const ENOUGH_ACKS: usize = 200;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn given_kill_9_during_publishes_when_restarted_then_acked_events_survive_and_batches_are_whole() {
@@ -23,9 +25,11 @@ async fn given_kill_9_during_publishes_when_restarted_then_acked_events_survive_
     create_topic(&c, &server, "crashy", PARTITIONS).await;
 
     let stop = Arc::new(AtomicBool::new(false));
+    // Events acknowledged so far, over all clients: the kill comes once enough are, however slow the machine.
+    let acks = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for client_id in 0..CLIENTS {
-        let (c, url, stop) = (c.clone(), server.url("/v1/topics/crashy/events"), stop.clone());
+        let (c, url, stop, acks) = (c.clone(), server.url("/v1/topics/crashy/events"), stop.clone(), acks.clone());
         tasks.push(tokio::spawn(async move {
             let mut acked = Vec::new();
             let mut n = 0u64;
@@ -45,18 +49,26 @@ async fn given_kill_9_during_publishes_when_restarted_then_acked_events_survive_
                         e["value"].clone(),
                     ));
                 }
+                acks.fetch_add(results.len(), Ordering::SeqCst);
             }
             acked
         }));
     }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Killed while every client is still publishing, once enough is acknowledged to prove something.
+    let enough = tokio::time::timeout(Duration::from_secs(120), async {
+        while acks.load(Ordering::SeqCst) < ENOUGH_ACKS {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    enough.await.expect("the clients were acknowledged enough events before the kill");
+    assert!(tasks.iter().all(|t| !t.is_finished()), "every client is still publishing at the kill");
     server.kill9();
     stop.store(true, Ordering::Relaxed);
     let mut acked = Vec::new();
     for t in tasks {
         acked.extend(t.await.unwrap());
     }
-    assert!(acked.len() > 100, "too few publishes before the crash to prove anything: {}", acked.len());
+    assert!(acked.len() >= ENOUGH_ACKS, "too few publishes before the crash to prove anything: {}", acked.len());
 
     let server = Server::start(dir.path());
     let mut log: HashMap<(u32, u64), Value> = HashMap::new();

@@ -43,6 +43,9 @@ macro_rules! group_conformance_suite {
             given_a_wide_group_deleted_while_a_member_commits_then_that_commit_stays,
             given_a_group_over_three_topics_of_1024_partitions_then_it_rebalances_and_commits,
             given_a_static_join_answer_lost_when_retried_then_the_same_member_and_no_ghost,
+            given_a_member_silent_for_exactly_its_session_then_evicted_and_not_a_millisecond_before,
+            given_members_joining_and_leaving_then_the_assignment_is_sticky,
+            given_a_group_with_a_live_member_then_delete_refused_and_once_it_left_deleted_with_its_offsets,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn given_members_joining_and_leaving_while_publishers_write_then_every_acked_event_delivered() {
@@ -316,19 +319,25 @@ pub async fn given_reset_none_without_offsets_when_poll_then_refused_and_nothing
 pub async fn given_long_polling_member_when_event_published_then_poll_returns_it_without_waiting_out(
     backend: &dyn Backend,
 ) {
-    let clock = Arc::new(ManualClock::new(START_MS));
-    let (log, groups) = groups_on(backend, &clock).await;
+    // A clock that never moves and tells when the poll starts waiting on it.
+    let clock = Arc::new(crate::queue_cases::WatchedClock::new(START_MS));
+    let (store, objects) = backend.open_with(clock.clone()).await;
+    let log = Log::new(store, objects, clock.clone(), LogConfig::default());
+    let groups = Groups::new(log.clone());
     let (topic, group) = (unique_topic("wait"), unique_topic("g"));
     log.create_topic(&topic, TopicSpec { partitions: 2, retention_ms: None, retention_bytes: None }).await.unwrap();
     let member = poll(&groups, &group, None, &topic).await.member_id;
     let mut req = request(&group, Some(&member), &topic, 10);
     req.wait_ms = 20_000;
+    let before = clock.sleeps();
     let waiting = tokio::spawn({
         let groups = groups.clone();
         async move { groups.poll(&req).await }
     });
-    // The fake clock never moves: only the publish can end the wait.
-    tokio::task::yield_now().await;
+    // The poll found nothing and waits (its heads read, its nap begun): the fake clock never
+    // moves, so only the publish's wake-up can end the wait.
+    clock.slept_more_than(before).await;
+    assert!(!waiting.is_finished(), "nothing published: the poll waits");
     publish(&log, &topic, 1, [("hello".to_owned(), START_MS)]).await;
     let answer = tokio::time::timeout(std::time::Duration::from_secs(30), waiting)
         .await
@@ -783,4 +792,112 @@ pub async fn given_a_group_with_a_live_member_then_its_offsets_never_expire_and_
         assert!(steps < 10, "bounded");
     }
     assert!(matches!(groups.describe(&group).await, Err(Error::GroupNotFound(_))), "after {steps} steps");
+}
+
+/// The default session is 45 s: a member silent for 44,999 ms is still in the group; at
+/// 45,000 ms it is gone (its partitions go to the others) and its next poll is refused.
+pub async fn given_a_member_silent_for_exactly_its_session_then_evicted_and_not_a_millisecond_before(
+    backend: &dyn Backend,
+) {
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (log, groups) = groups_on(backend, &clock).await;
+    let (topic, group) = (unique_topic("session"), unique_topic("g"));
+    log.create_topic(&topic, TopicSpec { partitions: 2, retention_ms: None, retention_bytes: None }).await.unwrap();
+    let a = poll(&groups, &group, None, &topic).await.member_id;
+    clock.advance(1_000);
+    let b = poll(&groups, &group, None, &topic).await.member_id;
+    let a_at = groups.describe(&group).await.unwrap();
+    let a_desc = a_at.members.iter().find(|m| m.member_id == a).expect("a is a member").clone();
+    assert_eq!((a_desc.session_timeout_ms, a_desc.expires_at_ms), (45_000, START_MS + 45_000));
+    clock.set(START_MS + 44_999);
+    let d = groups.describe(&group).await.unwrap();
+    assert_eq!(d.members.len(), 2, "44,999 ms of silence: still a member");
+    // b keeps polling; a stays silent.
+    let b_poll = poll(&groups, &group, Some(&b), &topic).await;
+    assert_eq!(b_poll.assignment.len(), 1, "a still holds its partition");
+    clock.set(START_MS + 45_000);
+    let d = groups.describe(&group).await.unwrap();
+    assert_eq!(
+        d.members.iter().map(|m| m.member_id.as_str()).collect::<Vec<_>>(),
+        vec![b.as_str()],
+        "evicted at 45,000 ms"
+    );
+    let b_poll = poll(&groups, &group, Some(&b), &topic).await;
+    assert_eq!(b_poll.assignment.len(), 2, "its partition went to b");
+    let late = groups.poll(&request(&group, Some(&a), &topic, 10)).await;
+    assert!(matches!(late, Err(Error::Conflict { code: "unknown_member", .. })), "{late:?}");
+}
+
+/// Balanced and sticky: a member that joins takes only what balance needs, from the members
+/// with the most; a member that leaves gives its partitions away and nobody else moves.
+pub async fn given_members_joining_and_leaving_then_the_assignment_is_sticky(backend: &dyn Backend) {
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (log, groups) = groups_on(backend, &clock).await;
+    let (topic, group) = (unique_topic("sticky"), unique_topic("g"));
+    log.create_topic(&topic, TopicSpec { partitions: 6, retention_ms: None, retention_bytes: None }).await.unwrap();
+    let assignment = || {
+        let (groups, group) = (groups.clone(), group.clone());
+        async move {
+            let d = groups.describe(&group).await.unwrap();
+            d.members
+                .into_iter()
+                .map(|m| (m.member_id, m.assignment.iter().map(|tp| tp.partition).collect::<BTreeSet<u32>>()))
+                .collect::<BTreeMap<String, BTreeSet<u32>>>()
+        }
+    };
+    let mut members = Vec::new();
+    for _ in 0..3 {
+        members.push(poll(&groups, &group, None, &topic).await.member_id);
+    }
+    let three = assignment().await;
+    assert!(three.values().all(|p| p.len() == 2), "{three:?}");
+    // A fourth joins: counts 2, 2, 1, 1; the others keep what they had up to their share.
+    let d = poll(&groups, &group, None, &topic).await.member_id;
+    let four = assignment().await;
+    let mut sizes: Vec<usize> = four.values().map(BTreeSet::len).collect();
+    sizes.sort();
+    assert_eq!(sizes, vec![1, 1, 2, 2], "{four:?}");
+    for m in &members {
+        assert!(four[m].is_subset(&three[m]), "{m} kept only partitions it had: {three:?} -> {four:?}");
+    }
+    assert_eq!(four[&d].len(), 1, "the newcomer takes what balance needs: {four:?}");
+    let moved: usize = members.iter().map(|m| three[m].len() - four[m].len()).sum();
+    assert_eq!(moved, 1, "one partition moved: {three:?} -> {four:?}");
+    // The first leaves: its partitions go to the others, who keep all of theirs.
+    groups.leave(&group, &members[0]).await.unwrap();
+    let left = assignment().await;
+    assert_eq!(left.values().map(BTreeSet::len).sum::<usize>(), 6, "{left:?}");
+    for (m, parts) in &left {
+        assert!(parts.is_superset(&four[m]), "{m} lost a partition when another left: {four:?} -> {left:?}");
+        assert_eq!(parts.len(), 2, "{left:?}");
+    }
+}
+
+/// Deleting a group: refused with `group_not_empty` while a member lives (nothing changes);
+/// once it left, the group, its offsets and its listing go, and a group created later under
+/// the name starts afresh.
+pub async fn given_a_group_with_a_live_member_then_delete_refused_and_once_it_left_deleted_with_its_offsets(
+    backend: &dyn Backend,
+) {
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (log, groups) = groups_on(backend, &clock).await;
+    let (topic, group) = (unique_topic("deleted"), unique_topic("g"));
+    log.create_topic(&topic, TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None }).await.unwrap();
+    publish(&log, &topic, 0, (0..4).map(|i| (format!("e{i}"), START_MS))).await;
+    assert!(matches!(groups.delete(&group).await, Err(Error::GroupNotFound(_))), "no such group yet");
+    let first = poll(&groups, &group, None, &topic).await;
+    assert_eq!(first.events.len(), 4);
+    groups.commit(&group, &first.member_id, first.generation, &[commit_of(&topic, 0, 3)]).await.unwrap();
+    let refused = groups.delete(&group).await;
+    assert!(matches!(refused, Err(Error::Conflict { code: "group_not_empty", .. })), "{refused:?}");
+    assert_eq!(committed(&groups, &group, 0).await, Some(3), "a refused delete changes nothing");
+    assert_eq!(groups.describe(&group).await.unwrap().members.len(), 1);
+    groups.leave(&group, &first.member_id).await.unwrap();
+    groups.delete(&group).await.unwrap();
+    assert!(matches!(groups.describe(&group).await, Err(Error::GroupNotFound(_))));
+    assert!(!groups.list().await.unwrap().contains(&group), "no longer listed");
+    assert!(matches!(groups.delete(&group).await, Err(Error::GroupNotFound(_))), "deleted once");
+    // The name again: a new group, without the old commit (it reads from `earliest`).
+    let again = poll(&groups, &group, None, &topic).await;
+    assert_eq!(again.events.iter().map(|e| e.event.offset).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
 }

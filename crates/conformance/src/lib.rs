@@ -49,3 +49,108 @@ pub trait Backend: Send + Sync {
 pub fn unique_topic(prefix: &str) -> String {
     format!("{prefix}-{:016x}", rand::random::<u64>())
 }
+
+/// Where the subscriptions' purge orders are kept (`sluice_core::queues`, private there;
+/// [`OwnPurges`]'s users check it against an order a delete files).
+pub const SUB_PURGE_PK: &str = "purge-subs";
+
+/// A state store through which a janitor ([`sluice_core::janitor::step`]) sees only the purge
+/// orders of the topics and subscriptions given (every other item as it is), and which
+/// counts the items deleted through it.
+///
+/// A janitor works on every purge order of its table, and cases on one moto server share it:
+/// two cases' janitors on the same order race (the loser's step fails with a lost condition),
+/// and one case's janitor does another's work, so a case cannot count the steps or the
+/// purges its own janitor took. Through this view a case's janitor touches its own orders
+/// only; another case's janitor may still work on them (it sees them all), so a case still
+/// takes a failed condition for a lost race, as DESIGN.md says two janitors may meet.
+pub struct OwnPurges {
+    inner: Arc<dyn StateStore>,
+    orders: Vec<sluice_core::store::Key>,
+    deleted: std::sync::atomic::AtomicUsize,
+}
+
+impl OwnPurges {
+    /// The view of `inner` whose purge orders are those of the topics `topics` and the
+    /// subscriptions `subscriptions` (by id).
+    pub fn new(inner: Arc<dyn StateStore>, topics: &[u64], subscriptions: &[u64]) -> Self {
+        let mut orders: Vec<_> = topics.iter().map(|&id| sluice_core::layout::purge_key(id)).collect();
+        orders.extend(subscriptions.iter().map(|id| sluice_core::store::Key::new(SUB_PURGE_PK, format!("{id:016x}"))));
+        Self { inner, orders, deleted: Default::default() }
+    }
+
+    /// Items deleted through this view so far.
+    pub fn deleted(&self) -> usize {
+        self.deleted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl StateStore for OwnPurges {
+    async fn get(
+        &self,
+        key: &sluice_core::store::Key,
+    ) -> Result<Option<sluice_core::store::Item>, sluice_core::StorageError> {
+        self.inner.get(key).await
+    }
+
+    async fn query(
+        &self,
+        query: &sluice_core::store::Query,
+    ) -> Result<sluice_core::store::Page, sluice_core::StorageError> {
+        if query.pk != sluice_core::layout::purge_pk() && query.pk != SUB_PURGE_PK {
+            return self.inner.query(query).await;
+        }
+        // The orders of this view that exist, in key order (a janitor asks for them from the start).
+        assert!(
+            query.from.is_none() && query.to.is_none() && query.forward,
+            "an order query as janitors ask: {query:?}"
+        );
+        let mut items = Vec::new();
+        for key in self.orders.iter().filter(|k| k.pk == query.pk) {
+            if query.after.as_ref().is_some_and(|after| key.sk <= *after) {
+                continue;
+            }
+            if let Some(item) = self.inner.get(key).await? {
+                items.push(item);
+            }
+        }
+        items.sort_by(|a, b| a.key.sk.cmp(&b.key.sk));
+        let next = (items.len() > query.limit).then(|| items[query.limit - 1].key.sk.clone());
+        items.truncate(query.limit);
+        Ok(sluice_core::store::Page { items, next })
+    }
+
+    async fn write(&self, ops: Vec<sluice_core::store::WriteOp>) -> Result<(), sluice_core::StorageError> {
+        let deletes = ops.iter().filter(|op| matches!(op, sluice_core::store::WriteOp::Delete { .. })).count();
+        self.inner.write(ops).await?;
+        self.deleted.fetch_add(deletes, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
+    async fn delete_many(&self, keys: Vec<sluice_core::store::Key>) -> Result<(), sluice_core::StorageError> {
+        let n = keys.len();
+        self.inner.delete_many(keys).await?;
+        self.deleted.fetch_add(n, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
+    async fn purge_expired(&self, limit: usize) -> Result<usize, sluice_core::StorageError> {
+        self.inner.purge_expired(limit).await
+    }
+}
+
+/// One step of [`sluice_core::janitor::step`] through `store`, taking a lost condition
+/// for what it is on a shared backend, a race with another case's janitor on the same order
+/// (the loser changes nothing; the next step goes on): `None` then.
+pub async fn janitor_step(
+    store: &dyn StateStore,
+    budget: usize,
+    now_ms: i64,
+) -> Option<sluice_core::janitor::JanitorReport> {
+    match sluice_core::janitor::step(store, budget, now_ms).await {
+        Ok(report) => Some(report),
+        Err(sluice_core::StorageError::ConditionFailed { .. }) => None,
+        Err(e) => panic!("janitor step: {e:?}"),
+    }
+}

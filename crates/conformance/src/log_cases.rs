@@ -12,8 +12,8 @@ use bytes::Bytes;
 use sluice_core::layout::{self, HeadRecord, SegmentRecord};
 use sluice_core::store::{Item, Key, Page, Query, StateStore, WriteOp};
 use sluice_core::{
-    janitor, Error, IdempotencyKey, Log, LogConfig, ManualClock, NewEvent, Position, ReadRequest, StorageError,
-    SystemClock, TopicSpec,
+    Error, IdempotencyKey, Log, LogConfig, ManualClock, NewEvent, Position, ReadRequest, StorageError, SystemClock,
+    TopicSpec,
 };
 
 use crate::{unique_topic, Backend, Stores};
@@ -34,6 +34,8 @@ macro_rules! log_conformance_suite {
             given_idempotency_record_older_than_its_ttl_then_key_can_be_reused,
             given_deleted_topic_with_many_index_items_then_janitor_purges_in_bounded_steps_and_nothing_shows,
             given_events_then_replay_from_any_offset_and_offset_lookup_by_time,
+            given_a_reader_long_polling_when_an_event_is_published_then_the_publish_wakes_it,
+            given_a_publish_in_flight_when_its_topic_is_deleted_then_it_is_refused_or_committed_before,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn eight_concurrent_publishers_to_one_partition_get_dense_offsets() {
@@ -372,34 +374,54 @@ pub async fn given_deleted_topic_with_many_index_items_then_janitor_purges_in_bo
     assert!(matches!(log.describe_topic(&topic).await, Err(Error::TopicNotFound(_))));
 
     const BUDGET: usize = 2_000;
-    let mut steps = 0;
-    loop {
-        let report = janitor::step(store.as_ref(), BUDGET, 0).await.unwrap();
-        assert!(report.items_deleted <= BUDGET, "a step stays within its budget: {report:?}");
-        steps += 1;
-        if steps == 2 {
+    // The janitor sees this case's purge order only (on a shared backend other cases file
+    // theirs) and counts what it deletes; another case's janitor may still help with this
+    // order, so the case counts what its own steps delete, not the steps the purge took.
+    let own = crate::OwnPurges::new(store.clone(), &[config.id], &[]);
+    let order = || {
+        let store = store.clone();
+        async move { store.get(&layout::purge_key(config.id)).await.unwrap() }
+    };
+    let (mut steps, mut lost, mut recreated) = (0, 0, false);
+    while order().await.is_some() {
+        let before = own.deleted();
+        let report = crate::janitor_step(&own, BUDGET, 0).await;
+        let deleted = own.deleted() - before;
+        // Its index items and the purge order's own item at most: the budget bounds the step.
+        assert!(deleted <= BUDGET + 1, "a step stays within its budget: {deleted} items deleted");
+        match &report {
+            Some(report) => {
+                assert!(
+                    report.items_deleted <= BUDGET && report.items_deleted <= deleted,
+                    "{report:?} ({deleted} deleted)"
+                );
+                steps += 1;
+            }
+            // A race lost to another case's janitor, which made the progress instead.
+            None => lost += 1,
+        }
+        assert!(lost < 1_000, "{lost} races lost");
+        if !recreated && order().await.is_some() {
             // Half-way: the name is free again and shows nothing of its predecessor.
+            recreated = true;
             log.create_topic(&topic, spec(2)).await.unwrap();
             let (_, states) = log.describe_topic(&topic).await.unwrap();
             assert!(states.iter().all(|s| s.high_watermark == 0));
             assert_eq!(read_all(&log, &topic, 0).await.unwrap(), vec![]);
         }
-        if !report.more && report.topics_purged > 0 {
-            break;
-        }
-        assert!(steps <= items / BUDGET + 5, "purge makes progress");
+        // (Alone it takes about items / BUDGET; another janitor on the same order wastes some of its reads.)
+        assert!(steps <= 2 * items / BUDGET + 5, "purge makes progress: {steps} steps, {lost} lost");
     }
-    assert!(steps >= items / BUDGET, "{items} items took {steps} steps of {BUDGET}");
+    assert!(recreated, "the purge took more than one step of {BUDGET}");
     let left = store.query(&Query::all(layout::segments_pk(config.id, 0), 10)).await.unwrap();
     assert_eq!(left.items, vec![], "the old index is gone");
     let heads = store.query(&Query::all(layout::heads_pk(config.id), 10)).await.unwrap();
     assert_eq!(heads.items, vec![], "the old heads are gone");
-    let orders = store.get(&layout::purge_key(config.id)).await.unwrap();
-    assert_eq!(orders, None, "the purge order is done");
-    // Another step leaves the new topic alone (on a shared backend it may purge other cases' topics).
-    janitor::step(store.as_ref(), BUDGET, 0).await.unwrap();
-    let (_, states) = log.describe_topic(&topic).await.unwrap();
-    assert!(states.iter().all(|s| s.high_watermark == 0), "the new topic is untouched");
+    // Another step leaves the new topic alone.
+    log.publish(&topic, vec![event("new", 1)], None).await.unwrap();
+    let (new, _) = log.describe_topic(&topic).await.unwrap();
+    crate::janitor_step(&crate::OwnPurges::new(store.clone(), &[config.id, new.id], &[]), BUDGET, 0).await;
+    assert_eq!(read_all(&log, &topic, 1).await.unwrap().len(), 1, "the new topic is untouched");
 }
 
 pub async fn given_events_then_replay_from_any_offset_and_offset_lookup_by_time(backend: &dyn Backend) {
@@ -479,4 +501,80 @@ pub async fn eight_concurrent_publishers_to_one_partition_get_dense_offsets(back
     let read = values(&read_all(&reader, &topic, 0).await.unwrap());
     assert_eq!(read, acked, "every acknowledged event read back exactly once, at its offset");
     assert_eq!(admin.describe_topic(&topic).await.unwrap().1[0].high_watermark, expected as u64);
+}
+
+/// A long poll that is waiting (it read the head and began its nap) is woken by a publish of
+/// its process: the clock never moves, so the poll interval never passes; only the wake-up
+/// can return it.
+pub async fn given_a_reader_long_polling_when_an_event_is_published_then_the_publish_wakes_it(backend: &dyn Backend) {
+    let clock = Arc::new(crate::queue_cases::WatchedClock::new(1_767_225_600_000));
+    let (store, objects) = backend.open_with(clock.clone()).await;
+    let log = Log::new(store, objects, clock.clone(), LogConfig::default());
+    let topic = unique_topic("wake");
+    log.create_topic(&topic, spec(1)).await.unwrap();
+    for offset in 0..2u64 {
+        let before = clock.sleeps();
+        let waiting = {
+            let request = ReadRequest {
+                topic: topic.clone(),
+                partition: 0,
+                offset,
+                max_events: 10,
+                max_bytes: 1 << 20,
+                wait_ms: 20_000,
+            };
+            let log = log.clone();
+            tokio::spawn(async move { log.read(&request).await })
+        };
+        clock.slept_more_than(before).await;
+        assert!(!waiting.is_finished(), "nothing at {offset} yet: the poll waits");
+        log.publish(&topic, vec![event(&format!("e{offset}"), 0)], None).await.unwrap();
+        let page = tokio::time::timeout(Duration::from_secs(30), waiting)
+            .await
+            .expect("the publish woke the long poll")
+            .unwrap()
+            .unwrap();
+        assert_eq!(page.events.iter().map(|e| e.offset).collect::<Vec<_>>(), vec![offset]);
+    }
+}
+
+/// A publish in flight when its topic is deleted either committed before the delete or is
+/// refused (`TopicNotFound`), and nothing of it shows through a topic created later under the name.
+pub async fn given_a_publish_in_flight_when_its_topic_is_deleted_then_it_is_refused_or_committed_before(
+    backend: &dyn Backend,
+) {
+    use crate::faults::{Action, Scripted};
+
+    let admin = log_on(backend.open().await);
+    for delete_first in [true, false] {
+        let topic = unique_topic("deleted-in-flight");
+        let (config, _) = admin.create_topic(&topic, spec(1)).await.unwrap();
+        let (store, objects) = backend.open().await;
+        let script = Scripted::new(store);
+        let publisher = Log::new(script.clone(), objects, Arc::new(SystemClock), LogConfig::default());
+        // Warm: the publisher holds the topic and its head in its caches.
+        publisher.publish(&topic, vec![event("before", 0)], None).await.unwrap();
+        let rival = {
+            let (admin, topic) = (admin.clone(), topic.clone());
+            Box::pin(async move { admin.delete_topic(&topic).await.unwrap() })
+        };
+        let heads = layout::heads_pk(config.id);
+        let commit = move |ops: &[WriteOp]| ops.iter().any(|op| op.key().pk == heads);
+        script.at(commit, if delete_first { Action::Before(rival) } else { Action::After(rival) });
+        let answer = publisher.publish(&topic, vec![event("in flight", 0)], None).await;
+        assert_eq!(script.pending(), 0, "the delete ran at the publish's commit");
+        if delete_first {
+            assert!(matches!(answer, Err(Error::TopicNotFound(_))), "deleted before its commit: {answer:?}");
+        } else {
+            assert_eq!(answer.unwrap(), vec![Position { partition: 0, offset: 1 }], "committed before the delete");
+        }
+        assert!(matches!(admin.describe_topic(&topic).await, Err(Error::TopicNotFound(_))));
+        assert!(matches!(read_all(&publisher, &topic, 0).await, Err(Error::TopicNotFound(_))));
+        admin.create_topic(&topic, spec(1)).await.unwrap();
+        assert_eq!(read_all(&admin, &topic, 0).await.unwrap(), vec![], "the new topic shows nothing of the old");
+        // (Through `admin`: a publisher still caching the old topic answers 404 for a publish to
+        // the re-created one within its cache TTL, see the report on issue 16.)
+        let at = admin.publish(&topic, vec![event("new", 0)], None).await.unwrap();
+        assert_eq!(at, vec![Position { partition: 0, offset: 0 }], "the new topic starts at 0");
+    }
 }

@@ -390,16 +390,36 @@ pub async fn given_orphan_blob_then_collected_after_the_grace_period_and_never_a
         "the segment committed after the listing is intact"
     );
     // And the other order: the collector dooms the blob first; the commit then writes it anew.
+    // The blob goes to an object that holds nothing indexed (on the embedded backend, where a
+    // process appends its blobs to one file, the file of another process), or the collector
+    // would leave it alone for the segment beside it.
+    let other = backend.open_with(clock.clone()).await;
+    let gate = Arc::new(Gate::default());
+    let gated: Arc<dyn StateStore> = Arc::new(HookedStore { gate: Some(gate.clone()), ..HookedStore::new(other.0) });
+    let blobs = Arc::new(HookedObjects::new(other.1));
+    let publisher = log_at((gated, blobs.clone()), &clock);
     gate.close();
     let pending = {
         let (publisher, topic) = (publisher.clone(), topic.clone());
         tokio::spawn(async move { publisher.publish(&topic, vec![event("written anew", 0, None)], None).await })
     };
     gate.wait_for_blocked().await;
+    let first = blobs.puts.lock().unwrap().clone();
+    assert_eq!(first.len(), 1, "the blob is written, its commit waits: {first:?}");
     clock.advance(GRACE + 60_000);
-    let _ = janitor_now.run(STEP_BUDGET).await.unwrap();
+    let report = janitor_now.run(STEP_BUDGET).await.unwrap();
+    assert!(report.gc.orphans_deleted >= 1, "the blob not yet indexed was doomed: {report:?}");
+    let gone = stores.1.read(&first[0].object, first[0].position, 1).await;
+    assert!(matches!(gone, Err(StorageError::NotFound(_))), "and deleted: {gone:?}");
     gate.open();
-    pending.await.unwrap().expect("the publish is acknowledged");
+    let acked = pending.await.unwrap().expect("the publish is acknowledged");
+    let written = blobs.puts.lock().unwrap().clone();
+    assert_eq!(written.len(), 2, "its blob was written anew: {written:?}");
+    let (config, _) = reader.describe_topic(&topic).await.unwrap();
+    let item = stores.0.get(&layout::segment_key(config.id, 0, acked[0].offset)).await.unwrap().expect("indexed");
+    let segment: layout::SegmentRecord = layout::decode("segment", &item.value).unwrap();
+    assert_eq!(segment.object, written[1].object, "indexed in the new object");
+    assert_ne!(segment.object, first[0].object);
     for _ in 0..3 {
         clock.advance(GRACE + 60_000);
         janitor_now.run(STEP_BUDGET).await.unwrap();
@@ -445,6 +465,14 @@ pub async fn given_deleted_topic_then_its_objects_are_collected_and_objects_shar
             objects
         }
     };
+    // And publishes to the deleted topic alone, from another process: objects only it needs
+    // (on the embedded backend a process appends to one blob file, so the objects above are
+    // all shared).
+    let alone = log_at(backend.open_with(clock.clone()).await, &clock);
+    for i in 0..4 {
+        alone.publish(&gone, vec![event(format!("alone {i}"), i % 2, None)], None).await.unwrap();
+    }
+    drop(alone);
     let doomed_objects = objects_of(&gone).await;
     let kept_before = replay(&log, &kept, 0, 0).await.unwrap().len() + replay(&log, &kept, 1, 0).await.unwrap().len();
     log.delete_topic(&gone).await.unwrap();
@@ -454,6 +482,8 @@ pub async fn given_deleted_topic_then_its_objects_are_collected_and_objects_shar
     clock.advance(120_000);
     janitor.run(STEP_BUDGET).await.unwrap();
     let kept_objects = objects_of(&kept).await;
+    let only_gone: Vec<&String> = doomed_objects.iter().filter(|o| !kept_objects.contains(o)).collect();
+    assert!(!only_gone.is_empty(), "some objects held only the deleted topic: {doomed_objects:?}");
     for object in &doomed_objects {
         let live = kept_objects.contains(object);
         let read = stores.1.read(object, 0, 1).await;
@@ -656,19 +686,22 @@ impl StateStore for HookedStore {
 struct HookedObjects {
     inner: Arc<dyn ObjectStore>,
     reads: AtomicUsize,
+    puts: Mutex<Vec<BlobRef>>,
     after_list: Mutex<Option<(Arc<Gate>, tokio::sync::oneshot::Receiver<()>)>>,
 }
 
 impl HookedObjects {
     fn new(inner: Arc<dyn ObjectStore>) -> Self {
-        Self { inner, reads: AtomicUsize::new(0), after_list: Mutex::new(None) }
+        Self { inner, reads: AtomicUsize::new(0), puts: Mutex::new(Vec::new()), after_list: Mutex::new(None) }
     }
 }
 
 #[async_trait]
 impl ObjectStore for HookedObjects {
     async fn put(&self, bytes: Bytes) -> Result<BlobRef, StorageError> {
-        self.inner.put(bytes).await
+        let blob = self.inner.put(bytes).await?;
+        self.puts.lock().unwrap().push(blob.clone());
+        Ok(blob)
     }
     async fn read(&self, object: &str, position: u64, len: u64) -> Result<Bytes, StorageError> {
         self.reads.fetch_add(1, Ordering::SeqCst);
