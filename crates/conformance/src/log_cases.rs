@@ -119,6 +119,15 @@ pub async fn given_warm_process_when_topic_deleted_elsewhere_then_publish_404_an
     assert_eq!(values(&read_all(&b, &topic, 0).await.unwrap()), expected, "the other process too");
     let (_, states) = b.describe_topic(&topic).await.unwrap();
     assert_eq!((states[0].high_watermark, states[0].log_start_offset), (2, 0));
+
+    // Deleted and re-created again while `a` still caches the second incarnation: its publish
+    // is not told the topic does not exist; it is asked to retry, and the retry lands.
+    b.delete_topic(&topic).await.unwrap();
+    b.create_topic(&topic, spec(1)).await.unwrap();
+    let stale = a.publish(&topic, vec![event("third-0", 0)], None).await;
+    assert!(matches!(stale, Err(Error::Unavailable(_))), "{stale:?}");
+    let acked = a.publish(&topic, vec![event("third-0", 0)], None).await.unwrap();
+    assert_eq!(acked, vec![Position { partition: 0, offset: 0 }]);
 }
 
 pub async fn given_stale_head_after_earlier_index_items_removed_when_publish_then_retries_and_offsets_stay_dense(

@@ -307,6 +307,7 @@ impl Log {
             }
             None => self.topic(topic).await?,
         };
+        let sent_to = topic.id;
         let partitions = topic.spec.partitions;
         // Kafka's sticky idea: a request's unkeyed events share one partition, the next request another.
         let sticky = self.inner.spread.fetch_add(1, Ordering::Relaxed) % partitions;
@@ -357,6 +358,15 @@ impl Log {
         let result = answer.await.map_err(|_| closed())?;
         if matches!(result, Err(Error::TopicNotFound(_))) {
             self.forget_topic(&name);
+            // Placed for an incarnation deleted since (this process's cache was stale), while a
+            // topic of that name lives again: not a 404. Nothing was written; a retry places
+            // the events for the topic as it is now.
+            if topics::live(self.inner.store.as_ref(), &name).await.is_ok_and(|now| now.id != sent_to) {
+                return Err(Error::Unavailable(StorageError::Unavailable {
+                    message: format!("topic '{name}' was re-created while this publish was placed: retry"),
+                    source: None,
+                }));
+            }
         }
         result
     }
