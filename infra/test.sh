@@ -1,8 +1,64 @@
 #!/usr/bin/env bash
 # The whole test suite: unit, property, conformance (embedded and AWS adapters
-# on moto) and end-to-end tests. Sets up .venv (moto, cfn-lint, cargo-lambda)
-# first; the tests that need moto start its server themselves.
+# on moto), end-to-end, and the deterministic simulation's CI budget. Sets up
+# .venv (moto, cfn-lint, cargo-lambda) first; the tests that need moto start
+# its server themselves.
+#
+# With arguments, they go to one `cargo test --workspace --all-targets` (e.g. a
+# filter: `infra/test.sh -- queue::`), and nothing else runs.
+#
+# Without, everything is built once, then run as three lanes side by side: each
+# moto suite serves one request at a time from a Python process of its own, so
+# they are bound by one core each and run beside the rest rather than after it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 infra/setup.sh
-cargo test --workspace --all-targets "$@"
+if [ "$#" -gt 0 ]; then
+    exec cargo test --workspace --all-targets "$@"
+fi
+
+cargo test --workspace --all-targets --no-run
+cargo build --release -p sluice-sim
+
+logs=$(mktemp -d)
+lane() {
+    local name=$1
+    shift
+    if "$@" >"$logs/$name.log" 2>&1; then
+        echo "lane $name: ok ($SECONDS s since start)"
+    else
+        echo "lane $name: FAILED ($SECONDS s since start)"
+        touch "$logs/$name.failed"
+    fi
+}
+
+conformance_tests=()
+for file in crates/conformance/tests/*.rs; do
+    name=$(basename "$file" .rs)
+    case "$name" in moto | moto_retention) ;; *) conformance_tests+=(--test "$name") ;; esac
+done
+
+lane moto cargo test -p sluice-conformance --test moto &
+lane moto_retention cargo test -p sluice-conformance --test moto_retention &
+lane rest bash -c "
+    set -e
+    cargo test --workspace --exclude sluice-conformance --all-targets
+    cargo test -p sluice-conformance --lib ${conformance_tests[*]}
+    cargo run -q --release -p sluice-sim -- --seeds \${SIM_SEEDS:-1000..1400} --steps \${SIM_STEPS:-2000}
+" &
+wait
+
+failed=0
+for log in "$logs"/*.log; do
+    name=$(basename "$log" .log)
+    if [ -e "$logs/$name.failed" ]; then
+        failed=1
+        echo "===== lane $name failed; its output:"
+        cat "$log"
+    else
+        # What each lane ran, in brief: the result lines of its test binaries.
+        grep -E "^test result|Running|seeds|fuzz" "$log" | sed "s/^/[$name] /" || true
+    fi
+done
+rm -rf "$logs"
+exit "$failed"
