@@ -56,6 +56,7 @@ macro_rules! queue_conformance_suite {
             given_a_receive_racing_its_subscriptions_purge_then_no_item_is_left_behind,
             given_a_moved_lease_hidden_by_a_torn_read_then_its_receipt_still_acks,
             given_a_dead_message_not_yet_buried_when_the_dlq_is_purged_then_it_is_purged,
+            given_a_receive_answering_after_a_window_ended_then_it_leaves_those_messages_out,
         );
         $crate::queue_conformance_suite!(@concurrent $backend;
             given_eight_workers_draining_a_queue_then_every_message_acked_exactly_once_and_backlog_ends_empty,

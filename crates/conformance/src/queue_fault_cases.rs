@@ -207,3 +207,34 @@ pub async fn given_a_dead_message_not_yet_buried_when_the_dlq_is_purged_then_it_
     let d = queues.describe(&topic, &sub).await.unwrap();
     assert_eq!((d.backlog.dead, d.backlog.visible), (0, 0), "{:?}", d.backlog);
 }
+
+/// A receive takes a message from one partition, then its read of another partition takes
+/// longer than the first message's visibility timeout: by the time it answers, that window
+/// has ended (another receive may hold the message), so the answer leaves it out; it is due
+/// again, as after a lost answer, and delivered once more.
+pub async fn given_a_receive_answering_after_a_window_ended_then_it_leaves_those_messages_out(backend: &dyn Backend) {
+    let (clock, log, queues) = manual(backend).await;
+    let topic = new_topic(&log, "late-answer", 2).await;
+    let sub = subscribe(&queues, &topic, earliest()).await;
+    publish_at(&log, &topic, 0, "p0", START_MS).await;
+    publish_at(&log, &topic, 1, "p1", START_MS).await;
+    let (config, _) = log.describe_topic(&topic).await.unwrap();
+    let (script, slow) = scripted_queues(backend, &clock).await;
+    // Each partition's index read stalls 10 s: the first partition's 5 s window (counted from
+    // its write, after its own stall) has ended when the second one's read is done.
+    for p in 0..2 {
+        let clock = clock.clone();
+        script.at_query(
+            layout::segments_pk(config.id, p),
+            QueryAction::Before(Box::pin(async move { clock.advance(10_000) })),
+        );
+    }
+    let req = ReceiveRequest { max_messages: 10, wait_ms: 0, visibility_timeout_ms: Some(5_000) };
+    let got = slow.receive(&topic, &sub, &req).await.unwrap();
+    assert_eq!((script.pending(), clock.now_ms()), (0, START_MS + 20_000), "both reads stalled");
+    assert_eq!(got.len(), 1, "the first partition's message left out: {:?}", positions(&got));
+    let left_out = if got[0].event.partition == 0 { 1 } else { 0 };
+    let again = receive(&queues, &topic, &sub, 10).await;
+    assert_eq!(positions(&again), vec![(left_out, 0)], "due again at once");
+    assert_eq!(again[0].receive_count, 2, "its first delivery was counted, as a lost answer's is");
+}

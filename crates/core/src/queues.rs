@@ -596,6 +596,8 @@ impl QueueState {
 #[derive(Default)]
 struct Taken {
     messages: Vec<Message>,
+    /// When the taken messages' visibility window ends.
+    held_until: i64,
     /// The earliest time something not yet due becomes deliverable.
     wake_at: Option<i64>,
     /// The partition's cursor when it has nothing at all to deliver: wait for the log.
@@ -969,6 +971,8 @@ impl Queues {
         loop {
             let heads = topics::heads(self.store(), &sub.topic).await?;
             let mut messages: Vec<Message> = Vec::new();
+            // Per take, the end (exclusive) of its messages in `messages` and their window's end.
+            let mut held: Vec<(usize, i64)> = Vec::new();
             let (mut wake_at, mut idle, mut blocked) = (None, Vec::new(), false);
             let mut bytes_left = self.log.limits().max_response_bytes;
             let start = (self.nonce() % u64::from(partitions.max(1))) as u32;
@@ -998,6 +1002,9 @@ impl Queues {
                     Err(e) => return Err(e),
                 };
                 drop(claim);
+                if !taken.messages.is_empty() {
+                    held.push((messages.len() + taken.messages.len(), taken.held_until));
+                }
                 messages.extend(taken.messages);
                 wake_at = taken.wake_at.map_or(wake_at, |t| min_time(wake_at, t));
                 blocked |= taken.blocked;
@@ -1006,7 +1013,10 @@ impl Queues {
                 }
             }
             let now = self.now();
-            if !messages.is_empty() || now >= deadline {
+            if !messages.is_empty() {
+                return Ok(answerable(messages, &held, now));
+            }
+            if now >= deadline {
                 return Ok(messages);
             }
             let mut until = deadline;
@@ -1371,6 +1381,7 @@ impl Queues {
                 continue;
             }
             *bytes_left = left;
+            taken.held_until = held_until;
             delivered.sort_unstable_by_key(|(offset, ..)| *offset);
             taken.messages = delivered
                 .into_iter()
@@ -1981,6 +1992,30 @@ impl Queues {
         }
         Ok(done)
     }
+}
+
+/// What a receive answers: the messages whose visibility window has not ended by the time
+/// it answers. A receive slow to answer (its later partitions' reads took longer than an
+/// earlier one's window) would otherwise hand out messages another receive may hold by then;
+/// those are left as a lost answer leaves them, held by nobody, due again.
+fn answerable(messages: Vec<Message>, held: &[(usize, i64)], now: i64) -> Vec<Message> {
+    if held.iter().all(|(_, until)| *until > now) {
+        return messages;
+    }
+    let mut start = 0;
+    let mut out = Vec::with_capacity(messages.len());
+    let mut messages = messages.into_iter();
+    for &(end, until) in held {
+        let take = messages.by_ref().take(end - start);
+        if until > now {
+            out.extend(take);
+        } else {
+            let dropped = take.count();
+            tracing::warn!(dropped, "receive answered after its visibility window ended; those messages are due again");
+        }
+        start = end;
+    }
+    out
 }
 
 /// The lease holding a receipt's message under the receipt's delivery (same nonce and
