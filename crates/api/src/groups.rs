@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use sluice_core::groups::{CommitOffset, Groups, PollAnswer, PollRequest, ResetPolicy, SeekTarget, TopicPartition};
 use sluice_core::Log;
 
+use crate::path::Path;
 use crate::publish::{parse_json_owned, read_body};
 use crate::read::write_record;
 use crate::ApiError;

@@ -8,6 +8,7 @@ mod cloudevents;
 pub mod config;
 mod error;
 mod groups;
+mod path;
 mod publish;
 mod queues;
 mod read;

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
@@ -17,6 +17,7 @@ use sha2::{Digest, Sha256};
 use sluice_core::{IdempotencyKey, Log, NewEvent, Position};
 
 use crate::cloudevents;
+use crate::path::Path;
 use crate::ApiError;
 
 /// Past the limit, a body is still read and discarded up to this many more bytes, so the

@@ -5,7 +5,7 @@
 //! Parsing and rendering only: [`Queues`] checks every value before it writes.
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -19,6 +19,7 @@ use sluice_core::queues::{
 };
 use sluice_core::Log;
 
+use crate::path::Path;
 use crate::publish::{parse_json_owned, read_body};
 use crate::read::{self, write_record, write_str};
 use crate::ApiError;

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use sluice_core::segment::Record;
 use sluice_core::{Log, OffsetQuery, ReadBatch, ReadRequest};
 
+use crate::path::Path;
 use crate::ApiError;
 
 const DEFAULT_LIMIT: usize = 100;

@@ -1,7 +1,7 @@
 //! Topic administration: create (idempotent), list, describe, delete.
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Json;
@@ -9,6 +9,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use sluice_core::{Log, PartitionState, TopicConfig, TopicSpec};
 
+use crate::path::Path;
 use crate::publish::{parse_json, read_body};
 use crate::ApiError;
 
