@@ -127,6 +127,27 @@ pub struct SegmentRecord {
 }
 
 impl SegmentRecord {
+    /// Refuses a record that no commit or compaction writes, so that readers can trust its
+    /// arithmetic: offsets `base..next` not empty, its bytes' end within `u64`, and parts that
+    /// start strictly later, in offsets and in bytes, than the one before, inside the segment.
+    pub fn check(&self, base: u64) -> Result<(), StorageError> {
+        let (mut delta, mut at) = (0, 0);
+        let span = self.next.checked_sub(base).filter(|n| *n > 0);
+        let ok = span.is_some_and(|span| {
+            self.pos.checked_add(self.len).is_some()
+                && self.parts.iter().all(|&[d, p]| {
+                    let next = d > delta && d < span && p > at && p < self.len;
+                    (delta, at) = (d, p);
+                    next
+                })
+        });
+        if ok {
+            Ok(())
+        } else {
+            Err(StorageError::Corrupt(format!("segment record at {base} of {}: inconsistent bounds", self.object)))
+        }
+    }
+
     /// The parts as (first offset delta, byte position from `pos`, length), first part included.
     pub fn pieces(&self) -> Vec<(u64, u64, u64)> {
         let mut starts = vec![[0, 0]];

@@ -772,11 +772,10 @@ pub(crate) fn decode_segments(items: Vec<crate::store::Item>) -> Result<Vec<Segm
     items
         .into_iter()
         .map(|i| {
-            Ok(Segment {
-                base: layout::offset_of(&i.key.sk)?,
-                record: layout::decode("segment", &i.value)?,
-                version: i.version,
-            })
+            let base = layout::offset_of(&i.key.sk)?;
+            let record: SegmentRecord = layout::decode("segment", &i.value)?;
+            record.check(base)?;
+            Ok(Segment { base, record, version: i.version })
         })
         .collect()
 }
