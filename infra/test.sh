@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: unit, property, conformance (embedded and AWS adapters
-# on moto), end-to-end, and the deterministic simulation's CI budget. Sets up
+# on moto), end-to-end, the deterministic simulation's CI budget, and 30 s of
+# every fuzz target (infra/fuzz.sh; nightly toolchain). Sets up
 # .venv (moto, cfn-lint, cargo-lambda) first; the tests that need moto start
 # its server themselves.
 #
@@ -40,6 +41,7 @@ done
 
 lane moto cargo test -p sluice-conformance --test moto &
 lane moto_retention cargo test -p sluice-conformance --test moto_retention &
+lane fuzz infra/fuzz.sh &
 lane rest bash -c "
     set -e
     cargo test --workspace --exclude sluice-conformance --all-targets
