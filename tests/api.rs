@@ -107,7 +107,13 @@ async fn given_bad_input_when_sent_then_documented_4xx_json_and_no_state_change(
     let cases: Vec<Case> = vec![
         (Method::POST, publish_url.into(), Some(b"{\"events\": [".to_vec()), 400, "invalid_json"),
         (Method::GET, "/v1/topics/t/partitions/%FF/events".into(), None, 400, "invalid_path"),
-        (Method::POST, "/v1/topics/%C3%28/events".into(), Some(br#"{"events": [{"value": 1}]}"#.to_vec()), 400, "invalid_path"),
+        (
+            Method::POST,
+            "/v1/topics/%C3%28/events".into(),
+            Some(br#"{"events": [{"value": 1}]}"#.to_vec()),
+            400,
+            "invalid_path",
+        ),
         (Method::POST, publish_url.into(), Some(b"{\"events\": 3}".to_vec()), 400, "invalid_request"),
         (Method::POST, publish_url.into(), Some(br#"{"events": []}"#.to_vec()), 400, "empty_batch"),
         (Method::POST, publish_url.into(), Some(br#"{"events": [{"key": "k"}]}"#.to_vec()), 400, "invalid_event"),
