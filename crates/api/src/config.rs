@@ -102,7 +102,7 @@ impl Config {
             max_request_bytes: self.max_request_bytes,
             max_events_per_publish: self.max_events_per_publish,
             max_headers_per_event: self.max_headers_per_event,
-            max_partitions: self.max_partitions,
+            max_partitions: self.max_partitions.min(sluice_core::layout::MAX_STORED_PARTITIONS),
             ..Limits::default()
         }
     }

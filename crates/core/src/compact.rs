@@ -69,8 +69,9 @@ pub(crate) mod by_partition {
     pub fn serialize<S: Serializer>(map: &BTreeMap<String, u64>, s: S) -> Result<S::Ok, S::Error> {
         let mut out: BTreeMap<&str, Vec<(u32, u64)>> = BTreeMap::new();
         for (key, value) in map {
-            // Keys are always written by `tp_key`; one that is not is kept whole, as partition 0 of
-            // a topic named by the key, which no lookup matches (never the case in practice).
+            // Keys are always written by `tp_key`. One that is not (never the case in practice)
+            // is stored as partition 0 of a topic named by the whole key, and reads back as
+            // `<key>#0000000000`: it is not kept exactly.
             let (topic, partition) = split_tp_key(key).unwrap_or((key.as_str(), 0));
             out.entry(topic).or_default().push((partition, *value));
         }

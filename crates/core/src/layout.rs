@@ -51,6 +51,22 @@ pub struct TopicRecord {
     pub deleted_ms: Option<i64>,
 }
 
+/// More partitions than any deployment may configure: a topic record claiming more is corrupt
+/// (reading its heads would allocate for every one of them).
+pub const MAX_STORED_PARTITIONS: u32 = 1 << 16;
+/// Larger than any segment a commit (at most one request) or compaction (8 MiB targets) writes:
+/// an index item claiming more is corrupt (a reader would allocate its length).
+pub const MAX_STORED_SEGMENT_BYTES: u64 = 1 << 30;
+
+/// A topic record as stored, refused as `Corrupt` if its partition count is impossible.
+pub fn decode_topic(value: &[u8]) -> Result<TopicRecord, StorageError> {
+    let record: TopicRecord = decode("topic", value)?;
+    if record.partitions == 0 || record.partitions > MAX_STORED_PARTITIONS {
+        return Err(StorageError::Corrupt(format!("topic record with {} partitions", record.partitions)));
+    }
+    Ok(record)
+}
+
 impl TopicRecord {
     pub fn config(&self, name: &str, version: u64) -> TopicConfig {
         TopicConfig {
@@ -128,13 +144,15 @@ pub struct SegmentRecord {
 
 impl SegmentRecord {
     /// Refuses a record that no commit or compaction writes, so that readers can trust its
-    /// arithmetic: offsets `base..next` not empty, its bytes' end within `u64`, and parts that
+    /// arithmetic: offsets `base..next` not empty, a length no segment reaches
+    /// ([`MAX_STORED_SEGMENT_BYTES`]), its bytes' end within `u64`, and parts that
     /// start strictly later, in offsets and in bytes, than the one before, inside the segment.
     pub fn check(&self, base: u64) -> Result<(), StorageError> {
         let (mut delta, mut at) = (0, 0);
         let span = self.next.checked_sub(base).filter(|n| *n > 0);
         let ok = span.is_some_and(|span| {
-            self.pos.checked_add(self.len).is_some()
+            self.len <= MAX_STORED_SEGMENT_BYTES
+                && self.pos.checked_add(self.len).is_some()
                 && self.parts.iter().all(|&[d, p]| {
                     let next = d > delta && d < span && p > at && p < self.len;
                     (delta, at) = (d, p);

@@ -12,7 +12,7 @@ pub(crate) const PAGE: usize = 1000;
 /// The topic record under `name`, live or tombstone, with its version.
 pub(crate) async fn record(store: &dyn StateStore, name: &str) -> Result<Option<(TopicRecord, u64)>, StorageError> {
     let Some(item) = store.get(&layout::topic_key(name)).await? else { return Ok(None) };
-    Ok(Some((layout::decode("topic", &item.value)?, item.version)))
+    Ok(Some((layout::decode_topic(&item.value)?, item.version)))
 }
 
 /// The live topic called `name`, read now (never from a cache).
@@ -71,7 +71,7 @@ pub(crate) async fn list(store: &dyn StateStore) -> Result<Vec<TopicConfig>, Sto
     loop {
         let page = store.query(&query).await?;
         for item in &page.items {
-            let r: TopicRecord = layout::decode("topic", &item.value)?;
+            let r: TopicRecord = layout::decode_topic(&item.value)?;
             if r.deleted_ms.is_none() {
                 topics.push(r.config(&item.key.sk, item.version));
             }
