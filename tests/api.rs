@@ -462,6 +462,13 @@ async fn four_partitions_of_big_events(c: &reqwest::Client, s: &Server, topic: &
     }
 }
 
+/// The JSON of an answer, which must fit Lambda's 6 MB response.
+async fn fitting_a_lambda_response(response: reqwest::Response, what: &str) -> Value {
+    let bytes = response.bytes().await.unwrap();
+    assert!(bytes.len() < 6_000_000, "a {what} of {} bytes would not fit Lambda's 6 MB response", bytes.len());
+    serde_json::from_slice(&bytes).unwrap()
+}
+
 #[tokio::test]
 async fn given_large_binary_events_on_four_partitions_when_polled_then_the_answer_fits_a_lambda_response() {
     let dir = tempfile::tempdir().unwrap();
@@ -477,9 +484,7 @@ async fn given_large_binary_events_on_four_partitions_when_polled_then_the_answe
         }
         let response = c.post(s.url("/v1/groups/big/poll")).json(&body).send().await.unwrap();
         assert_eq!(response.status(), 200);
-        let bytes = response.bytes().await.unwrap();
-        assert!(bytes.len() < 6_000_000, "a poll of {} bytes would not fit Lambda's 6 MB response", bytes.len());
-        let answer: Value = serde_json::from_slice(&bytes).unwrap();
+        let answer = fitting_a_lambda_response(response, "poll").await;
         member = answer["member_id"].as_str().map(str::to_owned);
         let n = answer["events"].as_array().unwrap().len();
         if n == 0 {
@@ -507,9 +512,7 @@ async fn given_large_binary_events_on_four_partitions_when_received_then_the_ans
             .await
             .unwrap();
         assert_eq!(response.status(), 200);
-        let bytes = response.bytes().await.unwrap();
-        assert!(bytes.len() < 6_000_000, "a receive of {} bytes would not fit Lambda's 6 MB response", bytes.len());
-        let answer: Value = serde_json::from_slice(&bytes).unwrap();
+        let answer = fitting_a_lambda_response(response, "receive").await;
         let n = answer["messages"].as_array().unwrap().len();
         if n == 0 {
             break;
