@@ -284,7 +284,7 @@ struct GroupModel {
     max_generation_history: Vec<(u64, u64, u64)>,
     assignments: BTreeMap<(String, u64), Vec<TopicPartition>>,
     left: BTreeMap<String, u64>,
-    /// Commits answered ok: (partition) → list of (value, member, end_seq, touch at end).
+    /// Commits answered ok: (partition) → list of (value, member, end_seq, touch as it began).
     commits_ok: BTreeMap<u32, Vec<(u64, String, u64, u64)>>,
     last_seen: BTreeMap<u32, (u64, u64)>,
     touch: u64,
@@ -361,6 +361,11 @@ pub(crate) struct World {
     next_req: u64,
     /// The op about to be spawned is a long poll.
     long_next: bool,
+    /// Chance that an answer is lost on its way back to the client (an HTTP timeout: the
+    /// operation applied, the client cannot tell), drawn from a generator of its own so the
+    /// rest of a seed's schedule is the same with and without it.
+    answers_lost: f64,
+    answers: Rng,
 }
 
 fn code(e: &Error) -> String {
@@ -491,6 +496,8 @@ impl World {
             next_event: 0,
             next_req: 0,
             long_next: false,
+            answers_lost: 0.03 * intensity,
+            answers: Rng::new(seed.rotate_left(17) ^ 0xa45e_0f1a_5717),
         };
         let nprocs = world.rng.range(2, 3) as usize;
         for pid in 0..nprocs {
@@ -818,8 +825,14 @@ impl World {
         }
     }
 
-    fn complete(&mut self, op: Inflight, res: Res) {
+    fn complete(&mut self, op: Inflight, mut res: Res) {
         self.seq += 1;
+        let faulty = !self.options.no_faults && self.step <= self.options.steps;
+        if faulty && !matches!(res, Res::Crashed) && self.answers.chance(self.answers_lost) {
+            self.trace.line(format!("step {} c{} ANSWER LOST {:?}", self.step, op.client, op.act));
+            self.stat("answers_lost");
+            res = Res::Crashed;
+        }
         let done = Done {
             client: op.client,
             act: op.act,
@@ -1931,8 +1944,8 @@ impl World {
                 }
                 for &(p, v) in offsets {
                     self.check_coverage(p, v, &format!("commit by {member}"));
-                    let touch = self.group.touch;
-                    self.group.commits_ok.entry(p).or_default().push((v, member.to_owned(), d.end_seq, touch));
+                    // A seek or delete that began after this commit did may have applied before it.
+                    self.group.commits_ok.entry(p).or_default().push((v, member.to_owned(), d.end_seq, d.touch0));
                 }
             }
             Err(e) if uncertain(e) => {}
@@ -2062,6 +2075,11 @@ impl World {
         let Res::Receive(r) = &d.res else { return self.receive_lost(sub, d.end_seq) };
         match r {
             Ok(messages) => {
+                if d.end_ms - d.start_ms >= visibility as i64 {
+                    // Takes whose window ended before the answer are left out of it: deliveries
+                    // nobody saw, which count towards a dead letter as a lost receive's do.
+                    self.receive_lost(sub, d.end_seq);
+                }
                 let tid = self.live_topic_id(TOPIC_A).unwrap_or(0);
                 for m in messages {
                     self.stat("messages_received");
