@@ -2096,7 +2096,7 @@ impl Profile {
 }
 
 /// What an item is, from its key (the layouts of `sluice_core::layout` and `queues`).
-fn key_kind(key: &sluice_core::store::Key) -> String {
+fn key_kind(key: &sluice_core::ports::state::Key) -> String {
     let kind = match key.pk.split('#').next().unwrap_or_default() {
         "q" if key.sk == "c" => "queue cursor",
         "q" => "queue lease",
@@ -2113,7 +2113,7 @@ fn key_kind(key: &sluice_core::store::Key) -> String {
 }
 
 /// A write's kinds of items, e.g. `queue cursor+queue lease`.
-fn write_kind(ops: &[sluice_core::store::WriteOp]) -> String {
+fn write_kind(ops: &[sluice_core::ports::state::WriteOp]) -> String {
     let mut kinds: Vec<String> = ops.iter().map(|op| key_kind(op.key())).collect();
     kinds.sort();
     kinds.dedup();
@@ -2124,7 +2124,7 @@ struct CountingStore {
     inner: Arc<sluice_local::SqliteStateStore>,
     profile: Arc<Profile>,
     /// `--cache-immutable`: items of the kinds a run never changes, once read.
-    cache: Option<Mutex<HashMap<sluice_core::store::Key, sluice_core::store::Item>>>,
+    cache: Option<Mutex<HashMap<sluice_core::ports::state::Key, sluice_core::ports::state::Item>>>,
 }
 
 /// Kinds of items `--cache-immutable` serves from memory: a queue run never writes them.
@@ -2134,7 +2134,10 @@ fn cacheable(kind: &str) -> bool {
 
 // `async_trait`'s expansion, by hand: the bench does not depend on the macro.
 impl sluice_core::StateStore for CountingStore {
-    fn get<'a, 'b, 'c>(&'a self, key: &'b sluice_core::store::Key) -> StoreFuture<'c, Option<sluice_core::store::Item>>
+    fn get<'a, 'b, 'c>(
+        &'a self,
+        key: &'b sluice_core::ports::state::Key,
+    ) -> StoreFuture<'c, Option<sluice_core::ports::state::Item>>
     where
         'a: 'c,
         'b: 'c,
@@ -2156,17 +2159,20 @@ impl sluice_core::StateStore for CountingStore {
         })
     }
 
-    fn query<'a, 'b, 'c>(&'a self, query: &'b sluice_core::store::Query) -> StoreFuture<'c, sluice_core::store::Page>
+    fn query<'a, 'b, 'c>(
+        &'a self,
+        query: &'b sluice_core::ports::state::Query,
+    ) -> StoreFuture<'c, sluice_core::ports::state::Page>
     where
         'a: 'c,
         'b: 'c,
         Self: 'c,
     {
-        let kind = key_kind(&sluice_core::store::Key::new(query.pk.clone(), ""));
+        let kind = key_kind(&sluice_core::ports::state::Key::new(query.pk.clone(), ""));
         Box::pin(self.profile.time("query", kind, self.inner.query(query), |p| p.items.len() as u64))
     }
 
-    fn write<'a, 'c>(&'a self, ops: Vec<sluice_core::store::WriteOp>) -> StoreFuture<'c, ()>
+    fn write<'a, 'c>(&'a self, ops: Vec<sluice_core::ports::state::WriteOp>) -> StoreFuture<'c, ()>
     where
         'a: 'c,
         Self: 'c,
@@ -2181,7 +2187,7 @@ impl sluice_core::StateStore for CountingStore {
         Box::pin(self.profile.time("write", kind, self.inner.write(ops), move |_| n))
     }
 
-    fn delete_many<'a, 'c>(&'a self, keys: Vec<sluice_core::store::Key>) -> StoreFuture<'c, ()>
+    fn delete_many<'a, 'c>(&'a self, keys: Vec<sluice_core::ports::state::Key>) -> StoreFuture<'c, ()>
     where
         'a: 'c,
         Self: 'c,
@@ -2253,7 +2259,7 @@ impl sluice_core::ObjectStore for CountingObjects {
         &'a self,
         after: Option<&'b str>,
         limit: usize,
-    ) -> StoreFuture<'c, Vec<sluice_core::storage::ObjectInfo>>
+    ) -> StoreFuture<'c, Vec<sluice_core::ports::objects::ObjectInfo>>
     where
         'a: 'c,
         'b: 'c,

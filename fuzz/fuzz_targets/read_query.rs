@@ -21,7 +21,7 @@ use axum::http::{Request, StatusCode};
 use axum::Router;
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Value};
-use sluice_core::janitor::{Janitor, JanitorConfig};
+use sluice_core::upkeep::{Janitor, JanitorConfig};
 use sluice_core::{Limits, NewEvent, TopicSpec};
 use sluice_fuzz::{block_on, call, check_answer, text, VirtualClock};
 

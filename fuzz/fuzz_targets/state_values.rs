@@ -20,7 +20,7 @@ use sluice_core::layout::{
     UpkeepRecord,
 };
 use sluice_core::queues::{CursorRecord, DeadRecord, LeaseRecord, SubPurgeRecord, SubscriptionRecord};
-use sluice_core::timeindex::TimeCursor;
+use sluice_core::log::timeindex::TimeCursor;
 use sluice_core::StorageError;
 
 /// Decodes `value` as the record `kind` names. A record that decodes is encoded again:

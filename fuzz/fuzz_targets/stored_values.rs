@@ -11,7 +11,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sluice_core::store::{Expect, WriteOp};
+use sluice_core::ports::state::{Expect, WriteOp};
 use sluice_core::{Error, OffsetQuery, ReadRequest};
 use sluice_fuzz::stored::{Item, Stored, PER_PUBLISH, TOPIC};
 

@@ -16,7 +16,7 @@ use base64::Engine;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use sluice_core::queues::{Ordering, Queues, ReceiveRequest, StartAt, SubscriptionRecord, SubscriptionSpec};
-use sluice_core::store::Key;
+use sluice_core::ports::state::Key;
 use sluice_core::{layout, Limits, Log, ManualClock, NewEvent, TopicSpec};
 use tempfile::TempDir;
 

@@ -5,9 +5,9 @@
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
-use sluice_core::janitor::{Janitor, JanitorConfig};
+use sluice_core::upkeep::{Janitor, JanitorConfig};
 use sluice_core::layout::{self, SegmentRecord};
-use sluice_core::store::{Key, Query};
+use sluice_core::ports::state::{Key, Query};
 use sluice_core::{Limits, Log, NewEvent, TopicConfig, TopicSpec};
 
 pub const TOPIC: &str = "stored";
@@ -97,7 +97,7 @@ impl Stored {
         let store = log.store();
         let page = store.query(&Query::all(layout::segments_pk(topic.id, 0), 100)).await.expect("read the index");
         let (Some(first), Some(last)) = (page.items.first(), page.items.last()) else { panic!("no segments") };
-        let segment = |kind, item: &sluice_core::store::Item| {
+        let segment = |kind, item: &sluice_core::ports::state::Item| {
             let record: SegmentRecord = layout::decode("segment", &item.value).expect("a segment record");
             let object = Some(record.object.clone());
             (Item { kind, key: item.key.clone(), value: item.value.clone(), object }, record)

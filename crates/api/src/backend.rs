@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 #[cfg(feature = "aws")]
 use sluice_aws::AwsSettings;
-use sluice_core::janitor::Janitor;
+use sluice_core::upkeep::Janitor;
 use sluice_core::{Clock, Log, ObjectStore, StateStore, StorageError, SystemClock};
 
 use crate::Config;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use sluice_core::janitor::JanitorConfig;
+use sluice_core::upkeep::JanitorConfig;
 use sluice_core::{Limits, LogConfig};
 
 /// What every Sluice process needs: where the data lives and the request limits.

@@ -30,13 +30,13 @@ use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 pub use s3::S3ObjectStore;
+use sluice_core::retry::Backoff;
 use sluice_core::{Clock, StorageError};
 pub use state::DynamoStateStore;
 
 /// Throttled attempts before a request gives up with [`StorageError::Throttled`].
 const MAX_THROTTLED_ATTEMPTS: u32 = 6;
-const BACKOFF_BASE: Duration = Duration::from_millis(25);
-const BACKOFF_CAP: Duration = Duration::from_secs(2);
+const THROTTLED: Backoff = Backoff { base_ms: 25, cap_ms: 2000 };
 
 // Request deadlines: well under the functions' timeout (template.yaml's Globals).
 /// Most time to open a connection.
@@ -152,10 +152,9 @@ where
     }
 }
 
-/// Full jitter: a uniform wait up to an exponentially growing, capped ceiling.
+/// Full jitter (the core's policy), with AWS's own base and cap.
 fn backoff(attempt: u32) -> Duration {
-    let ceiling = BACKOFF_BASE.saturating_mul(1 << attempt.min(16)).min(BACKOFF_CAP);
-    ceiling.mul_f64(rand::random::<f64>())
+    Duration::from_millis(THROTTLED.wait_ms(attempt, rand::random::<u64>()))
 }
 
 /// Errors AWS returns before doing anything, because the caller is going too fast.
@@ -201,11 +200,10 @@ mod tests {
     #[test]
     fn backoff_stays_under_its_growing_cap() {
         for attempt in 0..20 {
-            let ceiling = BACKOFF_BASE.saturating_mul(1 << attempt.min(16)).min(BACKOFF_CAP);
             for _ in 0..50 {
-                assert!(backoff(attempt) <= ceiling);
+                assert!(backoff(attempt) <= Duration::from_millis(THROTTLED.ceiling_ms(attempt)));
             }
         }
-        assert!(BACKOFF_BASE.saturating_mul(1 << 16) > BACKOFF_CAP, "the cap is reached");
+        assert_eq!(THROTTLED.ceiling_ms(16), 2000, "the cap is reached");
     }
 }

@@ -10,7 +10,7 @@ use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::operation::get_object::GetObjectError;
 use aws_sdk_s3::primitives::ByteStream;
 use bytes::Bytes;
-use sluice_core::storage::{BlobRef, ObjectInfo};
+use sluice_core::ports::objects::{BlobRef, ObjectInfo};
 use sluice_core::{ObjectStore, StorageError};
 
 use crate::{send_counted, unexpected, RequestCounts};

@@ -40,7 +40,7 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, ConditionCheck, Delete, DeleteRequest, TransactWriteItem, Update, WriteRequest,
 };
 use bytes::Bytes;
-use sluice_core::store::{Expect, Item, Key, Page, Query, StateStore, WriteOp};
+use sluice_core::ports::state::{Expect, Item, Key, Page, Query, StateStore, WriteOp};
 use sluice_core::{Clock, StorageError};
 
 use crate::{send_counted, unexpected, RequestCounts};
@@ -389,7 +389,7 @@ impl StateStore for DynamoStateStore {
 
     #[tracing::instrument(skip_all, fields(ops = ops.len()))]
     async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
-        sluice_core::store::validate(&ops)?;
+        sluice_core::ports::state::validate(&ops)?;
         let now_ms = self.clock.now_ms();
         let sent: Vec<(usize, &WriteOp)> = ops
             .iter()

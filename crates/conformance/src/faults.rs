@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use sluice_core::storage::ObjectInfo;
-use sluice_core::store::{Item, Key, Page, Query, StateStore, WriteOp};
+use sluice_core::ports::objects::ObjectInfo;
+use sluice_core::ports::state::{Item, Key, Page, Query, StateStore, WriteOp};
 use sluice_core::{BlobRef, ObjectStore, StorageError};
 
 use crate::log_cases::Fault;

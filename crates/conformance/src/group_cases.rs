@@ -10,7 +10,7 @@ use sluice_core::groups::{
     CommitOffset, Groups, GroupsConfig, PollAnswer, PollRequest, ResetPolicy, SeekTarget, DEFAULT_OFFSETS_RETENTION_MS,
 };
 use sluice_core::layout::{self, HeadRecord};
-use sluice_core::store::{Item, Key, Page, Query, StateStore, WriteOp};
+use sluice_core::ports::state::{Item, Key, Page, Query, StateStore, WriteOp};
 use sluice_core::{Clock, Error, Log, LogConfig, ManualClock, NewEvent, StorageError, TopicSpec};
 
 pub use crate::group_fault_cases::*;

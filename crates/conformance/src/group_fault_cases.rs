@@ -184,7 +184,7 @@ pub async fn given_a_wide_group_deleted_while_a_member_commits_then_that_commit_
 /// A group over three topics of 1,024 partitions: its record and its members' stay well
 /// within DynamoDB's 400 KB item (each rebalance writes them whole), so it keeps working.
 pub async fn given_a_group_over_three_topics_of_1024_partitions_then_it_rebalances_and_commits(backend: &dyn Backend) {
-    use sluice_core::store::Key;
+    use sluice_core::ports::state::Key;
 
     let clock = Arc::new(ManualClock::new(START_MS));
     let (log, groups) = groups_on(backend, &clock).await;

@@ -21,7 +21,7 @@ pub mod store;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use sluice_core::store::StateStore;
+use sluice_core::ports::state::StateStore;
 use sluice_core::{Clock, ObjectStore};
 
 /// The two stores of one backend.
@@ -54,7 +54,7 @@ pub fn unique_topic(prefix: &str) -> String {
 /// [`OwnPurges`]'s users check it against an order a delete files).
 pub const SUB_PURGE_PK: &str = "purge-subs";
 
-/// A state store through which a janitor ([`sluice_core::janitor::step`]) sees only the purge
+/// A state store through which a janitor ([`sluice_core::upkeep::step`]) sees only the purge
 /// orders of the topics and subscriptions given (every other item as it is), and which
 /// counts the items deleted through it.
 ///
@@ -66,7 +66,7 @@ pub const SUB_PURGE_PK: &str = "purge-subs";
 /// takes a failed condition for a lost race, as DESIGN.md says two janitors may meet.
 pub struct OwnPurges {
     inner: Arc<dyn StateStore>,
-    orders: Vec<sluice_core::store::Key>,
+    orders: Vec<sluice_core::ports::state::Key>,
     deleted: std::sync::atomic::AtomicUsize,
 }
 
@@ -75,7 +75,9 @@ impl OwnPurges {
     /// subscriptions `subscriptions` (by id).
     pub fn new(inner: Arc<dyn StateStore>, topics: &[u64], subscriptions: &[u64]) -> Self {
         let mut orders: Vec<_> = topics.iter().map(|&id| sluice_core::layout::purge_key(id)).collect();
-        orders.extend(subscriptions.iter().map(|id| sluice_core::store::Key::new(SUB_PURGE_PK, format!("{id:016x}"))));
+        orders.extend(
+            subscriptions.iter().map(|id| sluice_core::ports::state::Key::new(SUB_PURGE_PK, format!("{id:016x}"))),
+        );
         Self { inner, orders, deleted: Default::default() }
     }
 
@@ -89,15 +91,15 @@ impl OwnPurges {
 impl StateStore for OwnPurges {
     async fn get(
         &self,
-        key: &sluice_core::store::Key,
-    ) -> Result<Option<sluice_core::store::Item>, sluice_core::StorageError> {
+        key: &sluice_core::ports::state::Key,
+    ) -> Result<Option<sluice_core::ports::state::Item>, sluice_core::StorageError> {
         self.inner.get(key).await
     }
 
     async fn query(
         &self,
-        query: &sluice_core::store::Query,
-    ) -> Result<sluice_core::store::Page, sluice_core::StorageError> {
+        query: &sluice_core::ports::state::Query,
+    ) -> Result<sluice_core::ports::state::Page, sluice_core::StorageError> {
         if query.pk != sluice_core::layout::purge_pk() && query.pk != SUB_PURGE_PK {
             return self.inner.query(query).await;
         }
@@ -118,17 +120,17 @@ impl StateStore for OwnPurges {
         items.sort_by(|a, b| a.key.sk.cmp(&b.key.sk));
         let next = (items.len() > query.limit).then(|| items[query.limit - 1].key.sk.clone());
         items.truncate(query.limit);
-        Ok(sluice_core::store::Page { items, next })
+        Ok(sluice_core::ports::state::Page { items, next })
     }
 
-    async fn write(&self, ops: Vec<sluice_core::store::WriteOp>) -> Result<(), sluice_core::StorageError> {
-        let deletes = ops.iter().filter(|op| matches!(op, sluice_core::store::WriteOp::Delete { .. })).count();
+    async fn write(&self, ops: Vec<sluice_core::ports::state::WriteOp>) -> Result<(), sluice_core::StorageError> {
+        let deletes = ops.iter().filter(|op| matches!(op, sluice_core::ports::state::WriteOp::Delete { .. })).count();
         self.inner.write(ops).await?;
         self.deleted.fetch_add(deletes, std::sync::atomic::Ordering::SeqCst);
         Ok(())
     }
 
-    async fn delete_many(&self, keys: Vec<sluice_core::store::Key>) -> Result<(), sluice_core::StorageError> {
+    async fn delete_many(&self, keys: Vec<sluice_core::ports::state::Key>) -> Result<(), sluice_core::StorageError> {
         let n = keys.len();
         self.inner.delete_many(keys).await?;
         self.deleted.fetch_add(n, std::sync::atomic::Ordering::SeqCst);
@@ -140,15 +142,15 @@ impl StateStore for OwnPurges {
     }
 }
 
-/// One step of [`sluice_core::janitor::step`] through `store`, taking a lost condition
+/// One step of [`sluice_core::upkeep::step`] through `store`, taking a lost condition
 /// for what it is on a shared backend, a race with another case's janitor on the same order
 /// (the loser changes nothing; the next step goes on): `None` then.
 pub async fn janitor_step(
     store: &dyn StateStore,
     budget: usize,
     now_ms: i64,
-) -> Option<sluice_core::janitor::JanitorReport> {
-    match sluice_core::janitor::step(store, budget, now_ms).await {
+) -> Option<sluice_core::upkeep::JanitorReport> {
+    match sluice_core::upkeep::step(store, budget, now_ms).await {
         Ok(report) => Some(report),
         Err(sluice_core::StorageError::ConditionFailed { .. }) => None,
         Err(e) => panic!("janitor step: {e:?}"),

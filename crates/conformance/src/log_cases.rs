@@ -10,7 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use sluice_core::layout::{self, HeadRecord, SegmentRecord};
-use sluice_core::store::{Item, Key, Page, Query, StateStore, WriteOp};
+use sluice_core::ports::state::{Item, Key, Page, Query, StateStore, WriteOp};
 use sluice_core::{
     Error, IdempotencyKey, Log, LogConfig, ManualClock, NewEvent, Position, ReadRequest, StorageError, SystemClock,
     TopicSpec,

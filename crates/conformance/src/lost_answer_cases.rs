@@ -15,11 +15,11 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use bytes::Bytes;
 use sluice_core::groups::{Groups, PollAnswer, PollRequest, SeekTarget};
-use sluice_core::janitor::{Janitor, JanitorConfig, STEP_BUDGET};
 use sluice_core::layout::{self, ObjectRecord};
+use sluice_core::ports::objects::ObjectInfo;
+use sluice_core::ports::state::{Item, Key, Page, Query, StateStore, WriteOp};
 use sluice_core::queues::{Queues, ReceiptError, StartAt, SubscriptionSpec};
-use sluice_core::storage::ObjectInfo;
-use sluice_core::store::{Item, Key, Page, Query, StateStore, WriteOp};
+use sluice_core::upkeep::{Janitor, JanitorConfig, STEP_BUDGET};
 use sluice_core::{
     BlobRef, Clock, Error, IdempotencyKey, Log, LogConfig, ManualClock, NewEvent, ObjectStore, Position, ReadRequest,
     StorageError, SystemClock, TopicSpec,

@@ -1324,8 +1324,8 @@ pub async fn given_long_poll_when_a_delayed_message_comes_due_then_it_returns_th
 pub async fn given_a_deleted_subscription_and_a_deleted_topic_then_the_janitor_removes_every_queue_item(
     backend: &dyn Backend,
 ) {
+    use sluice_core::ports::state::Query;
     use sluice_core::queues::{queue_collections, subscription_key, SubscriptionRecord};
-    use sluice_core::store::Query;
 
     let (clock, log, queues) = manual(backend).await;
     let topic = new_topic(&log, "purged", 2).await;
@@ -1371,7 +1371,7 @@ pub async fn given_a_deleted_subscription_and_a_deleted_topic_then_the_janitor_r
             .await,
         Err(Error::SubscriptionNotFound { .. })
     ));
-    let deleted_order = sluice_core::store::Key::new(crate::SUB_PURGE_PK, format!("{:016x}", ids[0]));
+    let deleted_order = sluice_core::ports::state::Key::new(crate::SUB_PURGE_PK, format!("{:016x}", ids[0]));
     assert!(store.get(&deleted_order).await.unwrap().is_some(), "the delete filed a purge order where OwnPurges looks");
     log.delete_topic(&topic).await.unwrap();
     // This case's orders only: on a shared backend other cases' janitors work on every order
@@ -1416,19 +1416,19 @@ struct FaultyQueueStore {
 impl sluice_core::StateStore for FaultyQueueStore {
     async fn get(
         &self,
-        key: &sluice_core::store::Key,
-    ) -> Result<Option<sluice_core::store::Item>, sluice_core::StorageError> {
+        key: &sluice_core::ports::state::Key,
+    ) -> Result<Option<sluice_core::ports::state::Item>, sluice_core::StorageError> {
         self.inner.get(key).await
     }
 
     async fn query(
         &self,
-        query: &sluice_core::store::Query,
-    ) -> Result<sluice_core::store::Page, sluice_core::StorageError> {
+        query: &sluice_core::ports::state::Query,
+    ) -> Result<sluice_core::ports::state::Page, sluice_core::StorageError> {
         self.inner.query(query).await
     }
 
-    async fn write(&self, ops: Vec<sluice_core::store::WriteOp>) -> Result<(), sluice_core::StorageError> {
+    async fn write(&self, ops: Vec<sluice_core::ports::state::WriteOp>) -> Result<(), sluice_core::StorageError> {
         let queue_write = ops.iter().any(|op| op.key().pk.starts_with("q#"));
         let fault = if queue_write { self.faults.lock().unwrap().pop_front() } else { None };
         let lost = || sluice_core::StorageError::Unavailable { message: "injected: answer lost".into(), source: None };
@@ -1442,7 +1442,7 @@ impl sluice_core::StateStore for FaultyQueueStore {
         }
     }
 
-    async fn delete_many(&self, keys: Vec<sluice_core::store::Key>) -> Result<(), sluice_core::StorageError> {
+    async fn delete_many(&self, keys: Vec<sluice_core::ports::state::Key>) -> Result<(), sluice_core::StorageError> {
         self.inner.delete_many(keys).await
     }
 

@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use sluice_core::janitor::JanitorConfig;
 use sluice_core::queues::{Queues, ReceiveRequest, StartAt, SubscriptionSpec};
+use sluice_core::upkeep::JanitorConfig;
 use sluice_core::{layout, Clock, Log, LogConfig, ManualClock, TopicSpec};
 
 use crate::faults::{Action, QueryAction, Scripted};
@@ -62,7 +62,7 @@ pub async fn given_retention_passing_a_receive_in_flight_then_it_answers_from_th
         let (store, config) = (log.store().clone(), config.clone());
         Box::pin(async move {
             let default_ms = JanitorConfig::default().default_retention_ms;
-            sluice_core::retention::retain(store.as_ref(), &config, 0, START_MS, default_ms).await.unwrap();
+            sluice_core::upkeep::retention::retain(store.as_ref(), &config, 0, START_MS, default_ms).await.unwrap();
         })
     };
     script.at_query(layout::segments_pk(config.id, 0), QueryAction::Before(rival));
@@ -132,8 +132,8 @@ pub async fn given_a_stale_delete_after_the_subscription_was_re_created_then_the
 /// A receive that read its subscription, then the subscription was deleted and purged before
 /// the receive wrote its first items: they must not be created, or nothing removes them.
 pub async fn given_a_receive_racing_its_subscriptions_purge_then_no_item_is_left_behind(backend: &dyn Backend) {
+    use sluice_core::ports::state::Query;
     use sluice_core::queues::{queue_collections, subscription_key, SubscriptionRecord};
-    use sluice_core::store::Query;
 
     let (clock, log, queues) = manual(backend).await;
     let topic = new_topic(&log, "purge-race", 1).await;

@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use sluice_core::janitor::{Janitor, JanitorConfig, STEP_BUDGET};
 use sluice_core::layout;
-use sluice_core::storage::ObjectInfo;
-use sluice_core::store::{Item, Key, Page, Query, StateStore, WriteOp};
+use sluice_core::ports::objects::ObjectInfo;
+use sluice_core::ports::state::{Item, Key, Page, Query, StateStore, WriteOp};
+use sluice_core::upkeep::{Janitor, JanitorConfig, STEP_BUDGET};
 use sluice_core::{
     BlobRef, Clock, Error, Log, LogConfig, ManualClock, NewEvent, ObjectStore, ReadRequest, StorageError, SystemClock,
     TopicSpec,
@@ -317,7 +317,7 @@ pub async fn given_readers_replaying_during_compaction_and_retention_then_no_err
     }
     let config = JanitorConfig { grace_ms: 0, compaction_target_bytes: 16 << 10, ..JanitorConfig::default() };
     let janitor = janitor(&stores, &clock, config);
-    let mut upkeep = sluice_core::janitor::UpkeepReport::default();
+    let mut upkeep = sluice_core::upkeep::UpkeepReport::default();
     while !publisher.is_finished() {
         upkeep.add(&janitor.step(STEP_BUDGET).await.unwrap());
         tokio::task::yield_now().await;
@@ -515,7 +515,9 @@ pub async fn given_an_index_query_torn_by_a_swap_then_retention_stops_at_the_hol
     // A query that misses 1..=3, as one racing a compaction's swap on DynamoDB can.
     let torn = HookedStore::new(stores.0.clone());
     *torn.tear.lock().unwrap() = Some(Tear { pk: layout::segments_pk(config.id, 0), hide: 1..4, skip: 0 });
-    sluice_core::retention::retain(&torn, &config, 0, t0, JanitorConfig::default().default_retention_ms).await.unwrap();
+    sluice_core::upkeep::retention::retain(&torn, &config, 0, t0, JanitorConfig::default().default_retention_ms)
+        .await
+        .unwrap();
     let (_, states) = log.describe_topic(&topic).await.unwrap();
     assert_eq!(states[0].log_start_offset, 1, "only the old segment before the hole goes");
     let kept: Vec<u64> = replay(&log, &topic, 0, 1).await.unwrap().into_iter().map(|(o, _)| o).collect();
@@ -605,21 +607,21 @@ pub async fn given_a_topic_purged_during_a_janitor_pass_then_the_pass_leaves_non
         Box::pin(async move {
             log.delete_topic(&topic).await.unwrap();
             for _ in 0..100 {
-                if !sluice_core::janitor::step(store.as_ref(), STEP_BUDGET, t0).await.unwrap().more {
+                if !sluice_core::upkeep::step(store.as_ref(), STEP_BUDGET, t0).await.unwrap().more {
                     break;
                 }
             }
         })
     };
-    let cursors = sluice_core::timeindex::cursors_pk(config.id);
+    let cursors = sluice_core::log::timeindex::cursors_pk(config.id);
     script.at(move |ops| ops.iter().any(|op| op.key().pk == cursors), Action::Before(rival));
     let config_small = JanitorConfig { compaction_target_bytes: 2 << 10, grace_ms: 0, ..retention_only() };
     let racing = Janitor::new(script.clone(), stores.1.clone(), clock.clone(), config_small);
     racing.run(STEP_BUDGET).await.unwrap();
     assert_eq!(script.pending(), 0, "the purge ran during the pass");
     let store = stores.0.clone();
-    let cursors = store.query(&Query::all(sluice_core::timeindex::cursors_pk(config.id), 10)).await.unwrap();
-    let entries = store.query(&Query::all(sluice_core::timeindex::entries_pk(config.id, 0), 10)).await.unwrap();
+    let cursors = store.query(&Query::all(sluice_core::log::timeindex::cursors_pk(config.id), 10)).await.unwrap();
+    let entries = store.query(&Query::all(sluice_core::log::timeindex::entries_pk(config.id, 0), 10)).await.unwrap();
     assert!(cursors.items.is_empty() && entries.items.is_empty(), "time index items of a purged topic were re-created");
     assert!(store.get(&layout::upkeep_record_key(config.id)).await.unwrap().is_none(), "upkeep record re-created");
 }

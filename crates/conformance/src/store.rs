@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use sluice_core::store::{Expect, Item, Key, Page, Query, StateStore, WriteOp, MAX_WRITE_OPS};
+use sluice_core::ports::state::{Expect, Item, Key, Page, Query, StateStore, WriteOp, MAX_WRITE_OPS};
 use sluice_core::{Clock, ManualClock, StorageError, SystemClock};
 
 use crate::{unique_topic, Backend};

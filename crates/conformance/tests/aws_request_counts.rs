@@ -13,7 +13,8 @@ use sluice_aws::{DynamoStateStore, S3ObjectStore};
 use sluice_conformance::moto::{adapters, moto};
 use sluice_conformance::unique_topic;
 use sluice_core::groups::{CommitOffset, Groups, PollRequest, ResetPolicy};
-use sluice_core::{janitor, Clock, IdempotencyKey, Log, LogConfig, NewEvent, ReadRequest, SystemClock, TopicSpec};
+use sluice_core::upkeep;
+use sluice_core::{Clock, IdempotencyKey, Log, LogConfig, NewEvent, ReadRequest, SystemClock, TopicSpec};
 
 type Counts = BTreeMap<&'static str, u64>;
 
@@ -254,9 +255,8 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
     per_request("delete topic", &delete, 1);
     assert_eq!(delete, Counts::from([("dynamodb:GetItem", 1), ("dynamodb:TransactWriteItems", 1)]));
 
-    let (_, purge) = counted!(state, objects, {
-        while janitor::step(state.as_ref(), janitor::STEP_BUDGET, 0).await.unwrap().more {}
-    });
+    let (_, purge) =
+        counted!(state, objects, { while upkeep::step(state.as_ref(), upkeep::STEP_BUDGET, 0).await.unwrap().more {} });
     per_request("janitor: purge the deleted topic (~560 index items)", &purge, 1);
     assert!(purge.contains_key("dynamodb:BatchWriteItem"), "{purge:?}");
 }
@@ -350,9 +350,8 @@ async fn queue_requests_per_receive_and_ack_are_what_the_cost_model_says() {
     let (_, delete) = counted!(state, objects, queues.delete(&topic, "dying").await.unwrap());
     per_request("delete subscription", &delete, 1);
     assert_eq!(delete.get("dynamodb:TransactWriteItems"), Some(&1), "one write: {delete:?}");
-    let (_, purge) = counted!(state, objects, {
-        while janitor::step(state.as_ref(), janitor::STEP_BUDGET, 0).await.unwrap().more {}
-    });
+    let (_, purge) =
+        counted!(state, objects, { while upkeep::step(state.as_ref(), upkeep::STEP_BUDGET, 0).await.unwrap().more {} });
     per_request("janitor: purge the deleted subscription (8 partitions)", &purge, 1);
 
     // Drain, then an empty receive reads and writes nothing.
@@ -378,7 +377,7 @@ async fn queue_requests_per_receive_and_ack_are_what_the_cost_model_says() {
 /// before and after, retention, and an idle run over every partition (docs/AWS.md's upkeep rows).
 #[tokio::test]
 async fn upkeep_requests_are_what_the_cost_model_says() {
-    use sluice_core::janitor::{Janitor, JanitorConfig};
+    use sluice_core::upkeep::{Janitor, JanitorConfig};
     let _serial = ONE_AT_A_TIME.lock().await;
     let (state, objects, log) = counted_log().await;
     let janitor = Janitor::new(
@@ -388,7 +387,7 @@ async fn upkeep_requests_are_what_the_cost_model_says() {
         JanitorConfig { grace_ms: 0, ..JanitorConfig::default() },
     );
     // Settle what other tests left (deleted topics, free objects), so each count below is its own.
-    janitor.run(janitor::STEP_BUDGET).await.unwrap();
+    janitor.run(upkeep::STEP_BUDGET).await.unwrap();
     let topic = unique_topic("upkeep");
     log.create_topic(&topic, TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None }).await.unwrap();
     const SINGLES: usize = 320;
@@ -413,7 +412,7 @@ async fn upkeep_requests_are_what_the_cost_model_says() {
     per_request(&format!("replay {SINGLES} 1 KiB events stored one per segment"), &before, 1);
     assert_eq!(before.get("s3:GetObject"), Some(&(SINGLES as u64)));
 
-    let (report, compaction) = counted!(state, objects, janitor.run(janitor::STEP_BUDGET).await.unwrap());
+    let (report, compaction) = counted!(state, objects, janitor.run(upkeep::STEP_BUDGET).await.unwrap());
     per_request(
         &format!(
             "janitor: compact {} of {SINGLES} one-event segments into 1 ({} merges; old objects collected)",
@@ -440,7 +439,7 @@ async fn upkeep_requests_are_what_the_cost_model_says() {
 
     // An idle run: nothing to expire, merge or collect; it still looks at every partition.
     let partitions: u32 = log.list_topics().await.unwrap().iter().map(|t| t.spec.partitions).sum();
-    let (_, idle) = counted!(state, objects, janitor.run(janitor::STEP_BUDGET).await.unwrap());
+    let (_, idle) = counted!(state, objects, janitor.run(upkeep::STEP_BUDGET).await.unwrap());
     per_request(&format!("janitor: idle run over {partitions} partitions"), &idle, 1);
     assert!(!idle.contains_key("dynamodb:TransactWriteItems") && !idle.contains_key("s3:DeleteObject"), "{idle:?}");
 
@@ -451,7 +450,7 @@ async fn upkeep_requests_are_what_the_cost_model_says() {
     for b in 0..4 {
         log.publish(&bounded, (0..100).map(|i| kib_event(b * 100 + i, false)).collect(), None).await.unwrap();
     }
-    let (report, retention) = counted!(state, objects, janitor.run(janitor::STEP_BUDGET).await.unwrap());
+    let (report, retention) = counted!(state, objects, janitor.run(upkeep::STEP_BUDGET).await.unwrap());
     per_request(
         &format!("janitor: retention drops {} of 4 segments of 100 KiB (objects collected)", report.segments_expired),
         &retention,

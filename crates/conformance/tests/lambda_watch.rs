@@ -16,7 +16,7 @@ use sluice_api::Config;
 use sluice_conformance::moto::{adapters, moto, workspace_root};
 use sluice_conformance::unique_topic;
 use sluice_core::layout;
-use sluice_core::store::StateStore;
+use sluice_core::ports::state::StateStore;
 use sluice_core::SystemClock;
 
 /// How long `cargo lambda watch` may take to build the functions on first use.

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use sluice_aws::DynamoStateStore;
 use sluice_conformance::moto::adapters;
 use sluice_conformance::unique_topic;
-use sluice_core::store::{Expect, Key, Query, StateStore, WriteOp};
+use sluice_core::ports::state::{Expect, Key, Query, StateStore, WriteOp};
 use sluice_core::{StorageError, SystemClock};
 
 async fn moto() -> sluice_conformance::moto::MotoBackend {

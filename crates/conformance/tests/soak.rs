@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use sluice_core::janitor::{Janitor, JanitorConfig, UpkeepReport, STEP_BUDGET};
+use sluice_core::upkeep::{Janitor, JanitorConfig, UpkeepReport, STEP_BUDGET};
 use sluice_core::{Clock, Log, LogConfig, ManualClock, NewEvent, SystemClock, TopicSpec};
 
 const PARTITIONS: u32 = 4;

@@ -1,6 +1,6 @@
 //! The domain's errors: what went wrong, never which backend failed.
 
-use crate::storage::StorageError;
+use crate::ports::objects::StorageError;
 
 /// Everything the log can refuse or fail with.
 #[derive(Debug, thiserror::Error)]

@@ -1,4 +1,4 @@
-//! Where the log keeps its state in the [`StateStore`](crate::store::StateStore),
+//! Where the log keeps its state in the [`StateStore`](crate::ports::state::StateStore),
 //! and the records it keeps there. Everything of a topic is keyed by its id, never
 //! its name, so a topic re-created under an old name shares nothing with its
 //! predecessor, whatever a stale process still has cached.
@@ -24,7 +24,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{PartitionState, Position, TopicConfig, TopicSpec};
-use crate::store::Key;
+use crate::ports::state::Key;
 use crate::StorageError;
 
 /// Collections a topic's idempotency records are spread over.
@@ -256,8 +256,11 @@ pub fn topic_key(name: &str) -> Key {
 }
 
 /// A write's condition that `topic` is still the live topic of its name, as read.
-pub fn topic_check(topic: &TopicConfig) -> crate::store::WriteOp {
-    crate::store::WriteOp::Check { key: topic_key(&topic.name), expect: crate::store::Expect::Version(topic.version) }
+pub fn topic_check(topic: &TopicConfig) -> crate::ports::state::WriteOp {
+    crate::ports::state::WriteOp::Check {
+        key: topic_key(&topic.name),
+        expect: crate::ports::state::Expect::Version(topic.version),
+    }
 }
 
 pub fn topics_pk() -> &'static str {

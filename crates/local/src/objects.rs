@@ -23,7 +23,7 @@ use std::time::UNIX_EPOCH;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use sluice_core::storage::{BlobRef, ObjectInfo};
+use sluice_core::ports::objects::{BlobRef, ObjectInfo};
 use sluice_core::{ObjectStore, StorageError};
 
 use crate::blobfs::{create_dir_durably, BlobFs, OsFs};

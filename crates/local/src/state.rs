@@ -27,7 +27,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, Row, Transaction, TransactionBehavior};
-use sluice_core::store::{Expect, Item, Key, Page, Query, StateStore, WriteOp};
+use sluice_core::ports::state::{Expect, Item, Key, Page, Query, StateStore, WriteOp};
 use sluice_core::{Clock, StorageError};
 use tokio::sync::oneshot;
 
@@ -353,7 +353,7 @@ impl StateStore for SqliteStateStore {
 
     #[tracing::instrument(skip_all, fields(ops = ops.len()))]
     async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
-        sluice_core::store::validate(&ops)?;
+        sluice_core::ports::state::validate(&ops)?;
         if ops.is_empty() {
             return Ok(());
         }

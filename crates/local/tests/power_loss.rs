@@ -45,7 +45,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use sluice_core::store::{Item, Key, Page, Query, StateStore, WriteOp};
+use sluice_core::ports::state::{Item, Key, Page, Query, StateStore, WriteOp};
 use sluice_core::{Clock, Log, LogConfig, NewEvent, ObjectStore, ReadRequest, StorageError, SystemClock, TopicSpec};
 use sluice_local::{BlobFs, OsFs, SqliteStateStore};
 

@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use sluice_core::storage::ObjectInfo;
-use sluice_core::store::{Item, Key, Page, Query, StateStore, WriteOp};
+use sluice_core::ports::objects::ObjectInfo;
+use sluice_core::ports::state::{Item, Key, Page, Query, StateStore, WriteOp};
 use sluice_core::{BlobRef, ObjectStore, StorageError};
 
 use crate::rng::Rng;
@@ -234,7 +234,7 @@ impl StateStore for FaultyStore {
     }
 
     async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
-        sluice_core::store::validate(&ops)?;
+        sluice_core::ports::state::validate(&ops)?;
         if self.chaos.verbose() {
             let detail: Vec<String> = ops
                 .iter()

@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use sluice_core::storage::ObjectInfo;
-use sluice_core::store::{validate, Expect, Item, Key, Page, Query, StateStore, WriteOp};
+use sluice_core::ports::objects::ObjectInfo;
+use sluice_core::ports::state::{validate, Expect, Item, Key, Page, Query, StateStore, WriteOp};
 use sluice_core::{BlobRef, Clock, ObjectStore, StorageError};
 
 #[derive(Debug, Clone)]

@@ -22,14 +22,14 @@ use bytes::Bytes;
 use sluice_core::groups::{
     CommitOffset, GroupDescription, Groups, PollAnswer, PollRequest, ResetPolicy, SeekTarget, TopicPartition,
 };
-use sluice_core::janitor::{Janitor, JanitorConfig, UpkeepReport};
 use sluice_core::layout::{self, HeadRecord, SegmentRecord, TopicRecord};
+use sluice_core::ports::state::StateStore;
 use sluice_core::queues::{
     Backoff, DeadLetterPage, Message, Ordering as KeyOrdering, Queues, ReceiptError, ReceiveRequest, StartAt,
     Subscription, SubscriptionDescription, SubscriptionRecord, SubscriptionSpec, VisibilityResult,
 };
 use sluice_core::segment::{decode_segment, Record};
-use sluice_core::store::StateStore;
+use sluice_core::upkeep::{Janitor, JanitorConfig, UpkeepReport};
 use sluice_core::{
     Clock, Error, IdempotencyKey, Log, LogConfig, NewEvent, ObjectStore, OffsetQuery, Position, ReadBatch, ReadRequest,
     SeededRandom, StorageError, TopicConfig, TopicSpec,

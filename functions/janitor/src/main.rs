@@ -11,7 +11,7 @@ use lambda_runtime::{run, service_fn, tracing, Error, LambdaEvent};
 use serde::Serialize;
 use serde_json::Value;
 use sluice_api::Config;
-use sluice_core::janitor::{Janitor, UpkeepReport, STEP_BUDGET};
+use sluice_core::upkeep::{Janitor, UpkeepReport, STEP_BUDGET};
 use sluice_core::Log;
 
 /// Time kept back from the invocation's deadline for the report.

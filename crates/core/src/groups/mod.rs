@@ -38,15 +38,18 @@
 //! finds expired groups with one query, and deletes their offsets in writes that
 //! check the activity item: a member joining meanwhile makes them fail.
 
+mod compact;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
 use crate::layout::{self, HeadRecord};
+use crate::log::topics;
 use crate::log::Log;
 use crate::model::{Event, OffsetQuery, TopicConfig};
-use crate::store::{Expect, Key, Query, StateStore, WriteOp, MAX_WRITE_OPS};
-use crate::{names, topics, Error, StorageError};
+use crate::ports::state::{Expect, Key, Query, StateStore, WriteOp, MAX_WRITE_OPS};
+use crate::{names, Error, StorageError};
 
 /// Kafka's bounds for a session timeout, and KIP-848's default.
 pub const MIN_SESSION_TIMEOUT_MS: u64 = 6_000;
@@ -212,13 +215,13 @@ pub struct RegistryRecord {
 pub struct GroupRecord {
     pub generation: u64,
     /// Each member's assigned partitions.
-    #[serde(with = "crate::compact::assignment")]
+    #[serde(with = "crate::groups::compact::assignment")]
     pub members: BTreeMap<String, Vec<TopicPartition>>,
     /// The ids of the topics the assignment was made for (a re-created topic forces a new one).
     pub topics: BTreeMap<String, u64>,
     /// Per partition (`topic#partition`): the group version from which fetch positions
     /// recorded for it are trusted (when it changed hands, or was last seeked).
-    #[serde(with = "crate::compact::by_partition")]
+    #[serde(with = "crate::groups::compact::by_partition")]
     pub since: BTreeMap<String, u64>,
 }
 
@@ -228,7 +231,7 @@ pub struct MemberRecord {
     pub topics: Vec<String>,
     pub session_timeout_ms: u64,
     /// Per partition (`topic#partition`): the next offset to fetch.
-    #[serde(with = "crate::compact::by_partition")]
+    #[serde(with = "crate::groups::compact::by_partition")]
     pub positions: BTreeMap<String, u64>,
     /// The group version the positions were recorded at.
     pub positions_version: u64,
@@ -296,7 +299,7 @@ fn offsets_pk(group: &str) -> String {
     format!("goff#{group}")
 }
 
-use crate::compact::tp_key;
+use crate::groups::compact::tp_key;
 
 fn offset_key(group: &str, topic: &str, partition: u32) -> Key {
     Key::new(offsets_pk(group), tp_key(topic, partition))

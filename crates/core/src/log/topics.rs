@@ -3,7 +3,7 @@
 
 use crate::layout::{self, HeadRecord, PurgeRecord, TopicRecord};
 use crate::model::{PartitionState, TopicConfig, TopicSpec};
-use crate::store::{Expect, Query, StateStore, WriteOp};
+use crate::ports::state::{Expect, Query, StateStore, WriteOp};
 use crate::{Error, StorageError};
 
 /// Items read per query when walking a collection.

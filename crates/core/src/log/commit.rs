@@ -23,11 +23,13 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::layout::{self, HeadRecord, IdempotencyRecord, ObjectRecord, SegmentRecord, IDEMPOTENCY_TTL_MS};
+use crate::log::topics;
 use crate::model::{IdempotencyKey, Position, TopicConfig};
+use crate::ports::objects::{BlobRef, ObjectStore, StorageError};
+use crate::ports::state::{Expect, StateStore, WriteOp, MAX_WRITE_OPS};
+use crate::retry::Backoff;
 use crate::segment::{encode_segment, Record};
-use crate::storage::{BlobRef, ObjectStore, StorageError};
-use crate::store::{Expect, StateStore, WriteOp, MAX_WRITE_OPS};
-use crate::{topics, Clock, Error, Random};
+use crate::{Clock, Error, Random};
 
 /// A group stops growing at this many bytes or requests.
 const MAX_GROUP_BYTES: usize = 16 << 20;
@@ -354,7 +356,7 @@ impl Committer {
                 Err(e) => return Err(e.into()),
             };
             if retry {
-                self.clock.sleep(backoff(attempt, self.random.as_ref())).await;
+                self.clock.sleep(Backoff::CONTENTION.wait_ms(attempt, self.random.next_u64())).await;
             }
         }
         Err(StorageError::Throttled { message: "too many concurrent commits to one partition".into(), source: None }
@@ -613,12 +615,6 @@ fn positions(layout: &Layout, bases: &[u64]) -> Vec<Vec<Position>> {
                 .collect()
         })
         .collect()
-}
-
-/// Full jitter: a uniform wait, in milliseconds, up to an exponentially growing, capped ceiling.
-pub(crate) fn backoff(attempt: u32, random: &dyn Random) -> u64 {
-    let ceiling = (2u64 << attempt.min(9)).min(1000);
-    random.next_u64() % (ceiling + 1)
 }
 
 /// Stage one: takes every publish waiting at that moment as one group and writes its blob.

@@ -2,21 +2,26 @@
 //! topics and subscriptions and expired records; a [`Janitor`] step does that,
 //! then applies retention and compaction to every partition of every topic (a
 //! pass that resumes where the last step stopped), then runs the collector
-//! ([`crate::gc`]). The janitor Lambda function runs steps on a schedule; `serve`
+//! ([`crate::upkeep::collect`]). The janitor Lambda function runs steps on a schedule; `serve`
 //! runs them in a background task. Each step is bounded and keeps its progress in
 //! the store, so a step cut short (a timeout, a crash) is continued by the next.
+
+pub mod collect;
+pub mod compaction;
+pub mod retention;
 
 use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::compaction::compact;
 use crate::layout::{self, Cursor, PurgeRecord, UpkeepRecord, IDEMPOTENCY_SHARDS};
 use crate::log::decode_segments;
-use crate::retention::{remove_segments, retain, SEGMENTS_PER_WRITE};
-use crate::storage::ObjectStore;
-use crate::store::{Expect, Key, Query, StateStore, WriteOp};
-use crate::{gc, topics, Clock, StorageError, TopicConfig};
+use crate::log::topics;
+use crate::ports::objects::ObjectStore;
+use crate::ports::state::{Expect, Key, Query, StateStore, WriteOp};
+use crate::upkeep::compaction::compact;
+use crate::upkeep::retention::{remove_segments, retain, SEGMENTS_PER_WRITE};
+use crate::{Clock, StorageError, TopicConfig};
 
 /// Purge orders looked at per step.
 const ORDERS_PER_STEP: usize = 16;
@@ -77,8 +82,9 @@ pub async fn step(store: &dyn StateStore, budget: usize, now_ms: i64) -> Result<
         if crate::queues::purge_topic_subscriptions(store, id, order.partitions).await? > 0 {
             report.more = true;
         }
-        let mut rest = vec![layout::heads_pk(id), layout::upkeep_record_key(id).pk, crate::timeindex::cursors_pk(id)];
-        rest.extend((0..order.partitions).map(|p| crate::timeindex::entries_pk(id, p)));
+        let mut rest =
+            vec![layout::heads_pk(id), layout::upkeep_record_key(id).pk, crate::log::timeindex::cursors_pk(id)];
+        rest.extend((0..order.partitions).map(|p| crate::log::timeindex::entries_pk(id, p)));
         rest.extend((0..IDEMPOTENCY_SHARDS).map(|shard| layout::idempotency_pk_shard(id, shard)));
         for pk in rest {
             let (deleted, emptied) = drain(store, &pk, left).await?;
@@ -225,7 +231,7 @@ pub struct UpkeepReport {
     /// Items of consumer groups whose offsets expired.
     pub group_items_expired: usize,
     #[serde(flatten)]
-    pub gc: gc::GcReport,
+    pub gc: collect::GcReport,
     /// Some partition had more to expire or merge than one step does.
     #[serde(skip)]
     pub partitions_left: bool,
@@ -314,7 +320,7 @@ impl Janitor {
             Err(e) => tracing::warn!(error = %e, "group offsets expiry failed"),
         }
         let pass_done = self.pass(&mut report, now, pass).await?;
-        match gc::step(store, self.objects.as_ref(), self.clock.now_ms(), self.config.grace_ms, budget).await {
+        match collect::step(store, self.objects.as_ref(), self.clock.now_ms(), self.config.grace_ms, budget).await {
             Ok(gc) => report.gc = gc,
             Err(e) => tracing::warn!(error = %e, "collector step failed"),
         }
@@ -413,7 +419,7 @@ impl Janitor {
             }
         }
         if trimmed {
-            crate::timeindex::trim(store, topic.id, partition, log_start).await?;
+            crate::log::timeindex::trim(store, topic.id, partition, log_start).await?;
         }
         report.partitions_left |= left;
         left = true;
@@ -430,7 +436,7 @@ impl Janitor {
         report.partitions_left |= left;
         // Settled segments (compaction will not merge them again) join the time index.
         let settled = self.config.compaction_target_bytes / 2;
-        crate::timeindex::extend(store, topic, partition, log_start, settled).await?;
+        crate::log::timeindex::extend(store, topic, partition, log_start, settled).await?;
         Ok(())
     }
 

@@ -11,12 +11,13 @@
 
 use std::collections::BTreeMap;
 
-use crate::gc::{object_ops, ObjectChanges};
 use crate::layout;
+use crate::log::topics;
 use crate::log::{decode_segments, Segment};
 use crate::model::TopicConfig;
-use crate::store::{Expect, Query, StateStore, WriteOp, MAX_WRITE_OPS};
-use crate::{topics, StorageError};
+use crate::ports::state::{Expect, Query, StateStore, WriteOp, MAX_WRITE_OPS};
+use crate::upkeep::collect::{object_ops, ObjectChanges};
+use crate::StorageError;
 
 /// Index items read per retention step of a partition.
 const PAGE: usize = 100;

@@ -1,5 +1,5 @@
 //! The blob store trait, and the storage errors every adapter speaks. The state
-//! store, the other half of a backend, is in [`crate::store`].
+//! store, the other half of a backend, is in [`crate::ports::state`].
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -18,7 +18,7 @@ pub enum StorageError {
     NotFound(String),
     #[error("corrupt: {0}")]
     Corrupt(String),
-    /// The condition of operation `op` of a [`crate::store::StateStore::write`] did not hold; nothing was written.
+    /// The condition of operation `op` of a [`crate::ports::state::StateStore::write`] did not hold; nothing was written.
     #[error("condition failed on write operation {op}")]
     ConditionFailed { op: usize },
     /// The store refused a malformed request (a caller's bug, e.g. two operations on one key).
@@ -69,7 +69,7 @@ pub struct ObjectInfo {
 
 /// Immutable blobs: S3 objects, or byte ranges of local files.
 ///
-/// Objects are removed only by the collector ([`crate::gc`]), which first dooms an object in
+/// Objects are removed only by the collector ([`crate::upkeep::collect`]), which first dooms an object in
 /// the state store so that no commit can index a blob in it afterwards; see docs/DESIGN.md.
 #[async_trait]
 pub trait ObjectStore: Send + Sync + 'static {

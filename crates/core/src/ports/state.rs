@@ -19,7 +19,7 @@
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use crate::storage::StorageError;
+use crate::ports::objects::StorageError;
 
 /// Most operations in one [`StateStore::write`] (DynamoDB's transaction limit;
 /// SQLite enforces the same, so both backends refuse and split alike).

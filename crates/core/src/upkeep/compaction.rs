@@ -17,14 +17,15 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
-use crate::gc::{object_ops, ObjectChanges};
 use crate::layout::{self, SegmentRecord};
+use crate::log::topics;
 use crate::log::{decode_segments, segment_records, Segment};
 use crate::model::TopicConfig;
+use crate::ports::objects::ObjectStore;
+use crate::ports::state::{Expect, Query, StateStore, WriteOp, MAX_WRITE_OPS};
 use crate::segment::{encode_segment, Record};
-use crate::storage::ObjectStore;
-use crate::store::{Expect, Query, StateStore, WriteOp, MAX_WRITE_OPS};
-use crate::{topics, StorageError};
+use crate::upkeep::collect::{object_ops, ObjectChanges};
+use crate::StorageError;
 
 /// Bytes of one part of a merged segment: the unit a reader fetches.
 pub const PART_BYTES: usize = 256 << 10;

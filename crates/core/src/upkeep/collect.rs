@@ -19,8 +19,8 @@
 use std::collections::BTreeMap;
 
 use crate::layout::{self, Cursor, FreeRecord, ObjectRecord, DOOMED_TTL_MS, FREE_SHARDS};
-use crate::storage::ObjectStore;
-use crate::store::{Expect, Query, StateStore, WriteOp};
+use crate::ports::objects::ObjectStore;
+use crate::ports::state::{Expect, Query, StateStore, WriteOp};
 use crate::StorageError;
 
 /// Objects looked at per listing request.
@@ -170,7 +170,7 @@ async fn collect(
 async fn orphan(
     store: &dyn StateStore,
     objects: &dyn ObjectStore,
-    info: &crate::storage::ObjectInfo,
+    info: &crate::ports::objects::ObjectInfo,
     now_ms: i64,
 ) -> Result<bool, StorageError> {
     let key = layout::object_key(&info.name);

@@ -254,10 +254,11 @@ use base64::Engine;
 use sha2::{Digest, Sha256};
 
 use crate::layout::{self, HeadRecord};
+use crate::log::topics;
 use crate::log::{rendered_size, Log};
 use crate::model::{OffsetQuery, TopicConfig};
-use crate::store::{Expect, Key, Query, StateStore, WriteOp, MAX_WRITE_OPS};
-use crate::{names, topics, Error, StorageError};
+use crate::ports::state::{Expect, Key, Query, StateStore, WriteOp, MAX_WRITE_OPS};
+use crate::{names, Error, StorageError};
 
 /// Conditional writes lost to concurrent receivers before a request gives up on a partition.
 const MAX_ATTEMPTS: usize = 16;
@@ -1410,7 +1411,10 @@ impl Queues {
         match e {
             StorageError::ConditionFailed { .. } => Ok(()),
             StorageError::Throttled { .. } if *attempt < MAX_ATTEMPTS => {
-                self.log.clock().sleep(crate::commit::backoff(*attempt as u32, self.log.random().as_ref())).await;
+                self.log
+                    .clock()
+                    .sleep(crate::retry::Backoff::CONTENTION.wait_ms(*attempt as u32, self.log.random().next_u64()))
+                    .await;
                 Ok(())
             }
             e => Err(e.into()),
@@ -2072,7 +2076,7 @@ pub(crate) async fn purge_step(store: &dyn StateStore, budget: usize) -> Result<
         let partitions = order.partitions;
         let done: fn(&mut SubPurgeRecord) -> &mut u32 = |o| &mut o.done_partitions;
         let pks = |p| queue_collections(id, p).to_vec();
-        let (n, finished) = crate::janitor::drain_partitions(
+        let (n, finished) = crate::upkeep::drain_partitions(
             store,
             &item.key,
             &mut version,

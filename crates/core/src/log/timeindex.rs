@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::layout;
 use crate::log::segments_from;
-use crate::store::{Expect, Key, Query, StateStore, WriteOp};
+use crate::ports::state::{Expect, Key, Query, StateStore, WriteOp};
 use crate::{StorageError, TopicConfig};
 
 /// Segments indexed per write, entries looked at per page.

@@ -1,6 +1,10 @@
 //! The log: topics, publish and replay, over an [`ObjectStore`] for segment
 //! bytes and a [`StateStore`] for everything else (see [`crate::layout`]).
 
+pub(crate) mod commit;
+pub mod timeindex;
+pub(crate) mod topics;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -9,16 +13,16 @@ use std::time::Duration;
 use futures_util::{stream, StreamExt, TryStreamExt};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::commit::{Committer, Pending, MAX_IDEMPOTENT_PARTITIONS};
 use crate::layout::{self, HeadRecord, IdempotencyRecord, SegmentRecord};
+use crate::log::commit::{Committer, Pending, MAX_IDEMPOTENT_PARTITIONS};
 use crate::model::{
     Event, IdempotencyKey, Limits, NewEvent, OffsetQuery, PartitionState, Position, ReadBatch, TopicConfig, TopicSpec,
 };
 use crate::partitioner::partition_for_key;
+use crate::ports::objects::{ObjectStore, StorageError};
+use crate::ports::state::{Query, StateStore};
 use crate::segment::{decode_segment, Record};
-use crate::storage::{ObjectStore, StorageError};
-use crate::store::{Query, StateStore};
-use crate::{names, topics, Clock, Error, Random, SystemRandom};
+use crate::{names, Clock, Error, Random, SystemRandom};
 
 /// Segment index items read per query during a replay.
 const INDEX_PAGE: usize = 32;
@@ -666,8 +670,10 @@ impl Log {
         };
         // The time index says where to start (a segment reaching the time, or the end of what it
         // covers); the segments from there are walked to the first event at or after the time.
-        let from = match crate::timeindex::lookup(store, topic.id, partition, ts).await? {
-            crate::timeindex::Lookup::At(base) | crate::timeindex::Lookup::After(base) => base.max(head.start),
+        let from = match crate::log::timeindex::lookup(store, topic.id, partition, ts).await? {
+            crate::log::timeindex::Lookup::At(base) | crate::log::timeindex::Lookup::After(base) => {
+                base.max(head.start)
+            }
         };
         // Walked as a replay is: each page from the first offset not yet examined, with the
         // segment holding it (compaction may have merged it into one that starts earlier),
@@ -768,7 +774,7 @@ pub(crate) async fn segments_from(
     Ok(found)
 }
 
-pub(crate) fn decode_segments(items: Vec<crate::store::Item>) -> Result<Vec<Segment>, StorageError> {
+pub(crate) fn decode_segments(items: Vec<crate::ports::state::Item>) -> Result<Vec<Segment>, StorageError> {
     items
         .into_iter()
         .map(|i| {

@@ -1,0 +1,6 @@
+//! The two ports every backend implements: a transactional state store
+//! ([`state::StateStore`]) and a blob store ([`objects::ObjectStore`]), with
+//! the store helpers every capability shares.
+
+pub mod objects;
+pub mod state;
