@@ -48,7 +48,9 @@ async fn serve(addr: SocketAddr, config: Config) -> Result<(), Box<dyn std::erro
     tracing::info!(addr = %local, data_dir = %config.data_dir.display(), "sluice listening");
     // A plain line for people and for tests that start the server on port 0.
     println!("listening on http://{local}");
-    axum::serve(listener, sluice_api::router(log)).with_graceful_shutdown(shutdown()).await?;
+    axum::serve(listener, sluice_api::router(sluice_api::App::new(log, config.groups_config())))
+        .with_graceful_shutdown(shutdown())
+        .await?;
     tracing::info!("stopped");
     Ok(())
 }

@@ -11,7 +11,7 @@ use sluice_aws::AwsSettings;
 use sluice_core::upkeep::Janitor;
 use sluice_core::{Clock, Log, ObjectStore, StateStore, StorageError, SystemClock};
 
-use crate::Config;
+use crate::{App, Config};
 
 /// Where the data lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,6 +100,11 @@ pub async fn open_backend(config: &Config) -> Result<Log, OpenError> {
         }
     };
     Ok(Log::new(store, objects, clock, config.log_config(aws)))
+}
+
+/// Opens the backend the configuration selects and builds the handlers' [`App`] on it.
+pub async fn open(config: &Config) -> Result<App, OpenError> {
+    Ok(App::new(open_backend(config).await?, config.groups_config()))
 }
 
 /// The janitor of `log`'s backend. On the embedded backend it appends what it compacts to

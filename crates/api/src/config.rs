@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
+use sluice_core::groups::GroupsConfig;
 use sluice_core::upkeep::JanitorConfig;
 use sluice_core::{Limits, LogConfig};
 
@@ -85,13 +86,17 @@ impl Config {
         }
     }
 
+    /// The consumer groups' configuration.
+    pub fn groups_config(&self) -> GroupsConfig {
+        GroupsConfig { offsets_retention_ms: self.offsets_retention_ms }
+    }
+
     /// The log's configuration; `aws` says which backend it runs on (its default poll interval differs).
     pub fn log_config(&self, aws: bool) -> LogConfig {
         let default_poll = if aws { 500 } else { 50 };
         LogConfig {
             limits: self.limits(),
             poll_interval: Duration::from_millis(self.poll_interval_ms.unwrap_or(default_poll)),
-            offsets_retention_ms: self.offsets_retention_ms,
             ..LogConfig::default()
         }
     }

@@ -90,7 +90,12 @@ struct Seek {
     timestamp_ms: Option<i64>,
 }
 
-pub async fn poll(State(log): State<Log>, Path(group): Path<String>, body: Body) -> Result<Response, ApiError> {
+pub async fn poll(
+    State(log): State<Log>,
+    State(groups): State<Groups>,
+    Path(group): Path<String>,
+    body: Body,
+) -> Result<Response, ApiError> {
     let req: Poll = parse_json_owned(&read_body(body, MAX_BODY).await?)?;
     let limits = *log.limits();
     let max_events = req.max_events.unwrap_or(DEFAULT_MAX_EVENTS);
@@ -135,7 +140,7 @@ pub async fn poll(State(log): State<Log>, Path(group): Path<String>, body: Body)
         positions,
         instance_id: req.instance_id,
     };
-    let answer = Groups::new(log).poll(&request).await?;
+    let answer = groups.poll(&request).await?;
     Ok(([(header::CONTENT_TYPE, "application/json")], render(&answer)).into_response())
 }
 
@@ -170,24 +175,36 @@ fn render(answer: &PollAnswer) -> Vec<u8> {
     out
 }
 
-pub async fn commit(State(log): State<Log>, Path(group): Path<String>, body: Body) -> Result<StatusCode, ApiError> {
+pub async fn commit(
+    State(groups): State<Groups>,
+    Path(group): Path<String>,
+    body: Body,
+) -> Result<StatusCode, ApiError> {
     let req: Commit = parse_json_owned(&read_body(body, MAX_BODY).await?)?;
     let offsets: Vec<CommitOffset> = req
         .offsets
         .into_iter()
         .map(|o| CommitOffset { topic: o.topic, partition: o.partition, offset: o.offset, metadata: o.metadata })
         .collect();
-    Groups::new(log).commit(&group, &req.member_id, req.generation, &offsets).await?;
+    groups.commit(&group, &req.member_id, req.generation, &offsets).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-pub async fn leave(State(log): State<Log>, Path(group): Path<String>, body: Body) -> Result<StatusCode, ApiError> {
+pub async fn leave(
+    State(groups): State<Groups>,
+    Path(group): Path<String>,
+    body: Body,
+) -> Result<StatusCode, ApiError> {
     let req: Leave = parse_json_owned(&read_body(body, MAX_BODY).await?)?;
-    Groups::new(log).leave(&group, &req.member_id).await?;
+    groups.leave(&group, &req.member_id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-pub async fn seek(State(log): State<Log>, Path(group): Path<String>, body: Body) -> Result<Json<Value>, ApiError> {
+pub async fn seek(
+    State(groups): State<Groups>,
+    Path(group): Path<String>,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
     let req: Seek = parse_json_owned(&read_body(body, MAX_BODY).await?)?;
     let target = match (req.to.as_deref(), req.offset, req.timestamp_ms) {
         (Some("earliest"), None, None) => SeekTarget::Earliest,
@@ -201,7 +218,6 @@ pub async fn seek(State(log): State<Log>, Path(group): Path<String>, body: Body)
             ))
         }
     };
-    let groups = Groups::new(log);
     let topics = match req.topic {
         Some(t) => vec![t],
         None => {
@@ -223,13 +239,13 @@ pub async fn seek(State(log): State<Log>, Path(group): Path<String>, body: Body)
     Ok(Json(json!({ "offsets": moved })))
 }
 
-pub async fn list(State(log): State<Log>) -> Result<Json<Value>, ApiError> {
-    let names = Groups::new(log).list().await?;
+pub async fn list(State(groups): State<Groups>) -> Result<Json<Value>, ApiError> {
+    let names = groups.list().await?;
     Ok(Json(json!({ "groups": names })))
 }
 
-pub async fn describe(State(log): State<Log>, Path(group): Path<String>) -> Result<Json<Value>, ApiError> {
-    let d = Groups::new(log).describe(&group).await?;
+pub async fn describe(State(groups): State<Groups>, Path(group): Path<String>) -> Result<Json<Value>, ApiError> {
+    let d = groups.describe(&group).await?;
     let members: Vec<Value> = d
         .members
         .iter()
@@ -269,7 +285,7 @@ pub async fn describe(State(log): State<Log>, Path(group): Path<String>) -> Resu
     })))
 }
 
-pub async fn delete(State(log): State<Log>, Path(group): Path<String>) -> Result<StatusCode, ApiError> {
-    Groups::new(log).delete(&group).await?;
+pub async fn delete(State(groups): State<Groups>, Path(group): Path<String>) -> Result<StatusCode, ApiError> {
+    groups.delete(&group).await?;
     Ok(StatusCode::NO_CONTENT)
 }

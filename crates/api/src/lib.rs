@@ -16,12 +16,55 @@ mod topics;
 
 use std::sync::Arc;
 
+use axum::extract::FromRef;
 use axum::routing::{delete, get, post, put};
 use axum::Router;
-pub use backend::{janitor, open_backend, BackendChoice, IncompleteAwsConfig, OpenError};
+pub use backend::{janitor, open, open_backend, BackendChoice, IncompleteAwsConfig, OpenError};
 pub use config::Config;
 pub use error::ApiError;
+use sluice_core::groups::{Groups, GroupsConfig};
+use sluice_core::queues::Queues;
 use sluice_core::{Clock, Log, SystemClock};
+
+/// What the handlers work on, built once per process: the log, and the groups and
+/// queues over it (each keeps its config and per-process state). Cheap to clone.
+#[derive(Clone)]
+pub struct App {
+    pub log: Log,
+    pub groups: Groups,
+    pub queues: Queues,
+}
+
+impl App {
+    pub fn new(log: Log, groups: GroupsConfig) -> Self {
+        Self { groups: Groups::with_config(log.clone(), groups), queues: Queues::new(log.clone()), log }
+    }
+}
+
+/// An app with the default groups config (tests and tools).
+impl From<Log> for App {
+    fn from(log: Log) -> Self {
+        Self::new(log, GroupsConfig::default())
+    }
+}
+
+impl FromRef<App> for Log {
+    fn from_ref(app: &App) -> Log {
+        app.log.clone()
+    }
+}
+
+impl FromRef<App> for Groups {
+    fn from_ref(app: &App) -> Groups {
+        app.groups.clone()
+    }
+}
+
+impl FromRef<App> for Queues {
+    fn from_ref(app: &App) -> Queues {
+        app.queues.clone()
+    }
+}
 
 /// Opens the embedded backend under `config.data_dir` and starts the log on it.
 pub fn open_embedded(config: &Config) -> Result<Log, sluice_core::StorageError> {
@@ -31,42 +74,42 @@ pub fn open_embedded(config: &Config) -> Result<Log, sluice_core::StorageError> 
 }
 
 /// Publishing: `POST /v1/topics/{topic}/events`.
-pub fn publish_router(log: Log) -> Router {
-    finish(publish_routes(), log)
+pub fn publish_router(app: impl Into<App>) -> Router {
+    finish(publish_routes(), app.into())
 }
 
-fn publish_routes() -> Router<Log> {
+fn publish_routes() -> Router<App> {
     Router::new().route("/v1/topics/{topic}/events", post(publish::publish))
 }
 
 /// Reading: replay and offset lookup.
-pub fn read_router(log: Log) -> Router {
-    finish(read_routes(), log)
+pub fn read_router(app: impl Into<App>) -> Router {
+    finish(read_routes(), app.into())
 }
 
-fn read_routes() -> Router<Log> {
+fn read_routes() -> Router<App> {
     Router::new()
         .route("/v1/topics/{topic}/partitions/{partition}/events", get(read::events))
         .route("/v1/topics/{topic}/partitions/{partition}/offsets", get(read::offsets))
 }
 
 /// Topic administration: create, list, describe, delete.
-pub fn admin_router(log: Log) -> Router {
-    finish(admin_routes(), log)
+pub fn admin_router(app: impl Into<App>) -> Router {
+    finish(admin_routes(), app.into())
 }
 
-fn admin_routes() -> Router<Log> {
+fn admin_routes() -> Router<App> {
     Router::new()
         .route("/v1/topics", get(topics::list))
         .route("/v1/topics/{topic}", put(topics::create).get(topics::describe).delete(topics::delete))
 }
 
 /// Consumer groups: poll, commit, leave, seek, list, describe, delete.
-pub fn groups_router(log: Log) -> Router {
-    finish(groups_routes(), log)
+pub fn groups_router(app: impl Into<App>) -> Router {
+    finish(groups_routes(), app.into())
 }
 
-fn groups_routes() -> Router<Log> {
+fn groups_routes() -> Router<App> {
     Router::new()
         .route("/v1/groups", get(groups::list))
         .route("/v1/groups/{group}", get(groups::describe).delete(groups::delete))
@@ -77,11 +120,11 @@ fn groups_routes() -> Router<Log> {
 }
 
 /// Work queues: subscriptions of a topic, receive, ack, nack, visibility, dead letters.
-pub fn queues_router(log: Log) -> Router {
-    finish(queues_routes(), log)
+pub fn queues_router(app: impl Into<App>) -> Router {
+    finish(queues_routes(), app.into())
 }
 
-fn queues_routes() -> Router<Log> {
+fn queues_routes() -> Router<App> {
     Router::new()
         .route("/v1/topics/{topic}/subscriptions", get(queues::list))
         .route(
@@ -101,19 +144,19 @@ fn queues_routes() -> Router<Log> {
 }
 
 /// Every v1 route: what `serve` runs. Each Lambda function runs the part it is for.
-pub fn router(log: Log) -> Router {
+pub fn router(app: impl Into<App>) -> Router {
     let routes = publish_routes().merge(read_routes()).merge(admin_routes()).merge(groups_routes());
-    finish(routes.merge(queues_routes()), log)
+    finish(routes.merge(queues_routes()), app.into())
 }
 
 /// JSON answers for unknown routes and methods, and the body limit left to the handlers
 /// (they refuse oversize bodies with a JSON 413 of their own).
-fn finish(routes: Router<Log>, log: Log) -> Router {
+fn finish(routes: Router<App>, app: App) -> Router {
     routes
         .fallback(|| async { ApiError::new(axum::http::StatusCode::NOT_FOUND, "not_found", "no such route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(axum::http::StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed here")
         })
         .layer(axum::extract::DefaultBodyLimit::disable())
-        .with_state(log)
+        .with_state(app)
 }

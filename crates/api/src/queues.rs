@@ -17,7 +17,6 @@ use sluice_core::queues::{
     Backlog, Backoff, DeadLetterPage, Message, Ordering, Queues, ReceiptError, ReceiveRequest, StartAt, Subscription,
     SubscriptionSpec,
 };
-use sluice_core::Log;
 
 use crate::path::Path;
 use crate::publish::{parse_json_owned, read_body};
@@ -169,7 +168,11 @@ fn json_response(body: Vec<u8>) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-pub async fn create(State(log): State<Log>, Path((topic, sub)): SubPath, body: Body) -> Result<Response, ApiError> {
+pub async fn create(
+    State(queues): State<Queues>,
+    Path((topic, sub)): SubPath,
+    body: Body,
+) -> Result<Response, ApiError> {
     let req: Create = parse_optional(&read_body(body, MAX_BODY).await?)?;
     let defaults = SubscriptionSpec::default();
     let spec = SubscriptionSpec {
@@ -180,18 +183,18 @@ pub async fn create(State(log): State<Log>, Path((topic, sub)): SubPath, body: B
         delay_ms: req.delay_ms.unwrap_or(defaults.delay_ms),
         redelivery_backoff: req.redelivery_backoff_ms.map(backoff).transpose()?.or(defaults.redelivery_backoff),
     };
-    let (subscription, created) = Queues::new(log).create(&topic, &sub, spec).await?;
+    let (subscription, created) = queues.create(&topic, &sub, spec).await?;
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(subscription_json(&subscription))).into_response())
 }
 
-pub async fn list(State(log): State<Log>, Path(topic): Path<String>) -> Result<Json<Value>, ApiError> {
-    let subscriptions = Queues::new(log).list(&topic).await?;
+pub async fn list(State(queues): State<Queues>, Path(topic): Path<String>) -> Result<Json<Value>, ApiError> {
+    let subscriptions = queues.list(&topic).await?;
     Ok(Json(json!({ "subscriptions": subscriptions.iter().map(subscription_json).collect::<Vec<_>>() })))
 }
 
-pub async fn describe(State(log): State<Log>, Path((topic, sub)): SubPath) -> Result<Json<Value>, ApiError> {
-    let d = Queues::new(log).describe(&topic, &sub).await?;
+pub async fn describe(State(queues): State<Queues>, Path((topic, sub)): SubPath) -> Result<Json<Value>, ApiError> {
+    let d = queues.describe(&topic, &sub).await?;
     let mut out = subscription_json(&d.subscription);
     out["backlog"] = backlog_json(&d.backlog);
     out["exact"] = json!(d.exact);
@@ -210,19 +213,22 @@ pub async fn describe(State(log): State<Log>, Path((topic, sub)): SubPath) -> Re
     Ok(Json(out))
 }
 
-pub async fn delete(State(log): State<Log>, Path((topic, sub)): SubPath) -> Result<StatusCode, ApiError> {
-    Queues::new(log).delete(&topic, &sub).await?;
+pub async fn delete(State(queues): State<Queues>, Path((topic, sub)): SubPath) -> Result<StatusCode, ApiError> {
+    queues.delete(&topic, &sub).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-pub async fn receive(State(log): State<Log>, Path((topic, sub)): SubPath, body: Body) -> Result<Response, ApiError> {
+pub async fn receive(
+    State(queues): State<Queues>,
+    Path((topic, sub)): SubPath,
+    body: Body,
+) -> Result<Response, ApiError> {
     let req: Receive = parse_optional(&read_body(body, MAX_BODY).await?)?;
     let request = ReceiveRequest {
         max_messages: req.max_messages,
         wait_ms: req.wait_ms,
         visibility_timeout_ms: req.visibility_timeout_ms,
     };
-    let queues = Queues::new(log);
     if req.ack.is_empty() {
         let messages = queues.receive(&topic, &sub, &request).await?;
         return Ok(json_response(render_messages(&messages, None)));
@@ -278,26 +284,34 @@ fn results(receipts: &[String], outcomes: &[Result<(), ReceiptError>]) -> Value 
         .collect()
 }
 
-pub async fn ack(State(log): State<Log>, Path((topic, sub)): SubPath, body: Body) -> Result<Json<Value>, ApiError> {
+pub async fn ack(
+    State(queues): State<Queues>,
+    Path((topic, sub)): SubPath,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
     let req: Ack = parse_json_owned(&read_body(body, MAX_BODY).await?)?;
-    let outcomes = Queues::new(log).ack(&topic, &sub, &req.receipts).await?;
+    let outcomes = queues.ack(&topic, &sub, &req.receipts).await?;
     Ok(Json(json!({ "results": results(&req.receipts, &outcomes) })))
 }
 
-pub async fn nack(State(log): State<Log>, Path((topic, sub)): SubPath, body: Body) -> Result<Json<Value>, ApiError> {
+pub async fn nack(
+    State(queues): State<Queues>,
+    Path((topic, sub)): SubPath,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
     let req: Nack = parse_json_owned(&read_body(body, MAX_BODY).await?)?;
-    let outcomes = Queues::new(log).nack(&topic, &sub, &req.receipts, req.delay_ms).await?;
+    let outcomes = queues.nack(&topic, &sub, &req.receipts, req.delay_ms).await?;
     Ok(Json(json!({ "results": results(&req.receipts, &outcomes) })))
 }
 
 /// Each result that is `ok` carries the receipt to use from now on, in place of the one sent.
 pub async fn visibility(
-    State(log): State<Log>,
+    State(queues): State<Queues>,
     Path((topic, sub)): SubPath,
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
     let req: Visibility = parse_json_owned(&read_body(body, MAX_BODY).await?)?;
-    let outcomes = Queues::new(log).change_visibility(&topic, &sub, &req.receipts, req.visibility_timeout_ms).await?;
+    let outcomes = queues.change_visibility(&topic, &sub, &req.receipts, req.visibility_timeout_ms).await?;
     let results: Vec<Value> = req
         .receipts
         .iter()
@@ -313,14 +327,14 @@ pub async fn visibility(
 }
 
 pub async fn dead_letters(
-    State(log): State<Log>,
+    State(queues): State<Queues>,
     Path((topic, sub)): SubPath,
     q: read::Params,
 ) -> Result<Response, ApiError> {
     let q = read::params(q)?;
     let limit = read::number(&q, "limit", "invalid_limit")?.unwrap_or(DEFAULT_DLQ_LIMIT);
     let after = q.get("after").map(String::as_str);
-    let page = Queues::new(log).dead_letters(&topic, &sub, after, limit).await?;
+    let page = queues.dead_letters(&topic, &sub, after, limit).await?;
     Ok(json_response(render_dead_letters(&page)))
 }
 
@@ -363,21 +377,28 @@ fn render_dead_letters(page: &DeadLetterPage) -> Vec<u8> {
 }
 
 pub async fn delete_dead_letter(
-    State(log): State<Log>,
+    State(queues): State<Queues>,
     Path((topic, sub, id)): Path<(String, String, String)>,
 ) -> Result<StatusCode, ApiError> {
-    Queues::new(log).delete_dead_letter(&topic, &sub, &id).await?;
+    queues.delete_dead_letter(&topic, &sub, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-pub async fn redrive(State(log): State<Log>, Path((topic, sub)): SubPath, body: Body) -> Result<Json<Value>, ApiError> {
+pub async fn redrive(
+    State(queues): State<Queues>,
+    Path((topic, sub)): SubPath,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
     let req: Redrive = parse_optional(&read_body(body, MAX_BODY).await?)?;
-    let redriven = Queues::new(log).redrive(&topic, &sub, req.max_messages).await?;
+    let redriven = queues.redrive(&topic, &sub, req.max_messages).await?;
     Ok(Json(json!({ "redriven": redriven })))
 }
 
-pub async fn purge_dead_letters(State(log): State<Log>, Path((topic, sub)): SubPath) -> Result<Json<Value>, ApiError> {
-    let purged = Queues::new(log).purge_dead_letters(&topic, &sub).await?;
+pub async fn purge_dead_letters(
+    State(queues): State<Queues>,
+    Path((topic, sub)): SubPath,
+) -> Result<Json<Value>, ApiError> {
+    let purged = queues.purge_dead_letters(&topic, &sub).await?;
     Ok(Json(json!({ "purged": purged })))
 }
 

@@ -12,6 +12,6 @@ async fn main() -> Result<(), Error> {
     // JSON lines when the function's log format is JSON (template.yaml sets it).
     tracing::init_default_subscriber();
     let config = Config::from_env()?;
-    let log = sluice_api::open_backend(&config).await?;
-    run(sluice_api::queues_router(log)).await
+    let app = sluice_api::open(&config).await?;
+    run(sluice_api::queues_router(app)).await
 }

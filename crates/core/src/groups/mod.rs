@@ -357,9 +357,9 @@ pub struct Groups {
 }
 
 impl Groups {
+    /// Groups with the default [`GroupsConfig`].
     pub fn new(log: Log) -> Self {
-        let config = GroupsConfig { offsets_retention_ms: log.offsets_retention_ms() };
-        Self::with_config(log, config)
+        Self::with_config(log, GroupsConfig::default())
     }
 
     pub fn with_config(log: Log, config: GroupsConfig) -> Self {

@@ -40,8 +40,6 @@ pub struct LogConfig {
     /// How often a long poll re-reads the partition head for publishes made by other
     /// processes (one small consistent read each). Publishes made by this process wake it at once.
     pub poll_interval: Duration,
-    /// How long a consumer group without members keeps its offsets (the janitor removes them).
-    pub offsets_retention_ms: i64,
 }
 
 impl Default for LogConfig {
@@ -50,7 +48,6 @@ impl Default for LogConfig {
             limits: Limits::default(),
             topic_cache_ttl: Duration::from_secs(1),
             poll_interval: Duration::from_millis(50),
-            offsets_retention_ms: crate::groups::DEFAULT_OFFSETS_RETENTION_MS,
         }
     }
 }
@@ -85,23 +82,6 @@ struct Inner {
     topics: Mutex<HashMap<String, (TopicConfig, i64)>>,
     /// Round-robin cursor for events without a key.
     spread: AtomicU32,
-    /// The work queues' receipt-signing key, once read (it never changes).
-    receipt_key: tokio::sync::OnceCell<[u8; 32]>,
-    /// (subscription id, partition) pairs a receive of this process is taking from.
-    queue_claims: Arc<Mutex<std::collections::HashSet<(u64, u32)>>>,
-}
-
-/// A receive's claim on one queue partition in this process, released when dropped.
-/// Only steers receives apart: their conditional writes are what keeps them safe.
-pub(crate) struct PartitionClaim {
-    claims: Arc<Mutex<std::collections::HashSet<(u64, u32)>>>,
-    key: (u64, u32),
-}
-
-impl Drop for PartitionClaim {
-    fn drop(&mut self) {
-        self.claims.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.key);
-    }
 }
 
 /// One segment as the index describes it.
@@ -200,15 +180,8 @@ impl Log {
             committed,
             topics: Mutex::new(HashMap::new()),
             spread,
-            receipt_key: tokio::sync::OnceCell::new(),
-            queue_claims: Arc::default(),
         };
         Self { inner: Arc::new(inner) }
-    }
-
-    /// How long a consumer group without members keeps its offsets.
-    pub fn offsets_retention_ms(&self) -> i64 {
-        self.inner.config.offsets_retention_ms
     }
 
     pub fn limits(&self) -> &Limits {
@@ -227,19 +200,6 @@ impl Log {
 
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.inner.clock
-    }
-
-    /// Where the work queues keep their receipt key for the life of the process.
-    pub(crate) fn receipt_key_cell(&self) -> &tokio::sync::OnceCell<[u8; 32]> {
-        &self.inner.receipt_key
-    }
-
-    /// Claims a queue partition for one receive of this process, unless another has it.
-    pub(crate) fn claim_partition(&self, sub_id: u64, partition: u32) -> Option<PartitionClaim> {
-        let key = (sub_id, partition);
-        let claims = self.inner.queue_claims.clone();
-        let fresh = claims.lock().unwrap_or_else(|p| p.into_inner()).insert(key);
-        fresh.then_some(PartitionClaim { claims, key })
     }
 
     /// How often a long poll re-reads heads written by other processes.

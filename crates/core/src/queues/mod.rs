@@ -34,6 +34,7 @@
 //! and a forged or altered one is refused before anything is read.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
@@ -657,15 +658,48 @@ fn min_time(a: Option<i64>, b: i64) -> Option<i64> {
     Some(a.map_or(b, |a| a.min(b)))
 }
 
-/// Work queues on a [`Log`].
+/// Work queues on a [`Log`]. Build one per process and clone it (clones share its
+/// state): it caches the receipt key and steers concurrent receives apart.
 #[derive(Clone)]
 pub struct Queues {
     log: Log,
+    local: Arc<Local>,
+}
+
+/// What the queues of one process keep between requests. Only savings: a fresh one
+/// changes no answer.
+#[derive(Default)]
+struct Local {
+    /// The receipt-signing key, once read (it never changes).
+    receipt_key: tokio::sync::OnceCell<[u8; 32]>,
+    /// (subscription id, partition) pairs a receive of this process is taking from.
+    claims: Arc<Mutex<HashSet<(u64, u32)>>>,
+}
+
+/// A receive's claim on one queue partition in this process, released when dropped.
+/// Only steers receives apart: their conditional writes are what keeps them safe.
+struct PartitionClaim {
+    claims: Arc<Mutex<HashSet<(u64, u32)>>>,
+    key: (u64, u32),
+}
+
+impl Drop for PartitionClaim {
+    fn drop(&mut self) {
+        self.claims.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.key);
+    }
 }
 
 impl Queues {
     pub fn new(log: Log) -> Self {
-        Self { log }
+        Self { log, local: Arc::default() }
+    }
+
+    /// Claims a queue partition for one receive of this process, unless another has it.
+    fn claim_partition(&self, sub_id: u64, partition: u32) -> Option<PartitionClaim> {
+        let key = (sub_id, partition);
+        let claims = self.local.claims.clone();
+        let fresh = claims.lock().unwrap_or_else(|p| p.into_inner()).insert(key);
+        fresh.then_some(PartitionClaim { claims, key })
     }
 
     fn store(&self) -> &dyn StateStore {
@@ -684,8 +718,8 @@ impl Queues {
     /// for the life of the process (it never changes, so a cached copy is never stale).
     async fn receipt_key(&self) -> Result<[u8; 32], Error> {
         let key = self
-            .log
-            .receipt_key_cell()
+            .local
+            .receipt_key
             .get_or_try_init(|| async {
                 let item_key = Key::new("queues", "receipt-key");
                 for _ in 0..MAX_ATTEMPTS {
@@ -984,7 +1018,7 @@ impl Queues {
                 if messages.len() >= req.max_messages || bytes_left == 0 {
                     break;
                 }
-                let claim = if first_pass { self.log.claim_partition(sub.record.id, p) } else { None };
+                let claim = if first_pass { self.claim_partition(sub.record.id, p) } else { None };
                 if first_pass && claim.is_none() {
                     visits.push_back((p, false));
                     continue;
