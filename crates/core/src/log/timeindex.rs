@@ -17,7 +17,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::layout;
-use crate::log::segments_from;
+use crate::log::index::segments_from;
 use crate::ports::state::{Expect, Key, Query, StateStore, WriteOp};
 use crate::{StorageError, TopicConfig};
 

@@ -255,8 +255,9 @@ use base64::Engine;
 use sha2::{Digest, Sha256};
 
 use crate::layout::{self, HeadRecord};
+use crate::log::read::rendered_size;
 use crate::log::topics;
-use crate::log::{rendered_size, Log};
+use crate::log::Log;
 use crate::model::{OffsetQuery, TopicConfig};
 use crate::ports::state::{Expect, Key, Query, StateStore, WriteOp, MAX_WRITE_OPS};
 use crate::{names, Error, StorageError};

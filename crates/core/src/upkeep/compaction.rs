@@ -18,8 +18,8 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 
 use crate::layout::{self, SegmentRecord};
+use crate::log::index::{decode_segments, segment_records, Segment};
 use crate::log::topics;
-use crate::log::{decode_segments, segment_records, Segment};
 use crate::model::TopicConfig;
 use crate::ports::objects::ObjectStore;
 use crate::ports::state::{Expect, Query, StateStore, WriteOp, MAX_WRITE_OPS};

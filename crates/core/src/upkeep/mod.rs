@@ -15,7 +15,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::layout::{self, Cursor, PurgeRecord, UpkeepRecord, IDEMPOTENCY_SHARDS};
-use crate::log::decode_segments;
+use crate::log::index::decode_segments;
 use crate::log::topics;
 use crate::ports::objects::ObjectStore;
 use crate::ports::state::{Expect, Key, Query, StateStore, WriteOp};

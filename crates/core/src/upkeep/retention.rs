@@ -12,8 +12,8 @@
 use std::collections::BTreeMap;
 
 use crate::layout;
+use crate::log::index::{decode_segments, Segment};
 use crate::log::topics;
-use crate::log::{decode_segments, Segment};
 use crate::model::TopicConfig;
 use crate::ports::state::{Expect, Query, StateStore, WriteOp, MAX_WRITE_OPS};
 use crate::upkeep::collect::{object_ops, ObjectChanges};

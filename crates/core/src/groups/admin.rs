@@ -1,0 +1,145 @@
+//! Listing, describing and deleting groups.
+
+use super::*;
+
+impl Groups {
+    /// Every group, by name.
+    pub async fn list(&self) -> Result<Vec<String>, Error> {
+        let mut names = Vec::new();
+        let mut query = Query::all("groups", 1000);
+        loop {
+            let page = self.store().query(&query).await?;
+            names.extend(page.items.into_iter().map(|i| i.key.sk));
+            match page.next {
+                Some(after) => query.after = Some(after),
+                None => return Ok(names),
+            }
+        }
+    }
+
+    /// Members, assignment, generation, and per partition committed offset, high watermark and lag.
+    pub async fn describe(&self, group: &str) -> Result<GroupDescription, Error> {
+        names::validate("group", group)?;
+        let state = self.state(group).await?;
+        let offsets = self.offsets(group).await?;
+        if state.version == 0 && offsets.is_empty() {
+            return Err(Error::GroupNotFound(group.to_owned()));
+        }
+        let members = state
+            .members
+            .iter()
+            .map(|(id, (m, _, expires))| MemberDescription {
+                member_id: id.clone(),
+                assignment: state.record.members.get(id).cloned().unwrap_or_default(),
+                session_timeout_ms: m.session_timeout_ms,
+                expires_at_ms: *expires,
+            })
+            .collect();
+        let mut names: BTreeSet<String> = state.record.topics.keys().cloned().collect();
+        for key in offsets.keys() {
+            if let Some((topic, _)) = key.rsplit_once('#') {
+                names.insert(topic.to_owned());
+            }
+        }
+        let owners: BTreeMap<&TopicPartition, &String> =
+            state.record.members.iter().flat_map(|(id, parts)| parts.iter().map(move |tp| (tp, id))).collect();
+        let mut partitions = Vec::new();
+        for name in names {
+            let Ok(topic) = topics::live(self.store(), &name).await else { continue };
+            for (p, (head, _)) in topics::heads(self.store(), &topic).await?.into_iter().enumerate() {
+                let p = p as u32;
+                let committed = offsets.get(&tp_key(&name, p)).filter(|(o, _)| o.topic_id == topic.id);
+                let from = committed.map_or(head.start, |(o, _)| o.offset.max(head.start));
+                let tp = TopicPartition { topic: name.clone(), partition: p };
+                partitions.push(PartitionLag {
+                    committed: committed.map(|(o, _)| o.offset),
+                    metadata: committed.and_then(|(o, _)| o.metadata.clone()),
+                    log_start_offset: head.start,
+                    high_watermark: head.next,
+                    lag: head.next.saturating_sub(from),
+                    owner: owners.get(&tp).map(|id| (*id).clone()),
+                    topic: name.clone(),
+                    partition: p,
+                });
+            }
+        }
+        let offsets_expire_at_ms = state
+            .activity
+            .filter(|_| state.members.is_empty())
+            .map(|(a, _)| a.until.saturating_add(self.config.offsets_retention_ms));
+        Ok(GroupDescription {
+            group: group.to_owned(),
+            generation: state.record.generation,
+            members,
+            partitions,
+            offsets_expire_at_ms,
+        })
+    }
+
+    /// Deletes a group with no live members: its record, offsets and registry entry.
+    ///
+    /// Every deletion is conditional on the version read, so a member that joins (or commits)
+    /// meanwhile is never erased. The first write removes the record, registry entry and
+    /// activity with as many offsets as fit, atomically: a join before it makes it fail whole
+    /// (`group_not_empty`). Offsets past the first write's room go after it, each at the
+    /// version read; one a new incarnation of the group committed over stays.
+    pub async fn delete(&self, group: &str) -> Result<(), Error> {
+        names::validate("group", group)?;
+        for _ in 0..MAX_ATTEMPTS {
+            let state = self.state(group).await?;
+            let offsets = self.offsets(group).await?;
+            if state.version == 0 && offsets.is_empty() {
+                return Err(Error::GroupNotFound(group.to_owned()));
+            }
+            if !state.members.is_empty() {
+                return Err(conflict(
+                    "group_not_empty",
+                    format!("group '{group}' has live members: they must leave first"),
+                ));
+            }
+            let registry = self.store().get(&registry_key(group)).await?.map(|i| i.version);
+            let at = |key: Key, version: Option<u64>| match version {
+                Some(v) => WriteOp::Delete { key, expect: Expect::Version(v) },
+                None => WriteOp::Check { key, expect: Expect::Absent },
+            };
+            let mut ops = vec![
+                at(meta_key(group), Some(state.version).filter(|v| *v > 0)),
+                at(registry_key(group), registry),
+                at(activity_key(group), state.activity.map(|(_, v)| v)),
+            ];
+            if let Some((a, _)) = state.activity {
+                ops.push(WriteOp::Delete { key: expiry_key(a.until, group), expect: Expect::Any });
+            }
+            let mut offset_ops =
+                offsets.iter().map(|(sk, (_, v))| at(Key::new(offsets_pk(group), sk.clone()), Some(*v)));
+            let room = MAX_WRITE_OPS - ops.len();
+            ops.extend(offset_ops.by_ref().take(room));
+            match self.store().write(ops).await {
+                Ok(()) => {}
+                // A member joined, committed or sought meanwhile: look again.
+                Err(StorageError::ConditionFailed { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            }
+            let rest: Vec<WriteOp> = offset_ops.collect();
+            for chunk in rest.chunks(MAX_WRITE_OPS) {
+                self.delete_unchanged(chunk.to_vec()).await?;
+            }
+            return Ok(());
+        }
+        Err(too_busy(group))
+    }
+
+    /// Applies conditional deletes, leaving out each one whose item changed since it was read.
+    async fn delete_unchanged(&self, mut ops: Vec<WriteOp>) -> Result<(), Error> {
+        while !ops.is_empty() {
+            match self.store().write(ops.clone()).await {
+                Ok(()) => return Ok(()),
+                Err(StorageError::ConditionFailed { op }) if op < ops.len() => {
+                    ops.remove(op);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,129 @@
+//! Committing offsets: fenced by generation and ownership, applied in one write.
+
+use super::*;
+
+impl Groups {
+    /// Commits offsets for a member, fenced: a stale generation, an unknown (or
+    /// evicted) member, or a partition it does not own is refused and nothing moves.
+    /// Committed offsets never go backwards (a lower offset is accepted and ignored).
+    pub async fn commit(
+        &self,
+        group: &str,
+        member_id: &str,
+        generation: u64,
+        offsets: &[CommitOffset],
+    ) -> Result<(), Error> {
+        names::validate("group", group)?;
+        if offsets.len() > MAX_COMMIT_OFFSETS {
+            return Err(Error::invalid(
+                "too_many_offsets",
+                format!("one commit carries at most {MAX_COMMIT_OFFSETS} offsets"),
+            ));
+        }
+        for _ in 0..MAX_ATTEMPTS {
+            let state = self.state(group).await?;
+            if state.version == 0 {
+                return Err(Error::GroupNotFound(group.to_owned()));
+            }
+            let Some((_, member_version, _)) = state.members.get(member_id) else {
+                return Err(conflict("unknown_member", format!("member '{member_id}' is not in group '{group}'")));
+            };
+            if !state.record.members.contains_key(member_id) {
+                return Err(conflict("unknown_member", format!("member '{member_id}' is not in group '{group}'")));
+            }
+            if generation != state.record.generation {
+                return Err(conflict(
+                    "stale_generation",
+                    format!("generation {generation} is stale: group '{group}' is at {}", state.record.generation),
+                ));
+            }
+            let mut topics_read = BTreeMap::new();
+            for o in offsets {
+                if !topics_read.contains_key(&o.topic) {
+                    topics_read.insert(o.topic.clone(), topics::live(self.store(), &o.topic).await?);
+                }
+            }
+            // An offset past the end would freeze the partition's committed offset (they never go back).
+            let heads = self.heads(topics_read.values()).await?;
+            for o in offsets {
+                let Some(topic) = topics_read.get(&o.topic) else { continue };
+                let head = head_of(&heads, topic.id, o.partition);
+                if o.offset > head.next {
+                    return Err(Error::OffsetOutOfRange {
+                        offset: o.offset,
+                        log_start_offset: head.start,
+                        high_watermark: head.next,
+                    });
+                }
+            }
+            let current = self.offsets(group).await?;
+            match self.write_commit(group, &state, member_id, *member_version, &topics_read, &current, offsets).await {
+                Err(Error::Conflict { code: "raced", .. }) => continue,
+                other => return other,
+            }
+        }
+        Err(too_busy(group))
+    }
+
+    /// One fenced commit write: checks the group version and the member's item, puts the offsets that advance.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn write_commit(
+        &self,
+        group: &str,
+        state: &GroupState,
+        member_id: &str,
+        member_version: u64,
+        topics: &BTreeMap<String, TopicConfig>,
+        current: &BTreeMap<String, (OffsetRecord, u64)>,
+        offsets: &[CommitOffset],
+    ) -> Result<(), Error> {
+        let owned: BTreeSet<&TopicPartition> = state.record.members.get(member_id).into_iter().flatten().collect();
+        let mut ops = vec![
+            WriteOp::Check { key: meta_key(group), expect: Expect::Version(state.version) },
+            WriteOp::Check { key: member_key(group, member_id), expect: Expect::Version(member_version) },
+        ];
+        let mut seen = BTreeSet::new();
+        for o in offsets {
+            let tp = TopicPartition { topic: o.topic.clone(), partition: o.partition };
+            if !owned.contains(&tp) {
+                return Err(conflict(
+                    "not_assigned",
+                    format!("{}/{} is not assigned to member '{member_id}' in this generation", o.topic, o.partition),
+                ));
+            }
+            let Some(topic) = topics.get(&o.topic) else { return Err(Error::TopicNotFound(o.topic.clone())) };
+            if state.record.topics.get(&o.topic) != Some(&topic.id) {
+                // The topic was re-created since this generation's assignment: its offsets mean nothing now.
+                return Err(conflict(
+                    "stale_generation",
+                    format!("topic '{}' was re-created since generation {}", o.topic, state.record.generation),
+                ));
+            }
+            let key = tp_key(&o.topic, o.partition);
+            if !seen.insert(key.clone()) {
+                return Err(Error::invalid("duplicate_offset", format!("{}/{} appears twice", o.topic, o.partition)));
+            }
+            let existing = current.get(&key).filter(|(r, _)| r.topic_id == topic.id);
+            if existing.is_some_and(|(r, _)| r.offset >= o.offset) {
+                continue;
+            }
+            let record = OffsetRecord { topic_id: topic.id, offset: o.offset, metadata: o.metadata.clone() };
+            let expect = current.get(&key).map_or(Expect::Absent, |(_, v)| Expect::Version(*v));
+            ops.push(WriteOp::Put {
+                key: offset_key(group, &o.topic, o.partition),
+                value: layout::encode(&record),
+                expires_at_ms: None,
+                expect,
+            });
+        }
+        match self.store().write(ops).await {
+            Ok(()) => Ok(()),
+            Err(StorageError::ConditionFailed { op: 0 | 1 }) => {
+                // The group changed or the member's session ended: the caller re-reads and decides.
+                Err(conflict("raced", "the group changed during the commit"))
+            }
+            Err(StorageError::ConditionFailed { .. }) => Err(conflict("raced", "an offset changed during the commit")),
+            Err(e) => Err(e.into()),
+        }
+    }
+}

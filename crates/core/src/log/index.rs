@@ -1,0 +1,99 @@
+//! The segment index as the log reads it: which segment holds an offset, the byte
+//! ranges of its parts, and the records it holds. Replay, offset by time, the time
+//! index, retention and compaction all walk it through these.
+
+use crate::layout::{self, SegmentRecord};
+use crate::ports::objects::{ObjectStore, StorageError};
+use crate::ports::state::{Query, StateStore};
+use crate::segment::decode_segment;
+
+/// One segment as the index describes it.
+pub(crate) struct Segment {
+    pub base: u64,
+    pub record: SegmentRecord,
+    /// The index item's version (compaction and retention replace items on it).
+    pub version: u64,
+}
+
+/// A byte range of an object holding one encoded segment: offsets `base..next`.
+pub(crate) struct Piece {
+    pub base: u64,
+    pub next: u64,
+    pub object: String,
+    pub pos: u64,
+    pub len: u64,
+}
+
+impl Segment {
+    pub(crate) fn pieces(&self) -> Vec<Piece> {
+        let parts = self.record.pieces();
+        let nexts: Vec<u64> =
+            parts.iter().skip(1).map(|p| self.base + p.0).chain(std::iter::once(self.record.next)).collect();
+        parts
+            .iter()
+            .zip(nexts)
+            .map(|(&(delta, off, len), next)| Piece {
+                base: self.base + delta,
+                next,
+                object: self.record.object.clone(),
+                pos: self.record.pos + off,
+                len,
+            })
+            .collect()
+    }
+}
+
+/// Every record of a segment with its offset, reading each of its parts.
+pub(crate) async fn segment_records(
+    objects: &dyn ObjectStore,
+    seg: &Segment,
+) -> Result<Vec<(u64, crate::segment::Record)>, StorageError> {
+    let data = objects.read(&seg.record.object, seg.record.pos, seg.record.len).await?;
+    let mut out = Vec::new();
+    for (delta, off, len) in seg.record.pieces() {
+        let part = data.slice(off as usize..(off + len) as usize);
+        let records = decode_segment(&part).map_err(|e| {
+            StorageError::Corrupt(format!("segment {}@{}: {e}", seg.record.object, seg.record.pos + off))
+        })?;
+        out.extend(records.into_iter().map(|d| (seg.base + delta + u64::from(d.offset_delta), d.record)));
+    }
+    Ok(out)
+}
+
+/// Up to `limit` segments of a partition from the one holding `offset` on: one query when a
+/// segment starts there (the usual case), two when `offset` falls inside one.
+pub(crate) async fn segments_from(
+    store: &dyn StateStore,
+    topic_id: u64,
+    partition: u32,
+    offset: u64,
+    limit: usize,
+) -> Result<Vec<Segment>, StorageError> {
+    let pk = layout::segments_pk(topic_id, partition);
+    let mut forward = Query::all(pk.clone(), limit);
+    forward.from = Some(layout::offset_sk(offset));
+    let mut found = decode_segments(store.query(&forward).await?.items)?;
+    if found.first().is_some_and(|s| s.base == offset) {
+        return Ok(found);
+    }
+    // `offset` falls inside a segment: the one holding it starts before it.
+    let backward = Query { pk, from: None, to: Some(layout::offset_sk(offset)), forward: false, limit: 1, after: None };
+    if let Some(holder) = decode_segments(store.query(&backward).await?.items)?.pop() {
+        if holder.record.next > offset {
+            found.insert(0, holder);
+        }
+    }
+    Ok(found)
+}
+
+pub(crate) fn decode_segments(items: Vec<crate::ports::state::Item>) -> Result<Vec<Segment>, StorageError> {
+    items
+        .into_iter()
+        .map(|i| {
+            let base = layout::offset_of(&i.key.sk)?;
+            let record: SegmentRecord = layout::decode("segment", &i.value)?;
+            record.check(base)?;
+            Ok(Segment { base, record, version: i.version })
+        })
+        .collect()
+}
