@@ -2,5 +2,6 @@
 //! ([`state::StateStore`]) and a blob store ([`objects::ObjectStore`]), with
 //! the store helpers every capability shares.
 
+pub(crate) mod drain;
 pub mod objects;
 pub mod state;

@@ -17,8 +17,9 @@ use serde::Serialize;
 use crate::layout::{self, Cursor, PurgeRecord, UpkeepRecord, IDEMPOTENCY_SHARDS};
 use crate::log::index::decode_segments;
 use crate::log::topics;
+use crate::ports::drain::drain;
 use crate::ports::objects::ObjectStore;
-use crate::ports::state::{Expect, Key, Query, StateStore, WriteOp};
+use crate::ports::state::{Expect, Query, StateStore, WriteOp};
 use crate::upkeep::compaction::compact;
 use crate::upkeep::retention::{remove_segments, retain, SEGMENTS_PER_WRITE};
 use crate::{Clock, StorageError, TopicConfig};
@@ -128,57 +129,6 @@ async fn record_upkeep(
         Ok(()) | Err(StorageError::ConditionFailed { .. }) => Ok(()),
         Err(e) => Err(e),
     }
-}
-
-/// Works through a purge order's partitions from the one `done` names: deletes the
-/// collections `pks(partition)` within the budget `left`, and records progress in the
-/// order's item (`key`, at `version`) after each partition, so the next step resumes there.
-/// Answers the items deleted and whether every partition is done.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn drain_partitions<R: Serialize>(
-    store: &dyn StateStore,
-    key: &Key,
-    version: &mut u64,
-    order: &mut R,
-    done: fn(&mut R) -> &mut u32,
-    partitions: u32,
-    pks: impl Fn(u32) -> Vec<String>,
-    left: &mut usize,
-) -> Result<(usize, bool), StorageError> {
-    let mut deleted = 0;
-    while *done(order) < partitions {
-        if *left == 0 {
-            return Ok((deleted, false));
-        }
-        for pk in pks(*done(order)) {
-            let (n, emptied) = drain(store, &pk, *left).await?;
-            deleted += n;
-            // An empty collection still costs a query and a progress write: it counts against the budget.
-            *left = left.saturating_sub(n.max(1));
-            if !emptied {
-                return Ok((deleted, false));
-            }
-        }
-        *done(order) += 1;
-        store.write(vec![WriteOp::replace(key.clone(), layout::encode(order), Some(*version))]).await?;
-        *version += 1;
-    }
-    Ok((deleted, true))
-}
-
-/// Deletes up to `budget` items of collection `pk`; answers how many, and whether it is now empty.
-pub(crate) async fn drain(store: &dyn StateStore, pk: &str, budget: usize) -> Result<(usize, bool), StorageError> {
-    let mut deleted = 0;
-    while deleted < budget {
-        let page = store.query(&Query::all(pk, (budget - deleted).min(1000))).await?;
-        if page.items.is_empty() {
-            return Ok((deleted, true));
-        }
-        let keys: Vec<Key> = page.items.into_iter().map(|i| i.key).collect();
-        deleted += keys.len();
-        store.delete_many(keys).await?;
-    }
-    Ok((deleted, false))
 }
 
 /// Deletions per step when running continuously.

@@ -1,0 +1,161 @@
+//! Dead letters: listing, deleting one, redriving and purging.
+
+use super::*;
+
+fn parse_dead_id(id: &str, partitions: u32) -> Result<(u32, u64), Error> {
+    id.split_once('-')
+        .and_then(|(p, o)| Some((p.parse::<u32>().ok()?, o.parse::<u64>().ok()?)))
+        .filter(|(p, _)| *p < partitions)
+        .ok_or_else(|| {
+            Error::invalid("invalid_dead_letter_id", format!("'{id}' is not a dead letter id (<partition>-<offset>)"))
+        })
+}
+
+impl Queues {
+    /// A page of dead letters in (partition, offset) order, after the id `after`.
+    pub async fn dead_letters(
+        &self,
+        topic: &str,
+        name: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<DeadLetterPage, Error> {
+        let sub = self.sub(topic, name).await?;
+        let limit = limit.clamp(1, 1000);
+        let after = after.map(|id| parse_dead_id(id, sub.topic.spec.partitions)).transpose()?;
+        let heads = topics::heads(self.store(), &sub.topic).await?;
+        let mut entries = Vec::new();
+        for p in after.map_or(0, |(p, _)| p)..sub.topic.spec.partitions {
+            self.bury_all(&sub, p).await?;
+            let mut query = Query::all(dlq_pk(sub.record.id, p), limit - entries.len());
+            if let Some((_, offset)) = after.filter(|(after_p, _)| *after_p == p) {
+                query.after = Some(layout::offset_sk(offset));
+            }
+            let page = self.store().query(&query).await?;
+            let mut found = Vec::with_capacity(page.items.len());
+            for item in &page.items {
+                let record: DeadRecord = layout::decode("dead letter", &item.value)?;
+                found.push((layout::offset_of(&item.key.sk)?, record));
+            }
+            let head = heads.get(p as usize).map(|(h, _)| *h).unwrap_or_default();
+            let offsets: Vec<u64> = found.iter().map(|(o, _)| *o).collect();
+            let mut events = self.events_at(&sub.topic, p, &offsets, head).await?;
+            for (offset, record) in found {
+                entries.push(DeadLetter {
+                    id: format!("{p}-{offset}"),
+                    reason: record.reason,
+                    receive_count: record.receives,
+                    first_receive_ms: record.first_ms,
+                    last_receive_ms: record.last_ms,
+                    dead_ms: record.dead_ms,
+                    event: events.remove(&offset),
+                    partition: p,
+                    offset,
+                });
+            }
+            if entries.len() >= limit {
+                let next = entries.last().map(|e| e.id.clone());
+                return Ok(DeadLetterPage { entries, next });
+            }
+        }
+        Ok(DeadLetterPage { entries, next: None })
+    }
+
+    /// Deletes one dead letter for good.
+    pub async fn delete_dead_letter(&self, topic: &str, name: &str, id: &str) -> Result<(), Error> {
+        let sub = self.sub(topic, name).await?;
+        let (partition, offset) = parse_dead_id(id, sub.topic.spec.partitions)?;
+        let key = Key::new(dlq_pk(sub.record.id, partition), layout::offset_sk(offset));
+        let mut attempt = 0;
+        while attempt < MAX_ATTEMPTS {
+            let Some(item) = self.store().get(&key).await? else {
+                return Err(Error::NotFound {
+                    code: "dead_letter_not_found",
+                    message: format!("subscription '{name}' has no dead letter '{id}'"),
+                });
+            };
+            let state = self.load(&sub, partition, Some(1)).await?;
+            let cursor = CursorRecord { dead: state.cursor.dead.saturating_sub(1), ..state.cursor };
+            let ops = vec![
+                WriteOp::Delete { key: key.clone(), expect: Expect::Version(item.version) },
+                state.cursor_write(sub.record.id, partition, cursor),
+            ];
+            match self.store().write(ops).await {
+                Ok(()) => return Ok(()),
+                Err(e) => self.lost_race(e, &mut attempt).await?,
+            }
+        }
+        Err(contended(name))
+    }
+
+    /// Moves up to `max` dead letters (all if `None`) back into the queue, visible now,
+    /// their receive counts reset.
+    pub async fn redrive(&self, topic: &str, name: &str, max: Option<u64>) -> Result<u64, Error> {
+        self.drain_dead(topic, name, max, true).await
+    }
+
+    /// Deletes every dead letter; answers how many.
+    pub async fn purge_dead_letters(&self, topic: &str, name: &str) -> Result<u64, Error> {
+        self.drain_dead(topic, name, None, false).await
+    }
+
+    async fn drain_dead(&self, topic: &str, name: &str, max: Option<u64>, requeue: bool) -> Result<u64, Error> {
+        let sub = self.sub(topic, name).await?;
+        let mut left = max.unwrap_or(u64::MAX);
+        let mut done = 0;
+        for p in 0..sub.topic.spec.partitions {
+            // Due dead leases first: describe counts them as dead already, so a purge (or a
+            // redrive) of the dead-letter queue takes them too.
+            self.bury_all(&sub, p).await?;
+            let mut attempts = 0;
+            while left > 0 {
+                let now = self.now();
+                let want = left.min(DEAD_PER_WRITE as u64) as usize;
+                let page = self.store().query(&Query::all(dlq_pk(sub.record.id, p), want)).await?;
+                if page.items.is_empty() {
+                    break;
+                }
+                let state = self.load(&sub, p, Some(1)).await?;
+                let n = page.items.len() as u64;
+                let mut msgs = Vec::with_capacity(page.items.len());
+                let mut ops = Vec::with_capacity(page.items.len() + 2);
+                for item in page.items {
+                    let record: DeadRecord = layout::decode("dead letter", &item.value)?;
+                    msgs.push(LeaseMsg { offset: layout::offset_of(&item.key.sk)?, first_ms: 0, key: record.key });
+                    ops.push(WriteOp::Delete { key: item.key, expect: Expect::Version(item.version) });
+                }
+                let cursor = CursorRecord { dead: state.cursor.dead.saturating_sub(n), ..state.cursor };
+                ops.push(state.cursor_write(sub.record.id, p, cursor));
+                if requeue {
+                    let nonce = self.nonce();
+                    let lease =
+                        LeaseRecord { nonce, receives: 0, held_until: None, delivered_ms: now, msgs, redriven: true };
+                    ops.push(WriteOp::create(
+                        Key::new(queue_pk(sub.record.id, p), lease_sk(now, nonce)),
+                        layout::encode(&lease),
+                    ));
+                }
+                match self.store().write(ops).await {
+                    Ok(()) => {
+                        done += n;
+                        left -= n;
+                        // Contention is counted per write: a long redrive is not cut short by
+                        // the races its earlier writes lost.
+                        attempts = 0;
+                    }
+                    Err(e) => {
+                        self.lost_race(e, &mut attempts).await?;
+                        if attempts >= MAX_ATTEMPTS {
+                            return Err(contended(name));
+                        }
+                    }
+                }
+            }
+        }
+        if done > 0 {
+            let what = if requeue { "redriven" } else { "purged" };
+            tracing::info!(topic = %sub.topic.name, subscription = name, messages = done, "dead letters {what}");
+        }
+        Ok(done)
+    }
+}

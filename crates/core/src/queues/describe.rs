@@ -1,0 +1,80 @@
+//! Describing a subscription: its backlog, exact when two reads agree.
+
+use super::*;
+
+impl Queues {
+    /// The subscription with exact counts: every partition's leases are read (they are
+    /// what is in flight or waiting, not the backlog), new messages are counted from the
+    /// cursor (or the log start, if retention moved it past the cursor) to the head.
+    /// `expired` is what retention took from the queue: counted when a receive passed
+    /// over it, plus what a receive would pass over now (see [`Backlog::expired`]), so
+    /// it is exact whether or not a receive came since the log start moved.
+    pub async fn describe(&self, topic: &str, name: &str) -> Result<SubscriptionDescription, Error> {
+        let sub = self.sub(topic, name).await?;
+        let heads = topics::heads(self.store(), &sub.topic).await?;
+        let spec = &sub.record.spec;
+        let now = self.now();
+        let mut total = Backlog::default();
+        let mut partitions = Vec::with_capacity(heads.len());
+        let mut oldest: Option<i64> = None;
+        let mut exact = true;
+        for (p, (head, _)) in heads.iter().enumerate() {
+            let p = p as u32;
+            let (state, settled) = self.snapshot(&sub, p).await?;
+            exact &= settled;
+            let mut b = Backlog { dead: state.cursor.dead, expired: state.cursor.expired, ..Backlog::default() };
+            // What a receive would pass over now: new messages below the log start.
+            b.expired += head.start.saturating_sub(state.cursor.next);
+            let mut visible_since: Option<i64> = None;
+            for lease in &state.leases {
+                let n = lease.record.msgs.len() as u64;
+                if lease.due <= now && lease.record.receives >= spec.max_receive_count {
+                    b.dead += n;
+                } else if lease.due <= now {
+                    // …and due messages below it.
+                    let gone = lease.record.msgs.iter().filter(|m| m.offset < head.start).count() as u64;
+                    b.expired += gone;
+                    if n > gone {
+                        b.visible += n - gone;
+                        visible_since = min_time(visible_since, lease.due);
+                    }
+                } else if lease.record.held_until.is_some_and(|h| h > now) {
+                    b.in_flight += n;
+                } else {
+                    b.delayed += n;
+                }
+            }
+            let cursor = state.cursor.next.clamp(head.start, head.next.max(head.start));
+            if cursor < head.next {
+                // New messages are visible up to the first one still within `delay_ms`.
+                let boundary = if spec.delay_ms > 0 {
+                    let since = now - spec.delay_ms as i64 + 1;
+                    self.log.offset_of(&sub.topic, p, OffsetQuery::Timestamp(since)).await?.clamp(cursor, head.next)
+                } else {
+                    head.next
+                };
+                b.visible += boundary - cursor;
+                b.delayed += head.next - boundary;
+                if boundary > cursor {
+                    let first = self.events_at(&sub.topic, p, &[cursor], *head).await?;
+                    if let Some(e) = first.get(&cursor) {
+                        visible_since =
+                            min_time(visible_since, e.record.timestamp_ms.saturating_add(spec.delay_ms as i64));
+                    }
+                }
+            }
+            b.oldest_visible_age_ms = visible_since.map(|t| now.saturating_sub(t).max(0) as u64);
+            if let Some(t) = visible_since {
+                oldest = min_time(oldest, t);
+            }
+            total.visible += b.visible;
+            total.in_flight += b.in_flight;
+            total.delayed += b.delayed;
+            total.dead += b.dead;
+            total.expired += b.expired;
+            partitions.push(PartitionBacklog { partition: p, cursor, high_watermark: head.next, backlog: b });
+        }
+        total.oldest_visible_age_ms = oldest.map(|t| now.saturating_sub(t).max(0) as u64);
+        Ok(SubscriptionDescription { subscription: sub.describe(), backlog: total, partitions, exact })
+    }
+}

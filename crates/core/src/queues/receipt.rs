@@ -1,0 +1,106 @@
+//! Receipts: what a receive hands out to settle a message with, signed with a key
+//! made once per store (HMAC-SHA256, truncated), so a forged or altered receipt is refused.
+
+use super::*;
+
+/// What a receipt names: one message of one delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Receipt {
+    pub(super) sub_id: u64,
+    pub(super) partition: u32,
+    pub(super) offset: u64,
+    pub(super) nonce: u64,
+    /// Where the lease was when the receipt was issued (a hint: it may have moved since).
+    pub(super) due: i64,
+    pub(super) receives: u32,
+}
+
+const RECEIPT_BODY: usize = 40;
+
+const RECEIPT_MAC: usize = 16;
+
+impl Receipt {
+    pub(super) fn encode(&self, key: &[u8; 32]) -> String {
+        let mut bytes = Vec::with_capacity(RECEIPT_BODY + RECEIPT_MAC);
+        bytes.extend_from_slice(&self.sub_id.to_be_bytes());
+        bytes.extend_from_slice(&self.partition.to_be_bytes());
+        bytes.extend_from_slice(&self.offset.to_be_bytes());
+        bytes.extend_from_slice(&self.nonce.to_be_bytes());
+        bytes.extend_from_slice(&self.due.to_be_bytes());
+        bytes.extend_from_slice(&self.receives.to_be_bytes());
+        let mac = hmac_sha256(key, &bytes);
+        bytes.extend_from_slice(&mac[..RECEIPT_MAC]);
+        URL_SAFE_NO_PAD.encode(bytes)
+    }
+
+    pub(super) fn decode(text: &str, key: &[u8; 32]) -> Option<Self> {
+        let bytes = URL_SAFE_NO_PAD.decode(text).ok()?;
+        if bytes.len() != RECEIPT_BODY + RECEIPT_MAC {
+            return None;
+        }
+        let (body, mac) = bytes.split_at(RECEIPT_BODY);
+        let expected = hmac_sha256(key, body);
+        // Compared in constant time: a forger learns nothing from how long a refusal takes.
+        if expected[..RECEIPT_MAC].iter().zip(mac).fold(0u8, |acc, (a, b)| acc | (a ^ b)) != 0 {
+            return None;
+        }
+        let u64_at = |i: usize| u64::from_be_bytes(body[i..i + 8].try_into().unwrap_or_default());
+        Some(Self {
+            sub_id: u64_at(0),
+            partition: u32::from_be_bytes(body[8..12].try_into().unwrap_or_default()),
+            offset: u64_at(12),
+            nonce: u64_at(20),
+            due: u64_at(28) as i64,
+            receives: u32::from_be_bytes(body[36..40].try_into().unwrap_or_default()),
+        })
+    }
+}
+
+fn hmac_sha256(key: &[u8; 32], message: &[u8]) -> [u8; 32] {
+    let (mut inner_pad, mut outer_pad) = ([0x36u8; 64], [0x5cu8; 64]);
+    for (i, b) in key.iter().enumerate() {
+        inner_pad[i] ^= b;
+        outer_pad[i] ^= b;
+    }
+    let inner = Sha256::new().chain_update(inner_pad).chain_update(message).finalize();
+    Sha256::new().chain_update(outer_pad).chain_update(inner).finalize().into()
+}
+
+impl Queues {
+    /// The key receipts are signed with: made once per store, kept in it, then cached
+    /// for the life of the process (it never changes, so a cached copy is never stale).
+    pub(super) async fn receipt_key(&self) -> Result<[u8; 32], Error> {
+        let key = self
+            .local
+            .receipt_key
+            .get_or_try_init(|| async {
+                let item_key = Key::new("queues", "receipt-key");
+                for _ in 0..MAX_ATTEMPTS {
+                    if let Some(item) = self.store().get(&item_key).await? {
+                        let text = std::str::from_utf8(&item.value).unwrap_or_default();
+                        let mut key = [0u8; 32];
+                        for (i, byte) in key.iter_mut().enumerate() {
+                            *byte = text
+                                .get(2 * i..2 * i + 2)
+                                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                                .ok_or_else(|| Error::Corrupt("receipt key".into()))?;
+                        }
+                        return Ok(key);
+                    }
+                    let mut key = [0u8; 32];
+                    for chunk in key.chunks_mut(8) {
+                        chunk.copy_from_slice(&self.nonce().to_be_bytes());
+                    }
+                    let value = bytes::Bytes::from(layout::hex(&key));
+                    match self.store().write(vec![WriteOp::create(item_key.clone(), value)]).await {
+                        Ok(()) => return Ok(key),
+                        Err(StorageError::ConditionFailed { .. }) => continue,
+                        Err(e) => return Err(Error::from(e)),
+                    }
+                }
+                Err(Error::Corrupt("receipt key could not be read or made".into()))
+            })
+            .await?;
+        Ok(*key)
+    }
+}

@@ -1,0 +1,623 @@
+//! Receiving: visiting partitions, taking due leases and new messages under conditional
+//! writes, burying what exhausted its receives, and answering only live windows.
+
+use super::*;
+
+/// What a receive answers: the messages whose visibility window has not ended by the time
+/// it answers. A receive slow to answer (its later partitions' reads took longer than an
+/// earlier one's window) would otherwise hand out messages another receive may hold by then;
+/// those are left as a lost answer leaves them, held by nobody, due again.
+fn answerable(messages: Vec<Message>, held: &[(usize, i64)], now: i64) -> Vec<Message> {
+    if held.iter().all(|(_, until)| *until > now) {
+        return messages;
+    }
+    let mut start = 0;
+    let mut out = Vec::with_capacity(messages.len());
+    let mut messages = messages.into_iter();
+    for &(end, until) in held {
+        let take = messages.by_ref().take(end - start);
+        if until > now {
+            out.extend(take);
+        } else {
+            let dropped = take.count();
+            tracing::warn!(dropped, "receive answered after its visibility window ended; those messages are due again");
+        }
+        start = end;
+    }
+    out
+}
+
+impl Queues {
+    /// Receives up to `max_messages`, waiting up to `wait_ms` for the first. Partitions are
+    /// visited from a random one, so concurrent receivers mostly work on different partitions.
+    pub async fn receive(&self, topic: &str, name: &str, req: &ReceiveRequest) -> Result<Vec<Message>, Error> {
+        Self::check_receive(req)?;
+        let sub = self.sub(topic, name).await?;
+        self.receive_on(&sub, req).await
+    }
+
+    /// Acks `receipts`, then receives: a worker's whole loop in one request (JetStream's
+    /// "ack next"). Everything is checked before the acks are written; the acks stand even
+    /// if the receive then fails (a retry's acks answer stale).
+    pub async fn ack_and_receive(
+        &self,
+        topic: &str,
+        name: &str,
+        receipts: &[String],
+        req: &ReceiveRequest,
+    ) -> Result<(Vec<Result<(), ReceiptError>>, Vec<Message>), Error> {
+        Self::check_receive(req)?;
+        let sub = self.sub(topic, name).await?;
+        let acks = self.settle_on(&sub, receipts, Settle::Ack).await?;
+        let acks = acks.into_iter().map(|r| r.map(|_| ())).collect();
+        Ok((acks, self.receive_on(&sub, req).await?))
+    }
+
+    fn check_receive(req: &ReceiveRequest) -> Result<(), Error> {
+        if !(1..=MAX_RECEIVE_MESSAGES).contains(&req.max_messages) {
+            return Err(Error::invalid(
+                "invalid_max_messages",
+                format!("max_messages must be between 1 and {MAX_RECEIVE_MESSAGES}"),
+            ));
+        }
+        if req.wait_ms > MAX_RECEIVE_WAIT_MS {
+            return Err(Error::invalid("invalid_wait", format!("wait_ms must be at most {MAX_RECEIVE_WAIT_MS}")));
+        }
+        if req.visibility_timeout_ms.is_some_and(|v| v > MAX_VISIBILITY_TIMEOUT_MS) {
+            return Err(Error::invalid(
+                "invalid_visibility_timeout",
+                format!("visibility_timeout_ms must be at most {MAX_VISIBILITY_TIMEOUT_MS} (12 h)"),
+            ));
+        }
+        Ok(())
+    }
+
+    async fn receive_on(&self, sub: &Sub, req: &ReceiveRequest) -> Result<Vec<Message>, Error> {
+        let visibility = req.visibility_timeout_ms.unwrap_or(sub.record.spec.visibility_timeout_ms);
+        let receipt_key = self.receipt_key().await?;
+        let deadline = self.now() + req.wait_ms as i64;
+        let partitions = sub.topic.spec.partitions;
+        loop {
+            let heads = topics::heads(self.store(), &sub.topic).await?;
+            let mut messages: Vec<Message> = Vec::new();
+            // Per take, the end (exclusive) of its messages in `messages` and their window's end.
+            let mut held: Vec<(usize, i64)> = Vec::new();
+            let (mut wake_at, mut idle, mut blocked) = (None, Vec::new(), false);
+            let mut bytes_left = self.log.limits().max_response_bytes;
+            let start = (self.nonce() % u64::from(partitions.max(1))) as u32;
+            // First the partitions no other receive of this process is taking from (two
+            // would only race for one write), then, if more is wanted, the busy ones.
+            let mut visits: VecDeque<(u32, bool)> = (0..partitions).map(|i| ((start + i) % partitions, true)).collect();
+            while let Some((p, first_pass)) = visits.pop_front() {
+                if messages.len() >= req.max_messages || bytes_left == 0 {
+                    break;
+                }
+                let claim = if first_pass { self.claim_partition(sub.record.id, p) } else { None };
+                if first_pass && claim.is_none() {
+                    visits.push_back((p, false));
+                    continue;
+                }
+                let head = heads.get(p as usize).map(|(h, _)| *h).unwrap_or_default();
+                let want = req.max_messages - messages.len();
+                let first = messages.is_empty();
+                let taken = match self.take(sub, p, head, want, visibility, &receipt_key, &mut bytes_left, first).await
+                {
+                    Ok(taken) => taken,
+                    // Messages already taken from other partitions are answered, not stranded.
+                    Err(e) if !messages.is_empty() => {
+                        tracing::warn!(error = %e, partition = p, "receive stopped early");
+                        break;
+                    }
+                    Err(e) => return Err(e),
+                };
+                drop(claim);
+                if !taken.messages.is_empty() {
+                    held.push((messages.len() + taken.messages.len(), taken.held_until));
+                }
+                messages.extend(taken.messages);
+                wake_at = taken.wake_at.map_or(wake_at, |t| min_time(wake_at, t));
+                blocked |= taken.blocked;
+                if let Some(cursor) = taken.idle_at {
+                    idle.push((sub.topic.clone(), p, cursor));
+                }
+            }
+            let now = self.now();
+            if !messages.is_empty() {
+                return Ok(answerable(messages, &held, now));
+            }
+            if now >= deadline {
+                return Ok(messages);
+            }
+            let mut until = deadline;
+            if let Some(t) = wake_at {
+                until = until.min(t);
+            }
+            if blocked {
+                until = until.min(now + self.log.poll_interval_ms() as i64);
+            }
+            let nap = (until - now).max(1) as u64;
+            if idle.is_empty() {
+                self.log.clock().sleep(nap).await;
+            } else {
+                self.log.wait_for_any(&idle, nap).await?;
+            }
+        }
+    }
+
+    /// Takes up to `want` messages of one partition: due leases first (dead ones go to the
+    /// DLQ), then new messages from the log; one atomic write, retried on contention.
+    /// `bytes_left` is what the receive's answer may still grow by; `first` says nothing
+    /// has been taken yet (the first message is taken whatever its size).
+    #[allow(clippy::too_many_arguments)]
+    async fn take(
+        &self,
+        sub: &Sub,
+        partition: u32,
+        mut head: HeadRecord,
+        want: usize,
+        visibility: u64,
+        receipt_key: &[u8; 32],
+        bytes_left: &mut usize,
+        first: bool,
+    ) -> Result<Taken, Error> {
+        let spec = &sub.record.spec;
+        let keyed = spec.ordering == Ordering::Key;
+        let limits = *self.log.limits();
+        let (mut attempt, mut burials) = (0, 0);
+        while attempt < MAX_ATTEMPTS {
+            let now = self.now();
+            // Unordered, the cursor and the leases due soonest are enough (one past `want`
+            // tells when the next one is due); keyed, every lease's keys matter.
+            let state = self.load(sub, partition, if keyed { None } else { Some(want + 2) }).await?;
+            if state.cursor.next > head.next {
+                // Another receiver took events published after this receive read the heads.
+                head = topics::head(self.store(), sub.topic.id, partition).await?.0;
+            }
+            let dead: Vec<usize> = (0..state.leases.len())
+                .filter(|&i| state.leases[i].due <= now && state.leases[i].record.receives >= spec.max_receive_count)
+                .collect();
+            if !dead.is_empty() && burials < MAX_BURIALS {
+                burials += 1;
+                match self.bury(sub, partition, &state, &dead, now).await {
+                    Ok(()) => continue,
+                    Err(e) => {
+                        self.lost_race(e, &mut attempt).await?;
+                        continue;
+                    }
+                }
+            }
+            let mut taken = Taken::default();
+            let mut blocked_keys: HashSet<u64> = HashSet::new();
+            let mut candidates = Vec::new();
+            let mut parked_before = 0;
+            for (i, lease) in state.leases.iter().enumerate() {
+                if lease.record.held_until.is_none() && lease.record.receives == 0 && !lease.record.redriven {
+                    parked_before += lease.record.msgs.len();
+                }
+                if lease.due > now {
+                    taken.wake_at = min_time(taken.wake_at, lease.due);
+                    if keyed {
+                        blocked_keys.extend(lease.record.msgs.iter().filter_map(|m| m.key));
+                    }
+                } else if !dead.contains(&i) {
+                    candidates.extend(lease.record.msgs.iter().map(|m| Candidate {
+                        msg: *m,
+                        lease: Some(i),
+                        receives: lease.record.receives,
+                        waiting: None,
+                    }));
+                }
+            }
+            // New messages from the log, only as far as they will be delivered or parked.
+            let room = if keyed {
+                // A look-ahead past blocked keys, not the whole park: a receive reads what it can use.
+                want + PARK_LIMIT.saturating_sub(parked_before).min(want * 3)
+            } else {
+                want.saturating_sub(candidates.len())
+            };
+            // Where new messages start: offsets below the log start were removed by retention
+            // before the queue took them, and are counted as expired when the cursor passes them.
+            let mut base = state.cursor.next.max(head.start);
+            let mut payloads: HashMap<u64, Event> = HashMap::new();
+            if room > 0 && base < head.next {
+                let read = self
+                    .log
+                    .read_at(&sub.topic, partition, base, room.min(limits.max_read_events), limits.max_read_bytes, head)
+                    .await;
+                let batch = match read {
+                    Ok(batch) => batch,
+                    // Retention moved the log start past `base` while it was read: look again
+                    // from the new start (what it passes over is counted as expired then).
+                    Err(Error::OffsetOutOfRange { .. }) => {
+                        attempt += 1;
+                        head = topics::head(self.store(), sub.topic.id, partition).await?.0;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                // The log start moved past `base` since the heads were read.
+                base = base.max(batch.events.first().map_or(base, |e| e.offset));
+                for event in batch.events {
+                    let waiting = (spec.delay_ms > 0)
+                        // From its timestamp, or from now if the publisher's clock ran ahead.
+                        .then(|| event.record.timestamp_ms.min(now).saturating_add(spec.delay_ms as i64))
+                        .filter(|at| *at > now);
+                    let key = if keyed { event.record.key.as_deref().map(key_hash) } else { None };
+                    candidates.push(Candidate {
+                        msg: LeaseMsg { offset: event.offset, first_ms: 0, key },
+                        lease: None,
+                        receives: 0,
+                        waiting,
+                    });
+                    payloads.insert(event.offset, event);
+                }
+                // Messages still within their delay at the end of what was read stay in the
+                // log: the cursor stops at the first of them (timestamps growing with offsets,
+                // the common case, park nothing).
+                while let Some(at) = candidates.last().filter(|c| c.lease.is_none()).and_then(|c| c.waiting) {
+                    taken.wake_at = min_time(taken.wake_at, at);
+                    candidates.pop();
+                }
+            }
+            if keyed {
+                // Offsets in leases are all below the cursor: in offset order, a key's
+                // earliest waiting message always comes first.
+                candidates.sort_by_key(|c| c.msg.offset);
+            }
+
+            // Choose: at most `want`; keyed, one per key and none of a blocked key (every
+            // candidate considered marks its key, so a later one of the key never overtakes
+            // it); within one write's operations.
+            let mut pick = Pick::default();
+            // The cursor, the parked lease, and the subscription's check on a first write.
+            let mut ops_left = MAX_WRITE_OPS - 3 - MAX_DELAY_LEASES;
+            for (ci, c) in candidates.iter().enumerate() {
+                let full = pick.chosen.len() >= want;
+                if c.lease.is_none() && full {
+                    break; // the cursor stops here: the rest stay in the log
+                }
+                if let Some(at) = c.waiting {
+                    // Within its delay, but later messages are due: parked until its time,
+                    // its key (if ordered) held back behind it.
+                    let new_lease = !pick.delayed.contains_key(&at);
+                    if parked_before + pick.parked_count() >= PARK_LIMIT
+                        || (new_lease && pick.delayed.len() >= MAX_DELAY_LEASES)
+                    {
+                        break;
+                    }
+                    if let Some(k) = c.msg.key {
+                        blocked_keys.insert(k);
+                    }
+                    pick.delayed.entry(at).or_default().push(c.msg);
+                    taken.wake_at = min_time(taken.wake_at, at);
+                    pick.cursor_next = c.msg.offset + 1;
+                    continue;
+                }
+                // Removed from the log by retention: dropped from its lease, never delivered.
+                if let Some(i) = c.lease.filter(|_| c.msg.offset < head.start) {
+                    let cost = usize::from(!pick.touched.contains(&i));
+                    if cost <= ops_left {
+                        ops_left -= cost;
+                        pick.touched.insert(i);
+                        pick.gone.insert(c.msg.offset);
+                    }
+                    continue;
+                }
+                let free = match c.msg.key {
+                    Some(k) if keyed => blocked_keys.insert(k),
+                    _ => true,
+                };
+                if free && !full {
+                    let cost = c.lease.map_or(0, |i| usize::from(!pick.touched.contains(&i)))
+                        + usize::from(!pick.groups.contains(&(c.receives + 1)));
+                    if cost > ops_left {
+                        if c.lease.is_none() {
+                            break;
+                        }
+                        continue;
+                    }
+                    ops_left -= cost;
+                    if let Some(i) = c.lease {
+                        pick.touched.insert(i);
+                    }
+                    pick.groups.insert(c.receives + 1);
+                    pick.chosen.push(ci);
+                } else if c.lease.is_none() {
+                    if parked_before + pick.parked_count() >= PARK_LIMIT {
+                        break;
+                    }
+                    pick.parked.push(c.msg);
+                } else {
+                    taken.blocked = true;
+                    continue;
+                }
+                if c.lease.is_none() {
+                    pick.cursor_next = c.msg.offset + 1;
+                }
+            }
+            pick.cursor_next = pick.cursor_next.max(base);
+
+            // The payloads of what was chosen from leases (new messages' are read), then the
+            // answer's size: what does not fit stays (in its lease, or in the log).
+            let lease_offsets: Vec<u64> = pick
+                .chosen
+                .iter()
+                .filter(|&&ci| candidates[ci].lease.is_some())
+                .map(|&ci| candidates[ci].msg.offset)
+                .collect();
+            payloads.extend(self.events_at(&sub.topic, partition, &lease_offsets, head).await?);
+            let mut left = *bytes_left;
+            let mut cut: Option<u64> = None;
+            let mut kept = Vec::with_capacity(pick.chosen.len());
+            for &ci in &pick.chosen {
+                let c = &candidates[ci];
+                if c.lease.is_none() && cut.is_some() {
+                    continue;
+                }
+                let size = payloads.get(&c.msg.offset).map(|e| rendered_size(&e.record));
+                match size {
+                    Some(size) if size <= left || (first && kept.is_empty()) => {
+                        left = left.saturating_sub(size);
+                        kept.push(ci);
+                    }
+                    _ if c.lease.is_none() => cut = Some(c.msg.offset),
+                    _ => {}
+                }
+            }
+            if let Some(at) = cut {
+                pick.cursor_next = at.max(base);
+                pick.parked.retain(|m| m.offset < at);
+                for msgs in pick.delayed.values_mut() {
+                    msgs.retain(|m| m.offset < at);
+                }
+                pick.delayed.retain(|_, msgs| !msgs.is_empty());
+            }
+            taken.blocked |= !pick.parked.is_empty();
+            let skipped = base - state.cursor.next.min(base);
+            // Only expired messages to pass over: written, then the partition is looked at again.
+            let only_expired = kept.is_empty() && pick.parked.is_empty() && pick.delayed.is_empty();
+            if only_expired && pick.gone.is_empty() && skipped == 0 {
+                let nothing_due = !state.leases.iter().any(|l| l.due <= now);
+                if nothing_due && state.cursor.next >= head.next {
+                    taken.idle_at = Some(state.cursor.next);
+                } else if !candidates.is_empty() || !dead.is_empty() {
+                    // Blocked keys, or dead leases left for the next burial: look again soon.
+                    taken.blocked = true;
+                }
+                return Ok(taken);
+            }
+
+            // One write: the cursor past what was taken or parked (keyed, at least checked:
+            // a lease moved while the leases were read shows as a new cursor version), the
+            // due leases emptied of what was taken, a new lease per receive count, and the
+            // parked messages.
+            // Expired messages are counted in the write that passes over them, conditional on
+            // the cursor's and the leases' versions: exactly once.
+            let mut ops = Vec::new();
+            if state.cursor_version.is_none() {
+                // The partition's first items: created on absence, so only while the subscription
+                // lives (a receive racing its delete would otherwise leave items its purge missed).
+                // Later writes need no such check: the purge deletes the cursor they are conditional on.
+                ops.push(WriteOp::Check {
+                    key: sub_key(sub.topic.id, &sub.name),
+                    expect: Expect::Version(sub.version),
+                });
+            }
+            if pick.cursor_next > state.cursor.next || !pick.gone.is_empty() {
+                let expired = state.cursor.expired + skipped + pick.gone.len() as u64;
+                ops.push(state.cursor_write(
+                    sub.record.id,
+                    partition,
+                    CursorRecord { next: pick.cursor_next, dead: state.cursor.dead, expired },
+                ));
+            } else if keyed {
+                // Rewritten, not only checked: a keyed receiver that read the leases while
+                // this write moved some of them reads an older cursor, and fails.
+                ops.push(state.cursor_write(sub.record.id, partition, state.cursor));
+            }
+            let mut removed: BTreeMap<usize, HashSet<u64>> = BTreeMap::new();
+            for &ci in &kept {
+                if let Some(i) = candidates[ci].lease {
+                    removed.entry(i).or_default().insert(candidates[ci].msg.offset);
+                }
+            }
+            for (i, lease) in state.leases.iter().enumerate() {
+                let gone: Vec<u64> =
+                    lease.record.msgs.iter().map(|m| m.offset).filter(|o| pick.gone.contains(o)).collect();
+                if !gone.is_empty() {
+                    removed.entry(i).or_default().extend(gone);
+                }
+            }
+            for (i, offsets) in &removed {
+                ops.push(shrink(&state.leases[*i], offsets));
+            }
+            // The window counts from the write, not from the reads before it: a slow read
+            // must not shorten it.
+            let held_until = self.now().max(now).saturating_add(visibility as i64);
+            let mut by_receives: BTreeMap<u32, Vec<LeaseMsg>> = BTreeMap::new();
+            for &ci in &kept {
+                let c = &candidates[ci];
+                let first_ms = if c.msg.first_ms == 0 { now } else { c.msg.first_ms };
+                by_receives.entry(c.receives + 1).or_default().push(LeaseMsg { first_ms, ..c.msg });
+            }
+            let mut delivered = Vec::new();
+            for (receives, msgs) in by_receives {
+                let nonce = self.nonce();
+                let due = held_until.saturating_add(spec.backoff_ms(receives));
+                for m in &msgs {
+                    let receipt = Receipt { sub_id: sub.record.id, partition, offset: m.offset, nonce, due, receives };
+                    delivered.push((m.offset, receipt.encode(receipt_key), receives, m.first_ms));
+                }
+                let lease = LeaseRecord {
+                    nonce,
+                    receives,
+                    held_until: Some(held_until),
+                    delivered_ms: now,
+                    msgs,
+                    redriven: false,
+                };
+                ops.push(self.new_lease(sub, partition, due, lease));
+            }
+            let parked = std::mem::take(&mut pick.parked);
+            let waiting = std::mem::take(&mut pick.delayed);
+            for (due, msgs) in std::iter::once((now, parked)).chain(waiting) {
+                if !msgs.is_empty() {
+                    let lease = LeaseRecord {
+                        nonce: self.nonce(),
+                        receives: 0,
+                        held_until: None,
+                        delivered_ms: now,
+                        msgs,
+                        redriven: false,
+                    };
+                    ops.push(self.new_lease(sub, partition, due, lease));
+                }
+            }
+            let checks_sub = state.cursor_version.is_none();
+            if let Err(e) = self.store().write(ops).await {
+                if checks_sub && matches!(e, StorageError::ConditionFailed { op: 0 }) {
+                    return Err(Error::SubscriptionNotFound {
+                        topic: sub.topic.name.clone(),
+                        subscription: sub.name.clone(),
+                    });
+                }
+                // An unknown outcome may have leased messages to no one: they come back
+                // when that visibility window ends, so nothing is lost or held twice.
+                self.lost_race(e, &mut attempt).await?;
+                continue;
+            }
+            if only_expired {
+                continue;
+            }
+            *bytes_left = left;
+            taken.held_until = held_until;
+            delivered.sort_unstable_by_key(|(offset, ..)| *offset);
+            taken.messages = delivered
+                .into_iter()
+                .filter_map(|(offset, receipt, receive_count, first_receive_ms)| {
+                    payloads.remove(&offset).map(|event| Message { receipt, receive_count, first_receive_ms, event })
+                })
+                .collect();
+            return Ok(taken);
+        }
+        Ok(Taken { blocked: true, ..Taken::default() })
+    }
+
+    /// Moves the messages of leases that ran out of deliveries (up to a write's worth) to
+    /// the dead-letter queue: exactly once, as each lease's version is checked.
+    async fn bury(
+        &self,
+        sub: &Sub,
+        partition: u32,
+        state: &QueueState,
+        dead: &[usize],
+        now: i64,
+    ) -> Result<(), StorageError> {
+        let mut ops = Vec::new();
+        let mut buried = 0;
+        for &i in dead {
+            let lease = &state.leases[i];
+            // Each lease costs its own op besides one per message.
+            let room = DEAD_PER_WRITE.saturating_sub(ops.len() + 1);
+            if room == 0 {
+                break;
+            }
+            let msgs: Vec<LeaseMsg> = lease.record.msgs.iter().take(room).copied().collect();
+            let offsets: HashSet<u64> = msgs.iter().map(|m| m.offset).collect();
+            ops.push(shrink(lease, &offsets));
+            for m in &msgs {
+                let dead = DeadRecord {
+                    reason: DEAD_REASON.into(),
+                    receives: lease.record.receives,
+                    first_ms: m.first_ms,
+                    last_ms: lease.record.delivered_ms,
+                    dead_ms: now,
+                    key: m.key,
+                };
+                ops.push(WriteOp::create(
+                    Key::new(dlq_pk(sub.record.id, partition), layout::offset_sk(m.offset)),
+                    layout::encode(&dead),
+                ));
+            }
+            buried += msgs.len() as u64;
+        }
+        ops.push(state.cursor_write(
+            sub.record.id,
+            partition,
+            CursorRecord { dead: state.cursor.dead + buried, ..state.cursor },
+        ));
+        self.store().write(ops).await?;
+        tracing::info!(topic = %sub.topic.name, subscription = %sub.name, partition, messages = buried, "dead-lettered");
+        Ok(())
+    }
+
+    /// Buries every dead lease of a partition (before the DLQ is listed or redriven).
+    pub(super) async fn bury_all(&self, sub: &Sub, partition: u32) -> Result<(), Error> {
+        let mut attempt = 0;
+        while attempt < MAX_ATTEMPTS {
+            let now = self.now();
+            let state = self.load(sub, partition, None).await?;
+            let dead: Vec<usize> = (0..state.leases.len())
+                .filter(|&i| {
+                    state.leases[i].due <= now && state.leases[i].record.receives >= sub.record.spec.max_receive_count
+                })
+                .collect();
+            if dead.is_empty() {
+                return Ok(());
+            }
+            if let Err(e) = self.bury(sub, partition, &state, &dead, now).await {
+                self.lost_race(e, &mut attempt).await?;
+            }
+        }
+        Err(contended(&sub.name))
+    }
+
+    /// The events at these offsets of a partition, read in runs of consecutive offsets.
+    pub(super) async fn events_at(
+        &self,
+        topic: &TopicConfig,
+        partition: u32,
+        offsets: &[u64],
+        head: HeadRecord,
+    ) -> Result<HashMap<u64, Event>, Error> {
+        let mut sorted = offsets.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let mut found = HashMap::with_capacity(sorted.len());
+        let limits = *self.log.limits();
+        let mut i = 0;
+        while i < sorted.len() {
+            let mut end = i;
+            while end + 1 < sorted.len() && sorted[end + 1] == sorted[end] + 1 {
+                end += 1;
+            }
+            let (first, last) = (sorted[i], sorted[end]);
+            let mut next = first.max(head.start);
+            while next <= last && next < head.next {
+                let want = (last - next + 1) as usize;
+                let read = self
+                    .log
+                    .read_at(topic, partition, next, want.min(limits.max_read_events), limits.max_read_bytes, head)
+                    .await;
+                let batch = match read {
+                    Ok(batch) => batch,
+                    // Retention removed them while they were read: they are not found.
+                    Err(Error::OffsetOutOfRange { log_start_offset, .. }) if log_start_offset > next => {
+                        next = log_start_offset;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                let Some(last_read) = batch.events.last().map(|e| e.offset) else { break };
+                for e in batch.events {
+                    if e.offset <= last {
+                        found.insert(e.offset, e);
+                    }
+                }
+                next = last_read + 1;
+            }
+            i = end + 1;
+        }
+        Ok(found)
+    }
+}

@@ -1,0 +1,137 @@
+//! What the queues keep in the state store: the subscription record, the cursor and the
+//! lease items of each partition, dead letters, purge orders, and their keys.
+
+use super::*;
+
+/// A subscription as stored: its id keys every item of its queue, so a subscription
+/// re-created under an old name shares nothing with its predecessor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubscriptionRecord {
+    pub id: u64,
+    pub spec: SubscriptionSpec,
+    /// Per partition, the first offset the queue delivers.
+    pub starts: Vec<u64>,
+    pub created_ms: i64,
+    /// A tombstone: the subscription `id` was deleted. It stays until a subscription of the
+    /// same name replaces it (or the topic's purge removes it), so the item's version never
+    /// restarts: a delete that read an older incarnation's version cannot remove a newer one.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
+}
+
+/// A partition's cursor: offsets below `next` were all taken from the log into leases.
+/// An absent cursor is the subscription's start offset with an empty DLQ.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CursorRecord {
+    pub next: u64,
+    /// Messages in this partition's dead-letter queue.
+    #[serde(default)]
+    pub dead: u64,
+    /// Messages removed by retention that receives passed over (new ones below the log
+    /// start, and lease messages dropped when they came due), counted in the same write.
+    #[serde(default)]
+    pub expired: u64,
+}
+
+/// Messages delivered together (or released together), all with one receive count.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRecord {
+    /// Names this delivery in receipts; every redelivery or release gets a new one.
+    pub nonce: u64,
+    /// Deliveries of these messages so far (0: parked behind their key, never delivered).
+    pub receives: u32,
+    /// The end of the visibility window while held; `None` when released or parked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_until: Option<i64>,
+    /// When they were last delivered.
+    pub delivered_ms: i64,
+    pub msgs: Vec<LeaseMsg>,
+    /// Put back by a redrive (never delivered since): due, not parked behind a key, so it
+    /// does not count toward the keyed look-ahead's parking limit.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub redriven: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseMsg {
+    #[serde(rename = "o")]
+    pub offset: u64,
+    /// First delivery (0 before any).
+    #[serde(rename = "f")]
+    pub first_ms: i64,
+    /// A hash of the event's key, kept under `ordering: key`.
+    #[serde(rename = "k", default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<u64>,
+}
+
+/// A dead letter: which delivery history put it there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadRecord {
+    pub reason: String,
+    pub receives: u32,
+    pub first_ms: i64,
+    pub last_ms: i64,
+    pub dead_ms: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<u64>,
+}
+
+/// The items of a deleted subscription still to remove.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubPurgeRecord {
+    pub partitions: u32,
+    #[serde(default)]
+    pub done_partitions: u32,
+}
+
+pub(super) fn subs_pk(topic_id: u64) -> String {
+    format!("subs#{topic_id:016x}")
+}
+
+pub(super) fn sub_key(topic_id: u64, name: &str) -> Key {
+    Key::new(subs_pk(topic_id), name)
+}
+
+pub(super) fn queue_pk(sub_id: u64, partition: u32) -> String {
+    format!("q#{sub_id:016x}#{partition}")
+}
+
+pub(super) fn dlq_pk(sub_id: u64, partition: u32) -> String {
+    format!("dlq#{sub_id:016x}#{partition}")
+}
+
+/// Where a subscription's record is (layout, for tools and tests).
+pub fn subscription_key(topic_id: u64, name: &str) -> Key {
+    sub_key(topic_id, name)
+}
+
+/// The collections holding a subscription's state on one partition: its cursor and
+/// leases, and its dead letters (layout, for tools and tests).
+pub fn queue_collections(sub_id: u64, partition: u32) -> [String; 2] {
+    [queue_pk(sub_id, partition), dlq_pk(sub_id, partition)]
+}
+
+pub(super) fn cursor_key(sub_id: u64, partition: u32) -> Key {
+    Key::new(queue_pk(sub_id, partition), CURSOR_SK)
+}
+
+pub(super) fn lease_sk(due: i64, nonce: u64) -> String {
+    format!("l#{:020}#{nonce:016x}", due.max(0))
+}
+
+pub(super) fn parse_lease_sk(sk: &str) -> Result<i64, StorageError> {
+    sk.strip_prefix("l#")
+        .and_then(|rest| rest.split('#').next())
+        .and_then(|due| due.parse().ok())
+        .ok_or_else(|| StorageError::Corrupt(format!("lease sort key {sk:?}")))
+}
+
+pub(super) fn sub_purge_key(sub_id: u64) -> Key {
+    Key::new(SUB_PURGE_PK, format!("{sub_id:016x}"))
+}
+
+/// A stable 64-bit hash of an event key (FNV-1a): equal keys, equal hashes. A collision
+/// only makes two keys wait for each other.
+pub(super) fn key_hash(key: &[u8]) -> u64 {
+    key.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}

@@ -1,0 +1,210 @@
+//! Subscriptions: create (the start fixed at creation), list, delete (a tombstone whose
+//! version only grows), and their settings' checks.
+
+use super::*;
+
+impl Backoff {
+    /// The wait before redelivery after the `n`-th delivery expired.
+    pub fn delay_ms(&self, n: u32) -> u64 {
+        match self {
+            Self::Steps(steps) => steps.get(n.saturating_sub(1) as usize).or(steps.last()).copied().unwrap_or(0),
+            Self::Exponential { initial_ms, max_ms, multiplier } => {
+                let mut delay = *initial_ms;
+                for _ in 1..n {
+                    if delay >= *max_ms {
+                        break;
+                    }
+                    delay = delay.saturating_mul(u64::from(*multiplier));
+                }
+                delay.min(*max_ms)
+            }
+        }
+    }
+}
+
+impl SubscriptionSpec {
+    fn validate(&self) -> Result<(), Error> {
+        if self.visibility_timeout_ms > MAX_VISIBILITY_TIMEOUT_MS {
+            return Err(Error::invalid(
+                "invalid_visibility_timeout",
+                format!("visibility_timeout_ms must be at most {MAX_VISIBILITY_TIMEOUT_MS} (12 h)"),
+            ));
+        }
+        if !(1..=MAX_RECEIVE_COUNT).contains(&self.max_receive_count) {
+            return Err(Error::invalid(
+                "invalid_max_receive_count",
+                format!("max_receive_count must be between 1 and {MAX_RECEIVE_COUNT}"),
+            ));
+        }
+        if self.delay_ms > MAX_DELAY_MS {
+            return Err(Error::invalid("invalid_delay", format!("delay_ms must be at most {MAX_DELAY_MS} (15 min)")));
+        }
+        let backoff_ok = match &self.redelivery_backoff {
+            None => true,
+            Some(Backoff::Steps(steps)) => {
+                !steps.is_empty() && steps.len() <= 100 && steps.iter().all(|s| *s <= MAX_RELEASE_DELAY_MS)
+            }
+            Some(Backoff::Exponential { initial_ms, max_ms, multiplier }) => {
+                *initial_ms >= 1
+                    && initial_ms <= max_ms
+                    && *max_ms <= MAX_RELEASE_DELAY_MS
+                    && (1..=100).contains(multiplier)
+            }
+        };
+        if !backoff_ok {
+            return Err(Error::invalid(
+                "invalid_backoff",
+                format!(
+                    "redelivery_backoff_ms is a list of 1 to 100 delays or {{initial_ms, max_ms, multiplier}}, \
+                     each delay at most {MAX_RELEASE_DELAY_MS} ms and multiplier 1 to 100"
+                ),
+            ));
+        }
+        if let StartAt::Timestamp(ts) = self.start {
+            if ts < 0 {
+                return Err(Error::invalid("invalid_start", "start timestamp_ms must not be negative"));
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn backoff_ms(&self, receives: u32) -> i64 {
+        self.redelivery_backoff.as_ref().map_or(0, |b| b.delay_ms(receives) as i64)
+    }
+}
+
+impl Queues {
+    /// Creates a subscription, or answers the existing one if its settings are the same
+    /// (`false`: it already existed). The start is fixed now: `latest` means the heads
+    /// as they are at creation, whenever the first receive comes.
+    pub async fn create(&self, topic: &str, name: &str, spec: SubscriptionSpec) -> Result<(Subscription, bool), Error> {
+        names::validate("topic", topic)?;
+        names::validate("subscription", name)?;
+        spec.validate()?;
+        let mut attempt = 0;
+        while attempt < MAX_ATTEMPTS {
+            match self.sub(topic, name).await {
+                Ok(existing) if existing.record.spec == spec => return Ok((existing.describe(), false)),
+                Ok(_) => {
+                    return Err(Error::Conflict {
+                        code: "subscription_exists",
+                        message: format!("subscription '{name}' of topic '{topic}' exists with other settings"),
+                    })
+                }
+                Err(Error::SubscriptionNotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+            let topic = topics::live(self.store(), topic).await?;
+            let tombstone = self.sub_item(&topic, name).await?.filter(|s| s.record.deleted).map(|s| s.version);
+            let starts = self.start_offsets(&topic, &spec.start).await?;
+            let record = SubscriptionRecord {
+                id: self.nonce(),
+                spec: spec.clone(),
+                starts,
+                created_ms: self.now(),
+                deleted: false,
+            };
+            let ops = vec![
+                WriteOp::replace(sub_key(topic.id, name), layout::encode(&record), tombstone),
+                // Not on a topic deleted meanwhile: its subscriptions would never be purged.
+                WriteOp::Check { key: layout::topic_key(&topic.name), expect: Expect::Version(topic.version) },
+            ];
+            match self.store().write(ops).await {
+                Ok(()) => {
+                    tracing::info!(topic = %topic.name, subscription = name, "subscription created");
+                    let sub = Sub { topic, name: name.to_owned(), record, version: tombstone.map_or(1, |v| v + 1) };
+                    return Ok((sub.describe(), true));
+                }
+                Err(e) => self.lost_race(e, &mut attempt).await?,
+            }
+        }
+        Err(contended(name))
+    }
+
+    async fn start_offsets(&self, topic: &TopicConfig, start: &StartAt) -> Result<Vec<u64>, Error> {
+        let heads = topics::heads(self.store(), topic).await?;
+        if let StartAt::Offsets(offsets) = start {
+            if let Some(p) = offsets.keys().find(|p| **p >= topic.spec.partitions) {
+                return Err(Error::invalid("invalid_start", format!("topic '{}' has no partition {p}", topic.name)));
+            }
+        }
+        let mut starts = Vec::with_capacity(heads.len());
+        for (p, (head, _)) in heads.iter().enumerate() {
+            let offset = match start {
+                StartAt::Latest => head.next,
+                StartAt::Earliest => head.start,
+                StartAt::Timestamp(ts) => self.log.offset_of(topic, p as u32, OffsetQuery::Timestamp(*ts)).await?,
+                StartAt::Offsets(offsets) => match offsets.get(&(p as u32)) {
+                    None => head.next,
+                    Some(o) if (head.start..=head.next).contains(o) => *o,
+                    Some(o) => {
+                        return Err(Error::invalid(
+                            "invalid_start",
+                            format!(
+                                "offset {o} of partition {p} is outside its readable range {}..={}",
+                                head.start, head.next
+                            ),
+                        ))
+                    }
+                },
+            };
+            starts.push(offset);
+        }
+        Ok(starts)
+    }
+
+    /// The topic's subscriptions, by name.
+    pub async fn list(&self, topic: &str) -> Result<Vec<Subscription>, Error> {
+        names::validate("topic", topic)?;
+        let topic = topics::live(self.store(), topic).await?;
+        let mut subs = Vec::new();
+        let mut query = Query::all(subs_pk(topic.id), PAGE);
+        loop {
+            let page = self.store().query(&query).await?;
+            for item in page.items {
+                let record: SubscriptionRecord = layout::decode("subscription", &item.value)?;
+                if !record.deleted {
+                    subs.push(
+                        Sub { topic: topic.clone(), name: item.key.sk, record, version: item.version }.describe(),
+                    );
+                }
+            }
+            match page.next {
+                Some(after) => query.after = Some(after),
+                None => return Ok(subs),
+            }
+        }
+    }
+
+    /// Deletes a subscription at once (one write: its tombstone and purge order); the janitor
+    /// removes its queue items.
+    pub async fn delete(&self, topic: &str, name: &str) -> Result<(), Error> {
+        let sub = self.sub(topic, name).await?;
+        let order = SubPurgeRecord { partitions: sub.topic.spec.partitions, done_partitions: 0 };
+        let tombstone = SubscriptionRecord { deleted: true, ..sub.record.clone() };
+        let ops = vec![
+            WriteOp::replace(sub_key(sub.topic.id, name), layout::encode(&tombstone), Some(sub.version)),
+            WriteOp::Put {
+                key: sub_purge_key(sub.record.id),
+                value: layout::encode(&order),
+                expires_at_ms: None,
+                expect: Expect::Any,
+            },
+        ];
+        match self.store().write(ops).await {
+            Ok(()) => {
+                tracing::info!(topic = %sub.topic.name, subscription = name, "subscription deleted");
+                Ok(())
+            }
+            // Deleted meanwhile by someone else (and perhaps re-created since): the
+            // subscription this request meant is deleted.
+            Err(StorageError::ConditionFailed { .. }) => match self.sub(topic, name).await {
+                Err(Error::SubscriptionNotFound { .. }) => Ok(()),
+                Ok(now) if now.record.id != sub.record.id => Ok(()),
+                Err(e) => Err(e),
+                Ok(_) => Err(contended(name)),
+            },
+            Err(e) => Err(e.into()),
+        }
+    }
+}
