@@ -11,8 +11,8 @@
 //! [`StorageError::Unavailable`] with the SDK error as its source. Doing the
 //! retries here also makes [`RequestCounts`] count every request sent.
 //!
-//! Timeouts: every request has deadlines ([`CONNECT_TIMEOUT`],
-//! [`ATTEMPT_TIMEOUT`], [`OPERATION_TIMEOUT`]) well under the functions' own
+//! Timeouts: every request has deadlines (`CONNECT_TIMEOUT`,
+//! `ATTEMPT_TIMEOUT`, `OPERATION_TIMEOUT`) well under the functions' own
 //! timeout, so a stalled request ends as [`StorageError::Unavailable`] (for a
 //! write: outcome unknown) while the function can still answer, rather than
 //! with the function killed mid-request.

@@ -6,7 +6,7 @@
 //! rival's commit between the lost answer and its resolution.
 //!
 //! The janitor's cases run a janitor whose view is scoped to the case's own topic and
-//! objects ([`ScopedStore`], [`ScopedObjects`]), so they can share one moto server with
+//! objects (`ScopedStore`, `ScopedObjects`), so they can share one moto server with
 //! every other case without compacting or collecting under anyone else's expectations.
 
 use std::collections::HashSet;

@@ -34,7 +34,7 @@
 //! `until` (by a slack, so a busy group moves it about once an hour, not on every
 //! heartbeat), conditional on the activity item's version; the last member's
 //! leave sets it to the time it left, a seek to at least the time of the seek. The
-//! index entry mirrors `until` in the same writes, so the janitor ([`expire_step`])
+//! index entry mirrors `until` in the same writes, so the janitor (`expire_step`)
 //! finds expired groups with one query, and deletes their offsets in writes that
 //! check the activity item: a member joining meanwhile makes them fail.
 

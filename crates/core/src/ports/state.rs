@@ -65,7 +65,7 @@ pub enum Expect {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WriteOp {
     /// Creates or replaces the item's value and expiry. Its version becomes 1
-    /// under [`Expect::Absent`], `n + 1` under [`Expect::Version(n)`], and under
+    /// under [`Expect::Absent`], `n + 1` under `Expect::Version(n)`, and under
     /// [`Expect::Any`] the stored version + 1 (1 if there was none).
     Put { key: Key, value: Bytes, expires_at_ms: Option<i64>, expect: Expect },
     /// Removes the item (nothing to remove is not an error under [`Expect::Any`]).

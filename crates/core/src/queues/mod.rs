@@ -265,7 +265,7 @@ pub struct DeadLetterPage {
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use sha2::{Digest, Sha256};
+use sha2::Sha256;
 
 use crate::layout::{self, HeadRecord};
 use crate::log::read::rendered_size;

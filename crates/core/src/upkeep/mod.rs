@@ -247,7 +247,7 @@ impl Janitor {
     }
 
     /// One bounded step: purges first; then retention and compaction of up to
-    /// [`TOPICS_PER_STEP`] topics from where the last step left off; then the collector.
+    /// `TOPICS_PER_STEP` topics from where the last step left off; then the collector.
     /// The pass resumes from a cursor kept in the store, so steps of successive runs (each
     /// cut short by its deadline) cover every topic in turn.
     pub async fn step(&self, budget: usize) -> Result<UpkeepReport, StorageError> {
@@ -391,7 +391,7 @@ impl Janitor {
     }
 
     /// A round: steps through one whole pass over every topic, and until nothing is left
-    /// (or [`MAX_STEPS_PER_ROUND`]); answers what they did together.
+    /// (or `MAX_STEPS_PER_ROUND`); answers what they did together.
     pub async fn run(&self, budget: usize) -> Result<UpkeepReport, StorageError> {
         let mut total = UpkeepReport::default();
         let mut pass = Pass::Local(Cursor::default());
