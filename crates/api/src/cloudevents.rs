@@ -12,7 +12,7 @@ use sluice_core::NewEvent;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
-use crate::publish::{parse_json, parse_json_owned};
+use crate::body::{parse_json, parse_json_owned};
 use crate::ApiError;
 
 #[derive(Deserialize)]

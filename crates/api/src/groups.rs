@@ -13,8 +13,8 @@ use serde_json::{json, Value};
 use sluice_core::groups::{CommitOffset, Groups, PollAnswer, PollRequest, ResetPolicy, SeekTarget, TopicPartition};
 use sluice_core::Log;
 
+use crate::body::{parse_json_owned, read_body};
 use crate::path::Path;
-use crate::publish::{parse_json_owned, read_body};
 use crate::read::write_record;
 use crate::ApiError;
 

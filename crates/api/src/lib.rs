@@ -4,6 +4,7 @@
 //! on it), render.
 
 mod backend;
+mod body;
 mod cloudevents;
 pub mod config;
 mod error;

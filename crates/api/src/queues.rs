@@ -18,8 +18,8 @@ use sluice_core::queues::{
     SubscriptionSpec,
 };
 
+use crate::body::{parse_json_owned, read_body};
 use crate::path::Path;
-use crate::publish::{parse_json_owned, read_body};
 use crate::read::{self, write_record, write_str};
 use crate::ApiError;
 

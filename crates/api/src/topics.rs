@@ -9,8 +9,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use sluice_core::{Log, PartitionState, TopicConfig, TopicSpec};
 
+use crate::body::{parse_json, read_body};
 use crate::path::Path;
-use crate::publish::{parse_json, read_body};
 use crate::ApiError;
 
 #[derive(Deserialize)]

@@ -1,0 +1,69 @@
+//! Request bodies: reading one within a limit (a JSON 413 past it), and parsing JSON
+//! with errors that tell malformed JSON from a body of the wrong shape. Every handler
+//! that takes a body uses these.
+
+use axum::body::Body;
+use axum::http::StatusCode;
+use bytes::Bytes;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+
+use crate::ApiError;
+
+/// Past the limit, a body is still read and discarded up to this many more bytes, so the
+/// client (still sending) receives the 413 instead of a reset connection.
+const DRAIN_BYTES: usize = 16 << 20;
+
+/// Reads a whole body, refusing it with 413 once it passes `limit` bytes. A body that
+/// arrives in one frame (the usual case) is returned as is, without a copy.
+pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    use axum::body::HttpBody;
+    let mut body = std::pin::pin!(body);
+    let mut first: Option<Bytes> = None;
+    let mut rest = bytes::BytesMut::new();
+    let mut seen = 0usize;
+    while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
+        let frame =
+            frame.map_err(|e| ApiError::bad_request("unreadable_body", format!("could not read the body: {e}")))?;
+        let Ok(data) = frame.into_data() else { continue };
+        seen = seen.saturating_add(data.len());
+        if seen <= limit {
+            if first.is_none() && rest.is_empty() {
+                first = Some(data);
+            } else {
+                rest.extend_from_slice(&first.take().unwrap_or_default());
+                rest.extend_from_slice(&data);
+            }
+        } else if seen > limit.saturating_add(DRAIN_BYTES) {
+            break;
+        }
+    }
+    if seen > limit {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request_too_large",
+            format!("request body is larger than {limit} bytes"),
+        ));
+    }
+    Ok(first.unwrap_or_else(|| rest.freeze()))
+}
+
+/// Parses JSON, telling malformed JSON (`invalid_json`) from a well-formed body of the wrong shape.
+pub fn parse_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(json_error)
+}
+
+/// [`parse_json`] into a type that borrows nothing from the body.
+pub fn parse_json_owned<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(json_error)
+}
+
+fn json_error(e: serde_json::Error) -> ApiError {
+    use serde_json::error::Category;
+    match e.classify() {
+        Category::Syntax | Category::Eof | Category::Io => {
+            ApiError::bad_request("invalid_json", format!("malformed JSON: {e}"))
+        }
+        Category::Data => ApiError::bad_request("invalid_request", e.to_string()),
+    }
+}
