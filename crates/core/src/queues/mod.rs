@@ -41,6 +41,7 @@ mod receive;
 mod records;
 mod settle;
 mod subscriptions;
+mod take;
 
 pub(crate) use purge::{purge_step, purge_topic_subscriptions};
 use receipt::Receipt;
@@ -357,38 +358,6 @@ struct Taken {
     blocked: bool,
 }
 
-/// A message a receive may deliver: from a due lease (`lease` is its index) or new from the log.
-struct Candidate {
-    msg: LeaseMsg,
-    lease: Option<usize>,
-    receives: u32,
-    /// A new message still within the subscription's delay: the time it becomes visible.
-    waiting: Option<i64>,
-}
-
-/// What one take chose, before its write.
-#[derive(Default)]
-struct Pick {
-    /// Indexes of the candidates to deliver, in candidate order.
-    chosen: Vec<usize>,
-    /// New messages parked behind their key: visible, never delivered.
-    parked: Vec<LeaseMsg>,
-    /// New messages parked until their delay ends, by that time.
-    delayed: BTreeMap<i64, Vec<LeaseMsg>>,
-    /// Lease messages gone from the log.
-    gone: HashSet<u64>,
-    /// Due leases this write changes, and the receive counts of the leases it creates.
-    touched: HashSet<usize>,
-    groups: HashSet<u32>,
-    cursor_next: u64,
-}
-
-impl Pick {
-    fn parked_count(&self) -> usize {
-        self.parked.len() + self.delayed.values().map(Vec::len).sum::<usize>()
-    }
-}
-
 /// What a batch of receipts asks for.
 #[derive(Debug, Clone, Copy)]
 enum Settle {
@@ -532,14 +501,6 @@ impl Queues {
         Ok((last, false))
     }
 
-    /// A write that creates a lease of `partition` due at `due`.
-    fn new_lease(&self, sub: &Sub, partition: u32, due: i64, lease: LeaseRecord) -> WriteOp {
-        WriteOp::create(
-            Key::new(queue_pk(sub.record.id, partition), lease_sk(due, lease.nonce)),
-            layout::encode(&lease),
-        )
-    }
-
     /// Whether a failed conditional write is worth another read: a lost race (or, on
     /// DynamoDB, a conflicting transaction: after a jittered pause) counts an attempt;
     /// anything else is the request's error.
@@ -575,4 +536,9 @@ fn shrink(lease: &Lease, offsets: &HashSet<u64>) -> WriteOp {
         let record = LeaseRecord { msgs: stays, ..lease.record.clone() };
         WriteOp::replace(lease.key.clone(), layout::encode(&record), Some(lease.version))
     }
+}
+
+/// The item of a new lease, due at `due`.
+fn new_lease(sub: &Sub, partition: u32, due: i64, lease: LeaseRecord) -> WriteOp {
+    WriteOp::create(Key::new(queue_pk(sub.record.id, partition), lease_sk(due, lease.nonce)), layout::encode(&lease))
 }

@@ -1,6 +1,7 @@
 //! Receiving: visiting partitions, taking due leases and new messages under conditional
 //! writes, burying what exhausted its receives, and answering only live windows.
 
+use super::take::{self, Plan};
 use super::*;
 
 /// What a receive answers: the messages whose visibility window has not ended by the time
@@ -147,7 +148,8 @@ impl Queues {
     /// Takes up to `want` messages of one partition: due leases first (dead ones go to the
     /// DLQ), then new messages from the log; one atomic write, retried on contention.
     /// `bytes_left` is what the receive's answer may still grow by; `first` says nothing
-    /// has been taken yet (the first message is taken whatever its size).
+    /// has been taken yet (the first message is taken whatever its size). The decisions
+    /// are `take.rs`'s; this reads what they need and writes what they answer.
     #[allow(clippy::too_many_arguments)]
     async fn take(
         &self,
@@ -162,7 +164,6 @@ impl Queues {
     ) -> Result<Taken, Error> {
         let spec = &sub.record.spec;
         let keyed = spec.ordering == Ordering::Key;
-        let limits = *self.log.limits();
         let (mut attempt, mut burials) = (0, 0);
         while attempt < MAX_ATTEMPTS {
             let now = self.now();
@@ -173,309 +174,47 @@ impl Queues {
                 // Another receiver took events published after this receive read the heads.
                 head = topics::head(self.store(), sub.topic.id, partition).await?.0;
             }
-            let dead: Vec<usize> = (0..state.leases.len())
-                .filter(|&i| state.leases[i].due <= now && state.leases[i].record.receives >= spec.max_receive_count)
-                .collect();
+            let dead = take::dead_leases(&state, now, spec.max_receive_count);
             if !dead.is_empty() && burials < MAX_BURIALS {
                 burials += 1;
-                match self.bury(sub, partition, &state, &dead, now).await {
-                    Ok(()) => continue,
-                    Err(e) => {
-                        self.lost_race(e, &mut attempt).await?;
-                        continue;
-                    }
+                if let Err(e) = self.bury(sub, partition, &state, &dead, now).await {
+                    self.lost_race(e, &mut attempt).await?;
                 }
+                continue;
             }
-            let mut taken = Taken::default();
-            let mut blocked_keys: HashSet<u64> = HashSet::new();
-            let mut candidates = Vec::new();
-            let mut parked_before = 0;
-            for (i, lease) in state.leases.iter().enumerate() {
-                if lease.record.held_until.is_none() && lease.record.receives == 0 && !lease.record.redriven {
-                    parked_before += lease.record.msgs.len();
-                }
-                if lease.due > now {
-                    taken.wake_at = min_time(taken.wake_at, lease.due);
-                    if keyed {
-                        blocked_keys.extend(lease.record.msgs.iter().filter_map(|m| m.key));
-                    }
-                } else if !dead.contains(&i) {
-                    candidates.extend(lease.record.msgs.iter().map(|m| Candidate {
-                        msg: *m,
-                        lease: Some(i),
-                        receives: lease.record.receives,
-                        waiting: None,
-                    }));
-                }
-            }
-            // New messages from the log, only as far as they will be delivered or parked.
-            let room = if keyed {
-                // A look-ahead past blocked keys, not the whole park: a receive reads what it can use.
-                want + PARK_LIMIT.saturating_sub(parked_before).min(want * 3)
-            } else {
-                want.saturating_sub(candidates.len())
-            };
+            let mut plan = Plan::new(&state, now, keyed, &dead);
             // Where new messages start: offsets below the log start were removed by retention
             // before the queue took them, and are counted as expired when the cursor passes them.
             let mut base = state.cursor.next.max(head.start);
             let mut payloads: HashMap<u64, Event> = HashMap::new();
+            let room = plan.room(want);
             if room > 0 && base < head.next {
-                let read = self
-                    .log
-                    .read_at(&sub.topic, partition, base, room.min(limits.max_read_events), limits.max_read_bytes, head)
-                    .await;
-                let batch = match read {
-                    Ok(batch) => batch,
-                    // Retention moved the log start past `base` while it was read: look again
-                    // from the new start (what it passes over is counted as expired then).
-                    Err(Error::OffsetOutOfRange { .. }) => {
-                        attempt += 1;
-                        head = topics::head(self.store(), sub.topic.id, partition).await?.0;
-                        continue;
-                    }
-                    Err(e) => return Err(e),
+                let Some(events) = self.read_new(sub, partition, base, room, &mut head, &mut attempt).await? else {
+                    continue;
                 };
                 // The log start moved past `base` since the heads were read.
-                base = base.max(batch.events.first().map_or(base, |e| e.offset));
-                for event in batch.events {
-                    let waiting = (spec.delay_ms > 0)
-                        // From its timestamp, or from now if the publisher's clock ran ahead.
-                        .then(|| event.record.timestamp_ms.min(now).saturating_add(spec.delay_ms as i64))
-                        .filter(|at| *at > now);
-                    let key = if keyed { event.record.key.as_deref().map(key_hash) } else { None };
-                    candidates.push(Candidate {
-                        msg: LeaseMsg { offset: event.offset, first_ms: 0, key },
-                        lease: None,
-                        receives: 0,
-                        waiting,
-                    });
-                    payloads.insert(event.offset, event);
-                }
-                // Messages still within their delay at the end of what was read stay in the
-                // log: the cursor stops at the first of them (timestamps growing with offsets,
-                // the common case, park nothing).
-                while let Some(at) = candidates.last().filter(|c| c.lease.is_none()).and_then(|c| c.waiting) {
-                    taken.wake_at = min_time(taken.wake_at, at);
-                    candidates.pop();
-                }
+                base = base.max(events.first().map_or(base, |e| e.offset));
+                plan.add_new(&events, spec, now);
+                payloads.extend(events.into_iter().map(|e| (e.offset, e)));
             }
-            if keyed {
-                // Offsets in leases are all below the cursor: in offset order, a key's
-                // earliest waiting message always comes first.
-                candidates.sort_by_key(|c| c.msg.offset);
-            }
-
-            // Choose: at most `want`; keyed, one per key and none of a blocked key (every
-            // candidate considered marks its key, so a later one of the key never overtakes
-            // it); within one write's operations.
-            let mut pick = Pick::default();
-            // The cursor, the parked lease, and the subscription's check on a first write.
-            let mut ops_left = MAX_WRITE_OPS - 3 - MAX_DELAY_LEASES;
-            for (ci, c) in candidates.iter().enumerate() {
-                let full = pick.chosen.len() >= want;
-                if c.lease.is_none() && full {
-                    break; // the cursor stops here: the rest stay in the log
-                }
-                if let Some(at) = c.waiting {
-                    // Within its delay, but later messages are due: parked until its time,
-                    // its key (if ordered) held back behind it.
-                    let new_lease = !pick.delayed.contains_key(&at);
-                    if parked_before + pick.parked_count() >= PARK_LIMIT
-                        || (new_lease && pick.delayed.len() >= MAX_DELAY_LEASES)
-                    {
-                        break;
-                    }
-                    if let Some(k) = c.msg.key {
-                        blocked_keys.insert(k);
-                    }
-                    pick.delayed.entry(at).or_default().push(c.msg);
-                    taken.wake_at = min_time(taken.wake_at, at);
-                    pick.cursor_next = c.msg.offset + 1;
-                    continue;
-                }
-                // Removed from the log by retention: dropped from its lease, never delivered.
-                if let Some(i) = c.lease.filter(|_| c.msg.offset < head.start) {
-                    let cost = usize::from(!pick.touched.contains(&i));
-                    if cost <= ops_left {
-                        ops_left -= cost;
-                        pick.touched.insert(i);
-                        pick.gone.insert(c.msg.offset);
-                    }
-                    continue;
-                }
-                let free = match c.msg.key {
-                    Some(k) if keyed => blocked_keys.insert(k),
-                    _ => true,
-                };
-                if free && !full {
-                    let cost = c.lease.map_or(0, |i| usize::from(!pick.touched.contains(&i)))
-                        + usize::from(!pick.groups.contains(&(c.receives + 1)));
-                    if cost > ops_left {
-                        if c.lease.is_none() {
-                            break;
-                        }
-                        continue;
-                    }
-                    ops_left -= cost;
-                    if let Some(i) = c.lease {
-                        pick.touched.insert(i);
-                    }
-                    pick.groups.insert(c.receives + 1);
-                    pick.chosen.push(ci);
-                } else if c.lease.is_none() {
-                    if parked_before + pick.parked_count() >= PARK_LIMIT {
-                        break;
-                    }
-                    pick.parked.push(c.msg);
-                } else {
-                    taken.blocked = true;
-                    continue;
-                }
-                if c.lease.is_none() {
-                    pick.cursor_next = c.msg.offset + 1;
-                }
-            }
-            pick.cursor_next = pick.cursor_next.max(base);
-
+            let mut pick = plan.choose(want, head.start, base);
             // The payloads of what was chosen from leases (new messages' are read), then the
             // answer's size: what does not fit stays (in its lease, or in the log).
-            let lease_offsets: Vec<u64> = pick
-                .chosen
-                .iter()
-                .filter(|&&ci| candidates[ci].lease.is_some())
-                .map(|&ci| candidates[ci].msg.offset)
-                .collect();
-            payloads.extend(self.events_at(&sub.topic, partition, &lease_offsets, head).await?);
-            let mut left = *bytes_left;
-            let mut cut: Option<u64> = None;
-            let mut kept = Vec::with_capacity(pick.chosen.len());
-            for &ci in &pick.chosen {
-                let c = &candidates[ci];
-                if c.lease.is_none() && cut.is_some() {
-                    continue;
-                }
-                let size = payloads.get(&c.msg.offset).map(|e| rendered_size(&e.record));
-                match size {
-                    Some(size) if size <= left || (first && kept.is_empty()) => {
-                        left = left.saturating_sub(size);
-                        kept.push(ci);
-                    }
-                    _ if c.lease.is_none() => cut = Some(c.msg.offset),
-                    _ => {}
-                }
-            }
-            if let Some(at) = cut {
-                pick.cursor_next = at.max(base);
-                pick.parked.retain(|m| m.offset < at);
-                for msgs in pick.delayed.values_mut() {
-                    msgs.retain(|m| m.offset < at);
-                }
-                pick.delayed.retain(|_, msgs| !msgs.is_empty());
-            }
-            taken.blocked |= !pick.parked.is_empty();
+            payloads.extend(self.events_at(&sub.topic, partition, &plan.lease_offsets(&pick), head).await?);
+            let (kept, left) = plan.fit(&mut pick, &payloads, *bytes_left, first, base);
             let skipped = base - state.cursor.next.min(base);
             // Only expired messages to pass over: written, then the partition is looked at again.
             let only_expired = kept.is_empty() && pick.parked.is_empty() && pick.delayed.is_empty();
             if only_expired && pick.gone.is_empty() && skipped == 0 {
-                let nothing_due = !state.leases.iter().any(|l| l.due <= now);
-                if nothing_due && state.cursor.next >= head.next {
-                    taken.idle_at = Some(state.cursor.next);
-                } else if !candidates.is_empty() || !dead.is_empty() {
-                    // Blocked keys, or dead leases left for the next burial: look again soon.
-                    taken.blocked = true;
-                }
-                return Ok(taken);
-            }
-
-            // One write: the cursor past what was taken or parked (keyed, at least checked:
-            // a lease moved while the leases were read shows as a new cursor version), the
-            // due leases emptied of what was taken, a new lease per receive count, and the
-            // parked messages.
-            // Expired messages are counted in the write that passes over them, conditional on
-            // the cursor's and the leases' versions: exactly once.
-            let mut ops = Vec::new();
-            if state.cursor_version.is_none() {
-                // The partition's first items: created on absence, so only while the subscription
-                // lives (a receive racing its delete would otherwise leave items its purge missed).
-                // Later writes need no such check: the purge deletes the cursor they are conditional on.
-                ops.push(WriteOp::Check {
-                    key: sub_key(sub.topic.id, &sub.name),
-                    expect: Expect::Version(sub.version),
-                });
-            }
-            if pick.cursor_next > state.cursor.next || !pick.gone.is_empty() {
-                let expired = state.cursor.expired + skipped + pick.gone.len() as u64;
-                ops.push(state.cursor_write(
-                    sub.record.id,
-                    partition,
-                    CursorRecord { next: pick.cursor_next, dead: state.cursor.dead, expired },
-                ));
-            } else if keyed {
-                // Rewritten, not only checked: a keyed receiver that read the leases while
-                // this write moved some of them reads an older cursor, and fails.
-                ops.push(state.cursor_write(sub.record.id, partition, state.cursor));
-            }
-            let mut removed: BTreeMap<usize, HashSet<u64>> = BTreeMap::new();
-            for &ci in &kept {
-                if let Some(i) = candidates[ci].lease {
-                    removed.entry(i).or_default().insert(candidates[ci].msg.offset);
-                }
-            }
-            for (i, lease) in state.leases.iter().enumerate() {
-                let gone: Vec<u64> =
-                    lease.record.msgs.iter().map(|m| m.offset).filter(|o| pick.gone.contains(o)).collect();
-                if !gone.is_empty() {
-                    removed.entry(i).or_default().extend(gone);
-                }
-            }
-            for (i, offsets) in &removed {
-                ops.push(shrink(&state.leases[*i], offsets));
+                return Ok(nothing_taken(&plan, &state, &dead, head, now));
             }
             // The window counts from the write, not from the reads before it: a slow read
             // must not shorten it.
             let held_until = self.now().max(now).saturating_add(visibility as i64);
-            let mut by_receives: BTreeMap<u32, Vec<LeaseMsg>> = BTreeMap::new();
-            for &ci in &kept {
-                let c = &candidates[ci];
-                let first_ms = if c.msg.first_ms == 0 { now } else { c.msg.first_ms };
-                by_receives.entry(c.receives + 1).or_default().push(LeaseMsg { first_ms, ..c.msg });
-            }
-            let mut delivered = Vec::new();
-            for (receives, msgs) in by_receives {
-                let nonce = self.nonce();
-                let due = held_until.saturating_add(spec.backoff_ms(receives));
-                for m in &msgs {
-                    let receipt = Receipt { sub_id: sub.record.id, partition, offset: m.offset, nonce, due, receives };
-                    delivered.push((m.offset, receipt.encode(receipt_key), receives, m.first_ms));
-                }
-                let lease = LeaseRecord {
-                    nonce,
-                    receives,
-                    held_until: Some(held_until),
-                    delivered_ms: now,
-                    msgs,
-                    redriven: false,
-                };
-                ops.push(self.new_lease(sub, partition, due, lease));
-            }
-            let parked = std::mem::take(&mut pick.parked);
-            let waiting = std::mem::take(&mut pick.delayed);
-            for (due, msgs) in std::iter::once((now, parked)).chain(waiting) {
-                if !msgs.is_empty() {
-                    let lease = LeaseRecord {
-                        nonce: self.nonce(),
-                        receives: 0,
-                        held_until: None,
-                        delivered_ms: now,
-                        msgs,
-                        redriven: false,
-                    };
-                    ops.push(self.new_lease(sub, partition, due, lease));
-                }
-            }
-            let checks_sub = state.cursor_version.is_none();
-            if let Err(e) = self.store().write(ops).await {
-                if checks_sub && matches!(e, StorageError::ConditionFailed { op: 0 }) {
+            let at = take::Target { sub, partition, receipt_key };
+            let write = take::write(&at, &state, &plan, pick, &kept, skipped, now, held_until, || self.nonce());
+            if let Err(e) = self.store().write(write.ops).await {
+                if write.checks_sub && matches!(e, StorageError::ConditionFailed { op: 0 }) {
                     return Err(Error::SubscriptionNotFound {
                         topic: sub.topic.name.clone(),
                         subscription: sub.name.clone(),
@@ -490,17 +229,35 @@ impl Queues {
                 continue;
             }
             *bytes_left = left;
-            taken.held_until = held_until;
-            delivered.sort_unstable_by_key(|(offset, ..)| *offset);
-            taken.messages = delivered
-                .into_iter()
-                .filter_map(|(offset, receipt, receive_count, first_receive_ms)| {
-                    payloads.remove(&offset).map(|event| Message { receipt, receive_count, first_receive_ms, event })
-                })
-                .collect();
-            return Ok(taken);
+            return Ok(taken(plan, write.delivered, payloads, held_until));
         }
         Ok(Taken { blocked: true, ..Taken::default() })
+    }
+
+    /// Up to `room` new messages of the log from `base`. `None` when retention moved the
+    /// log start past `base` while it was read: the head is read again (into `head`), an
+    /// attempt counted, and the take looks again from the new start (what it passes over
+    /// is counted as expired then).
+    async fn read_new(
+        &self,
+        sub: &Sub,
+        partition: u32,
+        base: u64,
+        room: usize,
+        head: &mut HeadRecord,
+        attempt: &mut usize,
+    ) -> Result<Option<Vec<Event>>, Error> {
+        let limits = *self.log.limits();
+        let max = room.min(limits.max_read_events);
+        match self.log.read_at(&sub.topic, partition, base, max, limits.max_read_bytes, *head).await {
+            Ok(batch) => Ok(Some(batch.events)),
+            Err(Error::OffsetOutOfRange { .. }) => {
+                *attempt += 1;
+                *head = topics::head(self.store(), sub.topic.id, partition).await?.0;
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Moves the messages of leases that ran out of deliveries (up to a write's worth) to
@@ -620,4 +377,36 @@ impl Queues {
         }
         Ok(found)
     }
+}
+
+/// A take that took nothing: idle when nothing is due and the log has nothing past the
+/// cursor (wait for a publish), blocked when keys or dead leases hold messages back (look
+/// again soon), and when the next lease or delayed message is due.
+fn nothing_taken(plan: &Plan, state: &QueueState, dead: &[usize], head: HeadRecord, now: i64) -> Taken {
+    let mut taken = Taken { wake_at: plan.wake_at, blocked: plan.blocked, ..Taken::default() };
+    let nothing_due = !state.leases.iter().any(|l| l.due <= now);
+    if nothing_due && state.cursor.next >= head.next {
+        taken.idle_at = Some(state.cursor.next);
+    } else if !plan.candidates.is_empty() || !dead.is_empty() {
+        taken.blocked = true;
+    }
+    taken
+}
+
+/// The answer of a take whose write landed: the delivered messages in offset order, with
+/// their payloads.
+fn taken(
+    plan: Plan,
+    mut delivered: Vec<(u64, String, u32, i64)>,
+    mut payloads: HashMap<u64, Event>,
+    held_until: i64,
+) -> Taken {
+    delivered.sort_unstable_by_key(|(offset, ..)| *offset);
+    let messages = delivered
+        .into_iter()
+        .filter_map(|(offset, receipt, receive_count, first_receive_ms)| {
+            payloads.remove(&offset).map(|event| Message { receipt, receive_count, first_receive_ms, event })
+        })
+        .collect();
+    Taken { messages, held_until, wake_at: plan.wake_at, blocked: plan.blocked, idle_at: None }
 }
