@@ -538,6 +538,14 @@ fn shrink(lease: &Lease, offsets: &HashSet<u64>) -> WriteOp {
     }
 }
 
+/// A partition of a subscription, where a queue write goes, and the key its receipts are
+/// signed with.
+struct Target<'a> {
+    sub: &'a Sub,
+    partition: u32,
+    receipt_key: &'a [u8; 32],
+}
+
 /// The item of a new lease, due at `due`.
 fn new_lease(sub: &Sub, partition: u32, due: i64, lease: LeaseRecord) -> WriteOp {
     WriteOp::create(Key::new(queue_pk(sub.record.id, partition), lease_sk(due, lease.nonce)), layout::encode(&lease))

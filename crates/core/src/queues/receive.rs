@@ -211,7 +211,7 @@ impl Queues {
             // The window counts from the write, not from the reads before it: a slow read
             // must not shorten it.
             let held_until = self.now().max(now).saturating_add(visibility as i64);
-            let at = take::Target { sub, partition, receipt_key };
+            let at = Target { sub, partition, receipt_key };
             let write = take::write(&at, &state, &plan, pick, &kept, skipped, now, held_until, || self.nonce());
             if let Err(e) = self.store().write(write.ops).await {
                 if write.checks_sub && matches!(e, StorageError::ConditionFailed { op: 0 }) {

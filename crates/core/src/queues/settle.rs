@@ -110,7 +110,8 @@ impl Queues {
         Ok(results)
     }
 
-    /// Settles one partition's receipts, a write's worth of leases at a time.
+    /// Settles one partition's receipts, a write's worth of leases at a time: reads the
+    /// leases the receipts name, decides in [`settle_round`], writes.
     async fn settle_partition(
         &self,
         sub: &Sub,
@@ -120,7 +121,6 @@ impl Queues {
         receipt_key: &[u8; 32],
         results: &mut [Result<Option<String>, ReceiptError>],
     ) -> Result<(), Error> {
-        let pk = queue_pk(sub.record.id, partition);
         // Keyed, a lease moved to an earlier time could hide from a receiver reading the
         // leases meanwhile: such moves also bump the cursor, which keyed receives check.
         let bump_cursor = sub.record.spec.ordering == Ordering::Key && !matches!(action, Settle::Ack);
@@ -130,125 +130,273 @@ impl Queues {
             if attempt >= MAX_ATTEMPTS {
                 return Err(contended(&sub.name));
             }
-            // The leases the receipts name, by key; the whole partition if one is not
-            // where its receipt says (a visibility change moved it) or after a lost race.
-            let mut leases: BTreeMap<String, Lease> = BTreeMap::new();
-            let mut state = None;
-            let mut everything = attempt > 0;
-            if !everything {
-                let mut hinted: Vec<(i64, u64)> = pending.iter().map(|(_, r)| (r.due, r.nonce)).collect();
-                hinted.sort_unstable();
-                hinted.dedup();
-                for (due, nonce) in hinted {
-                    let key = Key::new(pk.clone(), lease_sk(due, nonce));
-                    if let Some(item) = self.store().get(&key).await? {
-                        let record: LeaseRecord = layout::decode("lease", &item.value)?;
-                        leases.insert(key.sk.clone(), Lease { key, due, version: item.version, record });
-                    }
-                }
-                everything = pending.iter().any(|(_, r)| holder(&leases, r).is_none());
-            }
-            if everything {
-                // A receipt whose lease is not where it says: the whole partition, as of one
-                // moment, so a lease a concurrent write was moving cannot hide from a torn read
-                // and make a valid receipt answer stale.
-                let (loaded, settled) = self.snapshot(sub, partition).await?;
-                if !settled {
-                    attempt += 1;
-                    continue;
-                }
-                leases = loaded.leases.iter().map(|l| (l.key.sk.clone(), l.clone())).collect();
-                state = Some(loaded);
-            } else if bump_cursor {
-                state = Some(self.load(sub, partition, Some(1)).await?);
-            }
-            // This round: receipts in order until their messages' leases fill a write.
-            let mut round: Vec<Option<(String, LeaseMsg)>> = Vec::new();
-            let mut removed: BTreeMap<String, HashSet<u64>> = BTreeMap::new();
-            for (_, r) in &pending {
-                let found = holder(&leases, r);
-                if let Some((sk, _)) = &found {
-                    if !removed.contains_key(sk) && removed.len() >= LEASES_PER_WRITE {
-                        break;
-                    }
-                    removed.entry(sk.clone()).or_default().insert(r.offset);
-                }
-                round.push(found);
-            }
-            let mut ops: Vec<WriteOp> = removed.iter().map(|(sk, offsets)| shrink(&leases[sk], offsets)).collect();
-            // Where the removed messages go: nowhere (ack), a released lease, or a held one.
-            let mut new_receipts: HashMap<u64, String> = HashMap::new();
-            let mut moved: BTreeMap<String, LeaseRecord> = BTreeMap::new();
-            for (sk, offsets) in &removed {
-                let from = &leases[sk];
-                let msgs: Vec<LeaseMsg> =
-                    from.record.msgs.iter().filter(|m| offsets.contains(&m.offset)).copied().collect();
-                let receives = from.record.receives;
-                let (due, nonce, held_until) = match action {
-                    Settle::Ack => continue,
-                    Settle::Release { at } => (at, self.nonce(), None),
-                    Settle::Hold { until } => {
-                        (until.saturating_add(sub.record.spec.backoff_ms(receives)), from.record.nonce, Some(until))
-                    }
-                };
-                if held_until.is_some() {
-                    for m in &msgs {
-                        let receipt =
-                            Receipt { sub_id: sub.record.id, partition, offset: m.offset, nonce, due, receives };
-                        new_receipts.insert(m.offset, receipt.encode(receipt_key));
-                    }
-                }
-                let lease = moved.entry(lease_sk(due, nonce)).or_insert_with(|| LeaseRecord {
-                    nonce,
-                    receives,
-                    held_until,
-                    delivered_ms: from.record.delivered_ms,
-                    msgs: Vec::new(),
-                    redriven: false,
-                });
-                lease.msgs.extend(msgs);
-            }
-            for (sk, mut lease) in moved {
-                let key = Key::new(pk.clone(), sk.clone());
-                // Moving within one lease (same time) or into a lease already read: merged
-                // with what stays there. Into one not read, the create fails and we re-read.
-                let (stays, version) = match leases.get(&sk) {
-                    Some(existing) => {
-                        let gone = removed.get(&sk);
-                        let stays: Vec<LeaseMsg> = existing
-                            .record
-                            .msgs
-                            .iter()
-                            .filter(|m| gone.is_none_or(|g| !g.contains(&m.offset)))
-                            .copied()
-                            .collect();
-                        (stays, Some(existing.version))
-                    }
-                    None => (Vec::new(), None),
-                };
-                lease.msgs.extend(stays);
-                lease.msgs.sort_by_key(|m| m.offset);
-                ops.retain(|op| op.key() != &key);
-                ops.push(WriteOp::replace(key, layout::encode(&lease), version));
-            }
-            if let (true, false, Some(state)) = (bump_cursor, ops.is_empty(), &state) {
-                ops.push(state.cursor_write(sub.record.id, partition, state.cursor));
-            }
-            if !ops.is_empty() {
-                if let Err(e) = self.store().write(ops).await {
+            let Some((leases, state)) = self.holders(sub, partition, &pending, attempt > 0, bump_cursor).await? else {
+                attempt += 1;
+                continue;
+            };
+            let at = Target { sub, partition, receipt_key };
+            let cursor = state.as_ref().filter(|_| bump_cursor);
+            let round = settle_round(&at, &leases, &pending, action, cursor, || self.nonce());
+            if !round.ops.is_empty() {
+                if let Err(e) = self.store().write(round.ops).await {
                     self.lost_race(e, &mut attempt).await?;
                     continue;
                 }
             }
-            for ((i, r), found) in pending.iter().zip(&round) {
+            for ((i, r), found) in pending.iter().zip(&round.found) {
                 results[*i] = match found {
-                    Some(_) => Ok(new_receipts.get(&r.offset).cloned()),
+                    Some(_) => Ok(round.new_receipts.get(&r.offset).cloned()),
                     None => Err(ReceiptError::Stale),
                 };
             }
-            pending.drain(..round.len());
+            pending.drain(..round.found.len());
             attempt = 0;
         }
         Ok(())
+    }
+
+    /// The leases the receipts name, by sort key; the whole partition (as of one moment)
+    /// if one is not where its receipt says (a visibility change moved it) or `everything`
+    /// (after a lost race). With the partition's state when it was read whole or when
+    /// `with_cursor`. `None`: the partition could not be read as of one moment; try again.
+    async fn holders(
+        &self,
+        sub: &Sub,
+        partition: u32,
+        pending: &[(usize, Receipt)],
+        mut everything: bool,
+        with_cursor: bool,
+    ) -> Result<Option<(BTreeMap<String, Lease>, Option<QueueState>)>, Error> {
+        let pk = queue_pk(sub.record.id, partition);
+        let mut leases: BTreeMap<String, Lease> = BTreeMap::new();
+        if !everything {
+            let mut hinted: Vec<(i64, u64)> = pending.iter().map(|(_, r)| (r.due, r.nonce)).collect();
+            hinted.sort_unstable();
+            hinted.dedup();
+            for (due, nonce) in hinted {
+                let key = Key::new(pk.clone(), lease_sk(due, nonce));
+                if let Some(item) = self.store().get(&key).await? {
+                    let record: LeaseRecord = layout::decode("lease", &item.value)?;
+                    leases.insert(key.sk.clone(), Lease { key, due, version: item.version, record });
+                }
+            }
+            everything = pending.iter().any(|(_, r)| holder(&leases, r).is_none());
+        }
+        if everything {
+            // A lease a concurrent write was moving cannot hide from a torn read and make a
+            // valid receipt answer stale.
+            let (loaded, settled) = self.snapshot(sub, partition).await?;
+            if !settled {
+                return Ok(None);
+            }
+            let leases = loaded.leases.iter().map(|l| (l.key.sk.clone(), l.clone())).collect();
+            return Ok(Some((leases, Some(loaded))));
+        }
+        let state = if with_cursor { Some(self.load(sub, partition, Some(1)).await?) } else { None };
+        Ok(Some((leases, state)))
+    }
+}
+
+/// One round of a settle: the receipts found, in order, and the write that applies them.
+struct Round {
+    /// Per pending receipt of this round, in order: its lease's sort key and message, or
+    /// `None` (stale). Receipts past the round wait for the next one.
+    found: Vec<Option<(String, LeaseMsg)>>,
+    ops: Vec<WriteOp>,
+    /// The receipt to use from now on, by offset, for messages still held.
+    new_receipts: HashMap<u64, String>,
+}
+
+/// Decides one round: receipts in order until their messages' leases fill a write; each
+/// message removed from its lease and put nowhere (ack), in a released lease, or in a held
+/// one (a new receipt). A move into a lease already read merges with what stays there;
+/// into one not read, the create fails and the settle reads again. With `cursor`, a round
+/// that writes also rewrites the cursor. Release nonces are drawn from `nonce`, in order.
+fn settle_round(
+    at: &Target<'_>,
+    leases: &BTreeMap<String, Lease>,
+    pending: &[(usize, Receipt)],
+    action: Settle,
+    cursor: Option<&QueueState>,
+    mut nonce: impl FnMut() -> u64,
+) -> Round {
+    let (sub, partition) = (at.sub, at.partition);
+    let mut found: Vec<Option<(String, LeaseMsg)>> = Vec::new();
+    let mut removed: BTreeMap<String, HashSet<u64>> = BTreeMap::new();
+    for (_, r) in pending {
+        let holds = holder(leases, r);
+        if let Some((sk, _)) = &holds {
+            if !removed.contains_key(sk) && removed.len() >= LEASES_PER_WRITE {
+                break;
+            }
+            removed.entry(sk.clone()).or_default().insert(r.offset);
+        }
+        found.push(holds);
+    }
+    let mut ops: Vec<WriteOp> = removed.iter().map(|(sk, offsets)| shrink(&leases[sk], offsets)).collect();
+    let mut new_receipts: HashMap<u64, String> = HashMap::new();
+    let mut moved: BTreeMap<String, LeaseRecord> = BTreeMap::new();
+    for (sk, offsets) in &removed {
+        let from = &leases[sk];
+        let msgs: Vec<LeaseMsg> = from.record.msgs.iter().filter(|m| offsets.contains(&m.offset)).copied().collect();
+        let receives = from.record.receives;
+        let (due, nonce, held_until) = match action {
+            Settle::Ack => continue,
+            Settle::Release { at } => (at, nonce(), None),
+            Settle::Hold { until } => {
+                (until.saturating_add(sub.record.spec.backoff_ms(receives)), from.record.nonce, Some(until))
+            }
+        };
+        if held_until.is_some() {
+            for m in &msgs {
+                let receipt = Receipt { sub_id: sub.record.id, partition, offset: m.offset, nonce, due, receives };
+                new_receipts.insert(m.offset, receipt.encode(at.receipt_key));
+            }
+        }
+        let lease = moved.entry(lease_sk(due, nonce)).or_insert_with(|| LeaseRecord {
+            nonce,
+            receives,
+            held_until,
+            delivered_ms: from.record.delivered_ms,
+            msgs: Vec::new(),
+            redriven: false,
+        });
+        lease.msgs.extend(msgs);
+    }
+    let pk = queue_pk(sub.record.id, partition);
+    for (sk, mut lease) in moved {
+        let key = Key::new(pk.clone(), sk.clone());
+        let (stays, version) = match leases.get(&sk) {
+            Some(existing) => {
+                let gone = removed.get(&sk);
+                let stays =
+                    existing.record.msgs.iter().filter(|m| gone.is_none_or(|g| !g.contains(&m.offset))).copied();
+                (stays.collect(), Some(existing.version))
+            }
+            None => (Vec::new(), None),
+        };
+        lease.msgs.extend(stays);
+        lease.msgs.sort_by_key(|m| m.offset);
+        ops.retain(|op| op.key() != &key);
+        ops.push(WriteOp::replace(key, layout::encode(&lease), version));
+    }
+    if let (false, Some(state)) = (ops.is_empty(), cursor) {
+        ops.push(state.cursor_write(sub.record.id, partition, state.cursor));
+    }
+    Round { found, ops, new_receipts }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::TopicSpec;
+
+    fn sub() -> Sub {
+        let spec = TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None };
+        let topic = TopicConfig { name: "t".into(), id: 1, spec, created_ms: 0, version: 1 };
+        let record = SubscriptionRecord {
+            id: 7,
+            spec: SubscriptionSpec::default(),
+            starts: vec![0],
+            created_ms: 0,
+            deleted: false,
+        };
+        Sub { topic, name: "s".into(), record, version: 1 }
+    }
+
+    /// A held lease due at `due` with nonce `nonce`, delivered once, holding `offsets`.
+    fn lease(due: i64, nonce: u64, offsets: &[u64]) -> Lease {
+        let record = LeaseRecord {
+            nonce,
+            receives: 1,
+            held_until: Some(due),
+            delivered_ms: 0,
+            msgs: offsets.iter().map(|&offset| LeaseMsg { offset, first_ms: 0, key: None }).collect(),
+            redriven: false,
+        };
+        Lease { key: Key::new(queue_pk(7, 0), lease_sk(due, nonce)), due, version: 4, record }
+    }
+
+    fn receipt(offset: u64, due: i64, nonce: u64) -> Receipt {
+        Receipt { sub_id: 7, partition: 0, offset, nonce, due, receives: 1 }
+    }
+
+    fn round(leases: &[Lease], pending: &[Receipt], action: Settle) -> Round {
+        let sub = sub();
+        let key = [1u8; 32];
+        let at = Target { sub: &sub, partition: 0, receipt_key: &key };
+        let leases: BTreeMap<String, Lease> = leases.iter().map(|l| (l.key.sk.clone(), l.clone())).collect();
+        let pending: Vec<(usize, Receipt)> = pending.iter().copied().enumerate().collect();
+        let mut nonces = 50..;
+        settle_round(&at, &leases, &pending, action, None, || nonces.next().unwrap_or(0))
+    }
+
+    fn shape(r: &Round) -> Vec<String> {
+        r.ops
+            .iter()
+            .map(|op| match op {
+                WriteOp::Delete { key, .. } => format!("delete {}", key.sk),
+                WriteOp::Put { key, value, .. } => {
+                    let l: LeaseRecord = layout::decode("lease", value).unwrap();
+                    let offsets: Vec<u64> = l.msgs.iter().map(|m| m.offset).collect();
+                    format!("put {} {offsets:?} held {}", key.sk, l.held_until.is_some())
+                }
+                WriteOp::Check { key, .. } => format!("check {}", key.sk),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_action_removes_the_message_and_puts_it_where_it_belongs() {
+        let l = lease(100, 9, &[1, 2]);
+        let (sk, moved_sk) = (lease_sk(100, 9), |due: i64, nonce: u64| lease_sk(due, nonce));
+        let backoff = SubscriptionSpec::default().backoff_ms(1);
+        let cases = [
+            (Settle::Ack, vec![format!("put {sk} [2] held true")], false),
+            (
+                Settle::Release { at: 500 },
+                vec![format!("put {sk} [2] held true"), format!("put {} [1] held false", moved_sk(500, 50))],
+                false,
+            ),
+            (
+                Settle::Hold { until: 900 },
+                vec![format!("put {sk} [2] held true"), format!("put {} [1] held true", moved_sk(900 + backoff, 9))],
+                true,
+            ),
+        ];
+        for (action, ops, new_receipt) in cases {
+            let r = round(std::slice::from_ref(&l), &[receipt(1, 100, 9)], action);
+            assert_eq!(shape(&r), ops, "{action:?}");
+            assert_eq!(r.found.len(), 1);
+            assert!(r.found[0].is_some());
+            assert_eq!(r.new_receipts.contains_key(&1), new_receipt, "{action:?}");
+        }
+    }
+
+    #[test]
+    fn a_receipt_of_another_delivery_is_stale_and_writes_nothing() {
+        let l = lease(100, 9, &[1]);
+        // Same offset, another nonce: the message was received again since.
+        let r = round(&[l], &[receipt(1, 100, 8)], Settle::Ack);
+        assert_eq!(r.found, vec![None]);
+        assert!(r.ops.is_empty());
+    }
+
+    #[test]
+    fn a_moved_lease_is_found_by_its_nonce_wherever_it_is() {
+        let l = lease(300, 9, &[1]);
+        let r = round(&[l], &[receipt(1, 100, 9)], Settle::Ack);
+        assert!(r.found[0].is_some());
+        assert_eq!(shape(&r), vec![format!("delete {}", lease_sk(300, 9))]);
+    }
+
+    #[test]
+    fn a_round_stops_at_a_writes_worth_of_leases() {
+        let leases: Vec<Lease> = (0..LEASES_PER_WRITE as u64 + 5).map(|i| lease(100 + i as i64, i, &[i])).collect();
+        let pending: Vec<Receipt> =
+            leases.iter().map(|l| receipt(l.record.msgs[0].offset, l.due, l.record.nonce)).collect();
+        let r = round(&leases, &pending, Settle::Ack);
+        assert_eq!(r.found.len(), LEASES_PER_WRITE, "the rest wait for the next round");
+        assert_eq!(r.ops.len(), LEASES_PER_WRITE);
     }
 }

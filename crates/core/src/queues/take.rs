@@ -264,13 +264,6 @@ pub(super) struct Write {
     pub checks_sub: bool,
 }
 
-/// Where a take writes and what it signs with.
-pub(super) struct Target<'a> {
-    pub sub: &'a Sub,
-    pub partition: u32,
-    pub receipt_key: &'a [u8; 32],
-}
-
 /// The one write of a take: the cursor past what was taken or parked (keyed, at least
 /// rewritten: a lease moved while the leases were read shows as a new cursor version),
 /// the due leases emptied of what was taken or gone, a new lease per receive count held
