@@ -43,6 +43,7 @@ mod commit;
 mod compact;
 mod expiry;
 mod membership;
+mod plan;
 mod poll;
 mod seek;
 
