@@ -48,49 +48,24 @@ impl Log {
         max_bytes: usize,
         head: HeadRecord,
     ) -> Result<ReadBatch, Error> {
-        let limits = self.limits();
-        let mut events: Vec<Event> = Vec::new();
-        let (mut bytes, mut rendered) = (0, 0);
-        let mut next = offset;
+        let mut acc = Gather::new(offset, max_events, max_bytes, self.limits().max_response_bytes);
         // Second looks: at the index (a hole in a query), at an object gone under a reader.
         let (mut holes, mut gone) = (0, 0);
-        'pages: while events.len() < max_events && next < head.next {
-            let page = self.segments(topic, partition, next).await?;
-            let mut page: Vec<Piece> = page.iter().flat_map(|s| s.pieces()).filter(|p| p.next > next).collect();
-            // Only pieces that meet: a query that is not a snapshot (DynamoDB's, during a
-            // compaction's swap) can show an old item without its deleted neighbours.
-            if let Some(gap) = page.windows(2).position(|w| w[1].base > w[0].next) {
-                page.truncate(gap + 1);
-            }
+        'pages: while acc.events.len() < max_events && acc.next < head.next {
+            let mut page = usable(self.segments(topic, partition, acc.next).await?, acc.next);
             // The index no longer holds `next`: retention removed it since the head was read,
             // or the query caught a compaction's swap half-way (then a second look finds it).
-            if page.first().is_none_or(|p| p.base > next) {
+            if page.first().is_none_or(|p| p.base > acc.next) {
                 let (now, _) = topics::head(self.inner.store.as_ref(), topic.id, partition).await?;
-                if next >= now.start && holes < 3 {
+                if acc.next >= now.start && holes < 3 {
                     holes += 1;
                     continue 'pages;
                 }
-                return self.below_start(topic, partition, next, events, head).await;
+                return self.below_start(topic, partition, acc.next, acc.events, head).await;
             }
             // Read only the parts this page can use: every object read is billed.
-            let (mut events_left, mut bytes_left) = (max_events - events.len(), max_bytes.saturating_sub(bytes));
-            let needed = page
-                .iter()
-                .position(|s| {
-                    events_left = events_left.saturating_sub((s.next - s.base.max(next)) as usize);
-                    bytes_left = bytes_left.saturating_sub(s.len as usize);
-                    events_left == 0 || bytes_left == 0
-                })
-                .map_or(page.len(), |last| last + 1);
-            page.truncate(needed);
-            let reads: Vec<(String, u64, u64)> = page.iter().map(|s| (s.object.clone(), s.pos, s.len)).collect();
-            let objects = self.inner.objects.clone();
-            let mut data = stream::iter(reads)
-                .map(move |(object, pos, len)| {
-                    let objects = objects.clone();
-                    async move { objects.read(&object, pos, len).await }
-                })
-                .buffered(READ_CONCURRENCY);
+            page.truncate(acc.needed(&page));
+            let mut data = self.read_pieces(&page);
             for seg in &page {
                 let bytes_read = match data.try_next().await {
                     Ok(Some(b)) => b,
@@ -103,8 +78,8 @@ impl Log {
                     }
                     Err(StorageError::NotFound(what)) => {
                         let (now, _) = topics::head(self.inner.store.as_ref(), topic.id, partition).await?;
-                        if next < now.start {
-                            return self.below_start(topic, partition, next, events, now).await;
+                        if acc.next < now.start {
+                            return self.below_start(topic, partition, acc.next, acc.events, now).await;
                         }
                         return Err(StorageError::NotFound(what).into());
                     }
@@ -113,31 +88,33 @@ impl Log {
                 let records = decode_segment(&bytes_read).map_err(|e| {
                     Error::Corrupt(format!("segment {}@{} of {}/{}: {e}", seg.object, seg.pos, topic.name, partition))
                 })?;
-                for d in records {
-                    let offset = seg.base + u64::from(d.offset_delta);
-                    if offset < next {
-                        continue;
-                    }
-                    let size = d.record.approx_size();
-                    let rendering = rendered_size(&d.record);
-                    // Like Kafka, always return the first event even if it alone exceeds max_bytes.
-                    if !events.is_empty()
-                        && (bytes + size > max_bytes || rendered + rendering > limits.max_response_bytes)
-                    {
-                        break 'pages;
-                    }
-                    bytes += size;
-                    rendered += rendering;
-                    events.push(Event { partition, offset, record: d.record });
-                    next = offset + 1;
-                    if events.len() >= max_events {
-                        break 'pages;
-                    }
+                if acc.add(partition, seg, records) {
+                    break 'pages;
                 }
-                next = next.max(seg.next);
             }
         }
-        Ok(ReadBatch { events, next_offset: next, high_watermark: head.next.max(next), log_start_offset: head.start })
+        let next = acc.next;
+        Ok(ReadBatch {
+            events: acc.events,
+            next_offset: next,
+            high_watermark: head.next.max(next),
+            log_start_offset: head.start,
+        })
+    }
+
+    /// The pieces' bytes, read up to [`READ_CONCURRENCY`] at once, in order.
+    fn read_pieces(
+        &self,
+        page: &[Piece],
+    ) -> impl futures_util::Stream<Item = Result<bytes::Bytes, StorageError>> + Unpin + use<> {
+        let reads: Vec<(String, u64, u64)> = page.iter().map(|s| (s.object.clone(), s.pos, s.len)).collect();
+        let objects = self.inner.objects.clone();
+        stream::iter(reads)
+            .map(move |(object, pos, len)| {
+                let objects = objects.clone();
+                async move { objects.read(&object, pos, len).await }
+            })
+            .buffered(READ_CONCURRENCY)
     }
 
     /// A read that found `next` gone from the index: what it has so far, or, with nothing yet,
@@ -250,5 +227,135 @@ impl Log {
                 () = clock.sleep(nap as u64) => {}
             }
         }
+    }
+}
+
+/// A page of the index as pieces from `next` on, only as far as they meet: a query that is
+/// not a snapshot (DynamoDB's, during a compaction's swap) can show an old item without its
+/// deleted neighbours.
+fn usable(page: Vec<Segment>, next: u64) -> Vec<Piece> {
+    let mut pieces: Vec<Piece> = page.iter().flat_map(|s| s.pieces()).filter(|p| p.next > next).collect();
+    if let Some(gap) = pieces.windows(2).position(|w| w[1].base > w[0].next) {
+        pieces.truncate(gap + 1);
+    }
+    pieces
+}
+
+/// The events a read gathers, within its bounds: `max_events`, about `max_bytes`, and the
+/// answer's rendering within `max_rendered`. Like Kafka, the first event goes whatever its size.
+struct Gather {
+    events: Vec<Event>,
+    /// The next offset to read.
+    next: u64,
+    bytes: usize,
+    rendered: usize,
+    max_events: usize,
+    max_bytes: usize,
+    max_rendered: usize,
+}
+
+impl Gather {
+    fn new(offset: u64, max_events: usize, max_bytes: usize, max_rendered: usize) -> Self {
+        Gather { events: Vec::new(), next: offset, bytes: 0, rendered: 0, max_events, max_bytes, max_rendered }
+    }
+
+    /// How many of the page's pieces this read can use.
+    fn needed(&self, page: &[Piece]) -> usize {
+        let (mut events_left, mut bytes_left) =
+            (self.max_events - self.events.len(), self.max_bytes.saturating_sub(self.bytes));
+        page.iter()
+            .position(|s| {
+                events_left = events_left.saturating_sub((s.next - s.base.max(self.next)) as usize);
+                bytes_left = bytes_left.saturating_sub(s.len as usize);
+                events_left == 0 || bytes_left == 0
+            })
+            .map_or(page.len(), |last| last + 1)
+    }
+
+    /// Adds a piece's records from `next` on; `true` when the read is full (`next` then
+    /// stays after the last event taken, not at the piece's end).
+    fn add(&mut self, partition: u32, seg: &Piece, records: Vec<crate::segment::DecodedRecord>) -> bool {
+        for d in records {
+            let offset = seg.base + u64::from(d.offset_delta);
+            if offset < self.next {
+                continue;
+            }
+            let size = d.record.approx_size();
+            let rendering = rendered_size(&d.record);
+            if !self.events.is_empty()
+                && (self.bytes + size > self.max_bytes || self.rendered + rendering > self.max_rendered)
+            {
+                return true;
+            }
+            self.bytes += size;
+            self.rendered += rendering;
+            self.events.push(Event { partition, offset, record: d.record });
+            self.next = offset + 1;
+            if self.events.len() >= self.max_events {
+                return true;
+            }
+        }
+        self.next = self.next.max(seg.next);
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::SegmentRecord;
+    use crate::segment::DecodedRecord;
+
+    fn segment(base: u64, next: u64) -> Segment {
+        let record = SegmentRecord { next, object: format!("o{base}"), pos: 0, len: 100, max_ts: 0, parts: Vec::new() };
+        Segment { base, record, version: 1 }
+    }
+
+    fn records(n: u32, value_len: usize) -> Vec<DecodedRecord> {
+        (0..n)
+            .map(|d| DecodedRecord {
+                offset_delta: d,
+                record: Record {
+                    timestamp_ms: 0,
+                    key: None,
+                    headers: Vec::new(),
+                    value: bytes::Bytes::from(vec![b'x'; value_len]),
+                    value_is_json: false,
+                },
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_page_is_used_only_as_far_as_its_segments_meet() {
+        let pieces = usable(vec![segment(0, 10), segment(10, 20), segment(25, 30)], 5);
+        assert_eq!(pieces.iter().map(|p| (p.base, p.next)).collect::<Vec<_>>(), vec![(0, 10), (10, 20)]);
+        let pieces = usable(vec![segment(0, 10), segment(10, 20)], 12);
+        assert_eq!(pieces.iter().map(|p| p.base).collect::<Vec<_>>(), vec![10], "pieces before `next` are skipped");
+    }
+
+    #[test]
+    fn a_read_takes_from_next_on_within_its_bounds_but_always_one_event() {
+        let piece = usable(vec![segment(0, 10)], 0).remove(0);
+        let mut g = Gather::new(3, 100, usize::MAX, usize::MAX);
+        assert!(!g.add(0, &piece, records(10, 1)));
+        assert_eq!(g.events.iter().map(|e| e.offset).collect::<Vec<_>>(), (3..10).collect::<Vec<_>>());
+        assert_eq!(g.next, 10);
+
+        let mut g = Gather::new(0, 4, usize::MAX, usize::MAX);
+        assert!(g.add(0, &piece, records(10, 1)), "full at max_events");
+        assert_eq!((g.events.len(), g.next), (4, 4));
+
+        let mut g = Gather::new(0, 100, 1, usize::MAX);
+        assert!(g.add(0, &piece, records(10, 1000)), "over max_bytes after the first event");
+        assert_eq!((g.events.len(), g.next), (1, 1));
+    }
+
+    #[test]
+    fn only_the_pieces_a_read_can_use_are_fetched() {
+        let page = usable(vec![segment(0, 10), segment(10, 20), segment(20, 30)], 0);
+        assert_eq!(Gather::new(0, 15, usize::MAX, usize::MAX).needed(&page), 2);
+        assert_eq!(Gather::new(0, 100, 150, usize::MAX).needed(&page), 2, "100 bytes a piece");
+        assert_eq!(Gather::new(0, 100, usize::MAX, usize::MAX).needed(&page), 3);
     }
 }
