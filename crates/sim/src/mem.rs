@@ -89,6 +89,11 @@ impl MemStore {
         self.len() == 0
     }
 
+    /// Every stored key (expired items included).
+    pub fn keys(&self) -> Vec<Key> {
+        lock(&self.data).items.keys().cloned().collect()
+    }
+
     /// The collections with at least one item, and how many each holds (expired included).
     pub fn census(&self) -> BTreeMap<String, usize> {
         let mut out = BTreeMap::new();

@@ -649,6 +649,10 @@ impl World {
 
     /// Every invariant of the stored log, and every acknowledged event still in it.
     fn check_truth(&mut self) {
+        // Every key the core wrote is one the registry knows (crates/core/src/keys.rs).
+        if let Some(key) = self.mem.keys().into_iter().find(|k| sluice_core::keys::kind_of(k).is_none()) {
+            self.violate("unregistered-key", format!("{}/{} is no kind of item in the registry", key.pk, key.sk));
+        }
         for name in [TOPIC_A, TOPIC_B] {
             let Some(tid) = self.live_topic_id(name) else { continue };
             for p in 0..self.topic_specs[name].partitions {
