@@ -1333,7 +1333,7 @@ impl QueueClient {
                 let queues = sluice_core::queues::Queues::new(log.clone());
                 let answer = OP.scope("ack", queues.ack(topic, subscription, receipts)).await;
                 Ok(answer
-                    .map(|results| results.into_iter().map(|r| r.err().map(|e| e.code().to_owned())).collect())
+                    .map(|results| results.into_iter().map(|r| r.err().map(|e| e.code().as_str().to_owned())).collect())
                     .map_err(|e| format!("ack: {e}")))
             }
         }

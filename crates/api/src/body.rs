@@ -3,10 +3,10 @@
 //! that takes a body uses these.
 
 use axum::body::Body;
-use axum::http::StatusCode;
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
+use sluice_core::Code;
 
 use crate::ApiError;
 
@@ -24,7 +24,7 @@ pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
     let mut seen = 0usize;
     while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
         let frame =
-            frame.map_err(|e| ApiError::bad_request("unreadable_body", format!("could not read the body: {e}")))?;
+            frame.map_err(|e| ApiError::bad_request(Code::UnreadableBody, format!("could not read the body: {e}")))?;
         let Ok(data) = frame.into_data() else { continue };
         seen = seen.saturating_add(data.len());
         if seen <= limit {
@@ -39,11 +39,7 @@ pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
         }
     }
     if seen > limit {
-        return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "request_too_large",
-            format!("request body is larger than {limit} bytes"),
-        ));
+        return Err(ApiError::new(Code::RequestTooLarge, format!("request body is larger than {limit} bytes")));
     }
     Ok(first.unwrap_or_else(|| rest.freeze()))
 }
@@ -62,8 +58,8 @@ fn json_error(e: serde_json::Error) -> ApiError {
     use serde_json::error::Category;
     match e.classify() {
         Category::Syntax | Category::Eof | Category::Io => {
-            ApiError::bad_request("invalid_json", format!("malformed JSON: {e}"))
+            ApiError::bad_request(Code::InvalidJson, format!("malformed JSON: {e}"))
         }
-        Category::Data => ApiError::bad_request("invalid_request", e.to_string()),
+        Category::Data => ApiError::bad_request(Code::InvalidRequest, e.to_string()),
     }
 }

@@ -8,6 +8,7 @@ use axum::http::{header, HeaderMap};
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use sluice_core::Code;
 use sluice_core::NewEvent;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
@@ -27,7 +28,7 @@ struct Envelope {
 }
 
 fn invalid(message: impl Into<String>) -> ApiError {
-    ApiError::bad_request("invalid_cloudevent", message)
+    ApiError::bad_request(Code::InvalidCloudevent, message)
 }
 
 fn check_required(
@@ -80,8 +81,7 @@ pub fn batch(body: &[u8], max_events: usize) -> Result<Vec<NewEvent>, ApiError> 
     let raws: Vec<&RawValue> = parse_json(body)?;
     if raws.len() > max_events {
         return Err(ApiError::new(
-            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
-            "too_many_events",
+            Code::TooManyEvents,
             format!("{} events in one publish; the limit is {max_events}", raws.len()),
         ));
     }

@@ -1,6 +1,7 @@
 //! Consumer groups: `POST /v1/groups/{group}/poll`, `…/commit`, `…/leave`,
 //! `…/seek`; `GET /v1/groups`, `GET|DELETE /v1/groups/{group}`.
 
+use sluice_core::Code;
 use std::collections::BTreeMap;
 
 use axum::body::Body;
@@ -101,16 +102,16 @@ pub async fn poll(
     let max_events = req.max_events.unwrap_or(DEFAULT_MAX_EVENTS);
     if max_events == 0 || max_events > limits.max_read_events {
         let message = format!("max_events must be between 1 and {}", limits.max_read_events);
-        return Err(ApiError::bad_request("invalid_max_events", message));
+        return Err(ApiError::bad_request(Code::InvalidMaxEvents, message));
     }
     let max_bytes = req.max_bytes.unwrap_or(DEFAULT_MAX_BYTES);
     if max_bytes == 0 || max_bytes > limits.max_read_bytes {
         let message = format!("max_bytes must be between 1 and {}", limits.max_read_bytes);
-        return Err(ApiError::bad_request("invalid_max_bytes", message));
+        return Err(ApiError::bad_request(Code::InvalidMaxBytes, message));
     }
     if req.wait_ms > limits.max_wait_ms {
         let message = format!("wait_ms must be at most {}", limits.max_wait_ms);
-        return Err(ApiError::bad_request("invalid_wait", message));
+        return Err(ApiError::bad_request(Code::InvalidWait, message));
     }
     let positions = match req.positions {
         None => None,
@@ -120,7 +121,7 @@ pub async fn poll(
                 let tp = TopicPartition { topic: p.topic, partition: p.partition };
                 if positions.contains_key(&tp) {
                     let message = format!("{}/{} appears twice in positions", tp.topic, tp.partition);
-                    return Err(ApiError::bad_request("duplicate_position", message));
+                    return Err(ApiError::bad_request(Code::DuplicatePosition, message));
                 }
                 positions.insert(tp, p.offset);
             }
@@ -213,7 +214,7 @@ pub async fn seek(
         (None, None, Some(t)) => SeekTarget::Timestamp(t),
         _ => {
             return Err(ApiError::bad_request(
-                "invalid_seek",
+                Code::InvalidSeek,
                 "give exactly one of \"to\": \"earliest\"|\"latest\", \"offset\" or \"timestamp_ms\"",
             ))
         }
@@ -228,7 +229,7 @@ pub async fn seek(
         }
     };
     if req.partitions.is_some() && topics.len() != 1 {
-        return Err(ApiError::bad_request("invalid_seek", "\"partitions\" needs one \"topic\""));
+        return Err(ApiError::bad_request(Code::InvalidSeek, "\"partitions\" needs one \"topic\""));
     }
     let mut moved = Vec::new();
     for topic in topics {

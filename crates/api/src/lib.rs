@@ -25,7 +25,7 @@ pub use config::Config;
 pub use error::ApiError;
 use sluice_core::groups::{Groups, GroupsConfig};
 use sluice_core::queues::Queues;
-use sluice_core::{Clock, Log, SystemClock};
+use sluice_core::{Clock, Code, Log, SystemClock};
 
 /// What the handlers work on, built once per process: the log, and the groups and
 /// queues over it (each keeps its config and per-process state). Cheap to clone.
@@ -154,10 +154,8 @@ pub fn router(app: impl Into<App>) -> Router {
 /// (they refuse oversize bodies with a JSON 413 of their own).
 fn finish(routes: Router<App>, app: App) -> Router {
     routes
-        .fallback(|| async { ApiError::new(axum::http::StatusCode::NOT_FOUND, "not_found", "no such route") })
-        .method_not_allowed_fallback(|| async {
-            ApiError::new(axum::http::StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed here")
-        })
+        .fallback(|| async { ApiError::new(Code::NotFound, "no such route") })
+        .method_not_allowed_fallback(|| async { ApiError::new(Code::MethodNotAllowed, "method not allowed here") })
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(app)
 }

@@ -4,6 +4,7 @@
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
+use sluice_core::Code;
 
 use crate::ApiError;
 
@@ -20,7 +21,7 @@ where
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         match axum::extract::Path::<T>::from_request_parts(parts, state).await {
             Ok(axum::extract::Path(value)) => Ok(Self(value)),
-            Err(rejection) => Err(ApiError::bad_request("invalid_path", rejection.body_text())),
+            Err(rejection) => Err(ApiError::bad_request(Code::InvalidPath, rejection.body_text())),
         }
     }
 }

@@ -1,12 +1,13 @@
 //! `POST /v1/topics/{topic}/events`: a JSON batch, or CloudEvents 1.0 in
 //! structured, batch or binary mode. Every check happens before the log is called.
 
+use sluice_core::Code;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use bytes::Bytes;
@@ -61,8 +62,7 @@ pub async fn publish(
         json_batch(&body, log.limits().max_events_per_publish)?
     } else {
         return Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
+            Code::UnsupportedMediaType,
             format!("content type '{mime}' is not accepted: send application/json or CloudEvents"),
         ));
     };
@@ -88,8 +88,7 @@ fn json_batch(body: &Bytes, max_events: usize) -> Result<Vec<NewEvent>, ApiError
     let batch: Batch<'_> = parse_json(body)?;
     if batch.events.len() > max_events {
         return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_many_events",
+            Code::TooManyEvents,
             format!("{} events in one publish; the limit is {max_events}", batch.events.len()),
         ));
     }
@@ -102,12 +101,12 @@ fn json_event(body: &Bytes, i: usize, e: JsonEvent<'_>) -> Result<NewEvent, ApiE
     let (value, value_is_json) = match (e.value, e.value_base64) {
         (Some(v), None) => (body.slice_ref(v.get().as_bytes()), true),
         (None, Some(b64)) => (
-            decode_base64(&b64).map_err(|m| ApiError::bad_request("invalid_base64", format!("event {i}: {m}")))?,
+            decode_base64(&b64).map_err(|m| ApiError::bad_request(Code::InvalidBase64, format!("event {i}: {m}")))?,
             false,
         ),
         _ => {
             return Err(ApiError::bad_request(
-                "invalid_event",
+                Code::InvalidEvent,
                 format!("event {i}: give exactly one of 'value' (any JSON) or 'value_base64'"),
             ))
         }
@@ -141,7 +140,7 @@ fn idempotency_key(headers: &HeaderMap, body: &[u8]) -> Result<Option<Idempotenc
         .ok()
         .filter(|k| !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic()))
         .ok_or_else(|| {
-            ApiError::bad_request("invalid_idempotency_key", "Idempotency-Key must be 1-255 visible ASCII characters")
+            ApiError::bad_request(Code::InvalidIdempotencyKey, "Idempotency-Key must be 1-255 visible ASCII characters")
         })?;
     let mut hash = Sha256::new();
     let mut fields: Vec<(&str, &[u8])> = headers
@@ -194,7 +193,7 @@ mod tests {
     #[tokio::test]
     async fn given_frames_past_the_limit_when_read_then_413() {
         let err = read_body(chunked(&[b"12345", b"67890", b"x"]), 10).await.unwrap_err();
-        assert_eq!(err.status, StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(err.status, axum::http::StatusCode::PAYLOAD_TOO_LARGE);
         assert_eq!(read_body(chunked(&[b"12345", b"67890"]), 10).await.unwrap(), "1234567890");
     }
 

@@ -17,6 +17,7 @@ use sluice_core::queues::{
     Backlog, Backoff, DeadLetterPage, Message, Ordering, Queues, ReceiptError, ReceiveRequest, StartAt, Subscription,
     SubscriptionSpec,
 };
+use sluice_core::Code;
 
 use crate::body::{parse_json_owned, read_body};
 use crate::path::Path;
@@ -117,14 +118,14 @@ fn parse_optional<T: DeserializeOwned + Default>(body: &Bytes) -> Result<T, ApiE
 fn start(raw: Value) -> Result<StartAt, ApiError> {
     serde_json::from_value(raw).map_err(|e| {
         let shapes = r#""latest", "earliest", {"timestamp_ms": N} or {"offsets": {"<partition>": <offset>}}"#;
-        ApiError::bad_request("invalid_start", format!("start must be {shapes}: {e}"))
+        ApiError::bad_request(Code::InvalidStart, format!("start must be {shapes}: {e}"))
     })
 }
 
 fn backoff(raw: Value) -> Result<Backoff, ApiError> {
     let invalid = |e: &dyn std::fmt::Display| {
         ApiError::bad_request(
-            "invalid_backoff",
+            Code::InvalidBackoff,
             format!(r#"redelivery_backoff_ms must be [ms, …] or {{"initial_ms", "max_ms", "multiplier"}}: {e}"#),
         )
     };
@@ -269,7 +270,7 @@ fn render_messages(messages: &[Message], acks: Option<&Value>) -> Vec<u8> {
 }
 
 fn receipt_error(receipt: &str, e: ReceiptError) -> Value {
-    json!({ "receipt": receipt, "ok": false, "error": { "code": e.code(), "message": e.message() } })
+    json!({ "receipt": receipt, "ok": false, "error": { "code": e.code().as_str(), "message": e.message() } })
 }
 
 /// One result per receipt, in the order of the request.
@@ -332,7 +333,7 @@ pub async fn dead_letters(
     q: read::Params,
 ) -> Result<Response, ApiError> {
     let q = read::params(q)?;
-    let limit = read::number(&q, "limit", "invalid_limit")?.unwrap_or(DEFAULT_DLQ_LIMIT);
+    let limit = read::number(&q, "limit", Code::InvalidLimit)?.unwrap_or(DEFAULT_DLQ_LIMIT);
     let after = q.get("after").map(String::as_str);
     let page = queues.dead_letters(&topic, &sub, after, limit).await?;
     Ok(json_response(render_dead_letters(&page)))

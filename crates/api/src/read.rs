@@ -1,5 +1,6 @@
 //! Replay (`…/partitions/{p}/events`) and offset lookup (`…/partitions/{p}/offsets`).
 
+use sluice_core::Code;
 use std::collections::HashMap;
 
 use axum::extract::{Query, State};
@@ -20,19 +21,19 @@ const DEFAULT_MAX_BYTES: usize = 1 << 20;
 pub(crate) type Params = Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>;
 
 pub(crate) fn params(q: Params) -> Result<HashMap<String, String>, ApiError> {
-    q.map(|Query(q)| q).map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))
+    q.map(|Query(q)| q).map_err(|e| ApiError::bad_request(Code::InvalidQuery, e.body_text()))
 }
 
 fn partition(raw: &str) -> Result<u32, ApiError> {
     raw.parse().map_err(|_| {
-        ApiError::bad_request("invalid_partition", format!("partition '{raw}' is not a non-negative integer"))
+        ApiError::bad_request(Code::InvalidPartition, format!("partition '{raw}' is not a non-negative integer"))
     })
 }
 
 pub(crate) fn number<T: std::str::FromStr>(
     q: &HashMap<String, String>,
     name: &str,
-    code: &'static str,
+    code: Code,
 ) -> Result<Option<T>, ApiError> {
     q.get(name)
         .map(|v| {
@@ -54,25 +55,28 @@ pub async fn events(
     let offset = match q.get("offset").map(String::as_str) {
         None | Some("earliest") => log.offset(&topic, partition, OffsetQuery::Earliest).await?,
         Some("latest") => log.offset(&topic, partition, OffsetQuery::Latest).await?,
-        Some(_) => number(&q, "offset", "invalid_offset")?.unwrap_or_default(),
+        Some(_) => number(&q, "offset", Code::InvalidOffset)?.unwrap_or_default(),
     };
-    let max_events = number(&q, "limit", "invalid_limit")?.unwrap_or(DEFAULT_LIMIT);
+    let max_events = number(&q, "limit", Code::InvalidLimit)?.unwrap_or(DEFAULT_LIMIT);
     if max_events == 0 || max_events > limits.max_read_events {
         return Err(ApiError::bad_request(
-            "invalid_limit",
+            Code::InvalidLimit,
             format!("limit must be between 1 and {}", limits.max_read_events),
         ));
     }
-    let max_bytes = number(&q, "max_bytes", "invalid_max_bytes")?.unwrap_or(DEFAULT_MAX_BYTES);
+    let max_bytes = number(&q, "max_bytes", Code::InvalidMaxBytes)?.unwrap_or(DEFAULT_MAX_BYTES);
     if max_bytes == 0 || max_bytes > limits.max_read_bytes {
         return Err(ApiError::bad_request(
-            "invalid_max_bytes",
+            Code::InvalidMaxBytes,
             format!("max_bytes must be between 1 and {}", limits.max_read_bytes),
         ));
     }
-    let wait_ms = number(&q, "wait_ms", "invalid_wait")?.unwrap_or(0);
+    let wait_ms = number(&q, "wait_ms", Code::InvalidWait)?.unwrap_or(0);
     if wait_ms > limits.max_wait_ms {
-        return Err(ApiError::bad_request("invalid_wait", format!("wait_ms must be at most {}", limits.max_wait_ms)));
+        return Err(ApiError::bad_request(
+            Code::InvalidWait,
+            format!("wait_ms must be at most {}", limits.max_wait_ms),
+        ));
     }
     let batch = log.read(&ReadRequest { topic, partition, offset, max_events, max_bytes, wait_ms }).await?;
     Ok(([(header::CONTENT_TYPE, "application/json")], render(&batch)).into_response())
@@ -145,13 +149,13 @@ pub async fn offsets(
         Some("latest") => OffsetQuery::Latest,
         Some(t) => OffsetQuery::Timestamp(t.parse().map_err(|_| {
             ApiError::bad_request(
-                "invalid_timestamp",
+                Code::InvalidTimestamp,
                 format!("timestamp_ms '{t}' is not an integer, 'earliest' or 'latest'"),
             )
         })?),
         None => {
             return Err(ApiError::bad_request(
-                "invalid_timestamp",
+                Code::InvalidTimestamp,
                 "give timestamp_ms: milliseconds, 'earliest' or 'latest'",
             ))
         }

@@ -1,6 +1,7 @@
 //! Consumer group conformance cases, on every backend, with a [`ManualClock`]:
 //! session timeouts pass by advancing it, never by sleeping.
 
+use sluice_core::Code;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -146,7 +147,7 @@ pub async fn given_three_members_on_six_partitions_then_two_each_and_leave_and_e
     assert_eq!((pa.assignment.len(), pb.assignment.len()), (3, 3), "{pa:?} {pb:?}");
     assert!(pa.generation > answers[0].generation, "every change bumps the generation");
     let rejoin = groups.poll(&request(&group, Some(&c), &topic, 10)).await;
-    assert!(matches!(rejoin, Err(Error::Conflict { code: "unknown_member", .. })), "{rejoin:?}");
+    assert!(matches!(rejoin, Err(Error::Conflict { code: Code::UnknownMember, .. })), "{rejoin:?}");
 
     // b goes silent; a keeps polling. After b's session timeout (45 s) a holds everything.
     clock.advance(30_000);
@@ -174,9 +175,9 @@ pub async fn given_evicted_member_when_commit_then_refused_and_unowned_partition
     assert_ne!(a_part, b_part);
 
     let not_mine = groups.commit(&group, &a, pa.generation, &[commit_of(&topic, b_part, 3)]).await;
-    assert!(matches!(not_mine, Err(Error::Conflict { code: "not_assigned", .. })), "{not_mine:?}");
+    assert!(matches!(not_mine, Err(Error::Conflict { code: Code::NotAssigned, .. })), "{not_mine:?}");
     let stale = groups.commit(&group, &a, pa.generation - 1, &[commit_of(&topic, a_part, 3)]).await;
-    assert!(matches!(stale, Err(Error::Conflict { code: "stale_generation", .. })), "{stale:?}");
+    assert!(matches!(stale, Err(Error::Conflict { code: Code::StaleGeneration, .. })), "{stale:?}");
     assert_eq!(committed(&groups, &group, b_part).await, None, "a refused commit moves nothing");
 
     // b goes silent while a keeps polling; b's session ends, nobody has rebalanced yet,
@@ -186,7 +187,7 @@ pub async fn given_evicted_member_when_commit_then_refused_and_unowned_partition
     assert_eq!(heartbeat.generation, pa.generation, "a heartbeat alone changes nothing");
     clock.advance(15_001);
     let zombie = groups.commit(&group, &b, pb.generation, &[commit_of(&topic, b_part, 4)]).await;
-    assert!(matches!(zombie, Err(Error::Conflict { code: "unknown_member", .. })), "{zombie:?}");
+    assert!(matches!(zombie, Err(Error::Conflict { code: Code::UnknownMember, .. })), "{zombie:?}");
     let a_again = poll(&groups, &group, Some(&a), &topic).await;
     assert_eq!(a_again.assignment.len(), 2);
     let zombie = groups.commit(&group, &b, pb.generation, &[commit_of(&topic, b_part, 4)]).await;
@@ -291,7 +292,7 @@ pub async fn given_seek_by_timestamp_then_first_event_at_or_after_and_lag_is_wat
     assert_eq!(moved, vec![(0, 5)]);
     let undo = groups.commit(&group, &answer.member_id, answer.generation, &[commit_of(&topic, 0, 10)]).await;
     assert!(
-        matches!(undo, Err(Error::Conflict { code: "stale_generation", .. })),
+        matches!(undo, Err(Error::Conflict { code: Code::StaleGeneration, .. })),
         "progress from before a seek cannot undo it: {undo:?}"
     );
     let d = groups.describe(&group).await.unwrap();
@@ -311,7 +312,7 @@ pub async fn given_reset_none_without_offsets_when_poll_then_refused_and_nothing
     let mut req = request(&group, None, &topic, 10);
     req.reset = ResetPolicy::None;
     let refused = groups.poll(&req).await;
-    assert!(matches!(refused, Err(Error::Invalid { code: "no_committed_offset", .. })), "{refused:?}");
+    assert!(matches!(refused, Err(Error::Invalid { code: Code::NoCommittedOffset, .. })), "{refused:?}");
     assert!(!groups.list().await.unwrap().contains(&group), "not even a join");
     assert!(matches!(groups.describe(&group).await, Err(Error::GroupNotFound(_))));
 }
@@ -393,7 +394,7 @@ pub async fn given_session_ending_during_a_long_poll_then_unknown_member_and_not
     tokio::task::yield_now().await;
     clock.advance(6_001);
     let late = tokio::time::timeout(std::time::Duration::from_secs(30), waiting).await.expect("poll ended").unwrap();
-    assert!(matches!(late, Err(Error::Conflict { code: "unknown_member", .. })), "{late:?}");
+    assert!(matches!(late, Err(Error::Conflict { code: Code::UnknownMember, .. })), "{late:?}");
     let d = groups.describe(&group).await.unwrap();
     assert!(d.members.is_empty(), "a late heartbeat does not bring an evicted member back: {:?}", d.members);
 }
@@ -475,7 +476,7 @@ pub async fn given_members_joining_and_leaving_while_publishers_write_then_every
                 }
                 let answer = match groups.poll(&request(&group, member.as_deref(), &topic, 50)).await {
                     Ok(a) => a,
-                    Err(Error::Conflict { code: "unknown_member", .. }) => {
+                    Err(Error::Conflict { code: Code::UnknownMember, .. }) => {
                         member = None;
                         continue;
                     }
@@ -746,7 +747,7 @@ pub async fn given_groups_whose_last_member_left_then_offsets_expire_after_the_r
     let mut none = request(&early, None, &topic, 10);
     none.reset = ResetPolicy::None;
     let refused = groups.poll(&none).await;
-    assert!(matches!(refused, Err(Error::Invalid { code: "no_committed_offset", .. })), "{refused:?}");
+    assert!(matches!(refused, Err(Error::Invalid { code: Code::NoCommittedOffset, .. })), "{refused:?}");
     let back = poll(&groups, &early, None, &topic).await;
     assert_eq!(offsets_of(&back), vec![0, 1, 2, 3, 4], "earliest: from the log start");
     groups.leave(&early, &back.member_id).await.unwrap();
@@ -825,7 +826,7 @@ pub async fn given_a_member_silent_for_exactly_its_session_then_evicted_and_not_
     let b_poll = poll(&groups, &group, Some(&b), &topic).await;
     assert_eq!(b_poll.assignment.len(), 2, "its partition went to b");
     let late = groups.poll(&request(&group, Some(&a), &topic, 10)).await;
-    assert!(matches!(late, Err(Error::Conflict { code: "unknown_member", .. })), "{late:?}");
+    assert!(matches!(late, Err(Error::Conflict { code: Code::UnknownMember, .. })), "{late:?}");
 }
 
 /// Balanced and sticky: a member that joins takes only what balance needs, from the members
@@ -889,7 +890,7 @@ pub async fn given_a_group_with_a_live_member_then_delete_refused_and_once_it_le
     assert_eq!(first.events.len(), 4);
     groups.commit(&group, &first.member_id, first.generation, &[commit_of(&topic, 0, 3)]).await.unwrap();
     let refused = groups.delete(&group).await;
-    assert!(matches!(refused, Err(Error::Conflict { code: "group_not_empty", .. })), "{refused:?}");
+    assert!(matches!(refused, Err(Error::Conflict { code: Code::GroupNotEmpty, .. })), "{refused:?}");
     assert_eq!(committed(&groups, &group, 0).await, Some(3), "a refused delete changes nothing");
     assert_eq!(groups.describe(&group).await.unwrap().members.len(), 1);
     groups.leave(&group, &first.member_id).await.unwrap();

@@ -3,6 +3,7 @@
 //! through the real [`Log`] on each backend, with other "processes" (separate
 //! handles with their own caches) and injected storage faults.
 
+use sluice_core::Code;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -307,7 +308,7 @@ pub async fn given_publish_touching_150_partitions_then_committed_per_partition_
     let wide = || (0..150).map(|p| event(&format!("e{p}"), p)).collect::<Vec<_>>();
     let key = IdempotencyKey { key: "wide".into(), fingerprint: vec![1; 32] };
     let refused = log.publish(&topic, wide(), Some(key)).await;
-    assert!(matches!(refused, Err(Error::Invalid { code: "too_many_partitions", .. })), "{refused:?}");
+    assert!(matches!(refused, Err(Error::Invalid { code: Code::TooManyPartitions, .. })), "{refused:?}");
     let (_, states) = log.describe_topic(&topic).await.unwrap();
     assert!(states.iter().all(|s| s.high_watermark == 0), "the refused publish wrote nothing");
 

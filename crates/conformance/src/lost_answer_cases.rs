@@ -9,6 +9,7 @@
 //! objects (`ScopedStore`, `ScopedObjects`), so they can share one moto server with
 //! every other case without compacting or collecting under anyone else's expectations.
 
+use sluice_core::Code;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
@@ -400,7 +401,7 @@ pub async fn given_a_dead_letter_delete_applied_but_its_answer_lost_then_the_ret
     assert_unknown(faulty.delete_dead_letter(&topic, &sub, "0-0").await, "a lost dead letter delete");
     assert_eq!(script.pending(), 0, "the delete met its lost answer");
     match faulty.delete_dead_letter(&topic, &sub, "0-0").await {
-        Ok(()) | Err(Error::NotFound { code: "dead_letter_not_found", .. }) => {}
+        Ok(()) | Err(Error::NotFound { code: Code::DeadLetterNotFound, .. }) => {}
         other => panic!("a retried delete is done (ok, or not found): {other:?}"),
     }
     let page = queues.dead_letters(&topic, &sub, None, 100).await.unwrap();
@@ -595,7 +596,7 @@ pub async fn given_a_group_commit_lost_and_a_rival_commit_after_a_rebalance_then
     assert_eq!(script.pending(), 0, "the commit met its lost answer and the rival ran");
     assert_eq!(*rival_saw.lock().unwrap(), vec![5, 6, 7, 8, 9], "the rival resumed at the lost commit");
     match faulty.commit(&group, &a.member_id, a.generation, &five).await {
-        Ok(()) | Err(Error::Conflict { code: "unknown_member" | "stale_generation", .. }) => {}
+        Ok(()) | Err(Error::Conflict { code: Code::UnknownMember | Code::StaleGeneration, .. }) => {}
         other => panic!("the evicted member's retry is fenced or ignored: {other:?}"),
     }
     assert_eq!(committed(&groups, &group, 0).await, Some(10), "never moved back");
@@ -639,7 +640,7 @@ pub async fn given_a_leave_applied_but_its_answer_lost_then_the_retry_is_done_an
     assert_unknown(faulty.leave(&group, &a.member_id).await, "a leave whose answer was lost");
     assert_eq!(script.pending(), 0, "the leave met its lost answer");
     match faulty.leave(&group, &a.member_id).await {
-        Ok(()) | Err(Error::Conflict { code: "unknown_member", .. }) => {}
+        Ok(()) | Err(Error::Conflict { code: Code::UnknownMember, .. }) => {}
         other => panic!("a retried leave is done (ok, or unknown member): {other:?}"),
     }
     let b = groups.poll(&request(&group, Some(&b.member_id), &topic, 100)).await.unwrap();

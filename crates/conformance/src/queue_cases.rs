@@ -3,6 +3,7 @@
 //! Where a case runs concurrent workers, the clock stays put while they run, so any
 //! second delivery of a message within a case's run is a bug, not a timeout.
 
+use sluice_core::Code;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
@@ -1101,7 +1102,7 @@ pub async fn given_create_twice_then_idempotent_with_same_settings_and_conflict_
     assert_eq!(again, created);
     let other = SubscriptionSpec { visibility_timeout_ms: 8_000, ..settings.clone() };
     let conflict = queues.create(&topic, &name, other).await;
-    assert!(matches!(conflict, Err(Error::Conflict { code: "subscription_exists", .. })), "{conflict:?}");
+    assert!(matches!(conflict, Err(Error::Conflict { code: Code::SubscriptionExists, .. })), "{conflict:?}");
     assert_eq!(queues.describe(&topic, &name).await.unwrap().subscription.spec, settings, "unchanged");
     assert_eq!(
         queues.list(&topic).await.unwrap().iter().map(|s| s.name.clone()).collect::<Vec<_>>(),

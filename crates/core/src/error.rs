@@ -2,15 +2,116 @@
 
 use crate::ports::objects::StorageError;
 
+/// Declares [`Code`]: each error code, its name on the wire and its HTTP status.
+macro_rules! codes {
+    ($($variant:ident = $name:literal => $status:literal,)*) => {
+        /// Every error code the API answers, stable and snake_case on the wire. docs/API.md's
+        /// table lists exactly these (a test checks it).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Code {
+            $($variant,)*
+        }
+
+        impl Code {
+            pub const ALL: &'static [Code] = &[$(Code::$variant,)*];
+
+            /// The code as clients see it.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Code::$variant => $name,)*
+                }
+            }
+
+            /// The HTTP status it is answered with (200: inside a per-item result).
+            pub fn status(self) -> u16 {
+                match self {
+                    $(Code::$variant => $status,)*
+                }
+            }
+        }
+    };
+}
+
+codes! {
+    InvalidJson = "invalid_json" => 400,
+    InvalidRequest = "invalid_request" => 400,
+    UnreadableBody = "unreadable_body" => 400,
+    InvalidName = "invalid_name" => 400,
+    InvalidPartitions = "invalid_partitions" => 400,
+    InvalidRetention = "invalid_retention" => 400,
+    EmptyBatch = "empty_batch" => 400,
+    InvalidEvent = "invalid_event" => 400,
+    InvalidBase64 = "invalid_base64" => 400,
+    TooManyHeaders = "too_many_headers" => 400,
+    PartitionOutOfRange = "partition_out_of_range" => 400,
+    InvalidCloudevent = "invalid_cloudevent" => 400,
+    InvalidIdempotencyKey = "invalid_idempotency_key" => 400,
+    TooManyPartitions = "too_many_partitions" => 400,
+    InvalidPath = "invalid_path" => 400,
+    InvalidQuery = "invalid_query" => 400,
+    InvalidPartition = "invalid_partition" => 400,
+    InvalidOffset = "invalid_offset" => 400,
+    InvalidLimit = "invalid_limit" => 400,
+    InvalidMaxBytes = "invalid_max_bytes" => 400,
+    InvalidWait = "invalid_wait" => 400,
+    InvalidTimestamp = "invalid_timestamp" => 400,
+    InvalidTopics = "invalid_topics" => 400,
+    InvalidSessionTimeout = "invalid_session_timeout" => 400,
+    InvalidMaxEvents = "invalid_max_events" => 400,
+    NoCommittedOffset = "no_committed_offset" => 400,
+    TooManyOffsets = "too_many_offsets" => 400,
+    DuplicateOffset = "duplicate_offset" => 400,
+    DuplicatePosition = "duplicate_position" => 400,
+    InvalidSeek = "invalid_seek" => 400,
+    InvalidStart = "invalid_start" => 400,
+    InvalidVisibilityTimeout = "invalid_visibility_timeout" => 400,
+    InvalidMaxReceiveCount = "invalid_max_receive_count" => 400,
+    InvalidDelay = "invalid_delay" => 400,
+    InvalidBackoff = "invalid_backoff" => 400,
+    InvalidMaxMessages = "invalid_max_messages" => 400,
+    TooManyReceipts = "too_many_receipts" => 400,
+    InvalidDeadLetterId = "invalid_dead_letter_id" => 400,
+    TopicNotFound = "topic_not_found" => 404,
+    PartitionNotFound = "partition_not_found" => 404,
+    GroupNotFound = "group_not_found" => 404,
+    SubscriptionNotFound = "subscription_not_found" => 404,
+    DeadLetterNotFound = "dead_letter_not_found" => 404,
+    NotFound = "not_found" => 404,
+    MethodNotAllowed = "method_not_allowed" => 405,
+    TopicExists = "topic_exists" => 409,
+    IdempotencyKeyReused = "idempotency_key_reused" => 409,
+    UnknownMember = "unknown_member" => 409,
+    StaleGeneration = "stale_generation" => 409,
+    NotAssigned = "not_assigned" => 409,
+    GroupNotEmpty = "group_not_empty" => 409,
+    SubscriptionExists = "subscription_exists" => 409,
+    RequestTooLarge = "request_too_large" => 413,
+    TooManyEvents = "too_many_events" => 413,
+    ValueTooLarge = "value_too_large" => 413,
+    UnsupportedMediaType = "unsupported_media_type" => 415,
+    OffsetOutOfRange = "offset_out_of_range" => 416,
+    Throttled = "throttled" => 429,
+    Internal = "internal" => 500,
+    Unavailable = "unavailable" => 503,
+    InvalidReceipt = "invalid_receipt" => 200,
+    StaleReceipt = "stale_receipt" => 200,
+}
+
+impl std::fmt::Display for Code {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Everything the log can refuse or fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The request is malformed or breaks a rule; `code` is stable and snake_case.
+    /// The request is malformed or breaks a rule.
     #[error("{message}")]
-    Invalid { code: &'static str, message: String },
+    Invalid { code: Code, message: String },
     /// The request exceeds a size limit.
     #[error("{message}")]
-    TooLarge { code: &'static str, message: String },
+    TooLarge { code: Code, message: String },
     #[error("topic '{0}' does not exist")]
     TopicNotFound(String),
     #[error("topic '{topic}' has no partition {partition}")]
@@ -21,10 +122,10 @@ pub enum Error {
     SubscriptionNotFound { topic: String, subscription: String },
     /// Something else the request names does not exist (a dead letter, …).
     #[error("{message}")]
-    NotFound { code: &'static str, message: String },
+    NotFound { code: Code, message: String },
     /// The request conflicts with the current state (a fenced commit, a non-empty group, …).
     #[error("{message}")]
-    Conflict { code: &'static str, message: String },
+    Conflict { code: Code, message: String },
     #[error("topic '{0}' already exists with a different configuration")]
     TopicExists(String),
     #[error("Idempotency-Key '{0}' was already used for a different request")]
@@ -43,11 +144,11 @@ pub enum Error {
 }
 
 impl Error {
-    pub fn invalid(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn invalid(code: Code, message: impl Into<String>) -> Self {
         Self::Invalid { code, message: message.into() }
     }
 
-    pub fn too_large(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn too_large(code: Code, message: impl Into<String>) -> Self {
         Self::TooLarge { code, message: message.into() }
     }
 }

@@ -27,7 +27,7 @@ pub mod segment;
 pub mod upkeep;
 
 pub use clock::{Clock, ManualClock, Random, SeededRandom, SystemClock, SystemRandom};
-pub use error::Error;
+pub use error::{Code, Error};
 pub use log::{Log, LogConfig, ReadRequest};
 pub use model::*;
 pub use ports::objects::{BlobRef, ObjectStore, StorageError};

@@ -1,5 +1,6 @@
 //! Names of topics, groups and subscriptions: `[A-Za-z0-9._-]{1,249}`, as in Kafka.
 
+use crate::Code;
 use crate::Error;
 
 /// The longest name accepted, in bytes.
@@ -10,7 +11,7 @@ pub fn validate(kind: &'static str, name: &str) -> Result<(), Error> {
     let valid_chars = name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
     if name.is_empty() || name.len() > MAX_NAME_LEN || !valid_chars || name == "." || name == ".." {
         return Err(Error::invalid(
-            "invalid_name",
+            Code::InvalidName,
             format!("{kind} name must match [A-Za-z0-9._-]{{1,249}} and not be '.' or '..'"),
         ));
     }

@@ -12,6 +12,7 @@
 //! drained, the janitor runs to completion, queues are drained, and the end-state promises
 //! are checked.
 
+use sluice_core::Code;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
@@ -370,8 +371,8 @@ pub(crate) struct World {
 
 fn code(e: &Error) -> String {
     match e {
-        Error::Invalid { code, .. } | Error::TooLarge { code, .. } => (*code).to_owned(),
-        Error::NotFound { code, .. } | Error::Conflict { code, .. } => (*code).to_owned(),
+        Error::Invalid { code, .. } | Error::TooLarge { code, .. } => code.as_str().to_owned(),
+        Error::NotFound { code, .. } | Error::Conflict { code, .. } => code.as_str().to_owned(),
         Error::TopicNotFound(_) => "topic_not_found".into(),
         Error::PartitionNotFound { .. } => "partition_not_found".into(),
         Error::GroupNotFound(_) => "group_not_found".into(),
@@ -1867,7 +1868,7 @@ impl World {
                     *x = (*x).max(e.event.offset);
                 }
             }
-            Err(Error::Conflict { code: "unknown_member", .. }) => {
+            Err(Error::Conflict { code: Code::UnknownMember, .. }) => {
                 let m = self.member_mut(d.client);
                 m.id = None;
                 m.assignment.clear();
@@ -1885,7 +1886,6 @@ impl World {
                     self.group.lossy_polls += 1;
                 }
             }
-            Err(Error::Conflict { code: "too_busy" | "contended", .. }) => {}
             Err(e) => {
                 let c = code(e);
                 if !c.contains("busy") {

@@ -1,6 +1,7 @@
 //! Listing, describing and deleting groups.
 
 use super::*;
+use crate::Code;
 
 impl Groups {
     /// Every group, by name.
@@ -93,7 +94,7 @@ impl Groups {
             }
             if !state.members.is_empty() {
                 return Err(conflict(
-                    "group_not_empty",
+                    Code::GroupNotEmpty,
                     format!("group '{group}' has live members: they must leave first"),
                 ));
             }

@@ -2,6 +2,10 @@
 
 use super::*;
 
+/// A commit write lost a race with another write to the group: read again.
+pub(super) struct Raced;
+use crate::Code;
+
 impl Groups {
     /// Commits offsets for a member, fenced: a stale generation, an unknown (or
     /// evicted) member, or a partition it does not own is refused and nothing moves.
@@ -16,7 +20,7 @@ impl Groups {
         names::validate("group", group)?;
         if offsets.len() > MAX_COMMIT_OFFSETS {
             return Err(Error::invalid(
-                "too_many_offsets",
+                Code::TooManyOffsets,
                 format!("one commit carries at most {MAX_COMMIT_OFFSETS} offsets"),
             ));
         }
@@ -26,14 +30,14 @@ impl Groups {
                 return Err(Error::GroupNotFound(group.to_owned()));
             }
             let Some((_, member_version, _)) = state.members.get(member_id) else {
-                return Err(conflict("unknown_member", format!("member '{member_id}' is not in group '{group}'")));
+                return Err(conflict(Code::UnknownMember, format!("member '{member_id}' is not in group '{group}'")));
             };
             if !state.record.members.contains_key(member_id) {
-                return Err(conflict("unknown_member", format!("member '{member_id}' is not in group '{group}'")));
+                return Err(conflict(Code::UnknownMember, format!("member '{member_id}' is not in group '{group}'")));
             }
             if generation != state.record.generation {
                 return Err(conflict(
-                    "stale_generation",
+                    Code::StaleGeneration,
                     format!("generation {generation} is stale: group '{group}' is at {}", state.record.generation),
                 ));
             }
@@ -58,14 +62,16 @@ impl Groups {
             }
             let current = self.offsets(group).await?;
             match self.write_commit(group, &state, member_id, *member_version, &topics_read, &current, offsets).await {
-                Err(Error::Conflict { code: "raced", .. }) => continue,
-                other => return other,
+                Ok(Err(Raced)) => continue,
+                Ok(Ok(())) => return Ok(()),
+                Err(e) => return Err(e),
             }
         }
         Err(too_busy(group))
     }
 
-    /// One fenced commit write: checks the group version and the member's item, puts the offsets that advance.
+    /// One fenced commit write: checks the group version and the member's item, puts the
+    /// offsets that advance. `Ok(Err(Raced))`: something it checked changed first.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn write_commit(
         &self,
@@ -76,7 +82,7 @@ impl Groups {
         topics: &BTreeMap<String, TopicConfig>,
         current: &BTreeMap<String, (OffsetRecord, u64)>,
         offsets: &[CommitOffset],
-    ) -> Result<(), Error> {
+    ) -> Result<Result<(), Raced>, Error> {
         let owned: BTreeSet<&TopicPartition> = state.record.members.get(member_id).into_iter().flatten().collect();
         let mut ops = vec![
             WriteOp::Check { key: meta_key(group), expect: Expect::Version(state.version) },
@@ -87,7 +93,7 @@ impl Groups {
             let tp = TopicPartition { topic: o.topic.clone(), partition: o.partition };
             if !owned.contains(&tp) {
                 return Err(conflict(
-                    "not_assigned",
+                    Code::NotAssigned,
                     format!("{}/{} is not assigned to member '{member_id}' in this generation", o.topic, o.partition),
                 ));
             }
@@ -95,13 +101,16 @@ impl Groups {
             if state.record.topics.get(&o.topic) != Some(&topic.id) {
                 // The topic was re-created since this generation's assignment: its offsets mean nothing now.
                 return Err(conflict(
-                    "stale_generation",
+                    Code::StaleGeneration,
                     format!("topic '{}' was re-created since generation {}", o.topic, state.record.generation),
                 ));
             }
             let key = tp_key(&o.topic, o.partition);
             if !seen.insert(key.clone()) {
-                return Err(Error::invalid("duplicate_offset", format!("{}/{} appears twice", o.topic, o.partition)));
+                return Err(Error::invalid(
+                    Code::DuplicateOffset,
+                    format!("{}/{} appears twice", o.topic, o.partition),
+                ));
             }
             let existing = current.get(&key).filter(|(r, _)| r.topic_id == topic.id);
             if existing.is_some_and(|(r, _)| r.offset >= o.offset) {
@@ -117,12 +126,10 @@ impl Groups {
             });
         }
         match self.store().write(ops).await {
-            Ok(()) => Ok(()),
-            Err(StorageError::ConditionFailed { op: 0 | 1 }) => {
-                // The group changed or the member's session ended: the caller re-reads and decides.
-                Err(conflict("raced", "the group changed during the commit"))
-            }
-            Err(StorageError::ConditionFailed { .. }) => Err(conflict("raced", "an offset changed during the commit")),
+            Ok(()) => Ok(Ok(())),
+            // The group changed, the member's session ended, or an offset moved: the caller
+            // re-reads and decides.
+            Err(StorageError::ConditionFailed { .. }) => Ok(Err(Raced)),
             Err(e) => Err(e.into()),
         }
     }

@@ -1,6 +1,7 @@
 //! Membership: leaving, the next generation's record, and the assignment of partitions.
 
 use super::*;
+use crate::Code;
 
 /// The group record of a new generation (written at `version_after`): the assignment, the
 /// topics' incarnations, and `since` for every partition that changed hands (or whose topic
@@ -92,7 +93,7 @@ impl Groups {
         for _ in 0..MAX_ATTEMPTS {
             let state = self.state(group).await?;
             if !state.members.contains_key(member_id) && !state.record.members.contains_key(member_id) {
-                return Err(conflict("unknown_member", format!("member '{member_id}' is not in group '{group}'")));
+                return Err(conflict(Code::UnknownMember, format!("member '{member_id}' is not in group '{group}'")));
             }
             let mut subscriptions: BTreeMap<String, Vec<String>> =
                 state.members.iter().map(|(id, (m, _, _))| (id.clone(), m.topics.clone())).collect();

@@ -58,6 +58,7 @@ use crate::log::topics;
 use crate::log::Log;
 use crate::model::{Event, OffsetQuery, TopicConfig};
 use crate::ports::state::{Expect, Key, Query, StateStore, WriteOp, MAX_WRITE_OPS};
+use crate::Code;
 use crate::{names, Error, StorageError};
 
 /// Kafka's bounds for a session timeout, and KIP-848's default.
@@ -319,7 +320,7 @@ fn too_busy(group: &str) -> Error {
     Error::Throttled(StorageError::Throttled { message: format!("group '{group}' is changing too fast"), source: None })
 }
 
-fn conflict(code: &'static str, message: impl Into<String>) -> Error {
+fn conflict(code: Code, message: impl Into<String>) -> Error {
     Error::Conflict { code, message: message.into() }
 }
 

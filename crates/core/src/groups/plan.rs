@@ -6,6 +6,7 @@
 use super::membership::{assign, next_generation};
 use super::*;
 use crate::model::Limits;
+use crate::Code;
 
 /// The bounds one poll runs under, from its request and the log's limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,7 +23,7 @@ pub(super) struct PollBounds {
 pub(super) fn bounds(req: &PollRequest, limits: &Limits) -> Result<PollBounds, Error> {
     names::validate("group", &req.group)?;
     if req.topics.is_empty() {
-        return Err(Error::invalid("invalid_topics", "a poll names at least one topic"));
+        return Err(Error::invalid(Code::InvalidTopics, "a poll names at least one topic"));
     }
     for t in &req.topics {
         names::validate("topic", t)?;
@@ -33,7 +34,7 @@ pub(super) fn bounds(req: &PollRequest, limits: &Limits) -> Result<PollBounds, E
     let session = req.session_timeout_ms.unwrap_or(DEFAULT_SESSION_TIMEOUT_MS);
     if !(MIN_SESSION_TIMEOUT_MS..=MAX_SESSION_TIMEOUT_MS).contains(&session) {
         return Err(Error::invalid(
-            "invalid_session_timeout",
+            Code::InvalidSessionTimeout,
             format!("session_timeout_ms must be between {MIN_SESSION_TIMEOUT_MS} and {MAX_SESSION_TIMEOUT_MS}"),
         ));
     }
@@ -58,7 +59,7 @@ pub(super) fn member_id(req: &PollRequest, state: &GroupState, random: impl FnOn
     match &req.member_id {
         Some(id) if state.members.contains_key(id) => Ok(id.clone()),
         Some(id) => Err(conflict(
-            "unknown_member",
+            Code::UnknownMember,
             format!(
                 "member '{id}' is not in group '{}' (its session ended): poll without a member_id to rejoin",
                 req.group
@@ -95,7 +96,7 @@ pub(super) fn generation(
     let partitions: u32 = all_topics.values().map(|t| t.spec.partitions).sum();
     if partitions > MAX_GROUP_PARTITIONS {
         return Err(Error::invalid(
-            "too_many_partitions",
+            Code::TooManyPartitions,
             format!("group '{group}' would read {partitions} partitions: at most {MAX_GROUP_PARTITIONS}"),
         ));
     }
@@ -211,7 +212,7 @@ impl Resume<'_> {
             return Error::OffsetOutOfRange { offset, log_start_offset: head.start, high_watermark: head.next };
         }
         Error::invalid(
-            "no_committed_offset",
+            Code::NoCommittedOffset,
             format!(
                 "group '{}' has no usable committed offset for {}/{} and reset is 'none'",
                 self.req.group, tp.topic, tp.partition
@@ -401,7 +402,7 @@ mod tests {
             heads: &w.heads,
             all_topics: &w.all_topics,
         };
-        assert!(matches!(r.starts(&BTreeMap::new()), Err(Error::Invalid { code: "no_committed_offset", .. })));
+        assert!(matches!(r.starts(&BTreeMap::new()), Err(Error::Invalid { code: Code::NoCommittedOffset, .. })));
     }
 
     #[test]
@@ -435,7 +436,7 @@ mod tests {
         req.instance_id = Some("w1".into());
         assert_eq!(member_id(&req, &state, || 0xab).unwrap(), "i.w1");
         req.member_id = Some("gone".into());
-        assert!(matches!(member_id(&req, &state, || 0), Err(Error::Conflict { code: "unknown_member", .. })));
+        assert!(matches!(member_id(&req, &state, || 0), Err(Error::Conflict { code: Code::UnknownMember, .. })));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use super::plan;
 use super::*;
+use crate::Code;
 
 impl Groups {
     /// Joins or heartbeats, rebalancing if membership changed, then fetches events of the
@@ -183,8 +184,8 @@ impl Groups {
             .collect();
         for chunk in commits.chunks(MAX_COMMIT_OFFSETS) {
             match self.write_commit(group, state, member_id, member_version, all_topics, offsets, chunk).await {
-                Ok(()) => {}
-                Err(Error::Conflict { .. }) => return Ok(false),
+                Ok(Ok(())) => {}
+                Ok(Err(super::commit::Raced)) | Err(Error::Conflict { .. }) => return Ok(false),
                 Err(e) => return Err(e),
             }
         }
@@ -223,7 +224,7 @@ impl Groups {
                 // Its session ended while it waited (or it left): the events go to the next owner.
                 Err(StorageError::ConditionFailed { op: 0 }) => {
                     return Err(conflict(
-                        "unknown_member",
+                        Code::UnknownMember,
                         format!("member '{member_id}' was evicted from group '{group}' during its poll"),
                     ))
                 }

@@ -8,6 +8,7 @@ pub(crate) mod read;
 pub mod timeindex;
 pub(crate) mod topics;
 
+use crate::Code;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -163,10 +164,10 @@ impl Log {
         names::validate("topic", name)?;
         let max = self.limits().max_partitions;
         if spec.partitions == 0 || spec.partitions > max {
-            return Err(Error::invalid("invalid_partitions", format!("partitions must be between 1 and {max}")));
+            return Err(Error::invalid(Code::InvalidPartitions, format!("partitions must be between 1 and {max}")));
         }
         if spec.retention_ms.is_some_and(|v| v <= 0) || spec.retention_bytes.is_some_and(|v| v <= 0) {
-            return Err(Error::invalid("invalid_retention", "retention_ms and retention_bytes must be positive"));
+            return Err(Error::invalid(Code::InvalidRetention, "retention_ms and retention_bytes must be positive"));
         }
         let id = self.inner.random.next_u64() >> 1;
         topics::create(self.inner.store.as_ref(), name, spec, id, self.inner.clock.now_ms()).await
@@ -228,7 +229,7 @@ impl Log {
             let partition = match (e.partition, &e.key) {
                 (Some(p), _) if p >= partitions => {
                     return Err(Error::invalid(
-                        "partition_out_of_range",
+                        Code::PartitionOutOfRange,
                         format!("partition {p} does not exist: topic '{}' has {partitions}", topic.name),
                     ))
                 }
@@ -251,7 +252,7 @@ impl Log {
             touched.dedup();
             if touched.len() > MAX_IDEMPOTENT_PARTITIONS {
                 return Err(Error::invalid(
-                    "too_many_partitions",
+                    Code::TooManyPartitions,
                     format!(
                         "a publish with an Idempotency-Key may touch at most {MAX_IDEMPOTENT_PARTITIONS} partitions \
                          (this one touches {}): its record must commit atomically with every partition",
@@ -302,24 +303,24 @@ impl Log {
     fn check_limits(&self, events: &[NewEvent]) -> Result<(), Error> {
         let l = self.limits();
         if events.is_empty() {
-            return Err(Error::invalid("empty_batch", "a publish needs at least one event"));
+            return Err(Error::invalid(Code::EmptyBatch, "a publish needs at least one event"));
         }
         if events.len() > l.max_events_per_publish {
             return Err(Error::too_large(
-                "too_many_events",
+                Code::TooManyEvents,
                 format!("{} events in one publish; the limit is {}", events.len(), l.max_events_per_publish),
             ));
         }
         for (i, e) in events.iter().enumerate() {
             if e.value.len() > l.max_value_bytes {
                 return Err(Error::too_large(
-                    "value_too_large",
+                    Code::ValueTooLarge,
                     format!("event {i}: value is {} bytes; the limit is {}", e.value.len(), l.max_value_bytes),
                 ));
             }
             if e.headers.len() > l.max_headers_per_event {
                 return Err(Error::invalid(
-                    "too_many_headers",
+                    Code::TooManyHeaders,
                     format!("event {i}: {} headers; the limit is {}", e.headers.len(), l.max_headers_per_event),
                 ));
             }

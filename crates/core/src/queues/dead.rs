@@ -1,13 +1,14 @@
 //! Dead letters: listing, deleting one, redriving and purging.
 
 use super::*;
+use crate::Code;
 
 fn parse_dead_id(id: &str, partitions: u32) -> Result<(u32, u64), Error> {
     id.split_once('-')
         .and_then(|(p, o)| Some((p.parse::<u32>().ok()?, o.parse::<u64>().ok()?)))
         .filter(|(p, _)| *p < partitions)
         .ok_or_else(|| {
-            Error::invalid("invalid_dead_letter_id", format!("'{id}' is not a dead letter id (<partition>-<offset>)"))
+            Error::invalid(Code::InvalidDeadLetterId, format!("'{id}' is not a dead letter id (<partition>-<offset>)"))
         })
 }
 
@@ -70,7 +71,7 @@ impl Queues {
         while attempt < MAX_ATTEMPTS {
             let Some(item) = self.store().get(&key).await? else {
                 return Err(Error::NotFound {
-                    code: "dead_letter_not_found",
+                    code: Code::DeadLetterNotFound,
                     message: format!("subscription '{name}' has no dead letter '{id}'"),
                 });
             };

@@ -219,10 +219,10 @@ pub enum ReceiptError {
 }
 
 impl ReceiptError {
-    pub fn code(self) -> &'static str {
+    pub fn code(self) -> Code {
         match self {
-            Self::Invalid => "invalid_receipt",
-            Self::Stale => "stale_receipt",
+            Self::Invalid => Code::InvalidReceipt,
+            Self::Stale => Code::StaleReceipt,
         }
     }
 
@@ -274,6 +274,7 @@ use crate::log::topics;
 use crate::log::Log;
 use crate::model::{OffsetQuery, TopicConfig};
 use crate::ports::state::{Expect, Key, Query, StateStore, WriteOp, MAX_WRITE_OPS};
+use crate::Code;
 use crate::{names, Error, StorageError};
 
 /// Conditional writes lost to concurrent receivers before a request gives up on a partition.

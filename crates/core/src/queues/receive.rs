@@ -3,6 +3,7 @@
 
 use super::take::{self, Plan};
 use super::*;
+use crate::Code;
 
 /// What a receive answers: the messages whose visibility window has not ended by the time
 /// it answers. A receive slow to answer (its later partitions' reads took longer than an
@@ -57,16 +58,16 @@ impl Queues {
     fn check_receive(req: &ReceiveRequest) -> Result<(), Error> {
         if !(1..=MAX_RECEIVE_MESSAGES).contains(&req.max_messages) {
             return Err(Error::invalid(
-                "invalid_max_messages",
+                Code::InvalidMaxMessages,
                 format!("max_messages must be between 1 and {MAX_RECEIVE_MESSAGES}"),
             ));
         }
         if req.wait_ms > MAX_RECEIVE_WAIT_MS {
-            return Err(Error::invalid("invalid_wait", format!("wait_ms must be at most {MAX_RECEIVE_WAIT_MS}")));
+            return Err(Error::invalid(Code::InvalidWait, format!("wait_ms must be at most {MAX_RECEIVE_WAIT_MS}")));
         }
         if req.visibility_timeout_ms.is_some_and(|v| v > MAX_VISIBILITY_TIMEOUT_MS) {
             return Err(Error::invalid(
-                "invalid_visibility_timeout",
+                Code::InvalidVisibilityTimeout,
                 format!("visibility_timeout_ms must be at most {MAX_VISIBILITY_TIMEOUT_MS} (12 h)"),
             ));
         }

@@ -2,6 +2,7 @@
 //! one write, each receipt checked against the lease that holds it.
 
 use super::*;
+use crate::Code;
 
 /// The lease holding a receipt's message under the receipt's delivery (same nonce and
 /// receive count), by sort key, with the message.
@@ -37,7 +38,7 @@ impl Queues {
     ) -> Result<Vec<Result<(), ReceiptError>>, Error> {
         if delay_ms > MAX_RELEASE_DELAY_MS {
             return Err(Error::invalid(
-                "invalid_delay",
+                Code::InvalidDelay,
                 format!("delay_ms must be at most {MAX_RELEASE_DELAY_MS} (12 h)"),
             ));
         }
@@ -58,7 +59,7 @@ impl Queues {
     ) -> Result<Vec<VisibilityResult>, Error> {
         if visibility_timeout_ms > MAX_VISIBILITY_TIMEOUT_MS {
             return Err(Error::invalid(
-                "invalid_visibility_timeout",
+                Code::InvalidVisibilityTimeout,
                 format!("visibility_timeout_ms must be at most {MAX_VISIBILITY_TIMEOUT_MS} (12 h)"),
             ));
         }
@@ -91,7 +92,7 @@ impl Queues {
         action: Settle,
     ) -> Result<Vec<Result<Option<String>, ReceiptError>>, Error> {
         if receipts.len() > MAX_RECEIPTS {
-            return Err(Error::invalid("too_many_receipts", format!("at most {MAX_RECEIPTS} receipts per request")));
+            return Err(Error::invalid(Code::TooManyReceipts, format!("at most {MAX_RECEIPTS} receipts per request")));
         }
         let receipt_key = self.receipt_key().await?;
         let mut results: Vec<Result<Option<String>, ReceiptError>> = vec![Err(ReceiptError::Invalid); receipts.len()];

@@ -2,6 +2,7 @@
 //! version only grows), and their settings' checks.
 
 use super::*;
+use crate::Code;
 
 impl Backoff {
     /// The wait before redelivery after the `n`-th delivery expired.
@@ -26,18 +27,21 @@ impl SubscriptionSpec {
     fn validate(&self) -> Result<(), Error> {
         if self.visibility_timeout_ms > MAX_VISIBILITY_TIMEOUT_MS {
             return Err(Error::invalid(
-                "invalid_visibility_timeout",
+                Code::InvalidVisibilityTimeout,
                 format!("visibility_timeout_ms must be at most {MAX_VISIBILITY_TIMEOUT_MS} (12 h)"),
             ));
         }
         if !(1..=MAX_RECEIVE_COUNT).contains(&self.max_receive_count) {
             return Err(Error::invalid(
-                "invalid_max_receive_count",
+                Code::InvalidMaxReceiveCount,
                 format!("max_receive_count must be between 1 and {MAX_RECEIVE_COUNT}"),
             ));
         }
         if self.delay_ms > MAX_DELAY_MS {
-            return Err(Error::invalid("invalid_delay", format!("delay_ms must be at most {MAX_DELAY_MS} (15 min)")));
+            return Err(Error::invalid(
+                Code::InvalidDelay,
+                format!("delay_ms must be at most {MAX_DELAY_MS} (15 min)"),
+            ));
         }
         let backoff_ok = match &self.redelivery_backoff {
             None => true,
@@ -53,7 +57,7 @@ impl SubscriptionSpec {
         };
         if !backoff_ok {
             return Err(Error::invalid(
-                "invalid_backoff",
+                Code::InvalidBackoff,
                 format!(
                     "redelivery_backoff_ms is a list of 1 to 100 delays or {{initial_ms, max_ms, multiplier}}, \
                      each delay at most {MAX_RELEASE_DELAY_MS} ms and multiplier 1 to 100"
@@ -62,7 +66,7 @@ impl SubscriptionSpec {
         }
         if let StartAt::Timestamp(ts) = self.start {
             if ts < 0 {
-                return Err(Error::invalid("invalid_start", "start timestamp_ms must not be negative"));
+                return Err(Error::invalid(Code::InvalidStart, "start timestamp_ms must not be negative"));
             }
         }
         Ok(())
@@ -87,7 +91,7 @@ impl Queues {
                 Ok(existing) if existing.record.spec == spec => return Ok((existing.describe(), false)),
                 Ok(_) => {
                     return Err(Error::Conflict {
-                        code: "subscription_exists",
+                        code: Code::SubscriptionExists,
                         message: format!("subscription '{name}' of topic '{topic}' exists with other settings"),
                     })
                 }
@@ -125,7 +129,7 @@ impl Queues {
         let heads = topics::heads(self.store(), topic).await?;
         if let StartAt::Offsets(offsets) = start {
             if let Some(p) = offsets.keys().find(|p| **p >= topic.spec.partitions) {
-                return Err(Error::invalid("invalid_start", format!("topic '{}' has no partition {p}", topic.name)));
+                return Err(Error::invalid(Code::InvalidStart, format!("topic '{}' has no partition {p}", topic.name)));
             }
         }
         let mut starts = Vec::with_capacity(heads.len());
@@ -139,7 +143,7 @@ impl Queues {
                     Some(o) if (head.start..=head.next).contains(o) => *o,
                     Some(o) => {
                         return Err(Error::invalid(
-                            "invalid_start",
+                            Code::InvalidStart,
                             format!(
                                 "offset {o} of partition {p} is outside its readable range {}..={}",
                                 head.start, head.next
