@@ -34,6 +34,7 @@ macro_rules! retention_conformance_suite {
             given_compacted_segments_then_offset_by_time_uses_the_time_index_and_answers_exactly,
             given_a_later_index_page_torn_by_a_swap_then_offset_by_time_still_answers_exactly,
             given_a_topic_purged_during_a_janitor_pass_then_the_pass_leaves_none_of_its_items,
+            given_a_deadline_when_the_janitor_runs_until_it_then_it_stops_there_and_the_next_run_finishes,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn given_readers_replaying_during_compaction_and_retention_then_no_error_no_gap_same_bytes() {
@@ -624,6 +625,36 @@ pub async fn given_a_topic_purged_during_a_janitor_pass_then_the_pass_leaves_non
     let entries = store.query(&Query::all(sluice_core::log::timeindex::entries_pk(config.id, 0), 10)).await.unwrap();
     assert!(cursors.items.is_empty() && entries.items.is_empty(), "time index items of a purged topic were re-created");
     assert!(store.get(&layout::upkeep_record_key(config.id)).await.unwrap().is_none(), "upkeep record re-created");
+}
+
+/// `run_until` (the janitor function's loop) steps until its deadline by the janitor's clock,
+/// and no further; a later run resumes and finishes.
+pub async fn given_a_deadline_when_the_janitor_runs_until_it_then_it_stops_there_and_the_next_run_finishes(
+    backend: &dyn Backend,
+) {
+    let _turn = ONE_JANITOR_AT_A_TIME.lock().await;
+    let t0 = real_now();
+    let clock = Arc::new(ManualClock::new(t0));
+    let stores = backend.open_with(clock.clone()).await;
+    let log = log_at(stores.clone(), &clock);
+    let topic = unique_topic("run-until");
+    log.create_topic(&topic, TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None }).await.unwrap();
+    for i in 0..20 {
+        log.publish(&topic, vec![event(format!("e{i}"), 0, Some(t0 + i))], None).await.unwrap();
+    }
+    log.delete_topic(&topic).await.unwrap();
+    let janitor = janitor(&stores, &clock, retention_only());
+    // The deadline has come: one step (its purge takes 3 of the 20 index items), then it stops.
+    let first = janitor.run_until(t0, 3).await.unwrap();
+    assert!(first.more(), "one step cannot purge 20 items 3 at a time: {first:?}");
+    assert!(first.purge.items_deleted <= 3, "{first:?}");
+    // A later run with time left (the clock stands still) goes on until nothing is left.
+    let rest = janitor.run_until(t0 + 60_000, 3).await.unwrap();
+    assert!(!rest.more(), "{rest:?}");
+    assert!(
+        first.purge.items_deleted + rest.purge.items_deleted >= 21,
+        "20 index items and a head: {first:?} {rest:?}"
+    );
 }
 
 /// A state store with the hooks these cases need: it counts queries, can hide the items at

@@ -118,3 +118,12 @@ impl Default for Limits {
         }
     }
 }
+
+/// What the log holds on one topic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicSize {
+    pub topic: String,
+    pub partitions: u32,
+    pub events: u64,
+    pub bytes: u64,
+}

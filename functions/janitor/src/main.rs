@@ -5,61 +5,33 @@
 //! bytes the log holds, as one structured log line each and as the invocation's
 //! result. It is the only function allowed to delete objects.
 
-use std::time::{Duration, SystemTime};
-
 use lambda_runtime::{run, service_fn, tracing, Error, LambdaEvent};
 use serde::Serialize;
 use serde_json::Value;
 use sluice_api::Config;
 use sluice_core::upkeep::{Janitor, UpkeepReport, STEP_BUDGET};
-use sluice_core::Log;
+use sluice_core::{Log, TopicSize};
 
-/// Time kept back from the invocation's deadline for the report.
-const RESERVE: Duration = Duration::from_secs(15);
-
-/// What the log holds on one topic.
-#[derive(Debug, Serialize, PartialEq, Eq)]
-struct TopicReport {
-    topic: String,
-    partitions: u32,
-    events: u64,
-    bytes: u64,
-}
+/// Time kept back from the invocation's deadline for the report, in milliseconds.
+const RESERVE_MS: i64 = 15_000;
 
 /// What one run did and found.
 #[derive(Debug, Serialize)]
 struct Report {
     upkeep: UpkeepReport,
-    topics: Vec<TopicReport>,
+    topics: Vec<TopicSize>,
 }
 
 /// One scheduled run; the event's content does not matter, only that it came.
-async fn janitor(log: &Log, config: &Config, event: LambdaEvent<Value>) -> Result<Report, Error> {
+async fn janitor(log: &Log, janitor: &Janitor, event: LambdaEvent<Value>) -> Result<Report, Error> {
     let scheduled = event.payload.get("time").and_then(Value::as_str).unwrap_or("unknown");
     tracing::info!(request_id = %event.context.request_id, scheduled, "janitor run");
-    let deadline = event.context.deadline().checked_sub(RESERVE);
-    let janitor =
-        Janitor::new(log.store().clone(), log.objects().clone(), log.clock().clone(), config.janitor_config());
-    let mut upkeep = UpkeepReport::default();
-    loop {
-        let step = janitor.step(STEP_BUDGET).await?;
-        upkeep.add(&step);
-        if !step.more() || deadline.is_some_and(|d| SystemTime::now() >= d) {
-            break;
-        }
-    }
+    let deadline_ms = (event.context.deadline as i64).saturating_sub(RESERVE_MS);
+    let upkeep = janitor.run_until(deadline_ms, STEP_BUDGET).await?;
     tracing::info!(?upkeep, "upkeep done");
-    let mut topics = Vec::new();
-    for topic in log.list_topics().await? {
-        let (topic, partitions) = log.describe_topic(&topic.name).await?;
-        let report = TopicReport {
-            topic: topic.name,
-            partitions: topic.spec.partitions,
-            events: partitions.iter().map(|p| p.high_watermark - p.log_start_offset).sum(),
-            bytes: partitions.iter().map(|p| p.bytes).sum(),
-        };
-        tracing::info!(topic = %report.topic, events = report.events, bytes = report.bytes, "topic size");
-        topics.push(report);
+    let topics = log.sizes().await?;
+    for t in &topics {
+        tracing::info!(topic = %t.topic, events = t.events, bytes = t.bytes, "topic size");
     }
     Ok(Report { upkeep, topics })
 }
@@ -69,11 +41,16 @@ async fn main() -> Result<(), Error> {
     tracing::init_default_subscriber();
     let config = Config::from_env()?;
     let log = sluice_api::open_backend(&config).await?;
-    run(service_fn(|event| janitor(&log, &config, event))).await
+    // Built as `serve` builds its janitor: on the embedded backend (under `cargo lambda
+    // watch`) it compacts into blob files of its own, not into the log's.
+    let janitor = sluice_api::janitor(&config, &log)?;
+    run(service_fn(|event| self::janitor(&log, &janitor, event))).await
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::{Duration, SystemTime};
+
     use aws_lambda_events::eventbridge::EventBridgeEvent;
     use sluice_core::{NewEvent, TopicSpec};
 
@@ -108,7 +85,8 @@ mod tests {
         context.deadline =
             (SystemTime::now() + Duration::from_secs(120)).duration_since(SystemTime::UNIX_EPOCH).unwrap().as_millis()
                 as u64;
-        let report = janitor(&log, &config, LambdaEvent::new(payload, context)).await.unwrap();
+        let upkeep = sluice_api::janitor(&config, &log).unwrap();
+        let report = janitor(&log, &upkeep, LambdaEvent::new(payload, context)).await.unwrap();
         assert_eq!(report.upkeep.purge.topics_purged, 1, "{:?}", report.upkeep);
         assert_eq!(report.upkeep.purge.items_deleted, 4, "two heads and two segment entries: {:?}", report.upkeep);
         assert!(!report.upkeep.more());

@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::layout::{self, IdempotencyRecord};
 use crate::log::commit::{Committer, Pending, MAX_IDEMPOTENT_PARTITIONS};
-use crate::model::{IdempotencyKey, Limits, NewEvent, PartitionState, Position, TopicConfig, TopicSpec};
+use crate::model::{IdempotencyKey, Limits, NewEvent, PartitionState, Position, TopicConfig, TopicSize, TopicSpec};
 use crate::partitioner::partition_for_key;
 use crate::ports::objects::{ObjectStore, StorageError};
 use crate::ports::state::StateStore;
@@ -183,6 +183,21 @@ impl Log {
         let topic = topics::live(self.inner.store.as_ref(), name).await?;
         let states = topics::states(self.inner.store.as_ref(), &topic).await?;
         Ok((topic, states))
+    }
+
+    /// How many events and bytes each live topic holds (the janitor function's report).
+    pub async fn sizes(&self) -> Result<Vec<TopicSize>, Error> {
+        let mut sizes = Vec::new();
+        for topic in self.list_topics().await? {
+            let states = topics::states(self.inner.store.as_ref(), &topic).await?;
+            sizes.push(TopicSize {
+                topic: topic.name,
+                partitions: topic.spec.partitions,
+                events: states.iter().map(|p| p.high_watermark - p.log_start_offset).sum(),
+                bytes: states.iter().map(|p| p.bytes).sum(),
+            });
+        }
+        Ok(sizes)
     }
 
     /// What the janitor has done to the topic so far (retention, compaction), if anything.

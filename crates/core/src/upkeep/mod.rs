@@ -405,6 +405,20 @@ impl Janitor {
         Ok(total)
     }
 
+    /// Steps (resuming the stored pass, as [`Janitor::step`]) until nothing is left to do or
+    /// the clock reaches `deadline_ms`: a scheduled run that must end in time (the janitor
+    /// function). Whatever is left, the next run continues.
+    pub async fn run_until(&self, deadline_ms: i64, budget: usize) -> Result<UpkeepReport, StorageError> {
+        let mut total = UpkeepReport::default();
+        loop {
+            let report = self.step(budget).await?;
+            total.add(&report);
+            if !report.more() || self.clock.now_ms() >= deadline_ms {
+                return Ok(total);
+            }
+        }
+    }
+
     /// Runs a round every `interval_ms` of the clock's time, forever: `serve`'s background upkeep.
     /// A failed round is logged and retried at the next.
     pub async fn run_forever(self, interval_ms: u64) {
