@@ -236,7 +236,7 @@ pub fn free_pk(shard: u32) -> String {
 }
 
 pub fn free_key(object: &str) -> Key {
-    Key::new(free_pk(fnv1a(object.as_bytes()) % FREE_SHARDS), object)
+    Key::new(free_pk(crate::hash::fnv1a_32(object.as_bytes()) % FREE_SHARDS), object)
 }
 
 pub fn upkeep_key(what: &str) -> Key {
@@ -314,13 +314,9 @@ pub fn idempotency_pk_shard(id: u64, shard: u32) -> String {
 }
 
 pub fn idempotency_key(id: u64, key: &str) -> Key {
-    Key::new(idempotency_pk_shard(id, fnv1a(key.as_bytes()) % IDEMPOTENCY_SHARDS), key)
+    Key::new(idempotency_pk_shard(id, crate::hash::fnv1a_32(key.as_bytes()) % IDEMPOTENCY_SHARDS), key)
 }
 
-/// A stable hash (the standard library's is seeded per process).
-fn fnv1a(bytes: &[u8]) -> u32 {
-    bytes.iter().fold(0x811c_9dc5_u32, |h, &b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193))
-}
 
 pub fn encode<T: Serialize>(record: &T) -> Bytes {
     // Serializing these plain structs into a Vec cannot fail.

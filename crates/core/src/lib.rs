@@ -14,6 +14,7 @@
 pub mod clock;
 pub mod error;
 pub mod groups;
+pub mod hash;
 pub mod keys;
 pub mod layout;
 pub mod log;

@@ -133,5 +133,5 @@ pub(super) fn sub_purge_key(sub_id: u64) -> Key {
 /// A stable 64-bit hash of an event key (FNV-1a): equal keys, equal hashes. A collision
 /// only makes two keys wait for each other.
 pub(super) fn key_hash(key: &[u8]) -> u64 {
-    key.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+    crate::hash::fnv1a_64(key)
 }
