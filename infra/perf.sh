@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Reproduces the figures in docs/PERFORMANCE.md: starts a release `sluice serve` on a
-# fresh data dir, runs each `sluice bench` workload three times, and prints the median
+# fresh data dir, runs each `sluice-bench` workload three times, and prints the median
 # and spread of each figure plus the server's peak RSS. Usage: infra/perf.sh [seconds]
-# (SLUICE_BIN=path uses that binary instead of building one.)
+# (SLUICE_BIN=path uses that server binary, SLUICE_BENCH_BIN=path that bench binary,
+# instead of building them.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-5}
-if [ -z "${SLUICE_BIN:-}" ]; then cargo build --release --quiet; fi
+if [ -z "${SLUICE_BIN:-}" ] || [ -z "${SLUICE_BENCH_BIN:-}" ]; then cargo build --release --quiet -p sluice -p sluice-bench; fi
 bin=${SLUICE_BIN:-target/release/sluice}
+bench=${SLUICE_BENCH_BIN:-target/release/sluice-bench}
 data=$(mktemp -d)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 url=http://127.0.0.1:$port
@@ -20,7 +22,7 @@ run() { # name, bench args…: three runs, one JSON report per line
   local name=$1; shift
   # A failed run (e.g. a queue run that did not ack every message exactly once) still
   # prints its report; the summary shows why, and the script exits non-zero at the end.
-  for _ in 1 2 3; do "$bin" bench --url "$url" --json "$@" 2>/dev/null | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)))' || failed=1; done >"$data.$name"
+  for _ in 1 2 3; do "$bench" --url "$url" --json "$@" 2>/dev/null | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)))' || failed=1; done >"$data.$name"
   python3 - "$name" "$data.$name" <<'PY'
 import json, statistics, sys
 name, path = sys.argv[1], sys.argv[2]
@@ -49,7 +51,7 @@ PY
 run publish-batched --topic batched publish --batch 100 --clients 8 --event-size 1024 --duration "$secs"
 run publish-single --topic single publish --batch 1 --clients 64 --event-size 1024 --duration "$secs"
 run latency --topic latency latency --event-size 1024 --count 10000
-"$bin" bench --url "$url" --topic replay publish --batch 100 --clients 8 --count 1000000 >/dev/null 2>&1
+"$bench" --url "$url" --topic replay publish --batch 100 --clients 8 --count 1000000 >/dev/null 2>&1
 run replay --topic replay replay --limit 1000
 # Consumer groups: 4 members committing after every poll; a 1,000,000-event backlog drained,
 # then 8 live single-event publishers timed from publish to delivery (members long-poll).

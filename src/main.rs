@@ -1,6 +1,5 @@
-//! `sluice`: run the event router locally (`serve`) or load-test one (`bench`).
-
-mod bench;
+//! `sluice`: run the event router locally (`serve`). Load tests are `sluice-bench`
+//! (crates/bench).
 
 use std::net::SocketAddr;
 
@@ -25,8 +24,6 @@ enum Command {
         #[command(flatten)]
         config: Config,
     },
-    /// Load a running Sluice over HTTP and print events/s, MB/s and latency percentiles.
-    Bench(bench::BenchArgs),
 }
 
 #[tokio::main]
@@ -36,7 +33,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .init();
     match Cli::parse().command {
         Command::Serve { addr, config } => serve(addr, config).await,
-        Command::Bench(args) => bench::run(args).await.map_err(|e| e as Box<dyn std::error::Error>),
     }
 }
 

@@ -317,7 +317,6 @@ pub fn idempotency_key(id: u64, key: &str) -> Key {
     Key::new(idempotency_pk_shard(id, crate::hash::fnv1a_32(key.as_bytes()) % IDEMPOTENCY_SHARDS), key)
 }
 
-
 pub fn encode<T: Serialize>(record: &T) -> Bytes {
     // Serializing these plain structs into a Vec cannot fail.
     Bytes::from(serde_json::to_vec(record).unwrap_or_default())
