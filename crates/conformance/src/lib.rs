@@ -13,6 +13,7 @@ mod group_fault_cases;
 pub mod log_cases;
 pub mod lost_answer_cases;
 pub mod moto;
+pub mod objects;
 pub mod queue_cases;
 mod queue_fault_cases;
 pub mod retention_cases;

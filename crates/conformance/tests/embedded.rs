@@ -36,3 +36,9 @@ mod lost_answer {
 
     sluice_conformance::lost_answer_conformance_suite!(embedded());
 }
+
+mod objects {
+    use sluice_conformance::embedded::embedded;
+
+    sluice_conformance::objects_conformance_suite!(embedded());
+}

@@ -109,3 +109,9 @@ async fn given_each_port_call_then_it_sends_the_dynamodb_requests_documented() {
     store.delete_many(keys).await.expect("delete_many");
     assert_eq!(sent_since(&store, &before), [("dynamodb:BatchWriteItem", 3)], "25 keys per BatchWriteItem");
 }
+
+mod objects {
+    use super::moto;
+
+    sluice_conformance::objects_conformance_suite!(moto());
+}

@@ -52,3 +52,7 @@ mod queue {
 mod retention {
     sluice_conformance::retention_conformance_suite!(super::memory());
 }
+
+mod objects {
+    sluice_conformance::objects_conformance_suite!(super::memory());
+}

@@ -551,3 +551,14 @@ struct Target<'a> {
 fn new_lease(sub: &Sub, partition: u32, due: i64, lease: LeaseRecord) -> WriteOp {
     WriteOp::create(Key::new(queue_pk(sub.record.id, partition), lease_sk(due, lease.nonce)), layout::encode(&lease))
 }
+
+/// Subscription `s` (id 7, default settings) of topic `t` (id 1, one partition), its item at
+/// `version`: for the plans' unit tests.
+#[cfg(test)]
+fn test_sub(version: u64) -> Sub {
+    let spec = crate::model::TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None };
+    let topic = TopicConfig { name: "t".into(), id: 1, spec, created_ms: 0, version: 1 };
+    let record =
+        SubscriptionRecord { id: 7, spec: SubscriptionSpec::default(), starts: vec![0], created_ms: 0, deleted: false };
+    Sub { topic, name: "s".into(), record, version }
+}

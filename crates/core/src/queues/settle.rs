@@ -290,20 +290,6 @@ fn settle_round(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::TopicSpec;
-
-    fn sub() -> Sub {
-        let spec = TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None };
-        let topic = TopicConfig { name: "t".into(), id: 1, spec, created_ms: 0, version: 1 };
-        let record = SubscriptionRecord {
-            id: 7,
-            spec: SubscriptionSpec::default(),
-            starts: vec![0],
-            created_ms: 0,
-            deleted: false,
-        };
-        Sub { topic, name: "s".into(), record, version: 1 }
-    }
 
     /// A held lease due at `due` with nonce `nonce`, delivered once, holding `offsets`.
     fn lease(due: i64, nonce: u64, offsets: &[u64]) -> Lease {
@@ -323,7 +309,7 @@ mod tests {
     }
 
     fn round(leases: &[Lease], pending: &[Receipt], action: Settle) -> Round {
-        let sub = sub();
+        let sub = test_sub(1);
         let key = [1u8; 32];
         let at = Target { sub: &sub, partition: 0, receipt_key: &key };
         let leases: BTreeMap<String, Lease> = leases.iter().map(|l| (l.key.sk.clone(), l.clone())).collect();

@@ -346,7 +346,6 @@ pub(super) fn write(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::TopicSpec;
 
     fn lease(due: i64, receives: u32, held: bool, msgs: &[(u64, Option<u64>)]) -> Lease {
         Lease {
@@ -540,16 +539,7 @@ mod tests {
 
     #[test]
     fn the_write_moves_the_cursor_shrinks_taken_leases_and_makes_one_lease_per_receive_count() {
-        let spec = TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None };
-        let topic = TopicConfig { name: "t".into(), id: 1, spec, created_ms: 0, version: 1 };
-        let record = SubscriptionRecord {
-            id: 7,
-            spec: SubscriptionSpec::default(),
-            starts: vec![0],
-            created_ms: 0,
-            deleted: false,
-        };
-        let sub = Sub { topic, name: "s".into(), record, version: 3 };
+        let sub = test_sub(3);
         let key = [9u8; 32];
         let at = Target { sub: &sub, partition: 0, receipt_key: &key };
         let kinds = |w: &Write| -> Vec<&'static str> {
@@ -600,16 +590,7 @@ mod tests {
 
     #[test]
     fn a_partitions_first_write_checks_the_subscription() {
-        let spec = TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None };
-        let topic = TopicConfig { name: "t".into(), id: 1, spec, created_ms: 0, version: 1 };
-        let record = SubscriptionRecord {
-            id: 7,
-            spec: SubscriptionSpec::default(),
-            starts: vec![0],
-            created_ms: 0,
-            deleted: false,
-        };
-        let sub = Sub { topic, name: "s".into(), record, version: 3 };
+        let sub = test_sub(3);
         let mut s = state(0, vec![]);
         s.cursor_version = None;
         let mut plan = Plan::new(&s, 50, false, &[]);
