@@ -28,11 +28,22 @@ pub(super) fn next_generation(
     GroupRecord { generation: previous.generation + 1, members: assignment, topics: topic_ids, since }
 }
 
+/// The assignment for `subscriptions` (member → topics) over `all_topics`, and the topic
+/// incarnations it was made for: what a poll and a leave both decide a generation from.
+pub(super) fn assignment(
+    record: &GroupRecord,
+    subscriptions: &BTreeMap<String, Vec<String>>,
+    all_topics: &BTreeMap<String, TopicConfig>,
+) -> (BTreeMap<String, Vec<TopicPartition>>, BTreeMap<String, u64>) {
+    let topic_ids = all_topics.iter().map(|(n, t)| (n.clone(), t.id)).collect();
+    (assign(record, subscriptions, all_topics), topic_ids)
+}
+
 /// Balanced, sticky assignment, per topic over the members subscribed to it: each
 /// member keeps what it had of the topic up to the fair share (one more for as many
 /// members as the remainder allows), then every partition left goes to the least
 /// loaded member, so counts differ by at most one.
-pub(super) fn assign(
+fn assign(
     previous: &GroupRecord,
     subscriptions: &BTreeMap<String, Vec<String>>,
     topics: &BTreeMap<String, TopicConfig>,
@@ -106,8 +117,7 @@ impl Groups {
                     }
                 }
             }
-            let assignment = assign(&state.record, &subscriptions, &all_topics);
-            let topic_ids: BTreeMap<String, u64> = all_topics.iter().map(|(n, t)| (n.clone(), t.id)).collect();
+            let (assignment, topic_ids) = assignment(&state.record, &subscriptions, &all_topics);
             let record = next_generation(&state.record, state.version + 1, assignment, topic_ids);
             let mut ops = vec![
                 WriteOp::replace(meta_key(group), layout::encode(&record), Some(state.version).filter(|v| *v > 0)),

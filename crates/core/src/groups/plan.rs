@@ -3,7 +3,7 @@
 //! where the member resumes on each partition, and what `auto_commit` commits. Pure: the
 //! shell in `poll.rs` reads the group, topics, heads and offsets, and writes what these say.
 
-use super::membership::{assign, next_generation};
+use super::membership::{assignment, next_generation};
 use super::*;
 use crate::model::Limits;
 use crate::Code;
@@ -103,8 +103,7 @@ pub(super) fn generation(
     let mut subscriptions: BTreeMap<String, Vec<String>> =
         state.members.iter().map(|(id, (m, _, _))| (id.clone(), m.topics.clone())).collect();
     subscriptions.insert(member_id.to_owned(), subscribed.to_vec());
-    let topic_ids: BTreeMap<String, u64> = all_topics.iter().map(|(n, t)| (n.clone(), t.id)).collect();
-    let assignment = assign(&state.record, &subscriptions, all_topics);
+    let (assignment, topic_ids) = assignment(&state.record, &subscriptions, all_topics);
     let rebalance = assignment != state.record.members || topic_ids != state.record.topics;
     let version_after = if rebalance { state.version + 1 } else { state.version };
     let record = if rebalance {

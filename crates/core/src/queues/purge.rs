@@ -1,6 +1,9 @@
 //! The janitor's purges of deleted subscriptions and of a deleted topic's subscriptions.
 
+use serde::Serialize;
+
 use super::*;
+use crate::ports::drain::drain;
 
 /// Removes, within `budget` deletions, the queue items of deleted subscriptions and the
 /// subscriptions of deleted topics; answers how many items went, and whether work is left.
@@ -17,17 +20,8 @@ pub(crate) async fn purge_step(store: &dyn StateStore, budget: usize) -> Result<
         let partitions = order.partitions;
         let done: fn(&mut SubPurgeRecord) -> &mut u32 = |o| &mut o.done_partitions;
         let pks = |p| queue_collections(id, p).to_vec();
-        let (n, finished) = crate::ports::drain::drain_partitions(
-            store,
-            &item.key,
-            &mut version,
-            &mut order,
-            done,
-            partitions,
-            pks,
-            &mut left,
-        )
-        .await?;
+        let (n, finished) =
+            drain_partitions(store, &item.key, &mut version, &mut order, done, partitions, pks, &mut left).await?;
         deleted += n;
         if !finished {
             return Ok((deleted, true));
@@ -70,4 +64,40 @@ pub(crate) async fn purge_topic_subscriptions(
         }
         store.write(ops).await?;
     }
+}
+
+/// Works through a purge order's partitions from the one `done` names: deletes the
+/// collections `pks(partition)` within the budget `left`, and records progress in the
+/// order's item (`key`, at `version`) after each partition, so the next step resumes there.
+/// Answers the items deleted and whether every partition is done.
+#[allow(clippy::too_many_arguments)]
+async fn drain_partitions<R: Serialize>(
+    store: &dyn StateStore,
+    key: &Key,
+    version: &mut u64,
+    order: &mut R,
+    done: fn(&mut R) -> &mut u32,
+    partitions: u32,
+    pks: impl Fn(u32) -> Vec<String>,
+    left: &mut usize,
+) -> Result<(usize, bool), StorageError> {
+    let mut deleted = 0;
+    while *done(order) < partitions {
+        if *left == 0 {
+            return Ok((deleted, false));
+        }
+        for pk in pks(*done(order)) {
+            let (n, emptied) = drain(store, &pk, *left).await?;
+            deleted += n;
+            // An empty collection still costs a query and a progress write: it counts against the budget.
+            *left = left.saturating_sub(n.max(1));
+            if !emptied {
+                return Ok((deleted, false));
+            }
+        }
+        *done(order) += 1;
+        store.write(vec![WriteOp::replace(key.clone(), layout::encode(order), Some(*version))]).await?;
+        *version += 1;
+    }
+    Ok((deleted, true))
 }

@@ -1,0 +1,127 @@
+//! How a group of publishes is laid out: one segment per partition touched, in one blob;
+//! the state-store writes that index them, in chunks a write can hold; and where each
+//! event landed once the segments' bases are known. Pure: the committer (`mod.rs`) does the I/O.
+
+use super::*;
+
+/// The segments of a group, encoded into one blob.
+pub(super) struct Layout {
+    pub(super) blob: Bytes,
+    pub(super) segments: Vec<SegmentPlan>,
+    /// For each request, for each event: (segment index, offset delta).
+    pub(super) placement: Vec<Vec<(usize, u32)>>,
+}
+
+pub(super) struct SegmentPlan {
+    pub(super) topic: String,
+    pub(super) topic_id: u64,
+    pub(super) partition: u32,
+    /// Where the segment starts in the blob.
+    pub(super) start: u64,
+    pub(super) len: u64,
+    pub(super) records: u64,
+    pub(super) max_timestamp_ms: i64,
+}
+
+/// What each operation of a commit's write is, to act on the one whose condition failed.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum OpKind {
+    Topic(u64),
+    Head(usize),
+    Segment(usize),
+    Record,
+    Object,
+}
+
+pub(super) struct Plan {
+    pub(super) ops: Vec<WriteOp>,
+    pub(super) kinds: Vec<OpKind>,
+    /// The head (and its version) each segment's partition has once the write lands.
+    pub(super) heads: Vec<(HeadRecord, u64)>,
+}
+
+/// Whether two requests of the group carry the same idempotency key (concurrent retries).
+pub(super) fn repeats_a_key(group: &[Pending]) -> bool {
+    let mut keys: Vec<(u64, &str)> =
+        group.iter().filter_map(|p| p.idempotency.as_ref().map(|i| (p.topic.id, i.key.as_str()))).collect();
+    let n = keys.len();
+    keys.sort_unstable();
+    keys.dedup();
+    keys.len() < n
+}
+
+/// Whether the group names one topic under two ids (a cached config and a re-created topic):
+/// one write cannot check both records of one name.
+pub(super) fn two_incarnations(group: &[Pending]) -> bool {
+    let mut topics: Vec<(&str, u64)> = group.iter().map(|p| (p.topic.name.as_str(), p.topic.id)).collect();
+    topics.sort_unstable();
+    topics.dedup();
+    topics.windows(2).any(|w| w[0].0 == w[1].0)
+}
+
+/// Operations one write of the whole group would need.
+pub(super) fn ops_needed(group: &[Pending], layout: &Layout) -> usize {
+    let mut topics: Vec<u64> = layout.segments.iter().map(|s| s.topic_id).collect();
+    topics.dedup();
+    topics.len() + 2 * layout.segments.len() + group.iter().filter(|p| p.idempotency.is_some()).count() + 1
+}
+
+/// Splits a layout's segments into runs that each fit one write: at worst each
+/// segment needs its head, its index item and a check of its own topic, and each
+/// write the object's record.
+pub(super) fn chunks(group: &[Pending], layout: &Layout) -> Vec<Range<usize>> {
+    let n = layout.segments.len();
+    let per_chunk = if ops_needed(group, layout) <= MAX_WRITE_OPS { n.max(1) } else { (MAX_WRITE_OPS - 1) / 3 };
+    (0..n).step_by(per_chunk).map(|s| s..(s + per_chunk).min(n)).collect()
+}
+
+/// Where each event of each request landed, given the segments' base offsets.
+pub(super) fn positions(layout: &Layout, bases: &[u64]) -> Vec<Vec<Position>> {
+    layout
+        .placement
+        .iter()
+        .map(|events| {
+            events
+                .iter()
+                .map(|&(seg, delta)| Position {
+                    partition: layout.segments[seg].partition,
+                    offset: bases[seg] + u64::from(delta),
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Groups the events of every request by (topic, partition), in arrival order, into one blob.
+pub(super) fn layout(group: &[Pending]) -> Layout {
+    // (topic, topic id, partition) → (request, event) indices, in arrival order.
+    type Members = Vec<(usize, usize)>;
+    let mut by_partition: BTreeMap<(&str, u64, u32), Members> = BTreeMap::new();
+    for (ri, p) in group.iter().enumerate() {
+        for (ei, (partition, _)) in p.events.iter().enumerate() {
+            by_partition.entry((p.topic.name.as_str(), p.topic.id, *partition)).or_default().push((ri, ei));
+        }
+    }
+    let total: usize = group.iter().map(Pending::size).sum();
+    let mut blob = Vec::with_capacity(total + 64 * by_partition.len());
+    let mut placement: Vec<Vec<(usize, u32)>> = group.iter().map(|p| vec![(0, 0); p.events.len()]).collect();
+    let mut segments = Vec::with_capacity(by_partition.len());
+    for (seg, ((topic, topic_id, partition), members)) in by_partition.into_iter().enumerate() {
+        let start = blob.len();
+        let records = members.iter().map(|&(ri, ei)| &group[ri].events[ei].1);
+        let summary = encode_segment(records, &mut blob);
+        for (delta, &(ri, ei)) in members.iter().enumerate() {
+            placement[ri][ei] = (seg, delta as u32);
+        }
+        segments.push(SegmentPlan {
+            topic: topic.to_owned(),
+            topic_id,
+            partition,
+            start: start as u64,
+            len: summary.len as u64,
+            records: u64::from(summary.record_count),
+            max_timestamp_ms: summary.max_timestamp_ms,
+        });
+    }
+    Layout { blob: Bytes::from(blob), segments, placement }
+}
