@@ -12,7 +12,6 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sluice_core::groups::{CommitOffset, Groups, PollAnswer, PollRequest, ResetPolicy, SeekTarget, TopicPartition};
-use sluice_core::Log;
 
 use crate::body::{parse_json_owned, read_body};
 use crate::path::Path;
@@ -91,28 +90,11 @@ struct Seek {
     timestamp_ms: Option<i64>,
 }
 
-pub async fn poll(
-    State(log): State<Log>,
-    State(groups): State<Groups>,
-    Path(group): Path<String>,
-    body: Body,
-) -> Result<Response, ApiError> {
+pub async fn poll(State(groups): State<Groups>, Path(group): Path<String>, body: Body) -> Result<Response, ApiError> {
     let req: Poll = parse_json_owned(&read_body(body, MAX_BODY).await?)?;
-    let limits = *log.limits();
+    // The core checks the bounds (the same contract for a program embedding it).
     let max_events = req.max_events.unwrap_or(DEFAULT_MAX_EVENTS);
-    if max_events == 0 || max_events > limits.max_read_events {
-        let message = format!("max_events must be between 1 and {}", limits.max_read_events);
-        return Err(ApiError::bad_request(Code::InvalidMaxEvents, message));
-    }
     let max_bytes = req.max_bytes.unwrap_or(DEFAULT_MAX_BYTES);
-    if max_bytes == 0 || max_bytes > limits.max_read_bytes {
-        let message = format!("max_bytes must be between 1 and {}", limits.max_read_bytes);
-        return Err(ApiError::bad_request(Code::InvalidMaxBytes, message));
-    }
-    if req.wait_ms > limits.max_wait_ms {
-        let message = format!("wait_ms must be at most {}", limits.max_wait_ms);
-        return Err(ApiError::bad_request(Code::InvalidWait, message));
-    }
     let positions = match req.positions {
         None => None,
         Some(list) => {

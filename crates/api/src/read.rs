@@ -51,33 +51,15 @@ pub async fn events(
 ) -> Result<Response, ApiError> {
     let q = params(q)?;
     let partition = partition(&p)?;
-    let limits = *log.limits();
     let offset = match q.get("offset").map(String::as_str) {
         None | Some("earliest") => log.offset(&topic, partition, OffsetQuery::Earliest).await?,
         Some("latest") => log.offset(&topic, partition, OffsetQuery::Latest).await?,
         Some(_) => number(&q, "offset", Code::InvalidOffset)?.unwrap_or_default(),
     };
+    // The core checks the bounds (the same contract for a program embedding it).
     let max_events = number(&q, "limit", Code::InvalidLimit)?.unwrap_or(DEFAULT_LIMIT);
-    if max_events == 0 || max_events > limits.max_read_events {
-        return Err(ApiError::bad_request(
-            Code::InvalidLimit,
-            format!("limit must be between 1 and {}", limits.max_read_events),
-        ));
-    }
     let max_bytes = number(&q, "max_bytes", Code::InvalidMaxBytes)?.unwrap_or(DEFAULT_MAX_BYTES);
-    if max_bytes == 0 || max_bytes > limits.max_read_bytes {
-        return Err(ApiError::bad_request(
-            Code::InvalidMaxBytes,
-            format!("max_bytes must be between 1 and {}", limits.max_read_bytes),
-        ));
-    }
     let wait_ms = number(&q, "wait_ms", Code::InvalidWait)?.unwrap_or(0);
-    if wait_ms > limits.max_wait_ms {
-        return Err(ApiError::bad_request(
-            Code::InvalidWait,
-            format!("wait_ms must be at most {}", limits.max_wait_ms),
-        ));
-    }
     let batch = log.read(&ReadRequest { topic, partition, offset, max_events, max_bytes, wait_ms }).await?;
     Ok(([(header::CONTENT_TYPE, "application/json")], render(&batch)).into_response())
 }

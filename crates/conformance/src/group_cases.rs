@@ -80,7 +80,7 @@ pub(crate) fn request(group: &str, member: Option<&str>, topic: &str, max_events
         member_id: member.map(str::to_owned),
         topics: vec![topic.to_owned()],
         max_events,
-        max_bytes: 64 << 20,
+        max_bytes: 6 << 20,
         wait_ms: 0,
         reset: ResetPolicy::Earliest,
         session_timeout_ms: None,

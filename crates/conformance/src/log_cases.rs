@@ -86,7 +86,7 @@ async fn read_all(log: &Log, topic: &str, partition: u32) -> Result<Vec<(u64, By
         partition,
         offset: 0,
         max_events: 10_000,
-        max_bytes: 64 << 20,
+        max_bytes: 6 << 20,
         wait_ms: 0,
     };
     let batch = log.read(&request).await?;

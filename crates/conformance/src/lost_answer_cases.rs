@@ -98,7 +98,7 @@ async fn replay(log: &Log, topic: &str, partition: u32, mut offset: u64) -> Vec<
             partition,
             offset,
             max_events: 10_000,
-            max_bytes: 64 << 20,
+            max_bytes: 6 << 20,
             wait_ms: 0,
         };
         let batch = log.read(&req).await.expect("replay");

@@ -86,7 +86,7 @@ fn event(value: impl Into<Bytes>, partition: u32, timestamp_ms: Option<i64>) -> 
 }
 
 fn request(topic: &str, partition: u32, offset: u64) -> ReadRequest {
-    ReadRequest { topic: topic.to_owned(), partition, offset, max_events: 10_000, max_bytes: 64 << 20, wait_ms: 0 }
+    ReadRequest { topic: topic.to_owned(), partition, offset, max_events: 10_000, max_bytes: 6 << 20, wait_ms: 0 }
 }
 
 /// Every event of a partition from `offset` to the end, page by page.

@@ -103,6 +103,32 @@ pub struct Limits {
     pub max_wait_ms: u64,
 }
 
+impl Limits {
+    /// Checks a read's bounds (a replay, a poll) against these limits: `max_events` (named
+    /// `events_name` to the client, refused with `events_code`) from 1 to `max_read_events`,
+    /// `max_bytes` from 1 to `max_read_bytes`, `wait_ms` up to `max_wait_ms`.
+    pub fn check_read(
+        &self,
+        (max_events, events_name, events_code): (usize, &str, crate::Code),
+        max_bytes: usize,
+        wait_ms: u64,
+    ) -> Result<(), crate::Error> {
+        use crate::{Code, Error};
+        if max_events == 0 || max_events > self.max_read_events {
+            let message = format!("{events_name} must be between 1 and {}", self.max_read_events);
+            return Err(Error::invalid(events_code, message));
+        }
+        if max_bytes == 0 || max_bytes > self.max_read_bytes {
+            let message = format!("max_bytes must be between 1 and {}", self.max_read_bytes);
+            return Err(Error::invalid(Code::InvalidMaxBytes, message));
+        }
+        if wait_ms > self.max_wait_ms {
+            return Err(Error::invalid(Code::InvalidWait, format!("wait_ms must be at most {}", self.max_wait_ms)));
+        }
+        Ok(())
+    }
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Self {

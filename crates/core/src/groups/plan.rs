@@ -21,6 +21,7 @@ pub(super) struct PollBounds {
 
 /// Checks a poll request and the bounds it runs under; nothing is read or written first.
 pub(super) fn bounds(req: &PollRequest, limits: &Limits) -> Result<PollBounds, Error> {
+    limits.check_read((req.max_events, "max_events", Code::InvalidMaxEvents), req.max_bytes, req.wait_ms)?;
     names::validate("group", &req.group)?;
     if req.topics.is_empty() {
         return Err(Error::invalid(Code::InvalidTopics, "a poll names at least one topic"));
@@ -43,10 +44,10 @@ pub(super) fn bounds(req: &PollRequest, limits: &Limits) -> Result<PollBounds, E
     subscribed.dedup();
     Ok(PollBounds {
         session,
-        max_events: req.max_events.clamp(1, limits.max_read_events),
-        max_bytes: req.max_bytes.clamp(1, limits.max_read_bytes),
+        max_events: req.max_events,
+        max_bytes: req.max_bytes,
         // A member must heartbeat within its session: a long poll never outlasts half of it.
-        wait_ms: req.wait_ms.min(limits.max_wait_ms).min(session / 2),
+        wait_ms: req.wait_ms.min(session / 2),
         subscribed,
     })
 }
@@ -439,15 +440,25 @@ mod tests {
     }
 
     #[test]
-    fn bounds_clamp_to_the_limits_and_half_the_session() {
+    fn bounds_refuse_what_is_past_the_limits_and_wait_half_the_session() {
         let mut req = request(None, false, ResetPolicy::Earliest);
-        req.wait_ms = 60_000;
+        req.wait_ms = 20_000;
         req.session_timeout_ms = Some(10_000);
         req.topics = vec!["b".into(), "a".into(), "b".into()];
         let b = bounds(&req, &Limits::default()).unwrap();
         assert_eq!(b.wait_ms, 5_000);
         assert_eq!(b.subscribed, vec!["a".to_owned(), "b".to_owned()]);
-        req.session_timeout_ms = Some(1);
-        assert!(bounds(&req, &Limits::default()).is_err());
+        let code = |req: &PollRequest| match bounds(req, &Limits::default()) {
+            Err(Error::Invalid { code, .. }) => Some(code),
+            _ => None,
+        };
+        assert_eq!(
+            code(&PollRequest { session_timeout_ms: Some(1), ..req.clone() }),
+            Some(Code::InvalidSessionTimeout)
+        );
+        assert_eq!(code(&PollRequest { wait_ms: 20_001, ..req.clone() }), Some(Code::InvalidWait));
+        assert_eq!(code(&PollRequest { max_events: 0, ..req.clone() }), Some(Code::InvalidMaxEvents));
+        assert_eq!(code(&PollRequest { max_events: 10_001, ..req.clone() }), Some(Code::InvalidMaxEvents));
+        assert_eq!(code(&PollRequest { max_bytes: (6 << 20) + 1, ..req.clone() }), Some(Code::InvalidMaxBytes));
     }
 }

@@ -8,7 +8,7 @@ use crate::layout::HeadRecord;
 use crate::model::{Event, ReadBatch, TopicConfig};
 use crate::ports::objects::StorageError;
 use crate::segment::{decode_segment, Record};
-use crate::{names, Error};
+use crate::{names, Code, Error};
 use futures_util::{stream, StreamExt, TryStreamExt};
 use std::time::Duration;
 
@@ -27,14 +27,13 @@ impl Log {
     /// a re-created topic's name.
     pub async fn read(&self, req: &ReadRequest) -> Result<ReadBatch, Error> {
         names::validate("topic", &req.topic)?;
+        // `limit` is what the HTTP API calls `max_events`.
+        self.limits().check_read((req.max_events, "limit", Code::InvalidLimit), req.max_bytes, req.wait_ms)?;
         let topic = topics::live(self.inner.store.as_ref(), &req.topic).await?;
         check_partition(&topic, req.partition)?;
-        let limits = self.limits();
-        let max_events = req.max_events.clamp(1, limits.max_read_events);
-        let max_bytes = req.max_bytes.clamp(1, limits.max_read_bytes);
-        let wait = Duration::from_millis(req.wait_ms.min(limits.max_wait_ms));
+        let wait = Duration::from_millis(req.wait_ms);
         let head = self.wait_for_data(&topic, req.partition, req.offset, wait).await?;
-        self.read_at(&topic, req.partition, req.offset, max_events, max_bytes, head).await
+        self.read_at(&topic, req.partition, req.offset, req.max_events, req.max_bytes, head).await
     }
 
     /// Up to `max_events` and about `max_bytes` of a partition from `offset`, which the
