@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 
 use clap::{Parser, Subcommand};
-use sluice_api::Config;
+use sluice_runtime::Config;
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -37,14 +37,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 async fn serve(addr: SocketAddr, config: Config) -> Result<(), Box<dyn std::error::Error>> {
-    let log = sluice_api::open_embedded(&config)?;
-    tokio::spawn(sluice_api::janitor(&config, &log)?.run_forever(config.janitor_interval_ms));
+    let log = sluice_runtime::open_embedded(&config)?;
+    tokio::spawn(sluice_runtime::janitor(&config, &log)?.run_forever(config.janitor_interval_ms));
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
     tracing::info!(addr = %local, data_dir = %config.data_dir.display(), "sluice listening");
     // A plain line for people and for tests that start the server on port 0.
     println!("listening on http://{local}");
-    axum::serve(listener, sluice_api::router(sluice_api::App::new(log, config.groups_config())))
+    axum::serve(listener, sluice_api::router(sluice_runtime::App::new(log, config.groups_config())))
         .with_graceful_shutdown(shutdown())
         .await?;
     tracing::info!("stopped");

@@ -3,10 +3,8 @@
 //! everywhere. Handlers are thin: parse, call the [`Log`] (or the groups and queues
 //! on it), render.
 
-mod backend;
 mod body;
 mod cloudevents;
-pub mod config;
 mod error;
 mod groups;
 mod path;
@@ -15,17 +13,13 @@ mod queues;
 mod read;
 mod topics;
 
-use std::sync::Arc;
-
 use axum::extract::FromRef;
 use axum::routing::{delete, get, post, put};
 use axum::Router;
-pub use backend::{janitor, open, open_backend, BackendChoice, IncompleteAwsConfig, OpenError};
-pub use config::Config;
 pub use error::ApiError;
 use sluice_core::groups::{Groups, GroupsConfig};
 use sluice_core::queues::Queues;
-use sluice_core::{Clock, Code, Log, SystemClock};
+use sluice_core::{Code, Log};
 
 /// What the handlers work on, built once per process: the log, and the groups and
 /// queues over it (each keeps its config and per-process state). Cheap to clone.
@@ -65,13 +59,6 @@ impl FromRef<App> for Queues {
     fn from_ref(app: &App) -> Queues {
         app.queues.clone()
     }
-}
-
-/// Opens the embedded backend under `config.data_dir` and starts the log on it.
-pub fn open_embedded(config: &Config) -> Result<Log, sluice_core::StorageError> {
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let (store, objects) = sluice_local::open(&config.data_dir, clock.clone())?;
-    Ok(Log::new(store, objects, clock, config.log_config(false)))
 }
 
 /// Publishing: `POST /v1/topics/{topic}/events`.

@@ -411,15 +411,16 @@ mod tests {
     use tower::ServiceExt;
 
     use super::*;
-    use crate::Config;
 
     const SUB: &str = "/v1/topics/jobs/subscriptions/workers";
 
     /// The full router on a fresh embedded backend (the directory lives as long as the router).
     fn app() -> (Router, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
-        let config = Config { data_dir: dir.path().to_owned(), ..Config::from_env().unwrap() };
-        (crate::router(crate::open_embedded(&config).unwrap()), dir)
+        let clock: std::sync::Arc<dyn sluice_core::Clock> = std::sync::Arc::new(sluice_core::SystemClock);
+        let (store, objects) = sluice_local::open(dir.path(), clock.clone()).unwrap();
+        let log = sluice_core::Log::new(store, objects, clock, sluice_core::LogConfig::default());
+        (crate::router(log), dir)
     }
 
     async fn call(app: &Router, method: Method, path: &str, body: Option<&str>) -> (StatusCode, Value) {

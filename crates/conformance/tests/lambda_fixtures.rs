@@ -5,7 +5,7 @@
 use axum::body::Body;
 use axum::Router;
 use serde_json::Value;
-use sluice_api::Config;
+use sluice_runtime::Config;
 use tower::ServiceExt;
 
 fn fixture(name: &str) -> lambda_http::Request {
@@ -26,7 +26,7 @@ async fn call(router: &Router, name: &str) -> (u16, Value) {
 async fn given_api_gateway_v2_fixtures_then_each_function_router_serves_them() {
     let dir = tempfile::tempdir().unwrap();
     let config = Config::from_env().map(|c| Config { data_dir: dir.path().to_owned(), ..c }).unwrap();
-    let log = sluice_api::open_embedded(&config).unwrap();
+    let log = sluice_runtime::open_embedded(&config).unwrap();
     let (admin, publish, read) = (
         sluice_api::admin_router(log.clone()),
         sluice_api::publish_router(log.clone()),

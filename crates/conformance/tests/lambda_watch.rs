@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-use sluice_api::Config;
 use sluice_conformance::moto::{adapters, moto, workspace_root};
 use sluice_conformance::unique_topic;
 use sluice_core::layout;
 use sluice_core::ports::state::StateStore;
 use sluice_core::SystemClock;
+use sluice_runtime::Config;
 
 /// How long `cargo lambda watch` may take to build the functions on first use.
 const BUILD_TIMEOUT: Duration = Duration::from_secs(900);
@@ -250,7 +250,7 @@ async fn given_functions_under_cargo_lambda_watch_on_moto_then_answers_match_ser
     // `serve`: the full router on the embedded backend, on a loopback socket.
     let dir = tempfile::tempdir().unwrap();
     let config = Config::from_env().map(|c| Config { data_dir: dir.path().to_owned(), ..c }).unwrap();
-    let log = sluice_api::open_embedded(&config).unwrap();
+    let log = sluice_runtime::open_embedded(&config).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let serve_base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, sluice_api::router(log)).await });

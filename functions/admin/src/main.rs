@@ -3,13 +3,13 @@
 //! `sluice serve`, so the routes behave the same everywhere.
 
 use lambda_http::{run, tracing, Error};
-use sluice_api::Config;
+use sluice_runtime::Config;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     // JSON lines when the function's log format is JSON (template.yaml sets it).
     tracing::init_default_subscriber();
     let config = Config::from_env()?;
-    let app = sluice_api::open(&config).await?;
+    let app = sluice_runtime::open(&config).await?;
     run(sluice_api::admin_router(app)).await
 }

@@ -8,9 +8,9 @@
 use lambda_runtime::{run, service_fn, tracing, Error, LambdaEvent};
 use serde::Serialize;
 use serde_json::Value;
-use sluice_api::Config;
 use sluice_core::upkeep::{Janitor, UpkeepReport, STEP_BUDGET};
 use sluice_core::{Log, TopicSize};
+use sluice_runtime::Config;
 
 /// Time kept back from the invocation's deadline for the report, in milliseconds.
 const RESERVE_MS: i64 = 15_000;
@@ -40,10 +40,10 @@ async fn janitor(log: &Log, janitor: &Janitor, event: LambdaEvent<Value>) -> Res
 async fn main() -> Result<(), Error> {
     tracing::init_default_subscriber();
     let config = Config::from_env()?;
-    let log = sluice_api::open_backend(&config).await?;
+    let log = sluice_runtime::open_backend(&config).await?;
     // Built as `serve` builds its janitor: on the embedded backend (under `cargo lambda
     // watch`) it compacts into blob files of its own, not into the log's.
-    let janitor = sluice_api::janitor(&config, &log)?;
+    let janitor = sluice_runtime::janitor(&config, &log)?;
     run(service_fn(|event| self::janitor(&log, &janitor, event))).await
 }
 
@@ -64,7 +64,7 @@ mod tests {
         assert_eq!(scheduled.detail_type, "Scheduled Event", "the fixture is EventBridge's scheduled event");
         let dir = tempfile::tempdir().unwrap();
         let config = Config::from_env().map(|c| Config { data_dir: dir.path().to_owned(), ..c }).unwrap();
-        let log = sluice_api::open_embedded(&config).unwrap();
+        let log = sluice_runtime::open_embedded(&config).unwrap();
         let spec = TopicSpec { partitions: 2, retention_ms: None, retention_bytes: None };
         let event = |p| NewEvent {
             key: None,
@@ -85,7 +85,7 @@ mod tests {
         context.deadline =
             (SystemTime::now() + Duration::from_secs(120)).duration_since(SystemTime::UNIX_EPOCH).unwrap().as_millis()
                 as u64;
-        let upkeep = sluice_api::janitor(&config, &log).unwrap();
+        let upkeep = sluice_runtime::janitor(&config, &log).unwrap();
         let report = janitor(&log, &upkeep, LambdaEvent::new(payload, context)).await.unwrap();
         assert_eq!(report.upkeep.purge.topics_purged, 1, "{:?}", report.upkeep);
         assert_eq!(report.upkeep.purge.items_deleted, 4, "two heads and two segment entries: {:?}", report.upkeep);

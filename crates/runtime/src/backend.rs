@@ -35,7 +35,7 @@ pub enum OpenError {
     #[error("cannot open the embedded backend")]
     Storage(#[from] StorageError),
     #[error(
-        "SLUICE_BUCKET and SLUICE_TABLE select AWS, but this build has no AWS backend (sluice-api's `aws` feature)"
+        "SLUICE_BUCKET and SLUICE_TABLE select AWS, but this build has no AWS backend (sluice-runtime's `aws` feature)"
     )]
     NoAwsBackend,
     /// On Lambda the embedded backend would write to the instance's /tmp, which vanishes
