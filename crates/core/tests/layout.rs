@@ -1,13 +1,13 @@
 //! The core's layout, kept by a test rather than by care: no module imports one that
 //! imports it back (a folder's `mod.rs` and its files count as one capability; cycles
 //! between capabilities are what make a tree hard to read), no source file over 600 lines
-//! of code, no function over 85 lines. Tests (`#[cfg(test)]` modules) are not counted.
+//! of code, no function over 80 lines. Tests (`#[cfg(test)]` modules) are not counted.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 const MAX_FILE_LINES: usize = 600;
-const MAX_FN_LINES: usize = 85;
+const MAX_FN_LINES: usize = 80;
 
 /// Every source file of the core, by module path (`log::commit`, `queues`, …).
 fn modules() -> BTreeMap<String, String> {

@@ -239,42 +239,9 @@ impl Log {
         // Kafka's sticky idea: a request's unkeyed events share one partition, the next request another.
         let sticky = self.inner.spread.fetch_add(1, Ordering::Relaxed) % partitions;
         let now = self.inner.clock.now_ms();
-        let mut placed = Vec::with_capacity(events.len());
-        for e in events {
-            let partition = match (e.partition, &e.key) {
-                (Some(p), _) if p >= partitions => {
-                    return Err(Error::invalid(
-                        Code::PartitionOutOfRange,
-                        format!("partition {p} does not exist: topic '{}' has {partitions}", topic.name),
-                    ))
-                }
-                (Some(p), _) => p,
-                (None, Some(key)) => partition_for_key(key, partitions),
-                (None, None) => sticky,
-            };
-            let record = Record {
-                timestamp_ms: e.timestamp_ms.unwrap_or(now),
-                key: e.key,
-                headers: e.headers,
-                value: e.value,
-                value_is_json: e.value_is_json,
-            };
-            placed.push((partition, record));
-        }
+        let placed = place(&topic, events, sticky, now)?;
         if idempotency.is_some() {
-            let mut touched: Vec<u32> = placed.iter().map(|(p, _)| *p).collect();
-            touched.sort_unstable();
-            touched.dedup();
-            if touched.len() > MAX_IDEMPOTENT_PARTITIONS {
-                return Err(Error::invalid(
-                    Code::TooManyPartitions,
-                    format!(
-                        "a publish with an Idempotency-Key may touch at most {MAX_IDEMPOTENT_PARTITIONS} partitions \
-                         (this one touches {}): its record must commit atomically with every partition",
-                        touched.len()
-                    ),
-                ));
-            }
+            check_idempotent_spread(&placed)?;
         }
         let name = topic.name.clone();
         let (reply, answer) = oneshot::channel();
@@ -364,6 +331,54 @@ impl Log {
     fn forget_topic(&self, name: &str) {
         self.inner.topics.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
     }
+}
+
+/// Each event's partition (its own, else its key's, else the request's `sticky` one) and
+/// record (timestamped `now` unless it says otherwise), in request order.
+fn place(topic: &TopicConfig, events: Vec<NewEvent>, sticky: u32, now: i64) -> Result<Vec<(u32, Record)>, Error> {
+    let partitions = topic.spec.partitions;
+    let mut placed = Vec::with_capacity(events.len());
+    for e in events {
+        let partition = match (e.partition, &e.key) {
+            (Some(p), _) if p >= partitions => {
+                return Err(Error::invalid(
+                    Code::PartitionOutOfRange,
+                    format!("partition {p} does not exist: topic '{}' has {partitions}", topic.name),
+                ))
+            }
+            (Some(p), _) => p,
+            (None, Some(key)) => partition_for_key(key, partitions),
+            (None, None) => sticky,
+        };
+        let record = Record {
+            timestamp_ms: e.timestamp_ms.unwrap_or(now),
+            key: e.key,
+            headers: e.headers,
+            value: e.value,
+            value_is_json: e.value_is_json,
+        };
+        placed.push((partition, record));
+    }
+    Ok(placed)
+}
+
+/// An idempotent publish's record commits atomically with every partition it touches: at
+/// most [`MAX_IDEMPOTENT_PARTITIONS`] of them.
+fn check_idempotent_spread(placed: &[(u32, Record)]) -> Result<(), Error> {
+    let mut touched: Vec<u32> = placed.iter().map(|(p, _)| *p).collect();
+    touched.sort_unstable();
+    touched.dedup();
+    if touched.len() > MAX_IDEMPOTENT_PARTITIONS {
+        return Err(Error::invalid(
+            Code::TooManyPartitions,
+            format!(
+                "a publish with an Idempotency-Key may touch at most {MAX_IDEMPOTENT_PARTITIONS} partitions \
+                 (this one touches {}): its record must commit atomically with every partition",
+                touched.len()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn check_partition(topic: &TopicConfig, partition: u32) -> Result<(), Error> {

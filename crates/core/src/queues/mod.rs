@@ -307,6 +307,11 @@ struct Sub {
 }
 
 impl Sub {
+    /// The subscription is gone (deleted while a request was on it).
+    fn not_found(&self) -> Error {
+        Error::SubscriptionNotFound { topic: self.topic.name.clone(), subscription: self.name.clone() }
+    }
+
     fn start(&self, partition: u32) -> u64 {
         self.record.starts.get(partition as usize).copied().unwrap_or(0)
     }

@@ -216,10 +216,7 @@ impl Queues {
             let write = take::write(&at, &state, &plan, pick, &kept, skipped, now, held_until, || self.nonce());
             if let Err(e) = self.store().write(write.ops).await {
                 if write.checks_sub && matches!(e, StorageError::ConditionFailed { op: 0 }) {
-                    return Err(Error::SubscriptionNotFound {
-                        topic: sub.topic.name.clone(),
-                        subscription: sub.name.clone(),
-                    });
+                    return Err(sub.not_found());
                 }
                 // An unknown outcome may have leased messages to no one: they come back
                 // when that visibility window ends, so nothing is lost or held twice.
