@@ -1,18 +1,23 @@
-//! A state store that meets scripted events at chosen writes and queries: a fault (the
-//! answer lost after the write applied, a failure before it, a query torn by a concurrent
-//! write), or a rival's work run just before or just after the call, so a case can place
-//! an interleaving exactly where it matters.
-//! [`ScriptedObjects`] does the same to an object store's puts.
+//! The conformance suites' one fault kit per port. [`Scripted`] is a state store that meets
+//! scripted events at chosen writes and queries: a fault (the answer lost after the write
+//! applied, a failure before it, throttling, a query torn by a concurrent write), a rival's
+//! work run just before or just after the call, or a [`Gate`] that holds writes, so a case
+//! can place an interleaving exactly where it matters; it also counts queries and the writes
+//! a case asks about. [`ScriptedObjects`] does the same to an object store: faults at puts,
+//! a rival's work after a listing, and counts of reads and puts.
 
 use std::future::Future;
+use std::ops::Range;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use sluice_core::ports::objects::ObjectInfo;
 use sluice_core::ports::state::{Item, Key, Page, Query, StateStore, WriteOp};
-use sluice_core::{BlobRef, ObjectStore, StorageError};
+use sluice_core::{layout, BlobRef, ObjectStore, StorageError};
+use tokio::sync::Notify;
 
 use crate::log_cases::Fault;
 
@@ -42,6 +47,9 @@ pub enum Action {
 pub enum QueryAction {
     /// The answer misses its first `n` items, as a query racing a transaction can.
     Tear(usize),
+    /// The answer misses the segment index items at these offsets (a query torn by a
+    /// compaction's swap), at the query of the collection after `skip` others of it.
+    Hide { offsets: Range<u64>, skip: usize },
     /// The rival runs to its end, then the query reads.
     Before(Rival),
 }
@@ -52,11 +60,38 @@ pub struct Scripted {
     inner: Arc<dyn StateStore>,
     rules: Mutex<Vec<(Matcher, Action)>>,
     query_rules: Mutex<Vec<(String, QueryAction)>>,
+    counters: Mutex<Vec<(Matcher, Arc<AtomicUsize>)>>,
+    queries: AtomicUsize,
+    gate: Mutex<Option<Arc<Gate>>>,
 }
 
 impl Scripted {
     pub fn new(inner: Arc<dyn StateStore>) -> Arc<Self> {
-        Arc::new(Self { inner, rules: Mutex::new(Vec::new()), query_rules: Mutex::new(Vec::new()) })
+        Arc::new(Self {
+            inner,
+            rules: Mutex::new(Vec::new()),
+            query_rules: Mutex::new(Vec::new()),
+            counters: Mutex::new(Vec::new()),
+            queries: AtomicUsize::new(0),
+            gate: Mutex::new(None),
+        })
+    }
+
+    /// Counts, from now on, the writes `matches` accepts (those met by a rule included).
+    pub fn count(&self, matches: impl Fn(&[WriteOp]) -> bool + Send + Sync + 'static) -> Arc<AtomicUsize> {
+        let counter = Arc::new(AtomicUsize::new(0));
+        self.counters.lock().unwrap().push((Box::new(matches), counter.clone()));
+        counter
+    }
+
+    /// Queries made through this store so far.
+    pub fn queries(&self) -> usize {
+        self.queries.load(Ordering::SeqCst)
+    }
+
+    /// Every write waits at `gate` while it is closed.
+    pub fn gate(&self, gate: Arc<Gate>) {
+        *self.gate.lock().unwrap() = Some(gate);
     }
 
     /// Adds a rule that meets the next write `matches` accepts.
@@ -114,15 +149,30 @@ impl StateStore for Scripted {
     }
 
     async fn query(&self, query: &Query) -> Result<Page, StorageError> {
+        self.queries.fetch_add(1, Ordering::SeqCst);
         let action = {
             let mut rules = self.query_rules.lock().unwrap();
-            rules.iter().position(|(prefix, _)| query.pk.starts_with(prefix.as_str())).map(|i| rules.remove(i).1)
+            let at = rules.iter().position(|(prefix, _)| query.pk.starts_with(prefix.as_str()));
+            match at.map(|i| (i, &mut rules[i].1)) {
+                // Not this one yet: the rule waits for a later query of its collection.
+                Some((_, QueryAction::Hide { skip, .. })) if *skip > 0 => {
+                    *skip -= 1;
+                    None
+                }
+                Some((i, _)) => Some(rules.remove(i).1),
+                None => None,
+            }
         };
         match action {
             None => self.inner.query(query).await,
             Some(QueryAction::Tear(n)) => {
                 let mut page = self.inner.query(query).await?;
                 page.items.drain(..n.min(page.items.len()));
+                Ok(page)
+            }
+            Some(QueryAction::Hide { offsets, .. }) => {
+                let mut page = self.inner.query(query).await?;
+                page.items.retain(|i| layout::offset_of(&i.key.sk).map_or(true, |o| !offsets.contains(&o)));
                 Ok(page)
             }
             Some(QueryAction::Before(rival)) => {
@@ -133,6 +183,15 @@ impl StateStore for Scripted {
     }
 
     async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
+        let gate = self.gate.lock().unwrap().clone();
+        if let Some(gate) = gate {
+            gate.pass().await;
+        }
+        for (matches, counter) in self.counters.lock().unwrap().iter() {
+            if matches(&ops) {
+                counter.fetch_add(1, Ordering::SeqCst);
+            }
+        }
         let action = {
             let mut rules = self.rules.lock().unwrap();
             rules.iter().position(|(m, _)| m(&ops)).map(|i| rules.remove(i).1)
@@ -177,16 +236,42 @@ impl StateStore for Scripted {
     }
 }
 
-/// An [`ObjectStore`] whose next puts meet scripted faults: the blob is stored, then its
-/// answer is lost ([`Fault::LoseAnswer`]), or the put fails before storing anything.
+/// An [`ObjectStore`] whose next puts meet scripted faults (the blob is stored, then its
+/// answer is lost ([`Fault::LoseAnswer`]), or the put fails before storing anything), whose
+/// next listing can run a rival's work before it answers, and which counts reads and keeps
+/// the refs its puts answered.
 pub struct ScriptedObjects {
     inner: Arc<dyn ObjectStore>,
     faults: Mutex<std::collections::VecDeque<Fault>>,
+    after_list: Mutex<Option<Rival>>,
+    reads: AtomicUsize,
+    puts: Mutex<Vec<BlobRef>>,
 }
 
 impl ScriptedObjects {
     pub fn new(inner: Arc<dyn ObjectStore>) -> Arc<Self> {
-        Arc::new(Self { inner, faults: Mutex::new(std::collections::VecDeque::new()) })
+        Arc::new(Self {
+            inner,
+            faults: Mutex::new(std::collections::VecDeque::new()),
+            after_list: Mutex::new(None),
+            reads: AtomicUsize::new(0),
+            puts: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The next listing runs `rival` to its end after it has read, before it answers.
+    pub fn after_list(&self, rival: Rival) {
+        *self.after_list.lock().unwrap() = Some(rival);
+    }
+
+    /// Reads made through this store so far.
+    pub fn reads(&self) -> usize {
+        self.reads.load(Ordering::SeqCst)
+    }
+
+    /// Where each put answered so far.
+    pub fn puts(&self) -> Vec<BlobRef> {
+        self.puts.lock().unwrap().clone()
     }
 
     /// The next put not yet scripted meets `fault`.
@@ -205,7 +290,11 @@ impl ObjectStore for ScriptedObjects {
     async fn put(&self, bytes: Bytes) -> Result<BlobRef, StorageError> {
         let fault = self.faults.lock().unwrap().pop_front();
         match fault {
-            None => self.inner.put(bytes).await,
+            None => {
+                let at = self.inner.put(bytes).await?;
+                self.puts.lock().unwrap().push(at.clone());
+                Ok(at)
+            }
             Some(Fault::LoseAnswer) => {
                 self.inner.put(bytes).await?;
                 Err(lost())
@@ -216,11 +305,17 @@ impl ObjectStore for ScriptedObjects {
     }
 
     async fn read(&self, object: &str, position: u64, len: u64) -> Result<Bytes, StorageError> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
         self.inner.read(object, position, len).await
     }
 
     async fn list(&self, after: Option<&str>, limit: usize) -> Result<Vec<ObjectInfo>, StorageError> {
-        self.inner.list(after, limit).await
+        let listed = self.inner.list(after, limit).await?;
+        let rival = self.after_list.lock().unwrap().take();
+        if let Some(rival) = rival {
+            rival.await;
+        }
+        Ok(listed)
     }
 
     async fn delete(&self, object: &str) -> Result<(), StorageError> {
@@ -229,5 +324,42 @@ impl ObjectStore for ScriptedObjects {
 
     fn retire(&self, object: &str) {
         self.inner.retire(object)
+    }
+}
+
+/// Holds writes while closed; tells when one is waiting.
+#[derive(Default)]
+pub struct Gate {
+    closed: AtomicBool,
+    blocked: AtomicUsize,
+    opened: Notify,
+    waiting: Notify,
+}
+
+impl Gate {
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+    }
+
+    pub fn open(&self) {
+        self.closed.store(false, Ordering::SeqCst);
+        self.opened.notify_waiters();
+    }
+
+    /// Returns once a write waits at the gate.
+    pub async fn wait_for_blocked(&self) {
+        while self.blocked.load(Ordering::SeqCst) == 0 {
+            self.waiting.notified().await;
+        }
+    }
+
+    async fn pass(&self) {
+        while self.closed.load(Ordering::SeqCst) {
+            let opened = self.opened.notified();
+            self.blocked.fetch_add(1, Ordering::SeqCst);
+            self.waiting.notify_waiters();
+            opened.await;
+            self.blocked.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }

@@ -3,20 +3,20 @@
 //! through the real [`Log`] on each backend, with other "processes" (separate
 //! handles with their own caches) and injected storage faults.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
 use sluice_core::Code;
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use sluice_core::layout::{self, HeadRecord, SegmentRecord};
-use sluice_core::ports::state::{Item, Key, Page, Query, StateStore, WriteOp};
+use sluice_core::ports::state::{Key, Query, WriteOp};
 use sluice_core::{
-    Error, IdempotencyKey, Log, LogConfig, ManualClock, NewEvent, Position, ReadRequest, StorageError, SystemClock,
-    TopicSpec,
+    Error, IdempotencyKey, Log, LogConfig, ManualClock, NewEvent, Position, ReadRequest, SystemClock, TopicSpec,
 };
 
+use crate::faults::{Action, Scripted};
 use crate::{unique_topic, Backend, Stores};
 
 /// Generates one `#[tokio::test]` per log case; `$backend` is an async expression yielding a [`Backend`].
@@ -180,68 +180,22 @@ pub enum Fault {
     Throttle,
 }
 
-/// A [`StateStore`] that injects faults into commit writes, in order.
-pub struct FaultyStore {
-    inner: Arc<dyn StateStore>,
-    faults: Mutex<VecDeque<Fault>>,
-    commits_seen: Mutex<usize>,
+/// Whether a write is a commit (it indexes a segment).
+fn is_commit(ops: &[WriteOp]) -> bool {
+    ops.iter().any(|op| op.key().pk.starts_with("seg#"))
 }
 
-impl FaultyStore {
-    pub fn new(inner: Arc<dyn StateStore>, faults: impl IntoIterator<Item = Fault>) -> Self {
-        Self { inner, faults: Mutex::new(faults.into_iter().collect()), commits_seen: Mutex::new(0) }
-    }
-
-    /// Commit writes attempted so far, faulty ones included.
-    pub fn commits_seen(&self) -> usize {
-        *self.commits_seen.lock().unwrap()
-    }
-}
-
-#[async_trait]
-impl StateStore for FaultyStore {
-    async fn get(&self, key: &Key) -> Result<Option<Item>, StorageError> {
-        self.inner.get(key).await
-    }
-
-    async fn query(&self, query: &Query) -> Result<Page, StorageError> {
-        self.inner.query(query).await
-    }
-
-    async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
-        let is_commit = ops.iter().any(|op| op.key().pk.starts_with("seg#"));
-        if !is_commit {
-            return self.inner.write(ops).await;
-        }
-        *self.commits_seen.lock().unwrap() += 1;
-        let fault = self.faults.lock().unwrap().pop_front();
-        let lost = || StorageError::Unavailable { message: "injected: answer lost".into(), source: None };
-        match fault {
-            None => self.inner.write(ops).await,
-            Some(Fault::LoseAnswer) => {
-                self.inner.write(ops).await?;
-                Err(lost())
-            }
-            Some(Fault::FailBefore) => Err(lost()),
-            Some(Fault::Throttle) => Err(StorageError::Throttled { message: "injected".into(), source: None }),
-        }
-    }
-
-    async fn delete_many(&self, keys: Vec<Key>) -> Result<(), StorageError> {
-        self.inner.delete_many(keys).await
-    }
-
-    async fn purge_expired(&self, limit: usize) -> Result<usize, StorageError> {
-        self.inner.purge_expired(limit).await
-    }
-}
-
-/// A log whose commits meet `faults`, beside a clean log on the same storage.
-async fn faulty_log(backend: &dyn Backend, faults: &[Fault]) -> (Log, Arc<FaultyStore>, Log) {
+/// A log whose commits meet `faults`, in order, beside a clean log on the same storage;
+/// with the count of commit writes it attempts, faulty ones included.
+async fn faulty_log(backend: &dyn Backend, faults: &[Fault]) -> (Log, Arc<AtomicUsize>, Log) {
     let (store, objects) = backend.open().await;
-    let faulty = Arc::new(FaultyStore::new(store, faults.iter().copied()));
-    let log = Log::new(faulty.clone(), objects, Arc::new(SystemClock), LogConfig::default());
-    (log, faulty, log_on(backend.open().await))
+    let script = Scripted::new(store);
+    let commits = script.count(is_commit);
+    for fault in faults {
+        script.at(is_commit, Action::Fault(*fault));
+    }
+    let log = Log::new(script, objects, Arc::new(SystemClock), LogConfig::default());
+    (log, commits, log_on(backend.open().await))
 }
 
 pub async fn given_commit_applied_but_answer_lost_when_publish_then_answered_once_and_written_once(
@@ -252,7 +206,7 @@ pub async fn given_commit_applied_but_answer_lost_when_publish_then_answered_onc
     clean.create_topic(&topic, spec(1)).await.unwrap();
     let acked = log.publish(&topic, vec![event("a", 0), event("b", 0)], None).await.unwrap();
     assert_eq!(acked, vec![Position { partition: 0, offset: 0 }, Position { partition: 0, offset: 1 }]);
-    assert_eq!(faulty.commits_seen(), 1, "resolved by reading back, not by writing again");
+    assert_eq!(faulty.load(Ordering::SeqCst), 1, "resolved by reading back, not by writing again");
     let acked = log.publish(&topic, vec![event("c", 0)], None).await.unwrap();
     assert_eq!(acked, vec![Position { partition: 0, offset: 2 }]);
     let read = values(&read_all(&clean, &topic, 0).await.unwrap());
@@ -265,7 +219,7 @@ pub async fn given_commit_failed_and_answer_lost_when_publish_then_retried_and_w
     clean.create_topic(&topic, spec(1)).await.unwrap();
     let acked = log.publish(&topic, vec![event("a", 0)], None).await.unwrap();
     assert_eq!(acked, vec![Position { partition: 0, offset: 0 }]);
-    assert_eq!(faulty.commits_seen(), 2, "read back, found missing, written again");
+    assert_eq!(faulty.load(Ordering::SeqCst), 2, "read back, found missing, written again");
     assert_eq!(values(&read_all(&clean, &topic, 0).await.unwrap()), vec![(0, "a".into())]);
 }
 
@@ -295,7 +249,7 @@ pub async fn given_throttling_and_conflicts_when_publish_then_retried_and_acknow
     clean.create_topic(&topic, spec(1)).await.unwrap();
     let acked = log.publish(&topic, vec![event("a", 0)], None).await.unwrap();
     assert_eq!(acked, vec![Position { partition: 0, offset: 0 }]);
-    assert_eq!(faulty.commits_seen(), 5);
+    assert_eq!(faulty.load(Ordering::SeqCst), 5);
     assert_eq!(values(&read_all(&clean, &topic, 0).await.unwrap()), vec![(0, "a".into())]);
 }
 

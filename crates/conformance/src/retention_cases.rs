@@ -3,21 +3,18 @@
 //! that never see a gap while segments are merged and removed under them, and objects
 //! deleted only when nothing indexed needs them.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use sluice_core::layout;
-use sluice_core::ports::objects::ObjectInfo;
-use sluice_core::ports::state::{Item, Key, Page, Query, StateStore, WriteOp};
+use sluice_core::ports::state::Query;
 use sluice_core::upkeep::{Janitor, JanitorConfig, STEP_BUDGET};
 use sluice_core::{
-    BlobRef, Clock, Error, Log, LogConfig, ManualClock, NewEvent, ObjectStore, ReadRequest, StorageError, SystemClock,
-    TopicSpec,
+    Clock, Error, Log, LogConfig, ManualClock, NewEvent, ReadRequest, StorageError, SystemClock, TopicSpec,
 };
-use tokio::sync::Notify;
 
+use crate::faults::{Gate, QueryAction, Scripted, ScriptedObjects};
 use crate::{unique_topic, Backend, Stores};
 
 /// Generates one `#[tokio::test]` per retention case; `$backend` is an async expression yielding a [`Backend`].
@@ -239,17 +236,17 @@ pub async fn given_many_one_event_segments_then_compaction_keeps_every_event_and
     let index = stores.0.query(&Query::all(layout::segments_pk(id, 0), 1000)).await.unwrap().items.len();
     assert!(index <= 4, "{count} one-event segments compacted into {index}");
     // Replay through a log whose object reads are counted.
-    let counting = Arc::new(HookedObjects::new(stores.1.clone()));
+    let counting = ScriptedObjects::new(stores.1.clone());
     let reader = log_at((stores.0.clone(), counting.clone()), &clock);
     let after = replay(&reader, &topic, 0, 0).await.unwrap();
     assert_eq!(after, before, "the same events, byte for byte, at the same offsets");
-    let reads = counting.reads.load(Ordering::SeqCst);
+    let reads = counting.reads();
     assert!(reads <= 36, "replaying {count} compacted events took {reads} object reads");
     // A read in the middle fetches only the parts it needs: one.
-    let before_mid = counting.reads.load(Ordering::SeqCst);
+    let before_mid = counting.reads();
     let mid = reader.read(&ReadRequest { max_events: 5, ..request(&topic, 0, count / 2) }).await.unwrap();
     assert_eq!(mid.events.iter().map(|e| e.offset).collect::<Vec<_>>(), (count / 2..count / 2 + 5).collect::<Vec<_>>());
-    assert_eq!(counting.reads.load(Ordering::SeqCst) - before_mid, 1, "one part read");
+    assert_eq!(counting.reads() - before_mid, 1, "one part read");
     // The offset of a time still resolves exactly.
     let at = reader.offset(&topic, 0, sluice_core::OffsetQuery::Timestamp(t0 + 1234 % count as i64)).await.unwrap();
     assert_eq!(at, 1234 % count);
@@ -355,8 +352,8 @@ pub async fn given_orphan_blob_then_collected_after_the_grace_period_and_never_a
 
     // A publish whose blob is written, then whose commit waits at a gate.
     let gate = Arc::new(Gate::default());
-    let gated: Arc<dyn StateStore> =
-        Arc::new(HookedStore { gate: Some(gate.clone()), ..HookedStore::new(stores.0.clone()) });
+    let gated = Scripted::new(stores.0.clone());
+    gated.gate(gate.clone());
     let publisher = log_at((gated, stores.1.clone()), &clock);
     let topic = unique_topic("orphans");
     publisher
@@ -376,8 +373,13 @@ pub async fn given_orphan_blob_then_collected_after_the_grace_period_and_never_a
     gate.wait_for_blocked().await;
     // The collector lists after the grace period; the commit lands just after the listing.
     clock.advance(GRACE + 60_000);
-    let failpoint = Arc::new(HookedObjects::new(stores.1.clone()));
-    *failpoint.after_list.lock().unwrap() = Some((gate.clone(), on_landed));
+    let failpoint = ScriptedObjects::new(stores.1.clone());
+    let opens = gate.clone();
+    failpoint.after_list(Box::pin(async move {
+        opens.open();
+        // The commit lands (its publish is acknowledged) before the collector goes on.
+        let _ = on_landed.await;
+    }));
     let collector = Janitor::new(stores.0.clone(), failpoint.clone(), clock.clone(), config.clone());
     let report = collector.run(STEP_BUDGET).await.unwrap();
     let acked = pending.await.unwrap().expect("the publish is acknowledged");
@@ -396,8 +398,9 @@ pub async fn given_orphan_blob_then_collected_after_the_grace_period_and_never_a
     // would leave it alone for the segment beside it.
     let other = backend.open_with(clock.clone()).await;
     let gate = Arc::new(Gate::default());
-    let gated: Arc<dyn StateStore> = Arc::new(HookedStore { gate: Some(gate.clone()), ..HookedStore::new(other.0) });
-    let blobs = Arc::new(HookedObjects::new(other.1));
+    let gated = Scripted::new(other.0);
+    gated.gate(gate.clone());
+    let blobs = ScriptedObjects::new(other.1);
     let publisher = log_at((gated, blobs.clone()), &clock);
     gate.close();
     let pending = {
@@ -405,7 +408,7 @@ pub async fn given_orphan_blob_then_collected_after_the_grace_period_and_never_a
         tokio::spawn(async move { publisher.publish(&topic, vec![event("written anew", 0, None)], None).await })
     };
     gate.wait_for_blocked().await;
-    let first = blobs.puts.lock().unwrap().clone();
+    let first = blobs.puts();
     assert_eq!(first.len(), 1, "the blob is written, its commit waits: {first:?}");
     clock.advance(GRACE + 60_000);
     let report = janitor_now.run(STEP_BUDGET).await.unwrap();
@@ -414,7 +417,7 @@ pub async fn given_orphan_blob_then_collected_after_the_grace_period_and_never_a
     assert!(matches!(gone, Err(StorageError::NotFound(_))), "and deleted: {gone:?}");
     gate.open();
     let acked = pending.await.unwrap().expect("the publish is acknowledged");
-    let written = blobs.puts.lock().unwrap().clone();
+    let written = blobs.puts();
     assert_eq!(written.len(), 2, "its blob was written anew: {written:?}");
     let (config, _) = reader.describe_topic(&topic).await.unwrap();
     let item = stores.0.get(&layout::segment_key(config.id, 0, acked[0].offset)).await.unwrap().expect("indexed");
@@ -514,11 +517,18 @@ pub async fn given_an_index_query_torn_by_a_swap_then_retention_stops_at_the_hol
     }
     let (config, _) = log.describe_topic(&topic).await.unwrap();
     // A query that misses 1..=3, as one racing a compaction's swap on DynamoDB can.
-    let torn = HookedStore::new(stores.0.clone());
-    *torn.tear.lock().unwrap() = Some(Tear { pk: layout::segments_pk(config.id, 0), hide: 1..4, skip: 0 });
-    sluice_core::upkeep::retention::retain(&torn, &config, 0, t0, JanitorConfig::default().default_retention_ms)
-        .await
-        .unwrap();
+    let torn = Scripted::new(stores.0.clone());
+    torn.at_query(layout::segments_pk(config.id, 0), QueryAction::Hide { offsets: 1..4, skip: 0 });
+    sluice_core::upkeep::retention::retain(
+        torn.as_ref(),
+        &config,
+        0,
+        t0,
+        JanitorConfig::default().default_retention_ms,
+    )
+    .await
+    .unwrap();
+    assert_eq!(torn.pending(), 0, "the torn query happened");
     let (_, states) = log.describe_topic(&topic).await.unwrap();
     assert_eq!(states[0].log_start_offset, 1, "only the old segment before the hole goes");
     let kept: Vec<u64> = replay(&log, &topic, 0, 1).await.unwrap().into_iter().map(|(o, _)| o).collect();
@@ -549,13 +559,13 @@ pub async fn given_compacted_segments_then_offset_by_time_uses_the_time_index_an
             break;
         }
     }
-    let counting = Arc::new(HookedStore::new(stores.0.clone()));
+    let counting = Scripted::new(stores.0.clone());
     let reader = log_at((counting.clone(), stores.1.clone()), &clock);
     for probe in [t0 - 200_000, t0 + 4_500, t0 + 41_000, t0 + 500_000, t0 + 960_500, t0 + 998_000, t0 + 999_000] {
         let expected = stamps.iter().position(|&at| at >= probe).map_or(N as u64, |o| o as u64);
-        let before = counting.queries.load(Ordering::SeqCst);
+        let before = counting.queries();
         let at = reader.offset(&topic, 0, sluice_core::OffsetQuery::Timestamp(probe)).await.unwrap();
-        let queries = counting.queries.load(Ordering::SeqCst) - before;
+        let queries = counting.queries() - before;
         assert_eq!(at, expected, "first offset at or after {probe}");
         assert!(queries <= 3, "offset by time made {queries} index queries (a walk of the partition would make more)");
     }
@@ -576,12 +586,12 @@ pub async fn given_a_later_index_page_torn_by_a_swap_then_offset_by_time_still_a
         log.publish(&topic, vec![event("e", 0, Some(t0 + i * 1000))], None).await.unwrap();
     }
     let (config, _) = log.describe_topic(&topic).await.unwrap();
-    let torn = Arc::new(HookedStore::new(stores.0.clone()));
+    let torn = Scripted::new(stores.0.clone());
     // The walk's first query of the index is its first page; the next one loses 32..35.
-    *torn.tear.lock().unwrap() = Some(Tear { pk: layout::segments_pk(config.id, 0), hide: 32..35, skip: 1 });
+    torn.at_query(layout::segments_pk(config.id, 0), QueryAction::Hide { offsets: 32..35, skip: 1 });
     let reader = log_at((torn.clone(), stores.1.clone()), &clock);
     let at = reader.offset(&topic, 0, sluice_core::OffsetQuery::Timestamp(t0 + 33_000)).await.unwrap();
-    assert!(torn.tear.lock().unwrap().is_none(), "the torn query happened");
+    assert_eq!(torn.pending(), 0, "the torn query happened");
     assert_eq!(at, 33, "the first event at or after the time, not one past the torn items");
 }
 
@@ -655,138 +665,4 @@ pub async fn given_a_deadline_when_the_janitor_runs_until_it_then_it_stops_there
         first.purge.items_deleted + rest.purge.items_deleted >= 21,
         "20 index items and a head: {first:?} {rest:?}"
     );
-}
-
-/// A state store with the hooks these cases need: it counts queries, can hide the items at
-/// some offsets from one query of one collection (a query torn by a compaction's swap),
-/// and can hold writes at a gate.
-struct HookedStore {
-    inner: Arc<dyn StateStore>,
-    queries: AtomicUsize,
-    tear: Mutex<Option<Tear>>,
-    gate: Option<Arc<Gate>>,
-}
-
-/// Hides the items at offsets `hide` from the query of collection `pk` that comes after
-/// `skip` others of it.
-struct Tear {
-    pk: String,
-    hide: std::ops::Range<u64>,
-    skip: usize,
-}
-
-impl HookedStore {
-    fn new(inner: Arc<dyn StateStore>) -> Self {
-        Self { inner, queries: AtomicUsize::new(0), tear: Mutex::new(None), gate: None }
-    }
-}
-
-#[async_trait]
-impl StateStore for HookedStore {
-    async fn get(&self, key: &Key) -> Result<Option<Item>, StorageError> {
-        self.inner.get(key).await
-    }
-    async fn query(&self, query: &Query) -> Result<Page, StorageError> {
-        self.queries.fetch_add(1, Ordering::SeqCst);
-        let mut page = self.inner.query(query).await?;
-        let mut tear = self.tear.lock().unwrap();
-        if let Some(t) = tear.as_mut().filter(|t| t.pk == query.pk) {
-            if t.skip > 0 {
-                t.skip -= 1;
-            } else if let Some(t) = tear.take() {
-                page.items.retain(|i| !t.hide.contains(&layout::offset_of(&i.key.sk).unwrap()));
-            }
-        }
-        Ok(page)
-    }
-    async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
-        if let Some(gate) = &self.gate {
-            gate.pass().await;
-        }
-        self.inner.write(ops).await
-    }
-    async fn delete_many(&self, keys: Vec<Key>) -> Result<(), StorageError> {
-        self.inner.delete_many(keys).await
-    }
-    async fn purge_expired(&self, budget: usize) -> Result<usize, StorageError> {
-        self.inner.purge_expired(budget).await
-    }
-}
-
-/// An object store that counts reads and can, once, open a gate right after a listing and
-/// wait for the gated write to land: the commit that comes between a collector's list and
-/// its delete.
-struct HookedObjects {
-    inner: Arc<dyn ObjectStore>,
-    reads: AtomicUsize,
-    puts: Mutex<Vec<BlobRef>>,
-    after_list: Mutex<Option<(Arc<Gate>, tokio::sync::oneshot::Receiver<()>)>>,
-}
-
-impl HookedObjects {
-    fn new(inner: Arc<dyn ObjectStore>) -> Self {
-        Self { inner, reads: AtomicUsize::new(0), puts: Mutex::new(Vec::new()), after_list: Mutex::new(None) }
-    }
-}
-
-#[async_trait]
-impl ObjectStore for HookedObjects {
-    async fn put(&self, bytes: Bytes) -> Result<BlobRef, StorageError> {
-        let blob = self.inner.put(bytes).await?;
-        self.puts.lock().unwrap().push(blob.clone());
-        Ok(blob)
-    }
-    async fn read(&self, object: &str, position: u64, len: u64) -> Result<Bytes, StorageError> {
-        self.reads.fetch_add(1, Ordering::SeqCst);
-        self.inner.read(object, position, len).await
-    }
-    async fn list(&self, after: Option<&str>, limit: usize) -> Result<Vec<ObjectInfo>, StorageError> {
-        let listed = self.inner.list(after, limit).await?;
-        let hook = self.after_list.lock().unwrap().take();
-        if let Some((gate, landed)) = hook {
-            gate.open();
-            // The commit lands (its publish is acknowledged) before the collector goes on.
-            let _ = landed.await;
-        }
-        Ok(listed)
-    }
-    async fn delete(&self, object: &str) -> Result<(), StorageError> {
-        self.inner.delete(object).await
-    }
-    fn retire(&self, object: &str) {
-        self.inner.retire(object)
-    }
-}
-
-/// Holds writes while closed; tells when one is waiting.
-#[derive(Default)]
-struct Gate {
-    closed: std::sync::atomic::AtomicBool,
-    blocked: AtomicUsize,
-    opened: Notify,
-    waiting: Notify,
-}
-
-impl Gate {
-    fn close(&self) {
-        self.closed.store(true, Ordering::SeqCst);
-    }
-    fn open(&self) {
-        self.closed.store(false, Ordering::SeqCst);
-        self.opened.notify_waiters();
-    }
-    async fn wait_for_blocked(&self) {
-        while self.blocked.load(Ordering::SeqCst) == 0 {
-            self.waiting.notified().await;
-        }
-    }
-    async fn pass(&self) {
-        while self.closed.load(Ordering::SeqCst) {
-            let opened = self.opened.notified();
-            self.blocked.fetch_add(1, Ordering::SeqCst);
-            self.waiting.notify_waiters();
-            opened.await;
-            self.blocked.fetch_sub(1, Ordering::SeqCst);
-        }
-    }
 }
