@@ -1157,7 +1157,14 @@ struct QueueSettings {
 /// process whose stores count their calls (the profile).
 enum QueueBackend {
     Http(Target),
-    Embedded { log: sluice_core::Log, topic: String, profile: Arc<Profile> },
+    /// `queues` is built once, as the HTTP API builds its `App`: it caches the receipt key
+    /// and steers receives apart.
+    Embedded {
+        log: sluice_core::Log,
+        queues: sluice_core::queues::Queues,
+        topic: String,
+        profile: Arc<Profile>,
+    },
 }
 
 /// A message as a worker sees it.
@@ -1227,7 +1234,7 @@ enum QueueClient {
         receive_json: serde_json::Value,
     },
     Embedded {
-        log: sluice_core::Log,
+        queues: sluice_core::queues::Queues,
         topic: String,
         subscription: String,
         request: sluice_core::queues::ReceiveRequest,
@@ -1290,9 +1297,7 @@ impl QueueClient {
                     .collect();
                 Ok(Ok((messages, acks)))
             }
-            Self::Embedded { log, topic, subscription, request } => {
-                // A `Queues` per request, as the HTTP handlers make one.
-                let queues = sluice_core::queues::Queues::new(log.clone());
+            Self::Embedded { queues, topic, subscription, request } => {
                 let answer = OP.scope("receive", queues.receive(topic, subscription, request)).await;
                 Ok(answer
                     .map(|messages| {
@@ -1329,8 +1334,7 @@ impl QueueClient {
                 }
                 Ok(Ok(answer.results.into_iter().map(ack_outcome).collect()))
             }
-            Self::Embedded { log, topic, subscription, .. } => {
-                let queues = sluice_core::queues::Queues::new(log.clone());
+            Self::Embedded { queues, topic, subscription, .. } => {
                 let answer = OP.scope("ack", queues.ack(topic, subscription, receipts)).await;
                 Ok(answer
                     .map(|results| results.into_iter().map(|r| r.err().map(|e| e.code().as_str().to_owned())).collect())
@@ -1362,7 +1366,8 @@ impl QueueBackend {
         let log = sluice_core::Log::new(store, objects, clock, sluice_core::LogConfig::default());
         let spec = sluice_core::TopicSpec { partitions, retention_ms: None, retention_bytes: None };
         log.create_topic(topic, spec).await?;
-        Ok(Self::Embedded { log, topic: topic.to_owned(), profile })
+        let queues = sluice_core::queues::Queues::new(log.clone());
+        Ok(Self::Embedded { log, queues, topic: topic.to_owned(), profile })
     }
 
     fn transport(&self) -> &'static str {
@@ -1448,12 +1453,11 @@ impl QueueBackend {
                 let starts = created["start_offsets"].as_array().ok_or("create: no start_offsets")?;
                 Ok(starts.iter().map(|o| o.as_u64().unwrap_or(0)).collect())
             }
-            Self::Embedded { log, topic, .. } => {
+            Self::Embedded { queues, topic, .. } => {
                 let spec = sluice_core::queues::SubscriptionSpec {
                     start: serde_json::from_value(start)?,
                     ..Default::default()
                 };
-                let queues = sluice_core::queues::Queues::new(log.clone());
                 let (sub, _) = queues.create(topic, &settings.subscription, spec).await?;
                 Ok(sub.start_offsets)
             }
@@ -1477,8 +1481,8 @@ impl QueueBackend {
                     receive_json: receive,
                 })
             }
-            Self::Embedded { log, topic, .. } => Ok(QueueClient::Embedded {
-                log: log.clone(),
+            Self::Embedded { queues, topic, .. } => Ok(QueueClient::Embedded {
+                queues: queues.clone(),
                 topic: topic.clone(),
                 subscription: settings.subscription.clone(),
                 request: sluice_core::queues::ReceiveRequest {
@@ -1500,8 +1504,8 @@ impl QueueBackend {
                 let n = |f: &str| b[f].as_u64().ok_or_else(|| format!("describe {url}: no backlog.{f}: {d}"));
                 Ok([n("visible")?, n("in_flight")?, n("delayed")?, n("dead")?])
             }
-            Self::Embedded { log, topic, .. } => {
-                let d = sluice_core::queues::Queues::new(log.clone()).describe(topic, subscription).await?;
+            Self::Embedded { queues, topic, .. } => {
+                let d = queues.describe(topic, subscription).await?;
                 Ok([d.backlog.visible, d.backlog.in_flight, d.backlog.delayed, d.backlog.dead])
             }
         }
@@ -1517,9 +1521,7 @@ impl QueueBackend {
                 }
                 Ok(())
             }
-            Self::Embedded { log, topic, .. } => {
-                Ok(sluice_core::queues::Queues::new(log.clone()).delete(topic, subscription).await?)
-            }
+            Self::Embedded { queues, topic, .. } => Ok(queues.delete(topic, subscription).await?),
         }
     }
 }

@@ -5,6 +5,15 @@ use super::plan;
 use super::*;
 use crate::Code;
 
+/// The polling member as its writes see it: its group, its id, and its item's version as
+/// this poll leaves it (every write to the item is conditional on it, so an evicted
+/// member's late heartbeat cannot bring it back).
+struct Seat<'a> {
+    group: &'a str,
+    id: &'a str,
+    version: u64,
+}
+
 impl Groups {
     /// Joins or heartbeats, rebalancing if membership changed, then fetches events of the
     /// member's partitions from its positions (waiting up to `wait_ms` for the first). The
@@ -39,23 +48,24 @@ impl Groups {
                 positions: positions.iter().map(|(t, p, o)| (tp_key(&t.name, *p), *o)).collect(),
                 positions_version: generation.version_after,
             };
-            // The member item's version as this poll leaves it: every write to it is conditional,
-            // so an evicted member's late heartbeat cannot bring it back.
-            let mut member_version = state.members.get(&member_id).map_or(0, |(_, v, _)| *v);
+            let mut seat = Seat {
+                group: &req.group,
+                id: &member_id,
+                version: state.members.get(&member_id).map_or(0, |(_, v, _)| *v),
+            };
             let mut activity = state.activity;
             if generation.rebalance {
-                match self.rebalance(&req.group, &state, &generation, &member_id, &member, bounds.session).await? {
+                match self.rebalance(&seat, &state, &generation, &member, bounds.session).await? {
                     Some(covered) => {
-                        member_version += 1;
+                        seat.version += 1;
                         activity = covered.or(activity);
                     }
                     None => continue,
                 }
-            } else if !auto_commits.is_empty() {
-                let written = (&state, member_id.as_str(), member_version, &all_topics, &offsets);
-                if !self.auto_commit(&req.group, written, &auto_commits).await? {
-                    continue;
-                }
+            } else if !auto_commits.is_empty()
+                && !self.auto_commit(&seat, &state, &all_topics, &offsets, &auto_commits).await?
+            {
+                continue;
             }
             let events = self.fetch(&positions, heads, bounds.max_events, bounds.max_bytes, bounds.wait_ms).await?;
             for e in &events {
@@ -64,14 +74,13 @@ impl Groups {
             // An idle poll whose member item already says all this, with more than half its
             // session left, needs no write at all: the common case of a long-polling idle member.
             let unchanged = !generation.rebalance
-                && member_version > 0
+                && seat.version > 0
                 && state
                     .members
                     .get(&member_id)
                     .is_some_and(|(m, _, expires)| *m == member && *expires - self.now() > (bounds.session / 2) as i64);
             if !unchanged {
-                let heartbeat = (member_id.as_str(), member_version, activity);
-                self.heartbeat(&req.group, heartbeat, &member, bounds.session).await?;
+                self.heartbeat(&seat, activity, &member, bounds.session).await?;
             }
             let assignment = generation.mine;
             return Ok(PollAnswer { member_id, generation: generation.record.generation, assignment, events });
@@ -112,15 +121,14 @@ impl Groups {
     /// the write left it, if it moved.
     async fn rebalance(
         &self,
-        group: &str,
+        seat: &Seat<'_>,
         state: &GroupState,
         generation: &plan::Generation,
-        member_id: &str,
         member: &MemberRecord,
         session: u64,
     ) -> Result<Option<Option<(ActivityRecord, u64)>>, Error> {
+        let (group, member_id, member_version) = (seat.group, seat.id, seat.version);
         let expires = self.now() + session as i64;
-        let member_version = state.members.get(member_id).map_or(0, |(_, v, _)| *v);
         let mut ops = vec![
             WriteOp::replace(
                 meta_key(group),
@@ -160,19 +168,15 @@ impl Groups {
     /// Commits what `auto_commit` decided, in chunks (each write carries its two checks, so
     /// a member owning many partitions commits in several). `false`: the group moved on
     /// meanwhile, poll again.
-    #[allow(clippy::type_complexity)]
     async fn auto_commit(
         &self,
-        group: &str,
-        (state, member_id, member_version, all_topics, offsets): (
-            &GroupState,
-            &str,
-            u64,
-            &BTreeMap<String, TopicConfig>,
-            &BTreeMap<String, (OffsetRecord, u64)>,
-        ),
+        seat: &Seat<'_>,
+        state: &GroupState,
+        all_topics: &BTreeMap<String, TopicConfig>,
+        offsets: &BTreeMap<String, (OffsetRecord, u64)>,
         auto_commits: &[(TopicPartition, u64)],
     ) -> Result<bool, Error> {
+        let (group, member_id, member_version) = (seat.group, seat.id, seat.version);
         let commits: Vec<CommitOffset> = auto_commits
             .iter()
             .map(|(tp, o)| CommitOffset {
@@ -197,11 +201,12 @@ impl Groups {
     /// now and then the activity item, when the session outgrows it.
     async fn heartbeat(
         &self,
-        group: &str,
-        (member_id, member_version, mut activity): (&str, u64, Option<(ActivityRecord, u64)>),
+        seat: &Seat<'_>,
+        mut activity: Option<(ActivityRecord, u64)>,
         member: &MemberRecord,
         session: u64,
     ) -> Result<(), Error> {
+        let (group, member_id, member_version) = (seat.group, seat.id, seat.version);
         let expires = self.now() + session as i64;
         let mut attempts = 0;
         loop {
