@@ -39,14 +39,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 async fn serve(addr: SocketAddr, config: Config) -> Result<(), Box<dyn std::error::Error>> {
     let log = sluice_runtime::open_embedded(&config)?;
     tokio::spawn(sluice_runtime::janitor(&config, &log)?.run_forever(config.janitor_interval_ms));
+    let app = sluice_runtime::App::new(log, config.groups_config());
+    // Push subscriptions are delivered by this process, with the queues the API serves.
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    let dispatcher = sluice_runtime::dispatcher(&config, app.queues.clone())?;
+    let pushing = tokio::spawn(async move { dispatcher.run(stopping).await });
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
     tracing::info!(addr = %local, data_dir = %config.data_dir.display(), "sluice listening");
     // A plain line for people and for tests that start the server on port 0.
     println!("listening on http://{local}");
-    axum::serve(listener, sluice_api::router(sluice_runtime::App::new(log, config.groups_config())))
-        .with_graceful_shutdown(shutdown())
-        .await?;
+    axum::serve(listener, sluice_api::router(app)).with_graceful_shutdown(shutdown()).await?;
+    // Deliveries under way finish and are settled; nothing new is received.
+    let _ = stop.send(true);
+    let _ = pushing.await;
     tracing::info!("stopped");
     Ok(())
 }

@@ -14,8 +14,8 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sluice_core::queues::{
-    Backlog, Backoff, DeadLetterPage, Message, Ordering, Queues, ReceiptError, ReceiveRequest, StartAt, Subscription,
-    SubscriptionSpec,
+    Backlog, Backoff, DeadLetterPage, Message, Ordering, PushSpec, PushTarget, Queues, ReceiptError, ReceiveRequest,
+    StartAt, Subscription, SubscriptionSpec,
 };
 use sluice_core::Code;
 
@@ -43,6 +43,22 @@ struct Create {
     delay_ms: Option<u64>,
     /// `[ms, …]` or `{"initial_ms", "max_ms", "multiplier"}`.
     redelivery_backoff_ms: Option<Value>,
+    /// An event pattern: checked by the core.
+    filter: Option<Value>,
+    /// `{"url", "secret"?, …}` or `{"lambda", …}`.
+    push: Option<Value>,
+}
+
+/// A push target as requested: one of `url` and `lambda`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Push {
+    url: Option<String>,
+    secret: Option<String>,
+    lambda: Option<String>,
+    max_batch: Option<u32>,
+    timeout_ms: Option<u64>,
+    max_in_flight: Option<u32>,
 }
 
 /// The exponential form of a backoff, checked for unknown fields before the core's
@@ -139,6 +155,34 @@ fn backoff(raw: Value) -> Result<Backoff, ApiError> {
     }
 }
 
+fn push(raw: Value) -> Result<PushSpec, ApiError> {
+    let invalid = |m: String| ApiError::bad_request(Code::InvalidPush, m);
+    let shape = r#"push must be {"url": "https://…", "secret"?, "max_batch"?, "timeout_ms"?, "max_in_flight"?} or {"lambda": "<function>", "max_batch"?, "max_in_flight"?}"#;
+    let req: Push = serde_json::from_value(raw).map_err(|e| invalid(format!("{shape}: {e}")))?;
+    let mut spec = match (req.url, req.lambda, req.secret) {
+        (Some(url), None, secret) => PushSpec::url(url, secret),
+        (None, Some(function), None) => PushSpec::lambda(function),
+        (None, Some(_), Some(_)) => return Err(invalid("push.secret is for a url target".into())),
+        _ => return Err(invalid(format!("{shape}: name exactly one of url and lambda"))),
+    };
+    spec.max_batch = req.max_batch.unwrap_or(spec.max_batch);
+    spec.timeout_ms = req.timeout_ms.unwrap_or(spec.timeout_ms);
+    spec.max_in_flight = req.max_in_flight.unwrap_or(spec.max_in_flight);
+    Ok(spec)
+}
+
+/// A push target as shown: never its secret (the create answer adds it once).
+fn push_json(p: &PushSpec) -> Value {
+    let mut out = match &p.target {
+        PushTarget::Url { url, .. } => json!({ "url": url }),
+        PushTarget::Lambda { function } => json!({ "lambda": function }),
+    };
+    out["max_batch"] = json!(p.max_batch);
+    out["timeout_ms"] = json!(p.timeout_ms);
+    out["max_in_flight"] = json!(p.max_in_flight);
+    out
+}
+
 fn subscription_json(s: &Subscription) -> Value {
     json!({
         "topic": s.topic,
@@ -149,6 +193,8 @@ fn subscription_json(s: &Subscription) -> Value {
         "ordering": s.spec.ordering,
         "delay_ms": s.spec.delay_ms,
         "redelivery_backoff_ms": s.spec.redelivery_backoff,
+        "filter": s.spec.filter,
+        "push": s.spec.push.as_ref().map(push_json),
         "start_offsets": s.start_offsets,
         "created_ms": s.created_ms,
     })
@@ -161,6 +207,7 @@ fn backlog_json(b: &Backlog) -> Value {
         "delayed": b.delayed,
         "dead": b.dead,
         "expired": b.expired,
+        "filtered": b.filtered,
         "oldest_visible_age_ms": b.oldest_visible_age_ms,
     })
 }
@@ -183,10 +230,17 @@ pub async fn create(
         ordering: req.ordering.unwrap_or(defaults.ordering),
         delay_ms: req.delay_ms.unwrap_or(defaults.delay_ms),
         redelivery_backoff: req.redelivery_backoff_ms.map(backoff).transpose()?.or(defaults.redelivery_backoff),
+        filter: req.filter,
+        push: req.push.map(push).transpose()?,
     };
     let (subscription, created) = queues.create(&topic, &sub, spec).await?;
+    let mut out = subscription_json(&subscription);
+    if let Some(secret) = subscription.spec.push.as_ref().and_then(PushSpec::secret).filter(|_| created) {
+        // The one answer that shows it: the receiver needs it to check signatures.
+        out["push"]["secret"] = json!(secret);
+    }
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
-    Ok((status, Json(subscription_json(&subscription))).into_response())
+    Ok((status, Json(out)).into_response())
 }
 
 pub async fn list(State(queues): State<Queues>, Path(topic): Path<String>) -> Result<Json<Value>, ApiError> {
@@ -199,6 +253,12 @@ pub async fn describe(State(queues): State<Queues>, Path((topic, sub)): SubPath)
     let mut out = subscription_json(&d.subscription);
     out["backlog"] = backlog_json(&d.backlog);
     out["exact"] = json!(d.exact);
+    if let Some(stats) = &d.deliveries {
+        out["push"]["deliveries"] =
+            json!({ "attempted": stats.attempted, "succeeded": stats.succeeded, "failed": stats.failed });
+        out["push"]["last_error"] = json!(stats.last_error);
+        out["push"]["last_error_ms"] = json!(stats.last_error_ms);
+    }
     out["partitions"] = d
         .partitions
         .iter()
@@ -568,6 +628,78 @@ mod tests {
             (Method::PUT, "/v1/topics/nope/subscriptions/x".into(), None, StatusCode::NOT_FOUND, "topic_not_found"),
             // The same name with other settings.
             (Method::PUT, SUB.into(), Some(r#"{"start": "latest"}"#), StatusCode::CONFLICT, "subscription_exists"),
+            (
+                Method::PUT,
+                other.into(),
+                Some(r#"{"filter": {"value": {"kind": "a"}}}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_filter",
+            ),
+            (
+                Method::PUT,
+                other.into(),
+                Some(r#"{"filter": {"value": {"n": [{"prefx": "a"}]}}}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_filter",
+            ),
+            (Method::PUT, other.into(), Some(r#"{"filter": []}"#), StatusCode::BAD_REQUEST, "invalid_filter"),
+            (
+                Method::PUT,
+                other.into(),
+                Some(r#"{"push": {"url": "ftp://x"}}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_push",
+            ),
+            (Method::PUT, other.into(), Some(r#"{"push": {}}"#), StatusCode::BAD_REQUEST, "invalid_push"),
+            (
+                Method::PUT,
+                other.into(),
+                Some(r#"{"push": {"url": "http://a", "lambda": "f"}}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_push",
+            ),
+            (
+                Method::PUT,
+                other.into(),
+                Some(r#"{"push": {"lambda": "f", "secret": "whsec_AAAAAAAAAAAAAAAAAAAAAAAA"}}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_push",
+            ),
+            (
+                Method::PUT,
+                other.into(),
+                Some(r#"{"push": {"url": "http://a", "secret": "nope"}}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_push",
+            ),
+            (
+                Method::PUT,
+                other.into(),
+                Some(r#"{"push": {"url": "http://a", "max_batch": 101}}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_push",
+            ),
+            (
+                Method::PUT,
+                other.into(),
+                Some(r#"{"push": {"url": "http://a", "timeout_ms": 999}}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_push",
+            ),
+            (
+                Method::PUT,
+                other.into(),
+                Some(r#"{"push": {"url": "http://a", "max_in_flight": 0}}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_push",
+            ),
+            (
+                Method::PUT,
+                other.into(),
+                Some(r#"{"push": {"url": "http://a", "colour": "red"}}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_push",
+            ),
             // Receiving.
             (
                 Method::POST,
@@ -818,5 +950,36 @@ mod tests {
         assert_eq!(names, [&json!("plain"), &json!("steps"), &json!("workers")]);
         let empty = ok(&app, Method::POST, &format!("{SUB}/receive"), None).await;
         assert_eq!(empty, json!({ "messages": [] }));
+    }
+
+    #[tokio::test]
+    async fn given_a_push_subscription_then_its_secret_shows_once_and_clients_cannot_receive() {
+        let (app, _dir) = app();
+        ok(&app, Method::PUT, "/v1/topics/jobs", Some(r#"{"partitions": 2}"#)).await;
+        let body = r#"{"push": {"url": "http://127.0.0.1:3000/hook", "max_batch": 20}, "filter": {"key": [{"prefix": "eu-"}]}}"#;
+        let (status, created) = call(&app, Method::PUT, SUB, Some(body)).await;
+        assert_eq!(status, StatusCode::CREATED, "{created}");
+        let secret = created["push"]["secret"].as_str().expect("the create answer shows the secret").to_owned();
+        assert!(secret.starts_with("whsec_"));
+        assert_eq!(created["push"]["url"], "http://127.0.0.1:3000/hook");
+        assert_eq!((&created["push"]["max_batch"], &created["push"]["timeout_ms"]), (&json!(20), &json!(10000)));
+        assert_eq!(created["filter"], json!({"key": [{"prefix": "eu-"}]}));
+        let (status, again) = call(&app, Method::PUT, SUB, Some(body)).await;
+        assert_eq!(status, StatusCode::OK, "the same settings without a secret: the same subscription");
+        assert_eq!(again["push"].get("secret"), None, "only the create answer shows the secret");
+        let described = ok(&app, Method::GET, SUB, None).await;
+        assert_eq!(described["push"].get("secret"), None);
+        assert_eq!(described["push"]["deliveries"], json!({"attempted": 0, "succeeded": 0, "failed": 0}));
+        assert_eq!(described["backlog"]["filtered"], 0);
+        assert!(!described.to_string().contains(&secret));
+        let listed = ok(&app, Method::GET, "/v1/topics/jobs/subscriptions", None).await;
+        assert!(!listed.to_string().contains(&secret));
+        let (status, refused) = call(&app, Method::POST, &format!("{SUB}/receive"), None).await;
+        assert_eq!((status, &refused["error"]["code"]), (StatusCode::CONFLICT, &json!("push_subscription")));
+        let given = r#"{"push": {"lambda": "arn:aws:lambda:eu-west-1:123456789012:function:f"}}"#;
+        let (status, lambda) = call(&app, Method::PUT, "/v1/topics/jobs/subscriptions/fn", Some(given)).await;
+        assert_eq!(status, StatusCode::CREATED, "{lambda}");
+        assert_eq!(lambda["push"]["lambda"], "arn:aws:lambda:eu-west-1:123456789012:function:f");
+        assert_eq!(lambda["push"].get("secret"), None);
     }
 }

@@ -14,6 +14,7 @@ pub mod log_cases;
 pub mod lost_answer_cases;
 pub mod moto;
 pub mod objects;
+pub mod push_cases;
 pub mod queue_cases;
 mod queue_fault_cases;
 pub mod retention_cases;

@@ -90,7 +90,7 @@ pub(crate) const START_MS: i64 = 1_800_000_000_000;
 const REAL_PATIENCE: Duration = Duration::from_secs(30);
 
 /// `embedded` scaled to the backend: the same on the embedded backend, a tenth on moto.
-fn scaled(backend: &dyn Backend, embedded: usize) -> usize {
+pub(crate) fn scaled(backend: &dyn Backend, embedded: usize) -> usize {
     (embedded * backend.large_count() / 100_000).max(1)
 }
 
@@ -136,7 +136,7 @@ fn event(value: String, partition: Option<u32>, key: Option<String>, timestamp_m
 }
 
 /// Publishes `events`, a thousand per request, and answers where each landed.
-async fn publish(log: &Log, topic: &str, events: Vec<NewEvent>) -> Vec<Position> {
+pub(crate) async fn publish(log: &Log, topic: &str, events: Vec<NewEvent>) -> Vec<Position> {
     let mut positions = Vec::with_capacity(events.len());
     let mut events = events.into_iter().peekable();
     while events.peek().is_some() {
@@ -221,7 +221,7 @@ async fn backlog(queues: &Queues, topic: &str, sub: &str) -> [u64; 4] {
 }
 
 /// Every dead letter of a subscription, page by page.
-async fn all_dead_letters(queues: &Queues, topic: &str, sub: &str) -> Vec<sluice_core::queues::DeadLetter> {
+pub(crate) async fn all_dead_letters(queues: &Queues, topic: &str, sub: &str) -> Vec<sluice_core::queues::DeadLetter> {
     let mut all = Vec::new();
     let mut after: Option<String> = None;
     for _ in 0..1000 {

@@ -42,3 +42,9 @@ mod objects {
 
     sluice_conformance::objects_conformance_suite!(embedded());
 }
+
+mod push {
+    use sluice_conformance::embedded::embedded;
+
+    sluice_conformance::push_conformance_suite!(embedded());
+}

@@ -186,6 +186,14 @@ pub const ITEM_KINDS: &[ItemKind] = &[
         deleted_by: "receive, ack, bury, subscription purge",
     },
     ItemKind {
+        name: "push delivery counts and last error (partition 0 only)",
+        pk: "q#<sub>#<p>",
+        sk: "s",
+        value: "PushStatsRecord",
+        written_by: "dispatcher",
+        deleted_by: "subscription purge",
+    },
+    ItemKind {
         name: "dead letter",
         pk: "dlq#<sub>#<p>",
         sk: "<offset>",

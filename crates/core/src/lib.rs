@@ -6,6 +6,7 @@
 //! - [`log`]: topics, publish with group commit, replay, offsets by time;
 //! - [`groups`]: consumer groups (membership, assignment, commits, seeks);
 //! - [`queues`]: work queues over the log (leases, receipts, dead letters);
+//! - [`push`]: delivery of push subscriptions to HTTP endpoints and functions;
 //! - [`upkeep`]: the janitor (retention, compaction, collection, purges).
 //!
 //! Small shared pieces stay flat: the clock and randomness, names, the
@@ -13,6 +14,7 @@
 
 pub mod clock;
 pub mod error;
+pub mod filter;
 pub mod groups;
 pub mod hash;
 pub mod keys;
@@ -22,6 +24,7 @@ pub mod model;
 pub mod names;
 pub mod partitioner;
 pub mod ports;
+pub mod push;
 pub mod queues;
 pub mod retry;
 pub mod segment;

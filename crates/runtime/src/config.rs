@@ -62,6 +62,14 @@ pub struct Config {
     /// How long a consumer group without members keeps its committed offsets.
     #[arg(long, env = "SLUICE_OFFSETS_RETENTION_MS", default_value_t = JanitorConfig::default().offsets_retention_ms)]
     pub offsets_retention_ms: i64,
+    /// Deliver to loopback, private and link-local addresses (default: yes embedded, where
+    /// `http://localhost:3000` is the common receiver; no on AWS).
+    #[arg(long, env = "SLUICE_PUSH_ALLOW_PRIVATE")]
+    pub push_allow_private: Option<bool>,
+    /// Lambda Invoke API endpoint for push targets that are functions (e.g. `cargo lambda
+    /// watch`'s `http://127.0.0.1:9000`); on AWS, Lambda's own.
+    #[arg(long, env = "SLUICE_LAMBDA_ENDPOINT")]
+    pub lambda_endpoint: Option<String>,
 }
 
 #[derive(Parser)]

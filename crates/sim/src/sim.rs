@@ -453,6 +453,8 @@ impl World {
             ordering: KeyOrdering::None,
             delay_ms: if rng.chance(0.2) { rng.range(200, 2000) as u64 } else { 0 },
             redelivery_backoff: backoff,
+            filter: None,
+            push: None,
         };
         let qk = SubscriptionSpec {
             start: StartAt::Earliest,
@@ -461,6 +463,8 @@ impl World {
             ordering: KeyOrdering::Key,
             delay_ms: 0,
             redelivery_backoff: None,
+            filter: None,
+            push: None,
         };
         let mut world = Self {
             seed,

@@ -22,7 +22,12 @@ impl Queues {
             let p = p as u32;
             let (state, settled) = self.snapshot(&sub, p).await?;
             exact &= settled;
-            let mut b = Backlog { dead: state.cursor.dead, expired: state.cursor.expired, ..Backlog::default() };
+            let mut b = Backlog {
+                dead: state.cursor.dead,
+                expired: state.cursor.expired,
+                filtered: state.cursor.filtered,
+                ..Backlog::default()
+            };
             // What a receive would pass over now: new messages below the log start.
             b.expired += head.start.saturating_sub(state.cursor.next);
             let mut visible_since: Option<i64> = None;
@@ -72,9 +77,35 @@ impl Queues {
             total.delayed += b.delayed;
             total.dead += b.dead;
             total.expired += b.expired;
+            total.filtered += b.filtered;
             partitions.push(PartitionBacklog { partition: p, cursor, high_watermark: head.next, backlog: b });
         }
         total.oldest_visible_age_ms = oldest.map(|t| now.saturating_sub(t).max(0) as u64);
-        Ok(SubscriptionDescription { subscription: sub.describe(), backlog: total, partitions, exact })
+        let deliveries = self.push_stats(&sub).await?;
+        Ok(SubscriptionDescription { subscription: sub.describe(), backlog: total, partitions, exact, deliveries })
+    }
+
+    /// A partition's queue items as they were at one moment, for exact counts: a query is not
+    /// a snapshot (DynamoDB's can be torn by a transaction; SQLite pages by [`PAGE`]), so
+    /// the items are read until two reads in a row agree on every item and its version
+    /// (versions only grow, so two equal reads bracket a moment with no write in between).
+    /// Under writes that never pause, the last read is answered after [`SNAPSHOT_READS`].
+    pub(super) async fn snapshot(&self, sub: &Sub, partition: u32) -> Result<(QueueState, bool), StorageError> {
+        let fingerprint = |s: &QueueState| -> Vec<(String, u64)> {
+            s.leases
+                .iter()
+                .map(|l| (l.key.sk.clone(), l.version))
+                .chain(s.cursor_version.map(|v| (String::new(), v)))
+                .collect()
+        };
+        let mut last = self.load(sub, partition, None).await?;
+        for _ in 1..SNAPSHOT_READS {
+            let again = self.load(sub, partition, None).await?;
+            if fingerprint(&again) == fingerprint(&last) {
+                return Ok((again, true));
+            }
+            last = again;
+        }
+        Ok((last, false))
     }
 }

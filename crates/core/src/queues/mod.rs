@@ -34,8 +34,11 @@
 //! and a forged or altered one is refused before anything is read.
 
 mod dead;
+mod deliveries;
+pub use deliveries::PushSubscription;
 mod describe;
 mod purge;
+mod push;
 mod receipt;
 mod receive;
 mod records;
@@ -44,6 +47,7 @@ mod subscriptions;
 mod take;
 
 pub(crate) use purge::{purge_step, purge_topic_subscriptions};
+pub use push::*;
 use receipt::Receipt;
 pub use records::*;
 
@@ -123,6 +127,13 @@ pub struct SubscriptionSpec {
     /// New messages become visible this long after their timestamp.
     pub delay_ms: u64,
     pub redelivery_backoff: Option<Backoff>,
+    /// An event pattern (EventBridge's syntax, see [`crate::filter`]): only matching
+    /// messages are delivered; the others are passed over and counted as `filtered`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<serde_json::Value>,
+    /// Delivered by a dispatcher to this target; clients do not receive from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub push: Option<PushSpec>,
 }
 
 impl Default for SubscriptionSpec {
@@ -134,6 +145,8 @@ impl Default for SubscriptionSpec {
             ordering: Ordering::None,
             delay_ms: 0,
             redelivery_backoff: None,
+            filter: None,
+            push: None,
         }
     }
 }
@@ -167,6 +180,10 @@ pub struct Backlog {
     /// that waits, keeps its count (`in_flight`, `delayed`) until it comes due: it can
     /// still be acked meanwhile. So the number only grows, and exactly once per message.
     pub expired: u64,
+    /// Passed over because they did not match the subscription's filter: never delivered.
+    /// Counted when a receive passes over them, so the number only grows; messages past
+    /// the cursor not yet looked at count as `visible` until then.
+    pub filtered: u64,
     /// How long the oldest visible message has been visible.
     pub oldest_visible_age_ms: Option<u64>,
 }
@@ -188,6 +205,8 @@ pub struct SubscriptionDescription {
     /// Every partition's counts are of one moment (two reads in a row agreed); false only
     /// when a partition kept changing through every read (see `Queues::snapshot`).
     pub exact: bool,
+    /// A push subscription's deliveries so far.
+    pub deliveries: Option<PushStatsRecord>,
 }
 
 /// A receive: up to `max_messages`, waiting up to `wait_ms` for the first.
@@ -268,6 +287,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use sha2::Sha256;
 
+use crate::filter::Filter;
 use crate::layout::{self, HeadRecord};
 use crate::log::read::rendered_size;
 use crate::log::topics;
@@ -295,6 +315,8 @@ const PAGE: usize = 1000;
 /// Reads of a partition's queue one describe makes at most, looking for two that agree.
 const SNAPSHOT_READS: usize = 4;
 const CURSOR_SK: &str = "c";
+/// Sorts after the cursor and every lease: a partition's first items are still those.
+const PUSH_STATS_SK: &str = "s";
 const SUB_PURGE_PK: &str = "purge-subs";
 const DEAD_REASON: &str = "max_receive_count_exceeded";
 
@@ -304,6 +326,8 @@ struct Sub {
     name: String,
     record: SubscriptionRecord,
     version: u64,
+    /// The record's filter, compiled.
+    filter: Option<Filter>,
 }
 
 impl Sub {
@@ -418,6 +442,11 @@ impl Queues {
         Self { log, local: Arc::default() }
     }
 
+    /// The log the queues read.
+    pub fn log(&self) -> &Log {
+        &self.log
+    }
+
     /// Claims a queue partition for one receive of this process, unless another has it.
     fn claim_partition(&self, sub_id: u64, partition: u32) -> Option<PartitionClaim> {
         let key = (sub_id, partition);
@@ -451,15 +480,22 @@ impl Queues {
     /// The subscription's item, a tombstone included.
     async fn sub_item(&self, topic: &TopicConfig, name: &str) -> Result<Option<Sub>, Error> {
         let Some(item) = self.store().get(&sub_key(topic.id, name)).await? else { return Ok(None) };
-        let record = layout::decode("subscription", &item.value)?;
-        Ok(Some(Sub { topic: topic.clone(), name: name.to_owned(), record, version: item.version }))
+        let record: SubscriptionRecord = layout::decode("subscription", &item.value)?;
+        let filter = match &record.spec.filter {
+            Some(pattern) => Some(
+                Filter::parse(pattern)
+                    .map_err(|e| StorageError::Corrupt(format!("filter of subscription {name:?}: {e}")))?,
+            ),
+            None => None,
+        };
+        Ok(Some(Sub { topic: topic.clone(), name: name.to_owned(), record, version: item.version, filter }))
     }
 
     /// One partition's queue: the cursor and leases, all of them (`limit: None`) or the
     /// first `limit` items, which are the cursor and the leases due soonest.
     async fn load(&self, sub: &Sub, partition: u32, limit: Option<usize>) -> Result<QueueState, StorageError> {
         let mut state = QueueState {
-            cursor: CursorRecord { next: sub.start(partition), dead: 0, expired: 0 },
+            cursor: CursorRecord { next: sub.start(partition), ..CursorRecord::default() },
             cursor_version: None,
             leases: Vec::new(),
         };
@@ -470,6 +506,8 @@ impl Queues {
                 if item.key.sk == CURSOR_SK {
                     state.cursor = layout::decode("cursor", &item.value)?;
                     state.cursor_version = Some(item.version);
+                } else if item.key.sk == PUSH_STATS_SK {
+                    continue;
                 } else {
                     let due = parse_lease_sk(&item.key.sk)?;
                     let record = layout::decode("lease", &item.value)?;
@@ -481,30 +519,6 @@ impl Queues {
                 _ => return Ok(state),
             }
         }
-    }
-
-    /// A partition's queue items as they were at one moment, for exact counts: a query is not
-    /// a snapshot (DynamoDB's can be torn by a transaction; SQLite pages by [`PAGE`]), so
-    /// the items are read until two reads in a row agree on every item and its version
-    /// (versions only grow, so two equal reads bracket a moment with no write in between).
-    /// Under writes that never pause, the last read is answered after [`SNAPSHOT_READS`].
-    async fn snapshot(&self, sub: &Sub, partition: u32) -> Result<(QueueState, bool), StorageError> {
-        let fingerprint = |s: &QueueState| -> Vec<(String, u64)> {
-            s.leases
-                .iter()
-                .map(|l| (l.key.sk.clone(), l.version))
-                .chain(s.cursor_version.map(|v| (String::new(), v)))
-                .collect()
-        };
-        let mut last = self.load(sub, partition, None).await?;
-        for _ in 1..SNAPSHOT_READS {
-            let again = self.load(sub, partition, None).await?;
-            if fingerprint(&again) == fingerprint(&last) {
-                return Ok((again, true));
-            }
-            last = again;
-        }
-        Ok((last, false))
     }
 
     /// Whether a failed conditional write is worth another read: a lost race (or, on
@@ -565,5 +579,5 @@ fn test_sub(version: u64) -> Sub {
     let topic = TopicConfig { name: "t".into(), id: 1, spec, created_ms: 0, version: 1 };
     let record =
         SubscriptionRecord { id: 7, spec: SubscriptionSpec::default(), starts: vec![0], created_ms: 0, deleted: false };
-    Sub { topic, name: "s".into(), record, version }
+    Sub { topic, name: "s".into(), record, version, filter: None }
 }

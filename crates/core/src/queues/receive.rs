@@ -29,12 +29,17 @@ fn answerable(messages: Vec<Message>, held: &[(usize, i64)], now: i64) -> Vec<Me
     out
 }
 
+/// Writes one take makes that only pass over expired or filtered messages before it
+/// answers (nothing yet, look again soon).
+const MAX_PASSES: usize = 8;
+
 impl Queues {
     /// Receives up to `max_messages`, waiting up to `wait_ms` for the first. Partitions are
     /// visited from a random one, so concurrent receivers mostly work on different partitions.
     pub async fn receive(&self, topic: &str, name: &str, req: &ReceiveRequest) -> Result<Vec<Message>, Error> {
         Self::check_receive(req)?;
         let sub = self.sub(topic, name).await?;
+        sub.check_pull()?;
         self.receive_on(&sub, req).await
     }
 
@@ -50,12 +55,13 @@ impl Queues {
     ) -> Result<(Vec<Result<(), ReceiptError>>, Vec<Message>), Error> {
         Self::check_receive(req)?;
         let sub = self.sub(topic, name).await?;
+        sub.check_pull()?;
         let acks = self.settle_on(&sub, receipts, Settle::Ack).await?;
         let acks = acks.into_iter().map(|r| r.map(|_| ())).collect();
         Ok((acks, self.receive_on(&sub, req).await?))
     }
 
-    fn check_receive(req: &ReceiveRequest) -> Result<(), Error> {
+    pub(super) fn check_receive(req: &ReceiveRequest) -> Result<(), Error> {
         if !(1..=MAX_RECEIVE_MESSAGES).contains(&req.max_messages) {
             return Err(Error::invalid(
                 Code::InvalidMaxMessages,
@@ -74,7 +80,7 @@ impl Queues {
         Ok(())
     }
 
-    async fn receive_on(&self, sub: &Sub, req: &ReceiveRequest) -> Result<Vec<Message>, Error> {
+    pub(super) async fn receive_on(&self, sub: &Sub, req: &ReceiveRequest) -> Result<Vec<Message>, Error> {
         let visibility = req.visibility_timeout_ms.unwrap_or(sub.record.spec.visibility_timeout_ms);
         let receipt_key = self.receipt_key().await?;
         let deadline = self.now() + req.wait_ms as i64;
@@ -165,7 +171,7 @@ impl Queues {
     ) -> Result<Taken, Error> {
         let spec = &sub.record.spec;
         let keyed = spec.ordering == Ordering::Key;
-        let (mut attempt, mut burials) = (0, 0);
+        let (mut attempt, mut burials, mut passes) = (0, 0, 0);
         while attempt < MAX_ATTEMPTS {
             let now = self.now();
             // Unordered, the cursor and the leases due soonest are enough (one past `want`
@@ -184,30 +190,30 @@ impl Queues {
                 continue;
             }
             let mut plan = Plan::new(&state, now, keyed, &dead);
+            plan.filtering = sub.filter.is_some();
             // Where new messages start: offsets below the log start were removed by retention
             // before the queue took them, and are counted as expired when the cursor passes them.
             let mut base = state.cursor.next.max(head.start);
-            let mut payloads: HashMap<u64, Event> = HashMap::new();
-            let room = plan.room(want);
-            if room > 0 && base < head.next {
-                let Some(events) = self.read_new(sub, partition, base, room, &mut head, &mut attempt).await? else {
-                    continue;
-                };
-                // The log start moved past `base` since the heads were read.
-                base = base.max(events.first().map_or(base, |e| e.offset));
-                plan.add_new(&events, spec, now);
-                payloads.extend(events.into_iter().map(|e| (e.offset, e)));
-            }
+            let (room, attempts) = (plan.room(want), &mut attempt);
+            let Some(events) = self.read_new(sub, partition, &mut base, room, &mut head, attempts).await? else {
+                continue;
+            };
+            plan.add_new(&events, spec, sub.filter.as_ref(), now);
+            let mut payloads: HashMap<u64, Event> = events.into_iter().map(|e| (e.offset, e)).collect();
             let mut pick = plan.choose(want, head.start, base);
             // The payloads of what was chosen from leases (new messages' are read), then the
             // answer's size: what does not fit stays (in its lease, or in the log).
             payloads.extend(self.events_at(&sub.topic, partition, &plan.lease_offsets(&pick), head).await?);
             let (kept, left) = plan.fit(&mut pick, &payloads, *bytes_left, first, base);
-            let skipped = base - state.cursor.next.min(base);
-            // Only expired messages to pass over: written, then the partition is looked at again.
+            let (skipped, filtered) = (base - state.cursor.next.min(base), plan.filtered_below(pick.cursor_next));
+            // Only expired or filtered messages to pass over: written, then the partition is
+            // looked at again (a few times: a long run of them is left to the next receive).
             let only_expired = kept.is_empty() && pick.parked.is_empty() && pick.delayed.is_empty();
-            if only_expired && pick.gone.is_empty() && skipped == 0 {
+            if only_expired && pick.gone.is_empty() && skipped == 0 && filtered == 0 {
                 return Ok(nothing_taken(&plan, &state, &dead, head, now));
+            }
+            if only_expired && passes == MAX_PASSES {
+                return Ok(Taken { blocked: true, ..Taken::default() });
             }
             // The window counts from the write, not from the reads before it: a slow read
             // must not shorten it.
@@ -224,6 +230,7 @@ impl Queues {
                 continue;
             }
             if only_expired {
+                passes += 1;
                 continue;
             }
             *bytes_left = left;
@@ -232,23 +239,30 @@ impl Queues {
         Ok(Taken { blocked: true, ..Taken::default() })
     }
 
-    /// Up to `room` new messages of the log from `base`. `None` when retention moved the
-    /// log start past `base` while it was read: the head is read again (into `head`), an
-    /// attempt counted, and the take looks again from the new start (what it passes over
-    /// is counted as expired then).
+    /// Up to `room` new messages of the log from `base` (none if `room` is 0 or the log
+    /// ends there); `base` moves up if the log start moved past it since the heads were
+    /// read. `None` when retention moved the log start past `base` while it was read: the
+    /// head is read again (into `head`), an attempt counted, and the take looks again from
+    /// the new start (what it passes over is counted as expired then).
     async fn read_new(
         &self,
         sub: &Sub,
         partition: u32,
-        base: u64,
+        base: &mut u64,
         room: usize,
         head: &mut HeadRecord,
         attempt: &mut usize,
     ) -> Result<Option<Vec<Event>>, Error> {
+        if room == 0 || *base >= head.next {
+            return Ok(Some(Vec::new()));
+        }
         let limits = *self.log.limits();
         let max = room.min(limits.max_read_events);
-        match self.log.read_at(&sub.topic, partition, base, max, limits.max_read_bytes, *head).await {
-            Ok(batch) => Ok(Some(batch.events)),
+        match self.log.read_at(&sub.topic, partition, *base, max, limits.max_read_bytes, *head).await {
+            Ok(batch) => {
+                *base = (*base).max(batch.events.first().map_or(*base, |e| e.offset));
+                Ok(Some(batch.events))
+            }
             Err(Error::OffsetOutOfRange { .. }) => {
                 *attempt += 1;
                 *head = topics::head(self.store(), sub.topic.id, partition).await?.0;

@@ -31,6 +31,13 @@ pub struct CursorRecord {
     /// start, and lease messages dropped when they came due), counted in the same write.
     #[serde(default)]
     pub expired: u64,
+    /// Messages passed over because they did not match the filter, counted in the same write.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub filtered: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Messages delivered together (or released together), all with one receive count.
@@ -62,6 +69,19 @@ pub struct LeaseMsg {
     /// A hash of the event's key, kept under `ordering: key`.
     #[serde(rename = "k", default, skip_serializing_if = "Option::is_none")]
     pub key: Option<u64>,
+}
+
+/// A push subscription's deliveries so far (kept beside partition 0's cursor, so the
+/// subscription's purge removes it): added to by dispatchers, a few times a second at most.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PushStatsRecord {
+    pub attempted: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error_ms: Option<i64>,
 }
 
 /// A dead letter: which delivery history put it there.
@@ -113,6 +133,10 @@ pub fn queue_collections(sub_id: u64, partition: u32) -> [String; 2] {
 
 pub(super) fn cursor_key(sub_id: u64, partition: u32) -> Key {
     Key::new(queue_pk(sub_id, partition), CURSOR_SK)
+}
+
+pub(super) fn push_stats_key(sub_id: u64) -> Key {
+    Key::new(queue_pk(sub_id, 0), PUSH_STATS_SK)
 }
 
 pub(super) fn lease_sk(due: i64, nonce: u64) -> String {

@@ -2,6 +2,7 @@
 //! version only grows), and their settings' checks.
 
 use super::*;
+use crate::filter::Filter;
 use crate::Code;
 
 impl Backoff {
@@ -69,7 +70,25 @@ impl SubscriptionSpec {
                 return Err(Error::invalid(Code::InvalidStart, "start timestamp_ms must not be negative"));
             }
         }
+        if let Some(pattern) = &self.filter {
+            Filter::parse(pattern).map_err(|e| Error::invalid(Code::InvalidFilter, format!("filter: {e}")))?;
+        }
+        if let Some(push) = &self.push {
+            push.validate()?;
+        }
         Ok(())
+    }
+
+    /// The same settings as `requested`, where a push target requested without a secret
+    /// accepts the one generated for it.
+    fn satisfies(&self, requested: &SubscriptionSpec) -> bool {
+        match (&self.push, &requested.push) {
+            (Some(stored), Some(asked)) => {
+                stored.satisfies(asked)
+                    && Self { push: None, ..self.clone() } == Self { push: None, ..requested.clone() }
+            }
+            _ => self == requested,
+        }
     }
 
     pub(super) fn backoff_ms(&self, receives: u32) -> i64 {
@@ -81,6 +100,8 @@ impl Queues {
     /// Creates a subscription, or answers the existing one if its settings are the same
     /// (`false`: it already existed). The start is fixed now: `latest` means the heads
     /// as they are at creation, whenever the first receive comes.
+    /// A push target's secret, when not given, is generated here: the create answer is
+    /// the only one that shows it.
     pub async fn create(&self, topic: &str, name: &str, spec: SubscriptionSpec) -> Result<(Subscription, bool), Error> {
         names::validate("topic", topic)?;
         names::validate("subscription", name)?;
@@ -88,7 +109,7 @@ impl Queues {
         let mut attempt = 0;
         while attempt < MAX_ATTEMPTS {
             match self.sub(topic, name).await {
-                Ok(existing) if existing.record.spec == spec => return Ok((existing.describe(), false)),
+                Ok(existing) if existing.record.spec.satisfies(&spec) => return Ok((existing.describe(), false)),
                 Ok(_) => {
                     return Err(Error::Conflict {
                         code: Code::SubscriptionExists,
@@ -101,13 +122,11 @@ impl Queues {
             let topic = topics::live(self.store(), topic).await?;
             let tombstone = self.sub_item(&topic, name).await?.filter(|s| s.record.deleted).map(|s| s.version);
             let starts = self.start_offsets(&topic, &spec.start).await?;
-            let record = SubscriptionRecord {
-                id: self.nonce(),
-                spec: spec.clone(),
-                starts,
-                created_ms: self.now(),
-                deleted: false,
-            };
+            let mut spec = spec.clone();
+            if let Some(push) = spec.push.as_mut().filter(|p| p.wants_secret()) {
+                push.generate_secret(|| self.nonce());
+            }
+            let record = SubscriptionRecord { id: self.nonce(), spec, starts, created_ms: self.now(), deleted: false };
             let ops = vec![
                 WriteOp::replace(sub_key(topic.id, name), layout::encode(&record), tombstone),
                 // Not on a topic deleted meanwhile: its subscriptions would never be purged.
@@ -116,7 +135,8 @@ impl Queues {
             match self.store().write(ops).await {
                 Ok(()) => {
                     tracing::info!(topic = %topic.name, subscription = name, "subscription created");
-                    let sub = Sub { topic, name: name.to_owned(), record, version: tombstone.map_or(1, |v| v + 1) };
+                    let version = tombstone.map_or(1, |v| v + 1);
+                    let sub = Sub { topic, name: name.to_owned(), record, version, filter: None };
                     return Ok((sub.describe(), true));
                 }
                 Err(e) => self.lost_race(e, &mut attempt).await?,
@@ -169,7 +189,8 @@ impl Queues {
                 let record: SubscriptionRecord = layout::decode("subscription", &item.value)?;
                 if !record.deleted {
                     subs.push(
-                        Sub { topic: topic.clone(), name: item.key.sk, record, version: item.version }.describe(),
+                        Sub { topic: topic.clone(), name: item.key.sk, record, version: item.version, filter: None }
+                            .describe(),
                     );
                 }
             }

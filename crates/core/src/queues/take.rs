@@ -12,6 +12,8 @@ pub(super) struct Candidate {
     pub receives: u32,
     /// A new message still within the subscription's delay: the time it becomes visible.
     pub waiting: Option<i64>,
+    /// A new message the subscription's filter does not match: passed over, never delivered.
+    pub filtered: bool,
 }
 
 /// What one take chose, before its write.
@@ -54,7 +56,13 @@ pub(super) struct Plan {
     pub wake_at: Option<i64>,
     pub blocked: bool,
     keyed: bool,
+    /// The subscription has a filter: the log is read further ahead, as some of what is
+    /// read will not be delivered.
+    pub filtering: bool,
 }
+
+/// New messages a filtering take reads at least (it passes over those that do not match).
+const FILTER_LOOKAHEAD: usize = 256;
 
 impl Plan {
     /// Sorts the leases out at `now`: due ones (but `dead`) are candidates; keyed, a lease
@@ -67,6 +75,7 @@ impl Plan {
             wake_at: None,
             blocked: false,
             keyed,
+            filtering: false,
         };
         for (i, lease) in state.leases.iter().enumerate() {
             if lease.record.held_until.is_none() && lease.record.receives == 0 && !lease.record.redriven {
@@ -83,6 +92,7 @@ impl Plan {
                     lease: Some(i),
                     receives: lease.record.receives,
                     waiting: None,
+                    filtered: false,
                 }));
             }
         }
@@ -92,34 +102,52 @@ impl Plan {
     /// How many new messages to read from the log: only as far as they will be delivered
     /// or parked. Keyed, a look-ahead past blocked keys, not the whole park.
     pub fn room(&self, want: usize) -> usize {
-        if self.keyed {
+        let room = if self.keyed {
             want + PARK_LIMIT.saturating_sub(self.parked_before).min(want * 3)
         } else {
             want.saturating_sub(self.candidates.len())
+        };
+        if self.filtering && room > 0 {
+            room.max(FILTER_LOOKAHEAD)
+        } else {
+            room
         }
     }
 
-    /// Adds the new messages read from the log (`events`, in offset order). Those still
-    /// within their delay at the end of what was read stay in the log: the cursor stops at
-    /// the first of them (timestamps growing with offsets, the common case, park nothing).
-    pub fn add_new(&mut self, events: &[Event], spec: &SubscriptionSpec, now: i64) {
+    /// Adds the new messages read from the log (`events`, in offset order); those `filter`
+    /// does not match are marked, to be passed over. Those still within their delay at the
+    /// end of what was read stay in the log: the cursor stops at the first of them, and the
+    /// filtered ones after it wait with them (timestamps growing with offsets, the common
+    /// case, park nothing).
+    pub fn add_new(&mut self, events: &[Event], spec: &SubscriptionSpec, filter: Option<&Filter>, now: i64) {
         for event in events {
-            let waiting = (spec.delay_ms > 0)
+            let filtered = filter.is_some_and(|f| !f.matches(&document(event)));
+            let waiting = (spec.delay_ms > 0 && !filtered)
                 // From its timestamp, or from now if the publisher's clock ran ahead.
                 .then(|| event.record.timestamp_ms.min(now).saturating_add(spec.delay_ms as i64))
                 .filter(|at| *at > now);
-            let key = if self.keyed { event.record.key.as_deref().map(key_hash) } else { None };
+            let key = if self.keyed && !filtered { event.record.key.as_deref().map(key_hash) } else { None };
             self.candidates.push(Candidate {
                 msg: LeaseMsg { offset: event.offset, first_ms: 0, key },
                 lease: None,
                 receives: 0,
                 waiting,
+                filtered,
             });
         }
-        while let Some(at) = self.candidates.last().filter(|c| c.lease.is_none()).and_then(|c| c.waiting) {
-            self.wake_at = min_time(self.wake_at, at);
-            self.candidates.pop();
+        // The tail of new messages that are all waiting or filtered; from its first waiting one.
+        let tail = self.candidates.iter().rposition(|c| c.lease.is_some() || (c.waiting.is_none() && !c.filtered));
+        let tail = tail.map_or(0, |i| i + 1);
+        if let Some(first) = (tail..self.candidates.len()).find(|&i| self.candidates[i].waiting.is_some()) {
+            for at in self.candidates.drain(first..).filter_map(|c| c.waiting) {
+                self.wake_at = min_time(self.wake_at, at);
+            }
         }
+    }
+
+    /// The filtered messages below `cursor`: what a write moving the cursor there passes over.
+    pub fn filtered_below(&self, cursor: u64) -> u64 {
+        self.candidates.iter().filter(|c| c.filtered && c.msg.offset < cursor).count() as u64
     }
 
     /// Chooses at most `want`; keyed, one per key and none of a blocked key (every candidate
@@ -136,6 +164,10 @@ impl Plan {
         // The cursor, the parked lease, and the subscription's check on a first write.
         let mut ops_left = MAX_WRITE_OPS - 3 - MAX_DELAY_LEASES;
         for (ci, c) in self.candidates.iter().enumerate() {
+            if c.filtered {
+                pick.cursor_next = c.msg.offset + 1; // passed over, even once full
+                continue;
+            }
             let full = pick.chosen.len() >= want;
             if c.lease.is_none() && full {
                 break; // the cursor stops here: the rest stay in the log
@@ -255,6 +287,26 @@ impl Plan {
     }
 }
 
+/// What a filter matches an event against: `{"partition", "key", "headers", "value"}`,
+/// the value as JSON when it was published as JSON (bytes match on the rest only), keys and
+/// header values as text (invalid UTF-8 replaced).
+pub(super) fn document(event: &Event) -> serde_json::Value {
+    let text = |b: &[u8]| serde_json::Value::String(String::from_utf8_lossy(b).into_owned());
+    let mut doc = serde_json::Map::with_capacity(4);
+    doc.insert("partition".into(), event.partition.into());
+    if let Some(key) = &event.record.key {
+        doc.insert("key".into(), text(key));
+    }
+    let headers = event.record.headers.iter().map(|(n, v)| (n.clone(), text(v))).collect();
+    doc.insert("headers".into(), serde_json::Value::Object(headers));
+    if event.record.value_is_json {
+        if let Ok(value) = serde_json::from_slice(&event.record.value) {
+            doc.insert("value".into(), value);
+        }
+    }
+    serde_json::Value::Object(doc)
+}
+
 /// What a take writes, and what it answers once the write lands.
 pub(super) struct Write {
     pub ops: Vec<WriteOp>,
@@ -293,7 +345,8 @@ pub(super) fn write(
     }
     if pick.cursor_next > state.cursor.next || !pick.gone.is_empty() {
         let expired = state.cursor.expired + skipped + pick.gone.len() as u64;
-        let cursor = CursorRecord { next: pick.cursor_next, dead: state.cursor.dead, expired };
+        let filtered = state.cursor.filtered + plan.filtered_below(pick.cursor_next);
+        let cursor = CursorRecord { next: pick.cursor_next, dead: state.cursor.dead, expired, filtered };
         ops.push(state.cursor_write(sub.record.id, partition, cursor));
     } else if plan.keyed {
         // Rewritten, not only checked: a keyed receiver that read the leases while
@@ -364,7 +417,7 @@ mod tests {
     }
 
     fn state(next: u64, leases: Vec<Lease>) -> QueueState {
-        QueueState { cursor: CursorRecord { next, dead: 0, expired: 0 }, cursor_version: Some(1), leases }
+        QueueState { cursor: CursorRecord { next, ..CursorRecord::default() }, cursor_version: Some(1), leases }
     }
 
     fn event(offset: u64, key: Option<&str>, timestamp_ms: i64) -> Event {
@@ -482,7 +535,7 @@ mod tests {
         for c in cases {
             let s = state(10, c.leases);
             let mut plan = Plan::new(&s, 50, c.keyed, &[]);
-            plan.add_new(&c.log, &SubscriptionSpec::default(), 50);
+            plan.add_new(&c.log, &SubscriptionSpec::default(), None, 50);
             let pick = plan.choose(c.want, 0, 10);
             assert_eq!(offsets(&plan, &pick), c.delivered, "{}", c.name);
             assert_eq!(pick.cursor_next, c.cursor, "{}", c.name);
@@ -508,7 +561,7 @@ mod tests {
         let s = state(10, vec![]);
         let mut plan = Plan::new(&s, 5_000, false, &[]);
         // 10 is past its delay; 11 and 12 are not (published at 4,500 and 4,800).
-        plan.add_new(&[event(10, None, 1_000), event(11, None, 4_500), event(12, None, 4_800)], &spec, 5_000);
+        plan.add_new(&[event(10, None, 1_000), event(11, None, 4_500), event(12, None, 4_800)], &spec, None, 5_000);
         assert_eq!(plan.candidates.len(), 1);
         assert_eq!(plan.wake_at, Some(5_500));
         let pick = plan.choose(5, 0, 10);
@@ -523,7 +576,7 @@ mod tests {
         let one = rendered_size(&log[0].record);
 
         let mut plan = Plan::new(&s, 50, false, &[]);
-        plan.add_new(&log, &SubscriptionSpec::default(), 50);
+        plan.add_new(&log, &SubscriptionSpec::default(), None, 50);
         let mut pick = plan.choose(4, 0, 10);
         let (kept, left) = plan.fit(&mut pick, &payloads, 2 * one + 1, false, 10);
         assert_eq!(kept.len(), 2);
@@ -531,7 +584,7 @@ mod tests {
         assert_eq!(pick.cursor_next, 12, "what did not fit stays in the log");
 
         let mut plan = Plan::new(&s, 50, false, &[]);
-        plan.add_new(&log, &SubscriptionSpec::default(), 50);
+        plan.add_new(&log, &SubscriptionSpec::default(), None, 50);
         let mut pick = plan.choose(4, 0, 10);
         let (kept, _) = plan.fit(&mut pick, &payloads, 0, true, 10);
         assert_eq!(kept.len(), 1, "a receive's first message is taken whatever its size");
@@ -577,7 +630,7 @@ mod tests {
         for (name, msgs, log, want, delivered, ops) in cases {
             let s = state(10, vec![lease(1, 1, true, &msgs)]);
             let mut plan = Plan::new(&s, 50, false, &[]);
-            plan.add_new(&log, &SubscriptionSpec::default(), 50);
+            plan.add_new(&log, &SubscriptionSpec::default(), None, 50);
             let pick = plan.choose(want, 0, 10);
             let kept = pick.chosen.clone();
             let mut nonces = 100..;
@@ -594,7 +647,7 @@ mod tests {
         let mut s = state(0, vec![]);
         s.cursor_version = None;
         let mut plan = Plan::new(&s, 50, false, &[]);
-        plan.add_new(&[event(0, None, 0)], &SubscriptionSpec::default(), 50);
+        plan.add_new(&[event(0, None, 0)], &SubscriptionSpec::default(), None, 50);
         let pick = plan.choose(1, 0, 0);
         let kept = pick.chosen.clone();
         let key = [9u8; 32];

@@ -1,0 +1,54 @@
+//! The push port: sending one delivery to a subscription's target (an HTTP endpoint or
+//! a Lambda function). The dispatcher (`crate::push`) decides what to send and what the
+//! answer means; an adapter only carries it.
+
+use async_trait::async_trait;
+
+/// Bytes of a target's answer a deliverer reads at most (enough for a partial-batch
+/// answer naming 100 messages); the rest is ignored.
+pub const MAX_ANSWER_BYTES: usize = 64 << 10;
+
+/// Where a delivery goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Destination {
+    /// `POST` to this URL.
+    Url(String),
+    /// Invoke this function (name or ARN) synchronously with the body as its event.
+    Lambda(String),
+}
+
+/// One delivery: a signed JSON body for one target.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub destination: Destination,
+    /// The request's headers (content type and signature), in order.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// The whole attempt (connect, send, answer) must end within this.
+    pub timeout_ms: u64,
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// The target answered (for a Lambda function: 200 with its result, or a function
+    /// error as a 5xx-like status).
+    Status {
+        status: u16,
+        /// A `Retry-After` in seconds, as milliseconds.
+        retry_after_ms: Option<u64>,
+        /// The answer's first [`MAX_ANSWER_BYTES`].
+        body: Vec<u8>,
+    },
+    /// No answer: a timeout, a refused or failed connection, a refused destination.
+    Failed(String),
+}
+
+/// Sends deliveries. Contract: one attempt per call (never retried by the adapter), ended
+/// by `timeout_ms`; redirects not followed (a 3xx is an answer); at most
+/// [`MAX_ANSWER_BYTES`] of the answer read; never panics. An adapter may refuse targets
+/// (e.g. private addresses on AWS) by answering `Failed` with the reason.
+#[async_trait]
+pub trait Deliver: Send + Sync + 'static {
+    async fn deliver(&self, delivery: &Delivery) -> Answer;
+}

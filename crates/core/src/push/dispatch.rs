@@ -1,0 +1,268 @@
+//! The dispatcher: per push subscription, up to `max_in_flight` workers that each receive
+//! a batch, deliver it and settle it by the answer. Delivery counts are kept in memory and
+//! added to the subscription's in the store by [`Dispatcher::flush_stats`].
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use super::{judge, webhook, DEFAULT_BACKOFF};
+use crate::ports::deliver::{Deliver, Delivery, Destination};
+use crate::queues::{secret_key, Message, PushStatsRecord, PushSubscription, PushTarget, Queues, ReceiveRequest};
+use crate::Error;
+
+/// A receive holds its batch this long past the attempt's timeout: settling takes a moment.
+const SETTLE_MARGIN_MS: u64 = 5_000;
+/// How long an embedded worker's receive waits for a message (woken at once by a commit).
+const IDLE_WAIT_MS: u64 = 5_000;
+/// How often the embedded dispatcher looks for new push subscriptions and adds counts.
+const SCAN_MS: u64 = 1_000;
+/// A worker's pause after an error of the store.
+const ERROR_PAUSE_MS: u64 = 1_000;
+
+/// What [`Dispatcher::drain`] did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Drained {
+    pub deliveries: u64,
+    pub messages: u64,
+    pub failed_messages: u64,
+}
+
+/// Delivers push subscriptions' messages through a [`Deliver`] port. Clones share state.
+#[derive(Clone)]
+pub struct Dispatcher {
+    queues: Queues,
+    deliver: Arc<dyn Deliver>,
+    /// Counts not yet added to the store, by subscription id.
+    stats: Arc<Mutex<HashMap<u64, (PushSubscription, PushStatsRecord)>>>,
+}
+
+impl Dispatcher {
+    pub fn new(queues: Queues, deliver: Arc<dyn Deliver>) -> Self {
+        Self { queues, deliver, stats: Arc::default() }
+    }
+
+    fn now(&self) -> i64 {
+        self.queues.log().clock().now_ms()
+    }
+
+    /// Receives up to a batch for `sub`, waiting up to `wait_ms`, held for the attempt.
+    pub async fn receive(&self, sub: &PushSubscription, wait_ms: u64) -> Result<Vec<Message>, Error> {
+        let visibility = sub.spec.visibility_timeout_ms.max(sub.push.timeout_ms + SETTLE_MARGIN_MS);
+        let req = ReceiveRequest {
+            max_messages: sub.push.max_batch as usize,
+            wait_ms,
+            visibility_timeout_ms: Some(visibility),
+        };
+        self.queues.receive_for_push(sub, &req).await
+    }
+
+    /// Sends a received batch and settles it: acks what the target took; releases the
+    /// rest, visible again after their backoff (at once for those out of deliveries,
+    /// which the next receive moves to the DLQ). Answers how many failed.
+    pub async fn deliver(&self, sub: &PushSubscription, messages: Vec<Message>) -> Result<usize, Error> {
+        if messages.is_empty() {
+            return Ok(0);
+        }
+        let body = webhook::body(&sub.topic, &sub.name, &messages);
+        let id = webhook::delivery_id(sub.id, &messages);
+        let mut headers = vec![("content-type".to_owned(), "application/json".to_owned())];
+        if let PushTarget::Url { secret, .. } = &sub.push.target {
+            let key = secret_key(secret).map_err(|e| Error::Corrupt(format!("stored push secret: {e}")))?;
+            let timestamp = self.now().div_euclid(1000);
+            headers.push(("webhook-id".into(), id.clone()));
+            headers.push(("webhook-timestamp".into(), timestamp.to_string()));
+            headers.push(("webhook-signature".into(), webhook::sign(&key, &id, timestamp, &body)));
+        }
+        let destination = match &sub.push.target {
+            PushTarget::Url { url, .. } => Destination::Url(url.clone()),
+            PushTarget::Lambda { function } => Destination::Lambda(function.clone()),
+        };
+        let delivery = Delivery { destination, headers, body, timeout_ms: sub.push.timeout_ms };
+        let answer = self.deliver.deliver(&delivery).await;
+        let ids: Vec<String> =
+            messages.iter().map(|m| webhook::message_id(&sub.topic, m.event.partition, m.event.offset)).collect();
+        let verdict = judge(&answer, &ids);
+        if let Some(error) = &verdict.error {
+            tracing::warn!(topic = %sub.topic, subscription = %sub.name, delivery = %id, error, "push delivery failed");
+        }
+        self.count(sub, &verdict.failed, messages.len(), verdict.error.clone());
+        let mut acks = Vec::new();
+        let mut releases: HashMap<u64, Vec<String>> = HashMap::new();
+        for (m, id) in messages.into_iter().zip(&ids) {
+            if !verdict.failed.contains(id) {
+                acks.push(m.receipt);
+                continue;
+            }
+            let delay = if m.receive_count >= sub.spec.max_receive_count {
+                0
+            } else {
+                let backoff = sub.spec.redelivery_backoff.as_ref().unwrap_or(&DEFAULT_BACKOFF);
+                verdict.retry_after_ms.unwrap_or_else(|| backoff.delay_ms(m.receive_count))
+            };
+            releases.entry(delay.min(crate::queues::MAX_RELEASE_DELAY_MS)).or_default().push(m.receipt);
+        }
+        // A stale receipt here means the window ended first: the message is due again anyway.
+        if !acks.is_empty() {
+            self.queues.ack(&sub.topic, &sub.name, &acks).await?;
+        }
+        for (delay, receipts) in releases {
+            self.queues.nack(&sub.topic, &sub.name, &receipts, delay).await?;
+        }
+        Ok(verdict.failed.len())
+    }
+
+    fn count(&self, sub: &PushSubscription, failed: &HashSet<String>, sent: usize, error: Option<String>) {
+        let now = self.now();
+        let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        let (_, s) = stats.entry(sub.id).or_insert_with(|| (sub.clone(), PushStatsRecord::default()));
+        s.attempted += 1;
+        if failed.len() == sent {
+            s.failed += 1;
+        } else {
+            s.succeeded += 1;
+        }
+        if error.is_some() {
+            s.last_error = error;
+            s.last_error_ms = Some(now);
+        }
+    }
+
+    /// Adds the counts kept since the last flush to the store.
+    pub async fn flush_stats(&self) {
+        let pending: Vec<(PushSubscription, PushStatsRecord)> =
+            self.stats.lock().unwrap_or_else(|p| p.into_inner()).drain().map(|(_, v)| v).collect();
+        for (sub, add) in pending {
+            match self.queues.add_push_stats(&sub, &add).await {
+                Ok(()) | Err(Error::SubscriptionNotFound { .. } | Error::TopicNotFound { .. }) => {}
+                Err(e) => tracing::warn!(subscription = %sub.name, error = %e, "push counts not saved"),
+            }
+        }
+    }
+
+    /// The push subscriptions of `topics`, or of every topic.
+    pub async fn subscriptions(&self, topics: Option<&[String]>) -> Result<Vec<PushSubscription>, Error> {
+        let names: Vec<String> = match topics {
+            Some(t) => t.to_vec(),
+            None => self.queues.log().list_topics().await?.into_iter().map(|t| t.name).collect(),
+        };
+        let mut subs = Vec::new();
+        for topic in names {
+            match self.queues.push_subscriptions(&topic).await {
+                Ok(found) => subs.extend(found),
+                Err(Error::TopicNotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(subs)
+    }
+
+    /// Delivers what the push subscriptions of `topics` (or all) have due, each with up to
+    /// `max_in_flight` workers, until nothing is left or no attempt would end by
+    /// `deadline_ms`: a dispatcher function's run. Counts are flushed at the end.
+    pub async fn drain(&self, topics: Option<&[String]>, deadline_ms: i64) -> Result<Drained, Error> {
+        let mut work = JoinSet::new();
+        for sub in self.subscriptions(topics).await? {
+            for _ in 0..sub.push.max_in_flight {
+                let (this, sub) = (self.clone(), sub.clone());
+                work.spawn(async move { this.drain_one(&sub, deadline_ms).await });
+            }
+        }
+        let mut total = Drained::default();
+        let mut first_error = None;
+        while let Some(done) = work.join_next().await {
+            match done {
+                Ok(Ok(d)) => {
+                    total.deliveries += d.deliveries;
+                    total.messages += d.messages;
+                    total.failed_messages += d.failed_messages;
+                }
+                Ok(Err(e)) => first_error = first_error.or(Some(e)),
+                Err(e) => tracing::error!(error = %e, "push worker failed"),
+            }
+        }
+        self.flush_stats().await;
+        first_error.map_or(Ok(total), Err)
+    }
+
+    async fn drain_one(&self, sub: &PushSubscription, deadline_ms: i64) -> Result<Drained, Error> {
+        let mut done = Drained::default();
+        let attempt = (sub.push.timeout_ms + SETTLE_MARGIN_MS) as i64;
+        while self.now() + attempt <= deadline_ms {
+            let messages = match self.receive(sub, 0).await {
+                Ok(m) if m.is_empty() => break,
+                Ok(m) => m,
+                Err(Error::SubscriptionNotFound { .. } | Error::TopicNotFound { .. }) => break,
+                Err(e) => return Err(e),
+            };
+            done.deliveries += 1;
+            done.messages += messages.len() as u64;
+            done.failed_messages += self.deliver(sub, messages).await? as u64;
+        }
+        Ok(done)
+    }
+
+    /// Runs until `stop` turns true: the embedded dispatcher. Looks for push subscriptions
+    /// every second and gives each its workers; a worker stops when its subscription is
+    /// deleted. On stop, receives end at once and deliveries under way are settled.
+    pub async fn run(&self, mut stop: watch::Receiver<bool>) {
+        let mut workers: HashMap<u64, JoinSet<()>> = HashMap::new();
+        loop {
+            match self.subscriptions(None).await {
+                Ok(subs) => {
+                    workers.retain(|_, set| {
+                        while set.try_join_next().is_some() {}
+                        !set.is_empty()
+                    });
+                    for sub in subs {
+                        workers.entry(sub.id).or_insert_with(|| {
+                            let mut set = JoinSet::new();
+                            for _ in 0..sub.push.max_in_flight {
+                                let (this, sub, stop) = (self.clone(), sub.clone(), stop.clone());
+                                set.spawn(async move { this.work(sub, stop).await });
+                            }
+                            set
+                        });
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "push dispatcher could not list subscriptions"),
+            }
+            self.flush_stats().await;
+            let pause = self.queues.log().clock().sleep(SCAN_MS);
+            tokio::select! {
+                _ = pause => {}
+                _ = stop.wait_for(|s| *s) => break,
+            }
+        }
+        for (_, mut set) in workers {
+            while set.join_next().await.is_some() {}
+        }
+        self.flush_stats().await;
+    }
+
+    async fn work(&self, sub: PushSubscription, mut stop: watch::Receiver<bool>) {
+        loop {
+            let received = tokio::select! {
+                r = self.receive(&sub, IDLE_WAIT_MS) => r,
+                _ = stop.wait_for(|s| *s) => return,
+            };
+            let outcome = match received {
+                Ok(messages) => self.deliver(&sub, messages).await.map(|_| ()),
+                Err(e) => Err(e),
+            };
+            match outcome {
+                Ok(()) => {}
+                Err(Error::SubscriptionNotFound { .. } | Error::TopicNotFound { .. }) => return,
+                Err(e) => {
+                    tracing::warn!(topic = %sub.topic, subscription = %sub.name, error = %e, "push worker paused");
+                    self.queues.log().clock().sleep(ERROR_PAUSE_MS).await;
+                }
+            }
+            if *stop.borrow() {
+                return;
+            }
+        }
+    }
+}

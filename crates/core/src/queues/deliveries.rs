@@ -1,0 +1,121 @@
+//! What a push dispatcher needs of the queues: the push subscriptions of a topic, receives
+//! that clients may not make (a push subscription answers them `409 push_subscription`),
+//! and the delivery counts kept beside the queue.
+
+use super::*;
+use crate::Code;
+
+/// A push subscription, as a dispatcher reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PushSubscription {
+    pub topic: String,
+    pub name: String,
+    /// Changes when the subscription is re-created: a dispatcher's work on the old one stops.
+    pub id: u64,
+    pub spec: SubscriptionSpec,
+    pub push: PushSpec,
+}
+
+impl Sub {
+    /// Refuses a client's receive from a push subscription.
+    pub(super) fn check_pull(&self) -> Result<(), Error> {
+        if self.record.spec.push.is_some() {
+            return Err(Error::Conflict {
+                code: Code::PushSubscription,
+                message: format!(
+                    "subscription '{}' of topic '{}' is a push subscription: its dispatcher delivers its messages",
+                    self.name, self.topic.name
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Queues {
+    /// The push subscriptions of a topic.
+    pub async fn push_subscriptions(&self, topic: &str) -> Result<Vec<PushSubscription>, Error> {
+        let topic = topics::live(self.store(), topic).await?;
+        let mut found = Vec::new();
+        let mut query = Query::all(subs_pk(topic.id), PAGE);
+        loop {
+            let page = self.store().query(&query).await?;
+            for item in page.items {
+                let record: SubscriptionRecord = layout::decode("subscription", &item.value)?;
+                if let Some(push) = record.spec.push.clone().filter(|_| !record.deleted) {
+                    found.push(PushSubscription {
+                        topic: topic.name.clone(),
+                        name: item.key.sk,
+                        id: record.id,
+                        spec: record.spec,
+                        push,
+                    });
+                }
+            }
+            match page.next {
+                Some(after) => query.after = Some(after),
+                None => return Ok(found),
+            }
+        }
+    }
+
+    /// A receive on behalf of the push dispatcher of `sub` (and only while it is the same
+    /// subscription: `SubscriptionNotFound` once it was deleted or re-created).
+    pub async fn receive_for_push(&self, sub: &PushSubscription, req: &ReceiveRequest) -> Result<Vec<Message>, Error> {
+        Self::check_receive(req)?;
+        let current = self.sub(&sub.topic, &sub.name).await?;
+        if current.record.id != sub.id {
+            return Err(current.not_found());
+        }
+        self.receive_on(&current, req).await
+    }
+
+    /// Adds a dispatcher's counts to the subscription's (one conditional write; not if the
+    /// subscription was deleted meanwhile, whose purge would miss the item).
+    pub async fn add_push_stats(&self, sub: &PushSubscription, add: &PushStatsRecord) -> Result<(), Error> {
+        let mut attempt = 0;
+        while attempt < MAX_ATTEMPTS {
+            let current = self.sub(&sub.topic, &sub.name).await?;
+            if current.record.id != sub.id {
+                return Err(current.not_found());
+            }
+            let key = push_stats_key(sub.id);
+            let item = self.store().get(&key).await?;
+            let mut stats: PushStatsRecord = match &item {
+                Some(item) => layout::decode("push stats", &item.value)?,
+                None => PushStatsRecord::default(),
+            };
+            stats.attempted += add.attempted;
+            stats.succeeded += add.succeeded;
+            stats.failed += add.failed;
+            if add.last_error.is_some() {
+                stats.last_error.clone_from(&add.last_error);
+                stats.last_error_ms = add.last_error_ms;
+            }
+            let ops = vec![
+                WriteOp::Check {
+                    key: sub_key(current.topic.id, &current.name),
+                    expect: Expect::Version(current.version),
+                },
+                WriteOp::replace(key, layout::encode(&stats), item.map(|i| i.version)),
+            ];
+            match self.store().write(ops).await {
+                Ok(()) => return Ok(()),
+                Err(e) => self.lost_race(e, &mut attempt).await?,
+            }
+        }
+        Err(contended(&sub.name))
+    }
+
+    /// The subscription's delivery counts, if it is a push subscription.
+    pub(super) async fn push_stats(&self, sub: &Sub) -> Result<Option<PushStatsRecord>, Error> {
+        if sub.record.spec.push.is_none() {
+            return Ok(None);
+        }
+        let item = self.store().get(&push_stats_key(sub.record.id)).await?;
+        Ok(Some(match item {
+            Some(item) => layout::decode("push stats", &item.value)?,
+            None => PushStatsRecord::default(),
+        }))
+    }
+}

@@ -1,0 +1,207 @@
+//! A subscription's push target: where a dispatcher delivers its messages instead of
+//! clients receiving them (EventBridge's and SNS's model over an SQS-like queue). Checked
+//! here, when the subscription is created; delivered by [`crate::push`].
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+
+use crate::{Code, Error};
+
+/// Messages per delivery: at most, and by default.
+pub const MAX_PUSH_BATCH: u32 = 100;
+pub const DEFAULT_PUSH_BATCH: u32 = 10;
+/// How long one delivery may take before it counts as failed.
+pub const MIN_PUSH_TIMEOUT_MS: u64 = 1_000;
+pub const MAX_PUSH_TIMEOUT_MS: u64 = 30_000;
+pub const DEFAULT_PUSH_TIMEOUT_MS: u64 = 10_000;
+/// Deliveries of one subscription under way at once.
+pub const MAX_PUSH_IN_FLIGHT: u32 = 100;
+pub const DEFAULT_PUSH_IN_FLIGHT: u32 = 4;
+/// Standard Webhooks' secret prefix; the key is the base64 after it.
+pub const SECRET_PREFIX: &str = "whsec_";
+/// Bytes of a generated signing key.
+const SECRET_BYTES: usize = 24;
+const MAX_URL_LEN: usize = 2048;
+const MAX_FUNCTION_LEN: usize = 256;
+
+/// Where deliveries go.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PushTarget {
+    /// An HTTP(S) endpoint, sent a signed `POST` (Standard Webhooks).
+    Url {
+        url: String,
+        /// `whsec_<base64 key>`: never shown after the create answer.
+        secret: String,
+    },
+    /// A Lambda function (ARN, or its name under `cargo lambda watch`), invoked
+    /// synchronously with the same body.
+    Lambda { function: String },
+}
+
+/// A push subscription's settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PushSpec {
+    pub target: PushTarget,
+    pub max_batch: u32,
+    pub timeout_ms: u64,
+    pub max_in_flight: u32,
+}
+
+impl PushSpec {
+    /// A URL target with defaults, its secret to be generated (empty) unless given.
+    pub fn url(url: impl Into<String>, secret: Option<String>) -> Self {
+        Self::with(PushTarget::Url { url: url.into(), secret: secret.unwrap_or_default() })
+    }
+
+    /// A Lambda target with defaults.
+    pub fn lambda(function: impl Into<String>) -> Self {
+        Self::with(PushTarget::Lambda { function: function.into() })
+    }
+
+    fn with(target: PushTarget) -> Self {
+        Self {
+            target,
+            max_batch: DEFAULT_PUSH_BATCH,
+            timeout_ms: DEFAULT_PUSH_TIMEOUT_MS,
+            max_in_flight: DEFAULT_PUSH_IN_FLIGHT,
+        }
+    }
+
+    /// The signing key, for a URL target.
+    pub fn secret(&self) -> Option<&str> {
+        match &self.target {
+            PushTarget::Url { secret, .. } => Some(secret),
+            PushTarget::Lambda { .. } => None,
+        }
+    }
+
+    /// Whether the secret is still to be generated.
+    pub(super) fn wants_secret(&self) -> bool {
+        self.secret().is_some_and(str::is_empty)
+    }
+
+    /// Gives a URL target without a secret one made of `random` bytes.
+    pub(super) fn generate_secret(&mut self, mut random: impl FnMut() -> u64) {
+        if let PushTarget::Url { secret, .. } = &mut self.target {
+            let key: Vec<u8> = (0..SECRET_BYTES / 8).flat_map(|_| random().to_le_bytes()).collect();
+            *secret = format!("{SECRET_PREFIX}{}", STANDARD.encode(key));
+        }
+    }
+
+    /// The same settings as `requested`, where a request without a secret asks for any.
+    pub(super) fn satisfies(&self, requested: &PushSpec) -> bool {
+        let mut stored = self.clone();
+        if requested.wants_secret() {
+            if let PushTarget::Url { secret, .. } = &mut stored.target {
+                secret.clear();
+            }
+        }
+        &stored == requested
+    }
+
+    pub(super) fn validate(&self) -> Result<(), Error> {
+        let invalid = |message: String| Err(Error::invalid(Code::InvalidPush, message));
+        if !(1..=MAX_PUSH_BATCH).contains(&self.max_batch) {
+            return invalid(format!("push.max_batch must be between 1 and {MAX_PUSH_BATCH}"));
+        }
+        if !(MIN_PUSH_TIMEOUT_MS..=MAX_PUSH_TIMEOUT_MS).contains(&self.timeout_ms) {
+            return invalid(format!("push.timeout_ms must be between {MIN_PUSH_TIMEOUT_MS} and {MAX_PUSH_TIMEOUT_MS}"));
+        }
+        if !(1..=MAX_PUSH_IN_FLIGHT).contains(&self.max_in_flight) {
+            return invalid(format!("push.max_in_flight must be between 1 and {MAX_PUSH_IN_FLIGHT}"));
+        }
+        match &self.target {
+            PushTarget::Url { url, secret } => {
+                check_url(url).or_else(|m| invalid(format!("push.url {m}")))?;
+                if !secret.is_empty() {
+                    secret_key(secret).map_err(|m| Error::invalid(Code::InvalidPush, format!("push.secret {m}")))?;
+                }
+                Ok(())
+            }
+            PushTarget::Lambda { function } => {
+                let ok = !function.is_empty()
+                    && function.len() <= MAX_FUNCTION_LEN
+                    && function.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_:.$".contains(&b));
+                if ok {
+                    Ok(())
+                } else {
+                    invalid(format!(
+                        "push.lambda must be a function name or ARN (1 to {MAX_FUNCTION_LEN} letters, digits, '-', '_', ':', '.', '$')"
+                    ))
+                }
+            }
+        }
+    }
+}
+
+fn check_url(raw: &str) -> Result<(), String> {
+    if raw.len() > MAX_URL_LEN {
+        return Err(format!("must be at most {MAX_URL_LEN} characters"));
+    }
+    let url = url::Url::parse(raw).map_err(|e| format!("is not a URL: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err("must be http:// or https://".into());
+    }
+    if url.host().is_none() {
+        return Err("must name a host".into());
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("must not carry credentials (sign with the secret)".into());
+    }
+    Ok(())
+}
+
+/// The key of a `whsec_<base64>` secret (Standard Webhooks), 16 to 64 bytes.
+pub fn secret_key(secret: &str) -> Result<Vec<u8>, String> {
+    let encoded = secret.strip_prefix(SECRET_PREFIX).ok_or_else(|| format!("must start with {SECRET_PREFIX:?}"))?;
+    let key = STANDARD.decode(encoded).map_err(|_| format!("must be {SECRET_PREFIX} followed by base64"))?;
+    if !(16..=64).contains(&key.len()) {
+        return Err("must hold a key of 16 to 64 bytes".into());
+    }
+    Ok(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_targets_and_bounds_are_refused_with_the_reason() {
+        let cases: Vec<(PushSpec, &str)> = vec![
+            (PushSpec::url("ftp://example.com/x", None), "http"),
+            (PushSpec::url("not a url", None), "not a URL"),
+            (PushSpec::url("https://user:pw@example.com/", None), "credentials"),
+            (PushSpec::url("https://example.com/", Some("abc".into())), "whsec_"),
+            (PushSpec::url("https://example.com/", Some("whsec_AAAA".into())), "16 to 64"),
+            (PushSpec::lambda(""), "function name"),
+            (PushSpec::lambda("my fn"), "function name"),
+            (PushSpec { max_batch: 0, ..PushSpec::lambda("f") }, "max_batch"),
+            (PushSpec { max_batch: 101, ..PushSpec::lambda("f") }, "max_batch"),
+            (PushSpec { timeout_ms: 999, ..PushSpec::lambda("f") }, "timeout_ms"),
+            (PushSpec { max_in_flight: 0, ..PushSpec::lambda("f") }, "max_in_flight"),
+        ];
+        for (spec, why) in cases {
+            let err = spec.validate().expect_err(why).to_string();
+            assert!(err.contains(why), "{err} should say {why}");
+        }
+        PushSpec::url("http://localhost:3000/hook", None).validate().unwrap();
+        PushSpec::lambda("arn:aws:lambda:eu-west-1:123456789012:function:consumer").validate().unwrap();
+    }
+
+    #[test]
+    fn a_generated_secret_is_a_valid_one_and_a_request_without_one_matches_it() {
+        let requested = PushSpec::url("https://example.com/", None);
+        let mut stored = requested.clone();
+        let mut n = 0u64;
+        stored.generate_secret(|| {
+            n += 1;
+            n
+        });
+        assert_eq!(secret_key(stored.secret().unwrap()).unwrap().len(), SECRET_BYTES);
+        stored.validate().unwrap();
+        assert!(stored.satisfies(&requested));
+        assert!(!stored.satisfies(&PushSpec::url("https://example.com/", Some("whsec_x".into()))));
+    }
+}

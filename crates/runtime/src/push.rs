@@ -1,0 +1,209 @@
+//! The push port's adapter ([`Deliver`]): webhook deliveries over HTTP(S) with reqwest, and
+//! Lambda targets through a Lambda Invoke API endpoint (`cargo lambda watch`'s locally).
+//! Redirects are not followed, the answer is read up to [`MAX_ANSWER_BYTES`], and unless
+//! private destinations are allowed, a URL whose host is (or resolves to) a loopback,
+//! private, link-local or otherwise non-public address is refused: names are resolved
+//! once, by a resolver that drops such addresses, and the connection uses what it checked.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use sluice_core::ports::deliver::{Answer, Deliver, Delivery, Destination, MAX_ANSWER_BYTES};
+
+/// Sends deliveries over HTTP.
+pub struct HttpDeliverer {
+    client: reqwest::Client,
+    /// Where Lambda targets are invoked (`…/2015-03-31/functions/{name}/invocations`).
+    lambda_endpoint: Option<String>,
+    allow_private: bool,
+}
+
+impl HttpDeliverer {
+    /// `allow_private`: deliver to loopback and private addresses too (a developer's
+    /// `localhost:3000`); `lambda_endpoint`: a Lambda Invoke API's base URL.
+    pub fn new(allow_private: bool, lambda_endpoint: Option<String>) -> Result<Self, reqwest::Error> {
+        let mut builder = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("sluice/", env!("CARGO_PKG_VERSION")))
+            .connect_timeout(Duration::from_secs(5));
+        if !allow_private {
+            builder = builder.dns_resolver(Arc::new(PublicOnly));
+        }
+        Ok(Self { client: builder.build()?, lambda_endpoint, allow_private })
+    }
+
+    fn request(&self, delivery: &Delivery) -> Result<reqwest::RequestBuilder, String> {
+        let url = match &delivery.destination {
+            Destination::Url(url) => {
+                let parsed = reqwest::Url::parse(url).map_err(|e| format!("bad url: {e}"))?;
+                if !self.allow_private {
+                    refuse_private_literal(&parsed)?;
+                }
+                parsed
+            }
+            Destination::Lambda(function) => {
+                let Some(base) = &self.lambda_endpoint else {
+                    return Err("no Lambda endpoint is configured (SLUICE_LAMBDA_ENDPOINT)".into());
+                };
+                let url = format!("{}/2015-03-31/functions/{function}/invocations", base.trim_end_matches('/'));
+                reqwest::Url::parse(&url).map_err(|e| format!("bad Lambda endpoint: {e}"))?
+            }
+        };
+        let mut headers = HeaderMap::new();
+        for (name, value) in &delivery.headers {
+            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|e| e.to_string())?;
+            headers.insert(name, HeaderValue::from_str(value).map_err(|e| e.to_string())?);
+        }
+        Ok(self
+            .client
+            .post(url)
+            .headers(headers)
+            .body(delivery.body.clone())
+            .timeout(Duration::from_millis(delivery.timeout_ms)))
+    }
+}
+
+#[async_trait]
+impl Deliver for HttpDeliverer {
+    async fn deliver(&self, delivery: &Delivery) -> Answer {
+        let request = match self.request(delivery) {
+            Ok(r) => r,
+            Err(reason) => return Answer::Failed(reason),
+        };
+        let mut response = match request.send().await {
+            Ok(r) => r,
+            Err(e) => return Answer::Failed(describe(&e)),
+        };
+        let mut status = response.status().as_u16();
+        // A Lambda function's own error comes back as 200 with this header.
+        if response.headers().contains_key("x-amz-function-error") {
+            status = 502;
+        }
+        let retry_after_ms = response
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(|s| s.saturating_mul(1000));
+        let mut body = Vec::new();
+        loop {
+            match response.chunk().await {
+                Ok(Some(chunk)) => {
+                    let room = MAX_ANSWER_BYTES - body.len();
+                    body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                    if body.len() >= MAX_ANSWER_BYTES {
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                // The answer stopped (or timed out) before its end: the attempt failed.
+                Err(e) => return Answer::Failed(describe(&e)),
+            }
+        }
+        Answer::Status { status, retry_after_ms, body }
+    }
+}
+
+fn describe(e: &reqwest::Error) -> String {
+    if e.is_timeout() {
+        "timed out".into()
+    } else if e.is_connect() {
+        format!("could not connect: {}", std::error::Error::source(e).map_or(e.to_string(), |s| s.to_string()))
+    } else {
+        e.to_string()
+    }
+}
+
+/// Whether an address is one a public service may be reached at.
+pub fn is_public(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            !(v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || v4.is_multicast()
+                || v4.is_documentation()
+                || a == 0
+                || (a == 100 && (64..128).contains(&b)))
+        }
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_public(IpAddr::V4(v4));
+            }
+            let first = v6.segments()[0];
+            !(v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || (first & 0xfe00) == 0xfc00
+                || (first & 0xffc0) == 0xfe80)
+        }
+    }
+}
+
+fn refuse_private_literal(url: &reqwest::Url) -> Result<(), String> {
+    let ip = match url.host() {
+        Some(url::Host::Ipv4(ip)) => IpAddr::V4(ip),
+        Some(url::Host::Ipv6(ip)) => IpAddr::V6(ip),
+        _ => return Ok(()),
+    };
+    if is_public(ip) {
+        Ok(())
+    } else {
+        Err(format!("refused: {ip} is not a public address (SLUICE_PUSH_ALLOW_PRIVATE=true allows it)"))
+    }
+}
+
+/// A resolver that answers only public addresses: a name resolving to none is refused.
+struct PublicOnly;
+
+impl Resolve for PublicOnly {
+    fn resolve(&self, name: Name) -> Resolving {
+        Box::pin(async move {
+            let host = name.as_str().to_owned();
+            let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let public: Vec<SocketAddr> = found.into_iter().filter(|a| is_public(a.ip())).collect();
+            if public.is_empty() {
+                let refused: Box<dyn std::error::Error + Send + Sync> =
+                    format!("refused: {host} resolves to no public address").into();
+                return Err(refused);
+            }
+            let addrs: Addrs = Box::new(public.into_iter());
+            Ok(addrs)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_loopback_link_local_and_metadata_addresses_are_not_public() {
+        for ip in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "0.0.0.0",
+            "100.64.0.1",
+            "::1",
+            "fd00::1",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+            "::",
+        ] {
+            assert!(!is_public(ip.parse().unwrap()), "{ip}");
+        }
+        for ip in ["93.184.216.34", "8.8.8.8", "2606:4700::1111"] {
+            assert!(is_public(ip.parse().unwrap()), "{ip}");
+        }
+    }
+}
