@@ -23,6 +23,9 @@ use serde_json::{json, Value};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+#[path = "push.rs"]
+mod push;
+
 /// One keep-alive HTTP/1.1 connection driven by hyper directly: the load generator shares
 /// the machine with the server, so every microsecond it spends per request is taken from it.
 struct Conn {
@@ -186,6 +189,30 @@ enum Workload {
         #[arg(long, conflicts_with = "embedded")]
         ack_next: bool,
     },
+    /// A push subscription delivering to a webhook receiver in this process. With `--rate N`,
+    /// N events/s are published in steady 10 ms steps for `--duration` seconds and each
+    /// message is timed from its publish to its arrival; with `--rate 0`, a backlog of
+    /// `--count` events is published first and its delivery timed (messages/s).
+    Push {
+        /// Events per second (0: a backlog).
+        #[arg(long, default_value_t = 1000)]
+        rate: u64,
+        /// Events of the backlog (with `--rate 0`).
+        #[arg(long, default_value_t = 100_000)]
+        count: u64,
+        /// Messages per delivery.
+        #[arg(long, default_value_t = 10)]
+        max_batch: u32,
+        /// Deliveries under way at once.
+        #[arg(long, default_value_t = 4)]
+        max_in_flight: u32,
+        /// Seconds the live publisher runs.
+        #[arg(long, default_value_t = 10.0)]
+        duration: f64,
+        /// Bytes of each event's value.
+        #[arg(long, default_value_t = 1024)]
+        event_size: usize,
+    },
 }
 
 #[derive(Args, Debug, Clone, Copy)]
@@ -240,6 +267,11 @@ pub async fn run(args: BenchArgs) -> Result<(), BoxError> {
             let mut r = publish(&target, shape, 1, Duration::from_secs(3600), count).await?;
             r.workload = "latency";
             r
+        }
+        Workload::Push { rate, count, max_batch, max_in_flight, duration, event_size } => {
+            let duration = Duration::from_secs_f64(duration);
+            push::push(&target, push::PushSettings { rate, count, max_batch, max_in_flight, duration, event_size })
+                .await?
         }
         Workload::Group { members, max_events, max_bytes, wait_ms, publishers, count, duration, event_size, batch } => {
             if members == 0 {
