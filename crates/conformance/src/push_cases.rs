@@ -15,7 +15,7 @@ use sluice_core::push::{webhook, Dispatcher};
 use sluice_core::queues::{secret_key, Backoff, Ordering, PushSpec, StartAt, SubscriptionSpec};
 use sluice_core::{Clock, Code, Error, ManualClock, NewEvent};
 
-use crate::queue_cases::{all_dead_letters, manual, new_topic, publish, receive, scaled, subscribe};
+use crate::queue_cases::{all_dead_letters, manual, mix, new_topic, publish, receive, scaled, subscribe};
 use crate::Backend;
 
 /// Generates one `#[tokio::test]` per push case; `$backend` is an async expression yielding a [`Backend`].
@@ -209,14 +209,6 @@ async fn drain_all(dispatcher: &Dispatcher, clock: &ManualClock, topic: &str, st
         clock.advance(step);
     }
     panic!("the push subscription never drained");
-}
-
-/// A SplitMix64 step: the receiver's "random" answers, repeatable.
-fn mix(seed: u64) -> u64 {
-    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 pub async fn given_a_flaky_receiver_then_every_matching_event_is_pushed_at_least_once_never_after_its_ack_and_poison_dead_letters_once(

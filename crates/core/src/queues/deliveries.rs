@@ -35,28 +35,13 @@ impl Sub {
 impl Queues {
     /// The push subscriptions of a topic.
     pub async fn push_subscriptions(&self, topic: &str) -> Result<Vec<PushSubscription>, Error> {
-        let topic = topics::live(self.store(), topic).await?;
-        let mut found = Vec::new();
-        let mut query = Query::all(subs_pk(topic.id), PAGE);
-        loop {
-            let page = self.store().query(&query).await?;
-            for item in page.items {
-                let record: SubscriptionRecord = layout::decode("subscription", &item.value)?;
-                if let Some(push) = record.spec.push.clone().filter(|_| !record.deleted) {
-                    found.push(PushSubscription {
-                        topic: topic.name.clone(),
-                        name: item.key.sk,
-                        id: record.id,
-                        spec: record.spec,
-                        push,
-                    });
-                }
-            }
-            match page.next {
-                Some(after) => query.after = Some(after),
-                None => return Ok(found),
-            }
-        }
+        let subs = self.live_subs(topic).await?.into_iter();
+        Ok(subs
+            .filter_map(|s| {
+                let push = s.record.spec.push.clone()?;
+                Some(PushSubscription { topic: s.topic.name, name: s.name, id: s.record.id, spec: s.record.spec, push })
+            })
+            .collect())
     }
 
     /// A receive on behalf of the push dispatcher of `sub` (and only while it is the same

@@ -326,8 +326,6 @@ struct Sub {
     name: String,
     record: SubscriptionRecord,
     version: u64,
-    /// The record's filter, compiled.
-    filter: Option<Filter>,
 }
 
 impl Sub {
@@ -338,6 +336,13 @@ impl Sub {
 
     fn start(&self, partition: u32) -> u64 {
         self.record.starts.get(partition as usize).copied().unwrap_or(0)
+    }
+
+    /// The subscription's filter, compiled (checked when it was created).
+    fn filter(&self) -> Result<Option<Filter>, StorageError> {
+        let compile =
+            |p| Filter::parse(p).map_err(|e| StorageError::Corrupt(format!("filter of {:?}: {e}", self.name)));
+        self.record.spec.filter.as_ref().map(compile).transpose()
     }
 
     fn describe(&self) -> Subscription {
@@ -480,15 +485,8 @@ impl Queues {
     /// The subscription's item, a tombstone included.
     async fn sub_item(&self, topic: &TopicConfig, name: &str) -> Result<Option<Sub>, Error> {
         let Some(item) = self.store().get(&sub_key(topic.id, name)).await? else { return Ok(None) };
-        let record: SubscriptionRecord = layout::decode("subscription", &item.value)?;
-        let filter = match &record.spec.filter {
-            Some(pattern) => Some(
-                Filter::parse(pattern)
-                    .map_err(|e| StorageError::Corrupt(format!("filter of subscription {name:?}: {e}")))?,
-            ),
-            None => None,
-        };
-        Ok(Some(Sub { topic: topic.clone(), name: name.to_owned(), record, version: item.version, filter }))
+        let record = layout::decode("subscription", &item.value)?;
+        Ok(Some(Sub { topic: topic.clone(), name: name.to_owned(), record, version: item.version }))
     }
 
     /// One partition's queue: the cursor and leases, all of them (`limit: None`) or the
@@ -579,5 +577,5 @@ fn test_sub(version: u64) -> Sub {
     let topic = TopicConfig { name: "t".into(), id: 1, spec, created_ms: 0, version: 1 };
     let record =
         SubscriptionRecord { id: 7, spec: SubscriptionSpec::default(), starts: vec![0], created_ms: 0, deleted: false };
-    Sub { topic, name: "s".into(), record, version, filter: None }
+    Sub { topic, name: "s".into(), record, version }
 }

@@ -169,7 +169,7 @@ impl Queues {
         bytes_left: &mut usize,
         first: bool,
     ) -> Result<Taken, Error> {
-        let spec = &sub.record.spec;
+        let (spec, filter) = (&sub.record.spec, sub.filter()?);
         let keyed = spec.ordering == Ordering::Key;
         let (mut attempt, mut burials, mut passes) = (0, 0, 0);
         while attempt < MAX_ATTEMPTS {
@@ -190,7 +190,7 @@ impl Queues {
                 continue;
             }
             let mut plan = Plan::new(&state, now, keyed, &dead);
-            plan.filtering = sub.filter.is_some();
+            plan.filtering = filter.is_some();
             // Where new messages start: offsets below the log start were removed by retention
             // before the queue took them, and are counted as expired when the cursor passes them.
             let mut base = state.cursor.next.max(head.start);
@@ -198,7 +198,7 @@ impl Queues {
             let Some(events) = self.read_new(sub, partition, &mut base, room, &mut head, attempts).await? else {
                 continue;
             };
-            plan.add_new(&events, spec, sub.filter.as_ref(), now);
+            plan.add_new(&events, spec, filter.as_ref(), now);
             let mut payloads: HashMap<u64, Event> = events.into_iter().map(|e| (e.offset, e)).collect();
             let mut pick = plan.choose(want, head.start, base);
             // The payloads of what was chosen from leases (new messages' are read), then the

@@ -135,8 +135,7 @@ impl Queues {
             match self.store().write(ops).await {
                 Ok(()) => {
                     tracing::info!(topic = %topic.name, subscription = name, "subscription created");
-                    let version = tombstone.map_or(1, |v| v + 1);
-                    let sub = Sub { topic, name: name.to_owned(), record, version, filter: None };
+                    let sub = Sub { topic, name: name.to_owned(), record, version: tombstone.map_or(1, |v| v + 1) };
                     return Ok((sub.describe(), true));
                 }
                 Err(e) => self.lost_race(e, &mut attempt).await?,
@@ -179,6 +178,11 @@ impl Queues {
 
     /// The topic's subscriptions, by name.
     pub async fn list(&self, topic: &str) -> Result<Vec<Subscription>, Error> {
+        Ok(self.live_subs(topic).await?.iter().map(Sub::describe).collect())
+    }
+
+    /// The topic's subscriptions as stored (not the tombstones), by name.
+    pub(super) async fn live_subs(&self, topic: &str) -> Result<Vec<Sub>, Error> {
         names::validate("topic", topic)?;
         let topic = topics::live(self.store(), topic).await?;
         let mut subs = Vec::new();
@@ -188,10 +192,7 @@ impl Queues {
             for item in page.items {
                 let record: SubscriptionRecord = layout::decode("subscription", &item.value)?;
                 if !record.deleted {
-                    subs.push(
-                        Sub { topic: topic.clone(), name: item.key.sk, record, version: item.version, filter: None }
-                            .describe(),
-                    );
+                    subs.push(Sub { topic: topic.clone(), name: item.key.sk, record, version: item.version });
                 }
             }
             match page.next {
