@@ -36,11 +36,12 @@ lane() {
 conformance_tests=()
 for file in crates/conformance/tests/*.rs; do
     name=$(basename "$file" .rs)
-    case "$name" in moto | moto_retention) ;; *) conformance_tests+=(--test "$name") ;; esac
+    case "$name" in moto | moto_retention | moto_push) ;; *) conformance_tests+=(--test "$name") ;; esac
 done
 
 lane moto cargo test -p sluice-conformance --test moto &
 lane moto_retention cargo test -p sluice-conformance --test moto_retention &
+lane moto_push cargo test -p sluice-conformance --test moto_push &
 lane fuzz infra/fuzz.sh &
 lane rest bash -c "
     set -e

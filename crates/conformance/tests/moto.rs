@@ -41,12 +41,6 @@ mod queue {
     sluice_conformance::queue_conformance_suite!(moto());
 }
 
-mod push {
-    use super::moto;
-
-    sluice_conformance::push_conformance_suite!(moto());
-}
-
 mod lost_answer {
     use super::moto;
 
