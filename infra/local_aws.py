@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Local AWS for tests and `cargo lambda watch`: moto's server (S3 and DynamoDB)
+"""Local AWS for tests and `cargo lambda watch`: moto's server (S3, DynamoDB and its stream)
 on a free loopback port, with the bucket and table created from the resource
 definitions in template.yaml, so the emulated table is the deployed one.
 
@@ -35,7 +35,7 @@ def template_resources():
 
 
 def table_definition(name):
-    """CreateTable arguments from the template's IndexTable (keys, billing, TTL)."""
+    """CreateTable arguments from the template's IndexTable (keys, billing, stream, TTL)."""
     props = template_resources()["IndexTable"]["Properties"]
     create = {
         "TableName": name,
@@ -43,6 +43,10 @@ def table_definition(name):
         "KeySchema": props["KeySchema"],
         "BillingMode": props["BillingMode"],
     }
+    if "StreamSpecification" in props:
+        # The stream that wakes the push dispatcher (infra/stream_trigger.py reads it).
+        view = props["StreamSpecification"]["StreamViewType"]
+        create["StreamSpecification"] = {"StreamEnabled": True, "StreamViewType": view}
     return create, props["TimeToLiveSpecification"]
 
 

@@ -42,7 +42,7 @@ async fn serve(addr: SocketAddr, config: Config) -> Result<(), Box<dyn std::erro
     let app = sluice_runtime::App::new(log, config.groups_config());
     // Push subscriptions are delivered by this process, with the queues the API serves.
     let (stop, stopping) = tokio::sync::watch::channel(false);
-    let dispatcher = sluice_runtime::dispatcher(&config, app.queues.clone())?;
+    let dispatcher = sluice_runtime::dispatcher(&config, app.queues.clone()).await?;
     let pushing = tokio::spawn(async move { dispatcher.run(stopping).await });
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;

@@ -1,6 +1,7 @@
 //! The AWS backend: segment objects in S3 ([`S3ObjectStore`]), every item of
 //! the state store in one DynamoDB table ([`DynamoStateStore`]). The item
 //! layout and the requests each call costs are in [`state`]'s module header.
+//! Push deliveries to Lambda functions go through [`LambdaInvoker`].
 //!
 //! Retries: the SDKs' own retries are switched off. Their standard policy also
 //! retries ambiguous failures (timeouts, 5xx) of conditional writes, and a
@@ -11,12 +12,12 @@
 //! [`StorageError::Unavailable`] with the SDK error as its source. Doing the
 //! retries here also makes [`RequestCounts`] count every request sent.
 //!
-//! Timeouts: every request has deadlines (`CONNECT_TIMEOUT`,
-//! `ATTEMPT_TIMEOUT`, `OPERATION_TIMEOUT`) well under the functions' own
-//! timeout, so a stalled request ends as [`StorageError::Unavailable`] (for a
+//! Timeouts: every request has deadlines ([`Deadlines::AWS`]) well under the
+//! functions' own timeout, so a stalled request ends as [`StorageError::Unavailable`] (for a
 //! write: outcome unknown) while the function can still answer, rather than
 //! with the function killed mid-request.
 
+pub mod lambda;
 pub mod s3;
 pub mod state;
 
@@ -29,6 +30,7 @@ use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+pub use lambda::LambdaInvoker;
 pub use s3::S3ObjectStore;
 use sluice_core::retry::Backoff;
 use sluice_core::{Clock, StorageError};
@@ -38,13 +40,22 @@ pub use state::DynamoStateStore;
 const MAX_THROTTLED_ATTEMPTS: u32 = 6;
 const THROTTLED: Backoff = Backoff { base_ms: 25, cap_ms: 2000 };
 
-// Request deadlines: well under the functions' timeout (template.yaml's Globals).
-/// Most time to open a connection.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-/// Most time for one attempt of a request, response included.
-const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Most time for one request, every attempt the SDK makes included.
-const OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a request may take before it ends as [`StorageError::Unavailable`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadlines {
+    /// Most time to open a connection.
+    pub connect: Duration,
+    /// Most time for one attempt of a request, response included.
+    pub attempt: Duration,
+    /// Most time for one request, every attempt the SDK makes included.
+    pub operation: Duration,
+}
+
+impl Deadlines {
+    /// On AWS: well under the functions' timeout (template.yaml's Globals).
+    pub const AWS: Self =
+        Self { connect: Duration::from_secs(3), attempt: Duration::from_secs(5), operation: Duration::from_secs(10) };
+}
 
 /// Where the AWS backend lives. `endpoint_url` points both clients at an
 /// emulator (moto) instead of AWS.
@@ -62,7 +73,7 @@ pub struct AwsSettings {
 pub async fn connect(settings: &AwsSettings, clock: Arc<dyn Clock>) -> (Arc<DynamoStateStore>, Arc<S3ObjectStore>) {
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
         .retry_config(RetryConfig::disabled())
-        .timeout_config(timeouts());
+        .timeout_config(timeouts(Deadlines::AWS));
     if let Some(region) = &settings.region {
         loader = loader.region(Region::new(region.clone()));
     }
@@ -70,24 +81,25 @@ pub async fn connect(settings: &AwsSettings, clock: Arc<dyn Clock>) -> (Arc<Dyna
         loader = loader.endpoint_url(url.clone());
     }
     let sdk = loader.load().await;
-    from_sdk_config(&sdk, settings, clock)
+    from_sdk_config(&sdk, settings, clock, Deadlines::AWS)
 }
 
 /// Builds both clients from an SDK config the caller made (tests pass static
-/// credentials), with this backend's retry and timeout settings whatever `sdk` holds.
+/// credentials), with this backend's retries and `deadlines` whatever `sdk` holds.
 pub fn from_sdk_config(
     sdk: &SdkConfig,
     settings: &AwsSettings,
     clock: Arc<dyn Clock>,
+    deadlines: Deadlines,
 ) -> (Arc<DynamoStateStore>, Arc<S3ObjectStore>) {
     let dynamo_config = aws_sdk_dynamodb::config::Builder::from(sdk)
         .retry_config(RetryConfig::disabled())
-        .timeout_config(timeouts())
+        .timeout_config(timeouts(deadlines))
         .build();
     // Path-style addressing: emulators on loopback have no per-bucket host names.
     let s3_config = aws_sdk_s3::config::Builder::from(sdk)
         .retry_config(RetryConfig::disabled())
-        .timeout_config(timeouts())
+        .timeout_config(timeouts(deadlines))
         .force_path_style(settings.endpoint_url.is_some())
         .build();
     let state =
@@ -96,12 +108,12 @@ pub fn from_sdk_config(
     (Arc::new(state), Arc::new(objects))
 }
 
-/// The deadlines of every request both clients send.
-fn timeouts() -> TimeoutConfig {
+/// The SDK's form of `deadlines`, for every request both clients send.
+fn timeouts(deadlines: Deadlines) -> TimeoutConfig {
     TimeoutConfig::builder()
-        .connect_timeout(CONNECT_TIMEOUT)
-        .operation_attempt_timeout(ATTEMPT_TIMEOUT)
-        .operation_timeout(OPERATION_TIMEOUT)
+        .connect_timeout(deadlines.connect)
+        .operation_attempt_timeout(deadlines.attempt)
+        .operation_timeout(deadlines.operation)
         .build()
 }
 

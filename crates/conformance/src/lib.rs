@@ -19,6 +19,7 @@ pub mod queue_cases;
 mod queue_fault_cases;
 pub mod retention_cases;
 pub mod store;
+pub mod watch;
 
 use std::sync::Arc;
 

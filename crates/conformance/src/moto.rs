@@ -6,6 +6,7 @@ use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use sluice_aws::{AwsSettings, DynamoStateStore, S3ObjectStore};
@@ -65,6 +66,17 @@ fn start() -> Moto {
     Moto { settings, _stdin: Mutex::new(stdin), _child: Mutex::new(child) }
 }
 
+/// Deadlines for requests to moto. It serves one request at a time, and under a
+/// loaded test machine a request can wait behind others for longer than AWS
+/// ever would ([`sluice_aws::Deadlines::AWS`] gives an attempt 5 s): the tests
+/// check outcomes, and a deadline hit only because moto was busy would fail one
+/// for nothing. Stalls are tested by fault injection, not by these deadlines.
+pub const MOTO_DEADLINES: sluice_aws::Deadlines = sluice_aws::Deadlines {
+    connect: Duration::from_secs(10),
+    attempt: Duration::from_secs(60),
+    operation: Duration::from_secs(120),
+};
+
 /// New AWS adapters on the moto server, with fake static credentials, reading time from `clock`.
 pub async fn adapters(settings: &AwsSettings, clock: Arc<dyn Clock>) -> (Arc<DynamoStateStore>, Arc<S3ObjectStore>) {
     let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest()).test_credentials();
@@ -74,7 +86,7 @@ pub async fn adapters(settings: &AwsSettings, clock: Arc<dyn Clock>) -> (Arc<Dyn
     if let Some(url) = &settings.endpoint_url {
         loader = loader.endpoint_url(url.clone());
     }
-    sluice_aws::from_sdk_config(&loader.load().await, settings, clock)
+    sluice_aws::from_sdk_config(&loader.load().await, settings, clock, MOTO_DEADLINES)
 }
 
 /// The AWS adapters against this binary's moto server.
@@ -87,8 +99,10 @@ impl Backend for MotoBackend {
         (state, objects)
     }
 
-    /// A tenth of the embedded bulk: moto serves one request at a time.
+    /// A fortieth of the embedded bulk: moto serves one request at a time and
+    /// parses every expression in Python (a 100-item write takes about a
+    /// second); the scale itself is tested on the embedded backend.
     fn large_count(&self) -> usize {
-        10_000
+        2_500
     }
 }

@@ -89,7 +89,7 @@ pub(crate) const START_MS: i64 = 1_800_000_000_000;
 /// How long a test waits in real time for something the fake clock has already made due.
 const REAL_PATIENCE: Duration = Duration::from_secs(30);
 
-/// `embedded` scaled to the backend: the same on the embedded backend, a tenth on moto.
+/// `embedded` scaled to the backend: the same on the embedded backend, less on moto ([`Backend::large_count`]).
 pub(crate) fn scaled(backend: &dyn Backend, embedded: usize) -> usize {
     (embedded * backend.large_count() / 100_000).max(1)
 }

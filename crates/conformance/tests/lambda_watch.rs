@@ -4,72 +4,18 @@
 //! as `serve`'s router on the embedded backend answers the same sequence.
 
 use std::collections::HashMap;
-use std::net::TcpListener;
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-use sluice_conformance::moto::{adapters, moto, workspace_root};
+use sluice_conformance::moto::{adapters, moto};
 use sluice_conformance::unique_topic;
+use sluice_conformance::watch::{free_port, start, Watch, BUILD_TIMEOUT};
 use sluice_core::layout;
 use sluice_core::ports::state::StateStore;
 use sluice_core::SystemClock;
 use sluice_runtime::Config;
-
-/// How long `cargo lambda watch` may take to build the functions on first use.
-const BUILD_TIMEOUT: Duration = Duration::from_secs(900);
-
-/// One `cargo lambda watch`, in a process group of its own with the function it runs.
-struct Watch(Child);
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        // The whole group: cargo-lambda and the function binary it started.
-        let _ = Command::new("kill").args(["--", &format!("-{}", self.0.id())]).status();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// Starts `cargo lambda watch` for one function package (run from the
-/// workspace root, cargo would look for the binary in the root package only).
-fn start_watch(function: &str, port: u16) -> Watch {
-    let root = workspace_root();
-    let cargo_lambda = root.join(".venv/bin/cargo-lambda");
-    assert!(cargo_lambda.exists(), "{} is missing: run infra/setup.sh first", cargo_lambda.display());
-    let s = &moto().settings;
-    let env = [
-        format!("SLUICE_BUCKET={}", s.bucket),
-        format!("SLUICE_TABLE={}", s.table),
-        format!("SLUICE_AWS_REGION={}", s.region.as_deref().unwrap_or("us-east-1")),
-        format!("SLUICE_AWS_ENDPOINT_URL={}", s.endpoint_url.as_deref().unwrap_or_default()),
-        "AWS_ACCESS_KEY_ID=test".into(),
-        "AWS_SECRET_ACCESS_KEY=test".into(),
-    ];
-    let mut cmd = Command::new(cargo_lambda);
-    let manifest = root.join("functions").join(function.trim_start_matches("sluice-")).join("Cargo.toml");
-    cmd.current_dir(&root)
-        .args(["lambda", "watch", "--ignore-changes", "--quiet", "-A", "127.0.0.1", "-P", &port.to_string()])
-        .arg("--manifest-path")
-        .arg(manifest)
-        .args(env.iter().flat_map(|e| ["--env-var", e.as_str()]))
-        // The workspace's target directory, whatever directory cargo-lambda runs cargo in
-        // (the functions' .cargo/config.toml points theirs elsewhere, for `sam build`).
-        .env("CARGO_TARGET_DIR", std::env::var_os("CARGO_TARGET_DIR").unwrap_or_else(|| root.join("target").into()))
-        // cargo-lambda finds its zig (for cross builds) beside itself.
-        .env("PATH", format!("{}:{}", root.join(".venv/bin").display(), std::env::var("PATH").unwrap_or_default()))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0);
-    Watch(cmd.spawn().expect("start cargo lambda watch"))
-}
 
 /// Sends one request and returns its status and JSON body.
 async fn call(client: &reqwest::Client, base: &str, method: Method, path: &str, body: Option<&Value>) -> (u16, Value) {
@@ -258,7 +204,7 @@ async fn given_functions_under_cargo_lambda_watch_on_moto_then_answers_match_ser
 
     let functions = ["sluice-admin", "sluice-publish", "sluice-read", "sluice-groups", "sluice-queues"];
     let ports: Vec<u16> = functions.iter().map(|_| free_port()).collect();
-    let _watches: Vec<Watch> = functions.iter().zip(&ports).map(|(f, &port)| start_watch(f, port)).collect();
+    let _watches: Vec<Watch> = functions.iter().zip(&ports).map(|(f, &port)| start(f, port, &[])).collect();
     let url = |function: &str| {
         let port = functions.iter().zip(&ports).find(|(f, _)| **f == function).map(|(_, p)| *p).unwrap_or_default();
         format!("http://127.0.0.1:{port}/lambda-url/{function}")

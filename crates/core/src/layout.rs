@@ -276,7 +276,16 @@ pub fn purge_pk() -> &'static str {
 }
 
 pub fn heads_pk(id: u64) -> String {
-    format!("head#{id:016x}")
+    format!("{HEADS_PREFIX}{id:016x}")
+}
+
+/// What every [`heads_pk`] starts with (the table stream's filter in template.yaml passes these).
+pub const HEADS_PREFIX: &str = "head#";
+
+/// The topic id of a [`heads_pk`], `None` for any other partition key.
+pub fn topic_of_heads_pk(pk: &str) -> Option<u64> {
+    let hex = pk.strip_prefix(HEADS_PREFIX)?;
+    (hex.len() == 16).then(|| u64::from_str_radix(hex, 16).ok()).flatten()
 }
 
 pub fn head_key(id: u64, partition: u32) -> Key {

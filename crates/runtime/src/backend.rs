@@ -46,6 +46,8 @@ pub enum OpenError {
          (set SLUICE_DATA_DIR explicitly to run the function on the embedded backend)"
     )]
     NoStorageOnLambda,
+    #[error("cannot build the HTTP client")]
+    Http(#[source] reqwest::Error),
 }
 
 /// An unset variable, or one set to the empty string (how a template leaves it unset).

@@ -16,6 +16,19 @@ use sluice_core::push::Dispatcher;
 use sluice_core::queues::Queues;
 use sluice_core::{Clock, Log, SystemClock};
 
+/// An invocation's deadline in Unix milliseconds, from what its Lambda context says. Lambda
+/// gives the absolute time; `cargo lambda watch` gives the timeout itself, a duration
+/// from now (600000 by default), which is taken for one when it is too small to be a time
+/// of this century, so a function keeps its time budget locally as on AWS.
+pub fn invocation_deadline_ms(context_deadline: u64, now_ms: i64) -> i64 {
+    const YEAR_2001_MS: u64 = 978_307_200_000;
+    if context_deadline < YEAR_2001_MS {
+        now_ms.saturating_add(context_deadline as i64)
+    } else {
+        context_deadline as i64
+    }
+}
+
 /// Opens the embedded backend under `config.data_dir` and starts the log on it.
 pub fn open_embedded(config: &Config) -> Result<Log, sluice_core::StorageError> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
@@ -23,9 +36,29 @@ pub fn open_embedded(config: &Config) -> Result<Log, sluice_core::StorageError> 
     Ok(Log::new(store, objects, clock, config.log_config(false)))
 }
 
-/// The push dispatcher of an embedded process: deliveries over HTTP, private addresses
-/// allowed unless the configuration says otherwise.
-pub fn dispatcher(config: &Config, queues: Queues) -> Result<Dispatcher, reqwest::Error> {
-    let deliver = push::HttpDeliverer::new(config.push_allow_private.unwrap_or(true), config.lambda_endpoint.clone())?;
+/// The push dispatcher for `config`'s backend: webhooks over HTTP, private addresses
+/// allowed on the embedded backend and refused on AWS unless the configuration says
+/// otherwise. Lambda targets are invoked at `SLUICE_LAMBDA_ENDPOINT` over plain HTTP on the
+/// embedded backend, and with the AWS SDK on AWS (at that endpoint if it is set).
+pub async fn dispatcher(config: &Config, queues: Queues) -> Result<Dispatcher, OpenError> {
+    let aws = matches!(config.backend()?, BackendChoice::Aws { .. });
+    let allow_private = config.push_allow_private.unwrap_or(!aws);
+    let deliver = push::HttpDeliverer::new(allow_private, config.lambda_endpoint.clone()).map_err(OpenError::Http)?;
+    #[cfg(feature = "aws")]
+    let deliver = match config.backend()? {
+        BackendChoice::Aws { region, .. } => deliver
+            .with_lambda(Arc::new(sluice_aws::LambdaInvoker::connect(region, config.lambda_endpoint.clone()).await)),
+        BackendChoice::Embedded(_) => deliver,
+    };
     Ok(Dispatcher::new(queues, Arc::new(deliver)))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn given_an_absolute_deadline_then_kept_and_a_duration_then_counted_from_now() {
+        let now = 1_796_225_525_275;
+        assert_eq!(super::invocation_deadline_ms(1_796_225_545_000, now), 1_796_225_545_000);
+        assert_eq!(super::invocation_deadline_ms(600_000, now), now + 600_000);
+    }
 }

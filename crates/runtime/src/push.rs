@@ -19,6 +19,8 @@ pub struct HttpDeliverer {
     client: reqwest::Client,
     /// Where Lambda targets are invoked (`…/2015-03-31/functions/{name}/invocations`).
     lambda_endpoint: Option<String>,
+    /// Lambda targets go here instead, when set (the AWS SDK's signed invocations).
+    lambda: Option<Arc<dyn Deliver>>,
     allow_private: bool,
 }
 
@@ -33,7 +35,12 @@ impl HttpDeliverer {
         if !allow_private {
             builder = builder.dns_resolver(Arc::new(PublicOnly));
         }
-        Ok(Self { client: builder.build()?, lambda_endpoint, allow_private })
+        Ok(Self { client: builder.build()?, lambda_endpoint, lambda: None, allow_private })
+    }
+
+    /// Hands deliveries to Lambda targets to `lambda`.
+    pub fn with_lambda(self, lambda: Arc<dyn Deliver>) -> Self {
+        Self { lambda: Some(lambda), ..self }
     }
 
     fn request(&self, delivery: &Delivery) -> Result<reqwest::RequestBuilder, String> {
@@ -70,6 +77,9 @@ impl HttpDeliverer {
 #[async_trait]
 impl Deliver for HttpDeliverer {
     async fn deliver(&self, delivery: &Delivery) -> Answer {
+        if let (Destination::Lambda(_), Some(lambda)) = (&delivery.destination, &self.lambda) {
+            return lambda.deliver(delivery).await;
+        }
         let request = match self.request(delivery) {
             Ok(r) => r,
             Err(reason) => return Answer::Failed(reason),

@@ -26,7 +26,8 @@ struct Report {
 async fn janitor(log: &Log, janitor: &Janitor, event: LambdaEvent<Value>) -> Result<Report, Error> {
     let scheduled = event.payload.get("time").and_then(Value::as_str).unwrap_or("unknown");
     tracing::info!(request_id = %event.context.request_id, scheduled, "janitor run");
-    let deadline_ms = (event.context.deadline as i64).saturating_sub(RESERVE_MS);
+    let now_ms = log.clock().now_ms();
+    let deadline_ms = sluice_runtime::invocation_deadline_ms(event.context.deadline, now_ms) - RESERVE_MS;
     let upkeep = janitor.run_until(deadline_ms, STEP_BUDGET).await?;
     tracing::info!(?upkeep, "upkeep done");
     let topics = log.sizes().await?;

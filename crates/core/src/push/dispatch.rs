@@ -2,7 +2,7 @@
 //! a batch, deliver it and settle it by the answer. Delivery counts are kept in memory and
 //! added to the subscription's in the store by [`Dispatcher::flush_stats`].
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
@@ -30,6 +30,25 @@ pub struct Drained {
     pub failed_messages: u64,
 }
 
+/// Which topics a dispatcher run looks at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Topics {
+    /// Every topic: a sweep for redeliveries come due while nothing was published.
+    All,
+    /// These, by name.
+    Named(Vec<String>),
+    /// These, by id: the topics whose partition heads moved (a wake from the table's stream).
+    Ids(BTreeSet<u64>),
+}
+
+impl Topics {
+    /// The topics of the partition heads among the partition keys of changed items; other
+    /// keys are ignored.
+    pub fn of_changed<'a>(pks: impl IntoIterator<Item = &'a str>) -> Self {
+        Self::Ids(pks.into_iter().filter_map(crate::layout::topic_of_heads_pk).collect())
+    }
+}
+
 /// Delivers push subscriptions' messages through a [`Deliver`] port. Clones share state.
 #[derive(Clone)]
 pub struct Dispatcher {
@@ -44,7 +63,8 @@ impl Dispatcher {
         Self { queues, deliver, stats: Arc::default() }
     }
 
-    fn now(&self) -> i64 {
+    /// The time on the dispatcher's clock.
+    pub fn now_ms(&self) -> i64 {
         self.queues.log().clock().now_ms()
     }
 
@@ -71,7 +91,7 @@ impl Dispatcher {
         let mut headers = vec![("content-type".to_owned(), "application/json".to_owned())];
         if let PushTarget::Url { secret, .. } = &sub.push.target {
             let key = secret_key(secret).map_err(|e| Error::Corrupt(format!("stored push secret: {e}")))?;
-            let timestamp = self.now().div_euclid(1000);
+            let timestamp = self.now_ms().div_euclid(1000);
             headers.push(("webhook-id".into(), id.clone()));
             headers.push(("webhook-timestamp".into(), timestamp.to_string()));
             headers.push(("webhook-signature".into(), webhook::sign(&key, &id, timestamp, &body)));
@@ -115,7 +135,7 @@ impl Dispatcher {
     }
 
     fn count(&self, sub: &PushSubscription, failed: &HashSet<String>, sent: usize, error: Option<String>) {
-        let now = self.now();
+        let now = self.now_ms();
         let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
         let (_, s) = stats.entry(sub.id).or_insert_with(|| (sub.clone(), PushStatsRecord::default()));
         s.attempted += 1;
@@ -142,11 +162,20 @@ impl Dispatcher {
         }
     }
 
-    /// The push subscriptions of `topics`, or of every topic.
-    pub async fn subscriptions(&self, topics: Option<&[String]>) -> Result<Vec<PushSubscription>, Error> {
+    /// The push subscriptions of `topics`: one query per topic, and one for the list of
+    /// topics unless they are named.
+    pub async fn subscriptions(&self, topics: &Topics) -> Result<Vec<PushSubscription>, Error> {
         let names: Vec<String> = match topics {
-            Some(t) => t.to_vec(),
-            None => self.queues.log().list_topics().await?.into_iter().map(|t| t.name).collect(),
+            Topics::Named(names) => names.clone(),
+            Topics::Ids(ids) if ids.is_empty() => Vec::new(),
+            Topics::All | Topics::Ids(_) => {
+                let listed = self.queues.log().list_topics().await?.into_iter();
+                let wanted = |id: u64| match topics {
+                    Topics::Ids(ids) => ids.contains(&id),
+                    _ => true,
+                };
+                listed.filter(|t| wanted(t.id)).map(|t| t.name).collect()
+            }
         };
         let mut subs = Vec::new();
         for topic in names {
@@ -162,7 +191,7 @@ impl Dispatcher {
     /// Delivers what the push subscriptions of `topics` (or all) have due, each with up to
     /// `max_in_flight` workers, until nothing is left or no attempt would end by
     /// `deadline_ms`: a dispatcher function's run. Counts are flushed at the end.
-    pub async fn drain(&self, topics: Option<&[String]>, deadline_ms: i64) -> Result<Drained, Error> {
+    pub async fn drain(&self, topics: &Topics, deadline_ms: i64) -> Result<Drained, Error> {
         let mut work = JoinSet::new();
         for sub in self.subscriptions(topics).await? {
             for _ in 0..sub.push.max_in_flight {
@@ -190,7 +219,7 @@ impl Dispatcher {
     async fn drain_one(&self, sub: &PushSubscription, deadline_ms: i64) -> Result<Drained, Error> {
         let mut done = Drained::default();
         let attempt = (sub.push.timeout_ms + SETTLE_MARGIN_MS) as i64;
-        while self.now() + attempt <= deadline_ms {
+        while self.now_ms() + attempt <= deadline_ms {
             let messages = match self.receive(sub, 0).await {
                 Ok(m) if m.is_empty() => break,
                 Ok(m) => m,
@@ -210,7 +239,7 @@ impl Dispatcher {
     pub async fn run(&self, mut stop: watch::Receiver<bool>) {
         let mut workers: HashMap<u64, JoinSet<()>> = HashMap::new();
         loop {
-            match self.subscriptions(None).await {
+            match self.subscriptions(&Topics::All).await {
                 Ok(subs) => {
                     workers.retain(|_, set| {
                         while set.try_join_next().is_some() {}

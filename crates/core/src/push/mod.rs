@@ -19,7 +19,7 @@
 mod dispatch;
 pub mod webhook;
 
-pub use dispatch::{Dispatcher, Drained};
+pub use dispatch::{Dispatcher, Drained, Topics};
 
 use std::collections::HashSet;
 

@@ -1,0 +1,80 @@
+//! The Lambda functions under `cargo lambda watch` (its runtime emulator, function URLs
+//! and Invoke API) on this test binary's moto server, for end-to-end tests of the AWS path.
+
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::moto::{moto, workspace_root};
+
+/// How long `cargo lambda watch` may take to build a function on first use.
+pub const BUILD_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// The deadline of every invocation: the longest Timeout in template.yaml.
+pub const FUNCTION_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// One `cargo lambda watch`, in a process group of its own with the function it runs;
+/// dropping it stops both.
+pub struct Watch(Child);
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["--", &format!("-{}", self.0.id())]).status();
+        let _ = self.0.wait();
+    }
+}
+
+/// A loopback port nobody listens on now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Starts `cargo lambda watch` on `port` for one function package (`sluice-queues` is
+/// functions/queues), on moto, with `env` (`NAME=value`) besides moto's settings.
+pub fn start(function: &str, port: u16, env: &[String]) -> Watch {
+    let root = workspace_root();
+    let cargo_lambda = root.join(".venv/bin/cargo-lambda");
+    assert!(cargo_lambda.exists(), "{} is missing: run infra/setup.sh first", cargo_lambda.display());
+    let s = &moto().settings;
+    let moto_env = [
+        format!("SLUICE_BUCKET={}", s.bucket),
+        format!("SLUICE_TABLE={}", s.table),
+        format!("SLUICE_AWS_REGION={}", s.region.as_deref().unwrap_or("us-east-1")),
+        format!("SLUICE_AWS_ENDPOINT_URL={}", s.endpoint_url.as_deref().unwrap_or_default()),
+        "AWS_ACCESS_KEY_ID=test".into(),
+        "AWS_SECRET_ACCESS_KEY=test".into(),
+    ];
+    let mut cmd = Command::new(cargo_lambda);
+    // Not the variables cargo set for this test binary (CARGO_MANIFEST_DIR, CARGO_PKG_*, …):
+    // build scripts that read one (ring's does) would see it change between this build and
+    // the workspace's own, and every crate above them would be rebuilt, here and again by
+    // the next `cargo test`.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if (name.starts_with("CARGO_") && name != "CARGO_HOME") || name == "OUT_DIR" {
+            cmd.env_remove(name.as_ref());
+        }
+    }
+    // Run from the workspace root with the package's manifest: from elsewhere cargo would
+    // look for the binary in the root package only.
+    let manifest = root.join("functions").join(function.trim_start_matches("sluice-")).join("Cargo.toml");
+    cmd.current_dir(&root)
+        .args(["lambda", "watch", "--ignore-changes", "--quiet", "-A", "127.0.0.1", "-P", &port.to_string()])
+        // An invocation's deadline, as a function's Timeout in template.yaml gives one on AWS
+        // (without it, the emulator's invocations carry none).
+        .args(["--timeout", &FUNCTION_TIMEOUT.as_secs().to_string()])
+        .arg("--manifest-path")
+        .arg(manifest)
+        .args(moto_env.iter().chain(env).flat_map(|e| ["--env-var", e.as_str()]))
+        // The workspace's target directory, whatever directory cargo-lambda runs cargo in
+        // (the functions' .cargo/config.toml points theirs elsewhere, for `sam build`).
+        .env("CARGO_TARGET_DIR", std::env::var_os("CARGO_TARGET_DIR").unwrap_or_else(|| root.join("target").into()))
+        // cargo-lambda finds its zig (for cross builds) beside itself.
+        .env("PATH", format!("{}:{}", root.join(".venv/bin").display(), std::env::var("PATH").unwrap_or_default()))
+        .stdin(Stdio::null())
+        .stdout(if std::env::var_os("SLUICE_WATCH_LOGS").is_some() { Stdio::inherit() } else { Stdio::null() })
+        .stderr(if std::env::var_os("SLUICE_WATCH_LOGS").is_some() { Stdio::inherit() } else { Stdio::null() })
+        .process_group(0);
+    Watch(cmd.spawn().expect("start cargo lambda watch"))
+}
