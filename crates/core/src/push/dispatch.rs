@@ -49,6 +49,14 @@ impl Topics {
     }
 }
 
+impl Drained {
+    fn add(&mut self, other: Drained) {
+        self.deliveries += other.deliveries;
+        self.messages += other.messages;
+        self.failed_messages += other.failed_messages;
+    }
+}
+
 /// Delivers push subscriptions' messages through a [`Deliver`] port. Clones share state.
 #[derive(Clone)]
 pub struct Dispatcher {
@@ -188,32 +196,59 @@ impl Dispatcher {
         Ok(subs)
     }
 
-    /// Delivers what the push subscriptions of `topics` (or all) have due, each with up to
+    /// Delivers what the push subscriptions of `topics` have due, each with up to
     /// `max_in_flight` workers, until nothing is left or no attempt would end by
     /// `deadline_ms`: a dispatcher function's run. Counts are flushed at the end.
     pub async fn drain(&self, topics: &Topics, deadline_ms: i64) -> Result<Drained, Error> {
         let mut work = JoinSet::new();
         for sub in self.subscriptions(topics).await? {
-            for _ in 0..sub.push.max_in_flight {
-                let (this, sub) = (self.clone(), sub.clone());
-                work.spawn(async move { this.drain_one(&sub, deadline_ms).await });
-            }
+            let this = self.clone();
+            work.spawn(async move { this.drain_sub(&sub, deadline_ms).await });
         }
         let mut total = Drained::default();
         let mut first_error = None;
         while let Some(done) = work.join_next().await {
             match done {
-                Ok(Ok(d)) => {
-                    total.deliveries += d.deliveries;
-                    total.messages += d.messages;
-                    total.failed_messages += d.failed_messages;
+                Ok((d, error)) => {
+                    total.add(d);
+                    first_error = first_error.or(error);
                 }
-                Ok(Err(e)) => first_error = first_error.or(Some(e)),
                 Err(e) => tracing::error!(error = %e, "push worker failed"),
             }
         }
         self.flush_stats().await;
         first_error.map_or(Ok(total), Err)
+    }
+
+    /// Rounds of workers on one subscription until a round delivers nothing: one worker
+    /// first (with nothing due, as in most sweeps, one empty receive is the whole cost),
+    /// then `max_in_flight`. A worker stops at its first empty receive, which a receive
+    /// racing the others for the same partitions can answer while messages are left, so
+    /// one round of many is not enough.
+    async fn drain_sub(&self, sub: &PushSubscription, deadline_ms: i64) -> (Drained, Option<Error>) {
+        let mut total = Drained::default();
+        let mut workers = 1;
+        loop {
+            let mut round = JoinSet::new();
+            for _ in 0..workers {
+                let (this, sub) = (self.clone(), sub.clone());
+                round.spawn(async move { this.drain_one(&sub, deadline_ms).await });
+            }
+            let mut delivered = Drained::default();
+            let mut error = None;
+            while let Some(done) = round.join_next().await {
+                match done {
+                    Ok(Ok(d)) => delivered.add(d),
+                    Ok(Err(e)) => error = error.or(Some(e)),
+                    Err(e) => tracing::error!(error = %e, "push worker failed"),
+                }
+            }
+            total.add(delivered);
+            if error.is_some() || delivered.deliveries == 0 {
+                return (total, error);
+            }
+            workers = sub.push.max_in_flight;
+        }
     }
 
     async fn drain_one(&self, sub: &PushSubscription, deadline_ms: i64) -> Result<Drained, Error> {
