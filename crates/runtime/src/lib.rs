@@ -41,11 +41,12 @@ pub fn open_embedded(config: &Config) -> Result<Log, sluice_core::StorageError> 
 /// otherwise. Lambda targets are invoked at `SLUICE_LAMBDA_ENDPOINT` over plain HTTP on the
 /// embedded backend, and with the AWS SDK on AWS (at that endpoint if it is set).
 pub async fn dispatcher(config: &Config, queues: Queues) -> Result<Dispatcher, OpenError> {
-    let aws = matches!(config.backend()?, BackendChoice::Aws { .. });
+    let backend = config.backend()?;
+    let aws = matches!(backend, BackendChoice::Aws { .. });
     let allow_private = config.push_allow_private.unwrap_or(!aws);
     let deliver = push::HttpDeliverer::new(allow_private, config.lambda_endpoint.clone()).map_err(OpenError::Http)?;
     #[cfg(feature = "aws")]
-    let deliver = match config.backend()? {
+    let deliver = match backend {
         BackendChoice::Aws { region, .. } => deliver
             .with_lambda(Arc::new(sluice_aws::LambdaInvoker::connect(region, config.lambda_endpoint.clone()).await)),
         BackendChoice::Embedded(_) => deliver,

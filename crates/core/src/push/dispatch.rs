@@ -57,6 +57,21 @@ impl Drained {
     }
 }
 
+/// Waits for every task of `work`: what they delivered, and the first error among them.
+async fn join(mut work: JoinSet<(Drained, Option<Error>)>) -> (Drained, Option<Error>) {
+    let (mut total, mut first_error) = (Drained::default(), None);
+    while let Some(done) = work.join_next().await {
+        match done {
+            Ok((d, error)) => {
+                total.add(d);
+                first_error = first_error.or(error);
+            }
+            Err(e) => tracing::error!(error = %e, "push worker failed"),
+        }
+    }
+    (total, first_error)
+}
+
 /// Delivers push subscriptions' messages through a [`Deliver`] port. Clones share state.
 #[derive(Clone)]
 pub struct Dispatcher {
@@ -176,14 +191,11 @@ impl Dispatcher {
         let names: Vec<String> = match topics {
             Topics::Named(names) => names.clone(),
             Topics::Ids(ids) if ids.is_empty() => Vec::new(),
-            Topics::All | Topics::Ids(_) => {
+            Topics::Ids(ids) => {
                 let listed = self.queues.log().list_topics().await?.into_iter();
-                let wanted = |id: u64| match topics {
-                    Topics::Ids(ids) => ids.contains(&id),
-                    _ => true,
-                };
-                listed.filter(|t| wanted(t.id)).map(|t| t.name).collect()
+                listed.filter(|t| ids.contains(&t.id)).map(|t| t.name).collect()
             }
+            Topics::All => self.queues.log().list_topics().await?.into_iter().map(|t| t.name).collect(),
         };
         let mut subs = Vec::new();
         for topic in names {
@@ -205,17 +217,7 @@ impl Dispatcher {
             let this = self.clone();
             work.spawn(async move { this.drain_sub(&sub, deadline_ms).await });
         }
-        let mut total = Drained::default();
-        let mut first_error = None;
-        while let Some(done) = work.join_next().await {
-            match done {
-                Ok((d, error)) => {
-                    total.add(d);
-                    first_error = first_error.or(error);
-                }
-                Err(e) => tracing::error!(error = %e, "push worker failed"),
-            }
-        }
+        let (total, first_error) = join(work).await;
         self.flush_stats().await;
         first_error.map_or(Ok(total), Err)
     }
@@ -232,17 +234,13 @@ impl Dispatcher {
             let mut round = JoinSet::new();
             for _ in 0..workers {
                 let (this, sub) = (self.clone(), sub.clone());
-                round.spawn(async move { this.drain_one(&sub, deadline_ms).await });
+                round.spawn(async move {
+                    this.drain_one(&sub, deadline_ms)
+                        .await
+                        .map_or_else(|e| (Drained::default(), Some(e)), |d| (d, None))
+                });
             }
-            let mut delivered = Drained::default();
-            let mut error = None;
-            while let Some(done) = round.join_next().await {
-                match done {
-                    Ok(Ok(d)) => delivered.add(d),
-                    Ok(Err(e)) => error = error.or(Some(e)),
-                    Err(e) => tracing::error!(error = %e, "push worker failed"),
-                }
-            }
+            let (delivered, error) = join(round).await;
             total.add(delivered);
             if error.is_some() || delivered.deliveries == 0 {
                 return (total, error);
