@@ -33,20 +33,25 @@ lane() {
     fi
 }
 
-conformance_tests=()
-for file in crates/conformance/tests/*.rs; do
-    name=$(basename "$file" .rs)
-    case "$name" in moto | moto_retention | moto_push) ;; *) conformance_tests+=(--test "$name") ;; esac
+# Every lane selects the whole workspace (`--workspace` and a target filter), never one
+# package: cargo unifies dependency features over the packages a command selects, and a
+# narrower selection would rebuild crates the build above has made.
+moto_suites=(moto moto_retention moto_push)
+other_tests=()
+for name in $(cargo metadata --format-version 1 --no-deps | python3 -c '
+import json, sys
+for p in json.load(sys.stdin)["packages"]:
+    print("\n".join(t["name"] for t in p["targets"] if "test" in t["kind"]))'); do
+    case " ${moto_suites[*]} " in *" $name "*) ;; *) other_tests+=(--test "$name") ;; esac
 done
 
-lane moto cargo test -p sluice-conformance --test moto &
-lane moto_retention cargo test -p sluice-conformance --test moto_retention &
-lane moto_push cargo test -p sluice-conformance --test moto_push &
+for suite in "${moto_suites[@]}"; do
+    lane "$suite" cargo test --workspace --test "$suite" &
+done
 lane fuzz infra/fuzz.sh &
 lane rest bash -c "
     set -e
-    cargo test --workspace --exclude sluice-conformance --all-targets
-    cargo test -p sluice-conformance --lib ${conformance_tests[*]}
+    cargo test --workspace --lib --bins --examples --benches ${other_tests[*]}
     cargo run -q --release -p sluice-sim -- --seeds \${SIM_SEEDS:-1000..1400} --steps \${SIM_STEPS:-2000}
 " &
 wait
