@@ -344,6 +344,8 @@ pub(crate) struct World {
     jconfig: JanitorConfig,
     topic_specs: BTreeMap<&'static str, TopicSpec>,
     sub_specs: BTreeMap<&'static str, SubscriptionSpec>,
+    /// SUB_Q's content filter; SUB_QK has none.
+    q_filter: SimFilter,
     // model
     events: BTreeMap<u64, EventInfo>,
     requests: BTreeMap<u64, Request>,
@@ -367,6 +369,56 @@ pub(crate) struct World {
     /// rest of a seed's schedule is the same with and without it.
     answers_lost: f64,
     answers: Rng,
+}
+
+/// A content filter on SUB_Q, and the model's own answer to whether an event passes it
+/// (written out, not by asking `sluice_core::filter`: the filter's semantics have tests of
+/// their own; here the queue's use of it is under test, under faults).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum SimFilter {
+    None,
+    /// `{"key": ["k1", "k3"]}`: keyed events of two keys; unkeyed ones never.
+    Keys,
+    /// Key `k4`, or a value whose pad is at least `PAD` characters long.
+    KeyOrLongPad,
+}
+
+impl SimFilter {
+    const PAD: usize = 100;
+
+    fn draw(rng: &mut Rng) -> Self {
+        match rng.weighted(&[50, 25, 25]) {
+            0 => SimFilter::None,
+            1 => SimFilter::Keys,
+            _ => SimFilter::KeyOrLongPad,
+        }
+    }
+
+    fn pattern(self) -> Option<serde_json::Value> {
+        let long_pad = format!("*{}", "x".repeat(Self::PAD));
+        match self {
+            SimFilter::None => None,
+            SimFilter::Keys => Some(serde_json::json!({"key": ["k1", "k3"]})),
+            SimFilter::KeyOrLongPad => Some(serde_json::json!({"$or": [
+                {"key": [{"prefix": "k4"}]},
+                {"value": {"pad": [{"wildcard": long_pad}]}},
+            ]})),
+        }
+    }
+
+    fn passes(self, event: &EventInfo) -> bool {
+        let key = event.key.as_deref();
+        match self {
+            SimFilter::None => true,
+            SimFilter::Keys => matches!(key, Some(b"k1" | b"k3")),
+            SimFilter::KeyOrLongPad => {
+                let pad = serde_json::from_slice::<serde_json::Value>(&event.value)
+                    .ok()
+                    .and_then(|v| v["pad"].as_str().map(str::len));
+                key == Some(b"k4") || pad.is_some_and(|n| n >= Self::PAD)
+            }
+        }
+    }
 }
 
 fn code(e: &Error) -> String {
@@ -446,6 +498,7 @@ impl World {
         };
         let b = TopicSpec { partitions: rng.range(1, 2) as u32, retention_ms: None, retention_bytes: None };
         let backoff = rng.chance(0.3).then(|| Backoff::Steps(vec![300, 1000]));
+        let q_filter = SimFilter::draw(&mut Rng::new(seed.rotate_left(29) ^ 0x51f7_e12a_0b1d));
         let q = SubscriptionSpec {
             start: StartAt::Earliest,
             visibility_timeout_ms: rng.range(1000, 6000) as u64,
@@ -453,7 +506,7 @@ impl World {
             ordering: KeyOrdering::None,
             delay_ms: if rng.chance(0.2) { rng.range(200, 2000) as u64 } else { 0 },
             redelivery_backoff: backoff,
-            filter: None,
+            filter: q_filter.pattern(),
             push: None,
         };
         let qk = SubscriptionSpec {
@@ -486,6 +539,7 @@ impl World {
             jconfig,
             topic_specs: [(TOPIC_A, a), (TOPIC_B, b)].into_iter().collect(),
             sub_specs: [(SUB_Q, q), (SUB_QK, qk)].into_iter().collect(),
+            q_filter,
             events: BTreeMap::new(),
             requests: BTreeMap::new(),
             facts: BTreeMap::new(),
@@ -510,13 +564,14 @@ impl World {
             world.procs.push(p);
         }
         world.trace.line(format!(
-            "seed {seed}: {nprocs} processes, a={:?}, b={:?}, janitor target {} grace {}, faults {:?}, q={:?}, qk={:?}",
+            "seed {seed}: {nprocs} processes, a={:?}, b={:?}, janitor target {} grace {}, faults {:?}, q={:?} ({:?}), qk={:?}",
             world.topic_specs[TOPIC_A],
             world.topic_specs[TOPIC_B],
             world.jconfig.compaction_target_bytes,
             world.jconfig.grace_ms,
             world.chaos.config(),
             world.sub_specs[SUB_Q],
+            world.q_filter,
             world.sub_specs[SUB_QK],
         ));
         world
@@ -2151,6 +2206,12 @@ impl World {
         if count == 0 || count > max {
             problems.push(("receive-count", format!("receive count {count} (max {max})")));
         }
+        let filter = if s.name == SUB_Q { self.q_filter } else { SimFilter::None };
+        if let Some(event) = facts_key.and_then(|(tid, _)| self.facts.get(&(tid, p, o))).map(|e| &self.events[e]) {
+            if !filter.passes(event) {
+                problems.push(("filtered-delivered", format!("delivered, but {filter:?} does not pass it")));
+            }
+        }
         if let Some(m) = s.msgs.get(&(p, o)) {
             for prev in &m.deliveries {
                 if prev.nonce == nonce {
@@ -2529,22 +2590,37 @@ impl World {
                 }
             }
             let b = described.backlog;
+            let filter = if sub == SUB_Q { self.q_filter } else { SimFilter::None };
+            let failing = s
+                .record
+                .starts
+                .iter()
+                .enumerate()
+                .flat_map(|(p, start)| (*start..self.head_now(tid, p as u32).next).map(move |o| (p as u32, o)))
+                .filter(|(p, o)| self.facts.get(&(tid, *p, *o)).is_some_and(|e| !filter.passes(&self.events[e])))
+                .count() as u64;
+            if b.filtered > failing {
+                problems.push(format!("{} filtered, but only {failing} events fail {filter:?}", b.filtered));
+            }
             if b.visible + b.in_flight + b.delayed != 0 {
                 problems.push(format!("backlog not empty: {b:?}"));
             }
             if b.dead != dead.len() as u64 {
                 problems.push(format!("dead counted {} but {} listed", b.dead, dead.len()));
             }
-            let accounted = acked.iter().filter(|k| !dead.contains(k)).count() as u64 + dead.len() as u64 + b.expired;
+            let accounted =
+                acked.iter().filter(|k| !dead.contains(k)).count() as u64 + dead.len() as u64 + b.expired + b.filtered;
             if accounted > total || accounted + (maybe.len() as u64) < total {
                 problems.push(format!(
-                    "{} acked (+{} perhaps) + {} dead + {} expired = {accounted}, but {total} messages were published",
+                    "{} acked (+{} perhaps) + {} dead + {} expired + {} filtered = {accounted}, but {total} messages were published",
                     acked.len(),
                     maybe.len(),
                     dead.len(),
-                    b.expired
+                    b.expired,
+                    b.filtered
                 ));
             }
+            *self.stats.entry("messages_filtered").or_default() += b.filtered;
             if !problems.is_empty() {
                 self.violate("queue-exactly-once", format!("{sub}: {}", problems.join("; ")));
             }
