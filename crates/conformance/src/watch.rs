@@ -33,9 +33,6 @@ pub fn free_port() -> u16 {
 /// Starts `cargo lambda watch` on `port` for one function package (`sluice-queues` is
 /// functions/queues), on moto, with `env` (`NAME=value`) besides moto's settings.
 pub fn start(function: &str, port: u16, env: &[String]) -> Watch {
-    let root = workspace_root();
-    let cargo_lambda = root.join(".venv/bin/cargo-lambda");
-    assert!(cargo_lambda.exists(), "{} is missing: run infra/setup.sh first", cargo_lambda.display());
     let s = &moto().settings;
     let moto_env = [
         format!("SLUICE_BUCKET={}", s.bucket),
@@ -45,6 +42,16 @@ pub fn start(function: &str, port: u16, env: &[String]) -> Watch {
         "AWS_ACCESS_KEY_ID=test".into(),
         "AWS_SECRET_ACCESS_KEY=test".into(),
     ];
+    let package = format!("functions/{}", function.trim_start_matches("sluice-"));
+    start_package(&package, port, &[&moto_env[..], env].concat())
+}
+
+/// Starts `cargo lambda watch` on `port` for the function package in `dir` (relative to the
+/// workspace root, e.g. `examples/push-consumer`), with only `env` (`NAME=value`) set.
+pub fn start_package(dir: &str, port: u16, env: &[String]) -> Watch {
+    let root = workspace_root();
+    let cargo_lambda = root.join(".venv/bin/cargo-lambda");
+    assert!(cargo_lambda.exists(), "{} is missing: run infra/setup.sh first", cargo_lambda.display());
     let mut cmd = Command::new(cargo_lambda);
     // Not the variables cargo set for this test binary (CARGO_MANIFEST_DIR, CARGO_PKG_*, …):
     // build scripts that read one (ring's does) would see it change between this build and
@@ -58,7 +65,7 @@ pub fn start(function: &str, port: u16, env: &[String]) -> Watch {
     }
     // Run from the workspace root with the package's manifest: from elsewhere cargo would
     // look for the binary in the root package only.
-    let manifest = root.join("functions").join(function.trim_start_matches("sluice-")).join("Cargo.toml");
+    let manifest = root.join(dir).join("Cargo.toml");
     cmd.current_dir(&root)
         .args(["lambda", "watch", "--ignore-changes", "--quiet", "-A", "127.0.0.1", "-P", &port.to_string()])
         // An invocation's deadline, as a function's Timeout in template.yaml gives one on AWS
@@ -66,7 +73,7 @@ pub fn start(function: &str, port: u16, env: &[String]) -> Watch {
         .args(["--timeout", &FUNCTION_TIMEOUT.as_secs().to_string()])
         .arg("--manifest-path")
         .arg(manifest)
-        .args(moto_env.iter().chain(env).flat_map(|e| ["--env-var", e.as_str()]))
+        .args(env.iter().flat_map(|e| ["--env-var", e.as_str()]))
         // The workspace's target directory, whatever directory cargo-lambda runs cargo in
         // (the functions' .cargo/config.toml points theirs elsewhere, for `sam build`).
         .env("CARGO_TARGET_DIR", std::env::var_os("CARGO_TARGET_DIR").unwrap_or_else(|| root.join("target").into()))
