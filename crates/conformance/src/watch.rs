@@ -25,6 +25,15 @@ impl Drop for Watch {
     }
 }
 
+impl Watch {
+    /// Kills cargo lambda watch and the function it runs with SIGKILL, as a Lambda
+    /// instance dies mid-invocation: nothing runs on (no destructor, no flush).
+    pub fn kill9(self) {
+        let _ = Command::new("kill").args(["-9", "--", &format!("-{}", self.0.id())]).status();
+        // Drop reaps it (its SIGTERM finds nothing left).
+    }
+}
+
 /// A loopback port nobody listens on now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()

@@ -16,7 +16,7 @@ use axum::routing::post;
 use serde_json::Value;
 use sluice_conformance::moto::{adapters, moto, workspace_root};
 use sluice_conformance::unique_topic;
-use sluice_conformance::watch::{free_port, start, BUILD_TIMEOUT};
+use sluice_conformance::watch::{free_port, start, Watch, BUILD_TIMEOUT};
 use sluice_core::push::webhook;
 use sluice_core::queues::{secret_key, Backoff, PushSpec, Queues, StartAt, SubscriptionSpec};
 use sluice_core::{Log, LogConfig, NewEvent, SystemClock, TopicSpec};
@@ -125,7 +125,7 @@ async fn given_the_dispatcher_function_woken_by_the_stream_then_commits_are_push
     tokio::spawn(async move { axum::serve(listener, app).await });
 
     let port = free_port();
-    let _watch = start("sluice-dispatcher", port, &["SLUICE_PUSH_ALLOW_PRIVATE=true".into()]);
+    let watch = start("sluice-dispatcher", port, &["SLUICE_PUSH_ALLOW_PRIVATE=true".into()]);
     let mut trigger = Trigger::start(&format!("http://127.0.0.1:{port}"));
     eventually("the stream read", Duration::from_secs(60), || trigger.lines.lock().unwrap().contains(&"ready".into()))
         .await;
@@ -206,5 +206,93 @@ async fn given_the_dispatcher_function_woken_by_the_stream_then_commits_are_push
     let described = queues.describe(&topic, "hook").await.unwrap();
     let deliveries = described.deliveries.expect("a push subscription's counts");
     assert!(deliveries.failed >= 1 && deliveries.succeeded >= 1, "{deliveries:?}");
+    assert_eq!(described.backlog.visible + described.backlog.in_flight, 0, "{:?}", described.backlog);
+
+    kill_9_mid_delivery(&queues, &log, watch, port, &mut trigger).await;
+}
+
+/// What the hanging receiver saw: per attempt, its webhook-id and (id, receive count)s.
+#[derive(Default)]
+struct Hung {
+    attempts: Vec<(String, Vec<(String, u64)>)>,
+    first_arrived: Option<Arc<tokio::sync::Notify>>,
+}
+
+/// Never answers the first attempt (its dispatcher is about to die); acknowledges the rest.
+async fn hang_first(State(hung): State<Arc<Mutex<Hung>>>, headers: HeaderMap, body: Bytes) -> StatusCode {
+    let parsed: Value = serde_json::from_slice(&body).unwrap_or_default();
+    let items = parsed["messages"].as_array().into_iter().flatten();
+    let items =
+        items.map(|m| (m["id"].as_str().unwrap_or_default().to_owned(), m["receive_count"].as_u64().unwrap_or(0)));
+    let id = headers.get("webhook-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    let first = {
+        let mut hung = hung.lock().unwrap();
+        hung.attempts.push((id, items.collect()));
+        (hung.attempts.len() == 1).then(|| hung.first_arrived.clone()).flatten()
+    };
+    if let Some(arrived) = first {
+        arrived.notify_one();
+        std::future::pending::<()>().await;
+    }
+    StatusCode::OK
+}
+
+/// Kill -9 of the dispatcher function while its delivery is under way, then a fresh one:
+/// the batch it held is pushed again once its window has passed (the attempt's timeout, 2 s,
+/// and the settling margin, 5 s, in real time: the function runs on the system clock), as
+/// the same batch (the same webhook-id) with the receive count raised; nothing is lost.
+async fn kill_9_mid_delivery(queues: &Queues, log: &Log, watch: Watch, port: u16, trigger: &mut Trigger) {
+    let arrived = Arc::new(tokio::sync::Notify::new());
+    let hung = Arc::new(Mutex::new(Hung { first_arrived: Some(arrived.clone()), ..Hung::default() }));
+    let app = axum::Router::new().route("/hang", post(hang_first)).with_state(hung.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hang_url = format!("http://{}/hang", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let topic = unique_topic("push-aws-kill");
+    log.create_topic(&topic, TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None }).await.unwrap();
+    let spec = SubscriptionSpec {
+        start: StartAt::Earliest,
+        visibility_timeout_ms: 1000,
+        redelivery_backoff: Some(Backoff::Steps(vec![0])),
+        push: Some(PushSpec { timeout_ms: 2000, ..PushSpec::url(&hang_url, Some(SECRET.into())) }),
+        ..SubscriptionSpec::default()
+    };
+    queues.create(&topic, "hang", spec).await.unwrap();
+    let events = (0..3)
+        .map(|n| NewEvent {
+            key: None,
+            headers: Vec::new(),
+            value: format!("{{\"n\": {n}}}").into(),
+            value_is_json: true,
+            timestamp_ms: None,
+            partition: None,
+        })
+        .collect();
+    let at = log.publish(&topic, events, None).await.unwrap();
+    let ids: HashSet<String> = at.iter().map(|p| webhook::message_id(&topic, p.partition, p.offset)).collect();
+    // The stream wakes the function; kill it as soon as its delivery reaches the receiver
+    // (well inside the attempt's 2 s timeout).
+    tokio::time::timeout(Duration::from_secs(60), arrived.notified()).await.expect("the first delivery arrived");
+    watch.kill9();
+    let _watch = start("sluice-dispatcher", port, &["SLUICE_PUSH_ALLOW_PRIVATE=true".into()]);
+    let acked = || {
+        let hung = hung.lock().unwrap();
+        hung.attempts.iter().skip(1).flat_map(|a| a.1.iter().map(|i| i.0.clone())).collect::<HashSet<String>>()
+    };
+    let start = Instant::now();
+    while !ids.is_subset(&acked()) {
+        assert!(start.elapsed() < Duration::from_secs(60), "the held batch was not pushed again");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        trigger.sweep(Duration::from_secs(60)).await;
+    }
+    {
+        let hung = hung.lock().unwrap();
+        let (first_id, first) = &hung.attempts[0];
+        let (again_id, again) = &hung.attempts[1];
+        assert_eq!(first.iter().map(|i| i.0.clone()).collect::<HashSet<_>>(), ids, "the first attempt held the batch");
+        assert_eq!(first_id, again_id, "the same batch, the same webhook-id");
+        assert!(again.iter().all(|(_, count)| *count == 2), "the second delivery says so: {again:?}");
+    }
+    let described = queues.describe(&topic, "hang").await.unwrap();
     assert_eq!(described.backlog.visible + described.backlog.in_flight, 0, "{:?}", described.backlog);
 }
