@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks that building one function package alone reuses the workspace's build.
 
-`cargo lambda watch` and `sam build` build one function at a time. Cargo then unifies
+`cargo lambda watch` builds one function at a time. Cargo then unifies
 dependency features over that package only, and any crate whose features differ from
 `cargo test --workspace`'s is compiled again, with everything above it (the AWS SDK
 among them: minutes on two cores). crates/workspace-hack asks for the workspace's

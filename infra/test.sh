@@ -37,13 +37,19 @@ lane() {
 # package: cargo unifies dependency features over the packages a command selects, and a
 # narrower selection would rebuild crates the build above has made.
 moto_suites=(moto moto_retention moto_push)
-other_tests=()
-for name in $(cargo metadata --format-version 1 --no-deps | python3 -c '
+# (Assigned first: a failure inside `for … in $(…)` would not stop the script.)
+test_names=$(cargo metadata --format-version 1 --no-deps | python3 -c '
 import json, sys
 for p in json.load(sys.stdin)["packages"]:
-    print("\n".join(t["name"] for t in p["targets"] if "test" in t["kind"]))'); do
+    print("\n".join(t["name"] for t in p["targets"] if "test" in t["kind"]))')
+other_tests=()
+for name in $test_names; do
     case " ${moto_suites[*]} " in *" $name "*) ;; *) other_tests+=(--test "$name") ;; esac
 done
+if [ "${#other_tests[@]}" -eq 0 ]; then
+    echo "no test targets found by cargo metadata" >&2
+    exit 1
+fi
 
 for suite in "${moto_suites[@]}"; do
     lane "$suite" cargo test --workspace --test "$suite" &

@@ -14,13 +14,16 @@ pub const BUILD_TIMEOUT: Duration = Duration::from_secs(900);
 /// The deadline of every invocation: the longest Timeout in template.yaml.
 pub const FUNCTION_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// One `cargo lambda watch`, in a process group of its own with the function it runs;
-/// dropping it stops both.
+/// One `cargo lambda watch` and the function it runs; dropping it stops both.
+///
+/// cargo lambda starts the function (`cargo run`) in a session of its own, so a signal to
+/// watch's process group does not reach it: every signal goes to the group and to each
+/// descendant, found (before any dies and is reparented) through /proc.
 pub struct Watch(Child);
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        let _ = Command::new("kill").args(["--", &format!("-{}", self.0.id())]).status();
+        self.signal("-TERM");
         let _ = self.0.wait();
     }
 }
@@ -28,10 +31,41 @@ impl Drop for Watch {
 impl Watch {
     /// Kills cargo lambda watch and the function it runs with SIGKILL, as a Lambda
     /// instance dies mid-invocation: nothing runs on (no destructor, no flush).
-    pub fn kill9(self) {
-        let _ = Command::new("kill").args(["-9", "--", &format!("-{}", self.0.id())]).status();
-        // Drop reaps it (its SIGTERM finds nothing left).
+    pub fn kill9(mut self) {
+        self.signal("-KILL");
+        let _ = self.0.wait();
     }
+
+    fn signal(&mut self, signal: &str) {
+        let root = self.0.id();
+        let mut targets: Vec<String> = descendants(root).iter().map(u32::to_string).collect();
+        targets.push(format!("-{root}"));
+        let _ = Command::new("kill").arg(signal).arg("--").args(&targets).stderr(Stdio::null()).status();
+    }
+}
+
+/// Every process below `root`, read from /proc (parent ids).
+fn descendants(root: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            // `pid (comm) state ppid …`: comm may hold spaces, so read after its last ')'.
+            let ppid = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
+            Some((pid, ppid))
+        })
+        .collect();
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        found.extend(parents.iter().filter(|(_, ppid)| *ppid == parent).map(|(pid, _)| *pid));
+        i += 1;
+    }
+    found.split_off(1)
 }
 
 /// A loopback port nobody listens on now.

@@ -211,10 +211,14 @@ async fn given_the_dispatcher_function_woken_by_the_stream_then_commits_are_push
     kill_9_mid_delivery(&queues, &log, watch, port, &mut trigger).await;
 }
 
-/// What the hanging receiver saw: per attempt, its webhook-id and (id, receive count)s.
+/// An attempt as the hanging receiver saw it: when it arrived, its webhook-id, and its
+/// messages' ids with their receive counts.
+type HungAttempt = (Instant, String, Vec<(String, u64)>);
+
+/// What the hanging receiver saw.
 #[derive(Default)]
 struct Hung {
-    attempts: Vec<(String, Vec<(String, u64)>)>,
+    attempts: Vec<HungAttempt>,
     first_arrived: Option<Arc<tokio::sync::Notify>>,
 }
 
@@ -227,7 +231,7 @@ async fn hang_first(State(hung): State<Arc<Mutex<Hung>>>, headers: HeaderMap, bo
     let id = headers.get("webhook-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
     let first = {
         let mut hung = hung.lock().unwrap();
-        hung.attempts.push((id, items.collect()));
+        hung.attempts.push((Instant::now(), id, items.collect()));
         (hung.attempts.len() == 1).then(|| hung.first_arrived.clone()).flatten()
     };
     if let Some(arrived) = first {
@@ -277,8 +281,10 @@ async fn kill_9_mid_delivery(queues: &Queues, log: &Log, watch: Watch, port: u16
     let _watch = start("sluice-dispatcher", port, &["SLUICE_PUSH_ALLOW_PRIVATE=true".into()]);
     let acked = || {
         let hung = hung.lock().unwrap();
-        hung.attempts.iter().skip(1).flat_map(|a| a.1.iter().map(|i| i.0.clone())).collect::<HashSet<String>>()
+        hung.attempts.iter().skip(1).flat_map(|a| a.2.iter().map(|i| i.0.clone())).collect::<HashSet<String>>()
     };
+    // The first sweep may wait for `cargo run` (the target directory's lock, under CI).
+    trigger.sweep(BUILD_TIMEOUT).await;
     let start = Instant::now();
     while !ids.is_subset(&acked()) {
         assert!(start.elapsed() < Duration::from_secs(60), "the held batch was not pushed again");
@@ -287,11 +293,15 @@ async fn kill_9_mid_delivery(queues: &Queues, log: &Log, watch: Watch, port: u16
     }
     {
         let hung = hung.lock().unwrap();
-        let (first_id, first) = &hung.attempts[0];
-        let (again_id, again) = &hung.attempts[1];
+        let (first_at, first_id, first) = &hung.attempts[0];
+        let (again_at, again_id, again) = &hung.attempts[1];
         assert_eq!(first.iter().map(|i| i.0.clone()).collect::<HashSet<_>>(), ids, "the first attempt held the batch");
         assert_eq!(first_id, again_id, "the same batch, the same webhook-id");
         assert!(again.iter().all(|(_, count)| *count == 2), "the second delivery says so: {again:?}");
+        // Held for the whole window (7 s from the receive, just before the first arrival):
+        // a dispatcher that lived on would have released it when its attempt timed out (2 s).
+        let held = *again_at - *first_at;
+        assert!(held >= Duration::from_millis(6500), "pushed again after {held:?}: the killed dispatcher lived on");
     }
     let described = queues.describe(&topic, "hang").await.unwrap();
     assert_eq!(described.backlog.visible + described.backlog.in_flight, 0, "{:?}", described.backlog);

@@ -115,8 +115,16 @@ async fn case(how: &str, deliver: Arc<dyn Deliver>, consumer_log: &std::path::Pa
     assert!(page.entries.iter().all(|e| e.receive_count == MAX_RECEIVE_COUNT));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn given_a_lambda_function_under_cargo_lambda_watch_then_pushes_ack_and_named_failures_dead_letter() {
+#[test]
+fn given_a_lambda_function_under_cargo_lambda_watch_then_pushes_ack_and_named_failures_dead_letter() {
+    // The SDK's credentials (cargo lambda watch takes any), set before any thread runs.
+    std::env::set_var("AWS_ACCESS_KEY_ID", "test");
+    std::env::set_var("AWS_SECRET_ACCESS_KEY", "test");
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    runtime.block_on(pushes_to_the_function());
+}
+
+async fn pushes_to_the_function() {
     let dir = tempfile::tempdir().unwrap();
     let consumer_log = dir.path().join("handled.ndjson");
     let port = free_port();
@@ -130,9 +138,6 @@ async fn given_a_lambda_function_under_cargo_lambda_watch_then_pushes_ack_and_na
     case("http", Arc::new(http), &consumer_log).await;
 
     // As the dispatcher function does on AWS: the SDK's Invoke (signed, its errors mapped).
-    // cargo lambda watch takes any credentials.
-    std::env::set_var("AWS_ACCESS_KEY_ID", "test");
-    std::env::set_var("AWS_SECRET_ACCESS_KEY", "test");
     let sdk = sluice_aws::LambdaInvoker::connect(Some("us-east-1".into()), Some(endpoint)).await;
     let deliver = HttpDeliverer::new(true, None).unwrap().with_lambda(Arc::new(sdk));
     case("sdk", Arc::new(deliver), &consumer_log).await;
