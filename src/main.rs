@@ -1,5 +1,8 @@
-//! `sluice`: run the event router locally (`serve`). Load tests are `sluice-bench`
-//! (crates/bench).
+//! `sluice`: run the event router locally (`serve`), and use any Sluice from the command
+//! line (topics, subs, groups, publish, tail, receive, dlq: `cli/`). Load tests are
+//! `sluice-bench` (crates/bench).
+
+mod cli;
 
 use std::net::SocketAddr;
 
@@ -12,6 +15,8 @@ use tracing_subscriber::EnvFilter;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    connection: cli::Connection,
 }
 
 #[derive(Subcommand)]
@@ -24,35 +29,35 @@ enum Command {
         #[command(flatten)]
         config: Config,
     },
+    #[command(flatten)]
+    Client(cli::Verb),
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .init();
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    match cli.command {
         Command::Serve { addr, config } => serve(addr, config).await,
+        Command::Client(verb) => {
+            if let Err(error) = cli::run(verb, &cli.connection).await {
+                eprintln!("{}", cli::describe_error(&error));
+                std::process::exit(1);
+            }
+            Ok(())
+        }
     }
 }
 
-async fn serve(addr: SocketAddr, config: Config) -> Result<(), Box<dyn std::error::Error>> {
-    let log = sluice_runtime::open_embedded(&config)?;
-    tokio::spawn(sluice_runtime::janitor(&config, &log)?.run_forever(config.janitor_interval_ms));
-    let app = sluice_runtime::App::new(log, config.groups_config());
-    // Push subscriptions are delivered by this process, with the queues the API serves.
-    let (stop, stopping) = tokio::sync::watch::channel(false);
-    let dispatcher = sluice_runtime::dispatcher(&config, app.queues.clone()).await?;
-    let pushing = tokio::spawn(async move { dispatcher.run(stopping).await });
+async fn serve(addr: SocketAddr, config: Config) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
     tracing::info!(addr = %local, data_dir = %config.data_dir.display(), "sluice listening");
     // A plain line for people and for tests that start the server on port 0.
     println!("listening on http://{local}");
-    axum::serve(listener, sluice_api::router(app)).with_graceful_shutdown(shutdown()).await?;
-    // Deliveries under way finish and are settled; nothing new is received.
-    let _ = stop.send(true);
-    let _ = pushing.await;
+    sluice_runtime::serve(listener, &config, shutdown()).await?;
     tracing::info!("stopped");
     Ok(())
 }

@@ -6,11 +6,13 @@
 mod backend;
 pub mod config;
 pub mod push;
+mod serve;
 
 use std::sync::Arc;
 
 pub use backend::{janitor, open, open_backend, BackendChoice, IncompleteAwsConfig, OpenError};
 pub use config::Config;
+pub use serve::{serve, LocalServer};
 pub use sluice_api::App;
 use sluice_core::push::Dispatcher;
 use sluice_core::queues::Queues;

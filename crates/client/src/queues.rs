@@ -1,0 +1,197 @@
+//! Work queues: subscriptions, receive, ack, nack, visibility, and the dead-letter queue.
+//! Subscription settings and answers are JSON values: they have many optional parts
+//! (start, filter, push, backoff) that docs/API.md describes.
+
+use reqwest::Method;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::client::Call;
+use crate::types::{DeadLetterPage, Message, ReceiptResult};
+use crate::{Client, Error};
+
+#[derive(Deserialize)]
+struct Subscriptions {
+    subscriptions: Vec<Value>,
+}
+
+#[derive(Deserialize)]
+struct Results {
+    results: Vec<ReceiptResult>,
+}
+
+/// What one receive answered.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Received {
+    /// The messages, now in flight for this receiver.
+    pub messages: Vec<Message>,
+    /// One result per receipt acked with the receive, in the order sent.
+    #[serde(default)]
+    pub acks: Vec<ReceiptResult>,
+}
+
+/// A receive request: how many, how long to wait, and what to ack first.
+#[derive(Debug, Clone, Default)]
+pub struct Receive {
+    /// 1 to 100 (default 1).
+    pub max_messages: u32,
+    /// Long poll: how long to wait for a first message (at most 20,000).
+    pub wait_ms: u64,
+    /// The visibility timeout of these deliveries; `None`: the subscription's.
+    pub visibility_timeout_ms: Option<u64>,
+    /// Receipts to ack before receiving (at most 100), in the same request.
+    pub ack: Vec<String>,
+}
+
+/// A retried request's `stale_receipt` may be its own first attempt's doing (the answer
+/// was lost): the message was settled. As SQS does, report it done.
+fn settled_on_retry(mut results: Vec<ReceiptResult>, attempts: u32) -> Vec<ReceiptResult> {
+    if attempts > 1 {
+        for result in &mut results {
+            if result.error.as_ref().is_some_and(|e| e.code == "stale_receipt") {
+                result.ok = true;
+                result.error = None;
+            }
+        }
+    }
+    results
+}
+
+impl Client {
+    fn subscription(topic: &str, sub: &str) -> String {
+        format!("/v1/topics/{topic}/subscriptions/{sub}")
+    }
+
+    /// Creates a subscription with `settings` (docs/API.md lists them; `{}` for the
+    /// defaults), or finds it with exactly these settings. Retried: creating is idempotent.
+    pub async fn create_subscription(&self, topic: &str, sub: &str, settings: &Value) -> Result<Value, Error> {
+        self.fetch(Call::new(Method::PUT, Self::subscription(topic, sub)).json(settings)?).await
+    }
+
+    /// The subscriptions of a topic, by name.
+    pub async fn list_subscriptions(&self, topic: &str) -> Result<Vec<Value>, Error> {
+        let call = Call::new(Method::GET, format!("/v1/topics/{topic}/subscriptions"));
+        Ok(self.fetch::<Subscriptions>(call).await?.subscriptions)
+    }
+
+    /// A subscription with its backlog (visible, in flight, delayed, dead, …) per partition.
+    pub async fn describe_subscription(&self, topic: &str, sub: &str) -> Result<Value, Error> {
+        self.fetch(Call::new(Method::GET, Self::subscription(topic, sub))).await
+    }
+
+    /// Deletes a subscription. Retried; a retry's `404` means an earlier attempt deleted it.
+    pub async fn delete_subscription(&self, topic: &str, sub: &str) -> Result<(), Error> {
+        self.delete(Self::subscription(topic, sub)).await
+    }
+
+    /// Acks `request.ack`, then receives. Retried: a lost answer leaves its messages in
+    /// flight until their visibility timeout, then they are delivered again; a retried
+    /// ack's `stale_receipt` is reported done.
+    pub async fn receive(&self, topic: &str, sub: &str, request: &Receive) -> Result<Received, Error> {
+        let mut body = json!({"max_messages": request.max_messages.max(1), "wait_ms": request.wait_ms});
+        if let Some(ms) = request.visibility_timeout_ms {
+            body["visibility_timeout_ms"] = json!(ms);
+        }
+        if !request.ack.is_empty() {
+            body["ack"] = json!(request.ack);
+        }
+        let path = format!("{}/receive", Self::subscription(topic, sub));
+        let call = Call::new(Method::POST, path).json(&body)?.waiting(request.wait_ms);
+        let answer = self.send(call).await?;
+        let mut received: Received = answer.parse()?;
+        received.acks = settled_on_retry(received.acks, answer.attempts);
+        Ok(received)
+    }
+
+    /// The messages are done. One result per receipt, in order.
+    pub async fn ack(&self, topic: &str, sub: &str, receipts: &[String]) -> Result<Vec<ReceiptResult>, Error> {
+        self.settle(topic, sub, "ack", json!({"receipts": receipts})).await
+    }
+
+    /// Gives the messages back, visible again after `delay_ms`.
+    pub async fn nack(
+        &self,
+        topic: &str,
+        sub: &str,
+        receipts: &[String],
+        delay_ms: u64,
+    ) -> Result<Vec<ReceiptResult>, Error> {
+        self.settle(topic, sub, "nack", json!({"receipts": receipts, "delay_ms": delay_ms})).await
+    }
+
+    /// Keeps the messages hidden for `visibility_timeout_ms` from now; an `ok` result
+    /// carries the receipt to use from then on.
+    pub async fn change_visibility(
+        &self,
+        topic: &str,
+        sub: &str,
+        receipts: &[String],
+        visibility_timeout_ms: u64,
+    ) -> Result<Vec<ReceiptResult>, Error> {
+        let body = json!({"receipts": receipts, "visibility_timeout_ms": visibility_timeout_ms});
+        self.settle(topic, sub, "visibility", body).await
+    }
+
+    async fn settle(&self, topic: &str, sub: &str, verb: &str, body: Value) -> Result<Vec<ReceiptResult>, Error> {
+        let call = Call::new(Method::POST, format!("{}/{verb}", Self::subscription(topic, sub))).json(&body)?;
+        let answer = self.send(call).await?;
+        Ok(settled_on_retry(answer.parse::<Results>()?.results, answer.attempts))
+    }
+
+    /// A page of dead letters, after `after` (the previous page's `next`).
+    pub async fn dead_letters(
+        &self,
+        topic: &str,
+        sub: &str,
+        limit: u32,
+        after: Option<&str>,
+    ) -> Result<DeadLetterPage, Error> {
+        let mut call = Call::new(Method::GET, format!("{}/dlq", Self::subscription(topic, sub))).query("limit", limit);
+        if let Some(after) = after {
+            call = call.query("after", after);
+        }
+        self.fetch(call).await
+    }
+
+    /// Removes one dead letter for good. Retried; a retry's `404` means it is gone.
+    pub async fn delete_dead_letter(&self, topic: &str, sub: &str, id: &str) -> Result<(), Error> {
+        self.delete(format!("{}/dlq/{id}", Self::subscription(topic, sub))).await
+    }
+
+    /// Puts up to `max_messages` dead letters (all of them: `None`) back in the queue;
+    /// answers how many. Retried only without a bound, where a retry is harmless.
+    pub async fn redrive(&self, topic: &str, sub: &str, max_messages: Option<u64>) -> Result<u64, Error> {
+        let path = format!("{}/dlq/redrive", Self::subscription(topic, sub));
+        let call = match max_messages {
+            Some(n) => Call::new(Method::POST, path).json(&json!({"max_messages": n}))?.once(),
+            None => Call::new(Method::POST, path).json(&json!({}))?,
+        };
+        Ok(self.fetch::<Value>(call).await?["redriven"].as_u64().unwrap_or_default())
+    }
+
+    /// Removes every dead letter; answers how many. Retried.
+    pub async fn purge_dead_letters(&self, topic: &str, sub: &str) -> Result<u64, Error> {
+        let call = Call::new(Method::DELETE, format!("{}/dlq", Self::subscription(topic, sub)));
+        Ok(self.fetch::<Value>(call).await?["purged"].as_u64().unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::ReceiptError;
+
+    fn stale() -> ReceiptResult {
+        let error = ReceiptError { code: "stale_receipt".into(), message: "m".into() };
+        ReceiptResult { receipt: Some("r".into()), ok: false, error: Some(error) }
+    }
+
+    #[test]
+    fn given_stale_receipt_then_done_only_on_a_retried_request() {
+        assert!(!settled_on_retry(vec![stale()], 1)[0].ok);
+        assert!(settled_on_retry(vec![stale()], 2)[0].ok);
+        let mut invalid = stale();
+        invalid.error = Some(ReceiptError { code: "invalid_receipt".into(), message: "m".into() });
+        assert!(!settled_on_retry(vec![invalid], 3)[0].ok, "an invalid receipt stays refused");
+    }
+}

@@ -1,0 +1,290 @@
+//! The API's documents as the client reads and writes them (docs/API.md describes each).
+//! Answers are read leniently: a field a newer server adds is ignored.
+
+use std::collections::BTreeMap;
+
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A topic's settings, as created.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicSettings {
+    /// 1 to 1024 (the server's default: 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<u32>,
+    /// How long events are kept; `None`: the server's default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retention_ms: Option<u64>,
+    /// The most bytes each partition keeps; `None`: no bound.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retention_bytes: Option<u64>,
+}
+
+impl TopicSettings {
+    /// `n` partitions, the rest default.
+    pub fn partitions(n: u32) -> Self {
+        Self { partitions: Some(n), ..Self::default() }
+    }
+}
+
+/// A topic, as listed.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Topic {
+    pub name: String,
+    pub partitions: u32,
+    pub retention_ms: Option<u64>,
+    pub retention_bytes: Option<u64>,
+    pub created_ms: i64,
+}
+
+/// A topic, as described: with the state of each partition.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct TopicDescription {
+    pub name: String,
+    pub partitions: u32,
+    pub retention_ms: Option<u64>,
+    pub retention_bytes: Option<u64>,
+    pub created_ms: i64,
+    pub partition_states: Vec<PartitionState>,
+    #[serde(default)]
+    pub upkeep: Value,
+}
+
+/// One partition of a described topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct PartitionState {
+    pub partition: u32,
+    pub log_start_offset: u64,
+    pub high_watermark: u64,
+    pub bytes: u64,
+}
+
+/// Where a published event landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct Placed {
+    pub partition: u32,
+    pub offset: u64,
+}
+
+/// An event to publish. `value` is any JSON; [`Record::bytes`] sends bytes instead.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Record {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value_base64: Option<String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timestamp_ms: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partition: Option<u32>,
+}
+
+impl Record {
+    /// An event with a JSON value.
+    pub fn json(value: Value) -> Self {
+        Self {
+            key: None,
+            value: Some(value),
+            value_base64: None,
+            headers: BTreeMap::new(),
+            timestamp_ms: None,
+            partition: None,
+        }
+    }
+
+    /// An event with a bytes value.
+    pub fn bytes(value: &[u8]) -> Self {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(value);
+        Self { value: None, value_base64: Some(encoded), ..Self::json(Value::Null) }
+    }
+
+    /// With a key (which picks the partition).
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// With a header.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.insert(name.into(), value.into());
+        self
+    }
+
+    /// About how many bytes the record takes in a request.
+    pub(crate) fn size(&self) -> usize {
+        let value = self.value.as_ref().map_or(0, |v| v.to_string().len());
+        let headers: usize = self.headers.iter().map(|(k, v)| k.len() + v.len() + 6).sum();
+        64 + value
+            + self.value_base64.as_ref().map_or(0, String::len)
+            + self.key.as_ref().map_or(0, String::len)
+            + headers
+    }
+}
+
+/// An event as replay, polls and receives hand it back.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct Event {
+    /// Set by group polls (which read several topics); `None` in a replay or receive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic: Option<String>,
+    pub partition: u32,
+    pub offset: u64,
+    pub timestamp_ms: i64,
+    pub key: Option<String>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// The JSON value, when it was published as JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
+    /// The bytes value, base64, when it was published as bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_base64: Option<String>,
+}
+
+impl Event {
+    /// The value's bytes: the JSON text of a JSON value, or the decoded bytes.
+    pub fn value_bytes(&self) -> Vec<u8> {
+        match (&self.value, &self.value_base64) {
+            (_, Some(b64)) => base64::engine::general_purpose::STANDARD.decode(b64).unwrap_or_default(),
+            (Some(value), None) => value.to_string().into_bytes(),
+            (None, None) => Vec::new(),
+        }
+    }
+}
+
+/// A page of a replay.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Page {
+    pub events: Vec<Event>,
+    pub next_offset: u64,
+    pub high_watermark: u64,
+    pub log_start_offset: u64,
+}
+
+/// Where a replay starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum From {
+    Earliest,
+    Latest,
+    Offset(u64),
+}
+
+impl From {
+    pub(crate) fn as_query(self) -> String {
+        match self {
+            From::Earliest => "earliest".into(),
+            From::Latest => "latest".into(),
+            From::Offset(o) => o.to_string(),
+        }
+    }
+}
+
+/// A partition of a topic.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TopicPartition {
+    pub topic: String,
+    pub partition: u32,
+}
+
+/// An offset of a partition (a position, a commit, a seek's result).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionOffset {
+    pub topic: String,
+    pub partition: u32,
+    pub offset: u64,
+}
+
+/// A group, as described.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct GroupDescription {
+    pub group: String,
+    pub generation: u64,
+    pub members: Vec<GroupMember>,
+    pub partitions: Vec<GroupPartition>,
+    pub lag: u64,
+    pub offsets_expire_at_ms: Option<i64>,
+}
+
+/// A live member of a group.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct GroupMember {
+    pub member_id: String,
+    pub assignment: Vec<TopicPartition>,
+    pub session_timeout_ms: u64,
+    pub expires_at_ms: i64,
+}
+
+/// A partition a group reads: its committed offset, owner and lag.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct GroupPartition {
+    pub topic: String,
+    pub partition: u32,
+    pub committed_offset: Option<u64>,
+    pub metadata: Option<String>,
+    pub log_start_offset: u64,
+    pub high_watermark: u64,
+    pub lag: u64,
+    pub member_id: Option<String>,
+}
+
+/// Where a seek moves a group's offsets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeekTo {
+    Earliest,
+    Latest,
+    Offset(u64),
+    Timestamp(i64),
+}
+
+/// A message received from a work queue.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct Message {
+    /// What ack, nack and visibility take.
+    pub receipt: String,
+    pub receive_count: u32,
+    pub first_receive_ms: i64,
+    #[serde(flatten)]
+    pub event: Event,
+}
+
+/// One receipt's result in an ack, nack or visibility answer.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ReceiptResult {
+    pub receipt: Option<String>,
+    pub ok: bool,
+    pub error: Option<ReceiptError>,
+}
+
+/// Why a receipt was refused (`invalid_receipt`, `stale_receipt`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct ReceiptError {
+    pub code: String,
+    pub message: String,
+}
+
+/// A dead letter of a subscription.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct DeadLetter {
+    pub id: String,
+    pub partition: u32,
+    pub offset: u64,
+    pub reason: String,
+    pub receive_count: u32,
+    pub first_receive_ms: i64,
+    pub last_receive_ms: i64,
+    pub dead_ms: i64,
+    /// The event, or `None` if the log no longer holds it.
+    pub event: Option<Value>,
+}
+
+/// A page of dead letters; `next` is where the next page starts (`None` on the last).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct DeadLetterPage {
+    pub dead_letters: Vec<DeadLetter>,
+    pub next: Option<String>,
+}

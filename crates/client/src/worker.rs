@@ -1,0 +1,333 @@
+//! The queue worker: SQS's consumer loop. It receives batches while it has room for
+//! them, runs a handler per message with bounded concurrency, acks finished messages on
+//! its next receive (one request per cycle), extends the visibility of a message whose
+//! handler is still running when two thirds of its timeout have passed, and nacks a
+//! failed message with the subscription's redelivery backoff (or the delay the handler
+//! asks for).
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use crate::queues::Receive;
+use crate::types::Message;
+use crate::{Client, Error};
+
+/// Why a handler failed a message: it comes back after `delay`, or after the
+/// subscription's redelivery backoff when `delay` is `None`.
+#[derive(Debug, Default)]
+pub struct Nack {
+    pub delay: Option<Duration>,
+    pub reason: String,
+}
+
+impl Nack {
+    /// Back after this long.
+    pub fn after(delay: Duration) -> Self {
+        Self { delay: Some(delay), reason: String::new() }
+    }
+}
+
+impl<E: std::error::Error> From<E> for Nack {
+    fn from(error: E) -> Self {
+        Self { delay: None, reason: error.to_string() }
+    }
+}
+
+/// How a [`Worker`] receives.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Handlers running at once.
+    pub concurrency: usize,
+    /// Messages per receive, 1 to 100.
+    pub batch: u32,
+    /// Long poll of an idle worker, at most 20,000.
+    pub wait_ms: u64,
+    /// The visibility timeout of each delivery; `None`: the subscription's.
+    pub visibility_timeout_ms: Option<u64>,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self { concurrency: 10, batch: 10, wait_ms: 10_000, visibility_timeout_ms: None }
+    }
+}
+
+/// What a worker did, when it stops.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct WorkerStats {
+    pub received: u64,
+    pub acked: u64,
+    pub nacked: u64,
+    pub extended: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    received: AtomicU64,
+    acked: AtomicU64,
+    nacked: AtomicU64,
+    extended: AtomicU64,
+}
+
+/// Runs a handler over a subscription's messages.
+///
+/// ```
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?; let server = sluice_runtime::LocalServer::start(dir.path()).await?;
+/// use sluice_client::{Client, Message, Nack, Record, TopicSettings, Worker};
+/// use serde_json::json;
+///
+/// let client = Client::new(server.url())?;
+/// client.create_topic("jobs", &TopicSettings::partitions(2)).await?;
+/// client.create_subscription("jobs", "resize", &json!({"start": "earliest"})).await?;
+/// client.publish("jobs", &[Record::json(json!({"image": 1})), Record::json(json!({"image": 2}))], None).await?;
+///
+/// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+/// let stop = std::sync::Mutex::new(Some(stop));
+/// let stats = Worker::new(client, "jobs", "resize")
+///     .run(
+///         move |message: Message| {
+///             let _ = stop.lock().unwrap().take().map(|s| s.send(())); // one is enough here
+///             async move { println!("resizing {:?}", message.event.value); Ok::<(), Nack>(()) }
+///         },
+///         async move { let _ = stopped.await; },
+///     )
+///     .await?;
+/// assert!(stats.acked >= 1);
+/// # Ok(()) }
+/// ```
+pub struct Worker {
+    client: Client,
+    topic: String,
+    subscription: String,
+    config: WorkerConfig,
+}
+
+impl Worker {
+    /// A worker of `subscription` of `topic`, with the default config.
+    pub fn new(client: Client, topic: &str, subscription: &str) -> Self {
+        Self { client, topic: topic.to_owned(), subscription: subscription.to_owned(), config: WorkerConfig::default() }
+    }
+
+    /// With this config.
+    pub fn with_config(mut self, config: WorkerConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Runs `handler` over the messages until `shutdown` resolves; then stops receiving,
+    /// lets running handlers finish, acks what they finished, and answers what it did.
+    pub async fn run<H, F>(self, handler: H, shutdown: impl Future<Output = ()>) -> Result<WorkerStats, Error>
+    where
+        H: Fn(Message) -> F + Send + Sync + 'static,
+        F: Future<Output = Result<(), Nack>> + Send + 'static,
+    {
+        let settings = self.client.describe_subscription(&self.topic, &self.subscription).await?;
+        let visibility =
+            self.config.visibility_timeout_ms.or(settings["visibility_timeout_ms"].as_u64()).unwrap_or(30_000);
+        let shared = Arc::new(Shared {
+            client: self.client.clone(),
+            topic: self.topic.clone(),
+            subscription: self.subscription.clone(),
+            backoff: settings["redelivery_backoff_ms"].clone(),
+            visibility: Duration::from_millis(visibility),
+            done: Mutex::new(Vec::new()),
+            counters: Counters::default(),
+        });
+        let handler = Arc::new(handler);
+        let slots = Arc::new(Semaphore::new(self.config.concurrency.max(1)));
+        tokio::pin!(shutdown);
+        loop {
+            let room = tokio::select! {
+                () = &mut shutdown => break,
+                room = slots.clone().acquire_many_owned(1) => room.map_err(|_| Error::Closed)?,
+            };
+            drop(room);
+            let free = slots.available_permits();
+            let busy = free < self.config.concurrency.max(1);
+            // While handlers run, a short wait: their acks ride on the next receive soon.
+            let wait_ms = if busy { self.config.wait_ms.min(1_000) } else { self.config.wait_ms };
+            let request = Receive {
+                max_messages: self.config.batch.clamp(1, 100).min(free as u32),
+                wait_ms,
+                visibility_timeout_ms: self.config.visibility_timeout_ms,
+                ack: shared.take_done(),
+            };
+            let acks = request.ack.len() as u64;
+            let received = tokio::select! {
+                () = &mut shutdown => { shared.requeue(request.ack); break }
+                received = self.client.receive(&self.topic, &self.subscription, &request) => received,
+            };
+            let received = match received {
+                Ok(received) => received,
+                Err(error) => {
+                    shared.requeue(request.ack);
+                    return Err(error);
+                }
+            };
+            shared
+                .counters
+                .acked
+                .fetch_add(acks.min(received.acks.iter().filter(|a| a.ok).count() as u64), Ordering::Relaxed);
+            for message in received.messages {
+                let permit = slots.clone().acquire_owned().await.map_err(|_| Error::Closed)?;
+                shared.counters.received.fetch_add(1, Ordering::Relaxed);
+                let (shared, handler) = (shared.clone(), handler.clone());
+                tokio::spawn(async move {
+                    shared.handle(message, handler.as_ref()).await;
+                    drop(permit);
+                });
+            }
+        }
+        // Running handlers finish; their acks go in one last request.
+        let _all = slots.acquire_many(self.config.concurrency.max(1) as u32).await;
+        let done = shared.take_done();
+        if !done.is_empty() {
+            let results = self.client.ack(&self.topic, &self.subscription, &done).await?;
+            shared.counters.acked.fetch_add(results.iter().filter(|r| r.ok).count() as u64, Ordering::Relaxed);
+        }
+        Ok(shared.stats())
+    }
+}
+
+/// What the receive loop and the handlers' tasks share.
+struct Shared {
+    client: Client,
+    topic: String,
+    subscription: String,
+    backoff: Value,
+    visibility: Duration,
+    /// Receipts of finished messages, to ack on the next receive.
+    done: Mutex<Vec<String>>,
+    counters: Counters,
+}
+
+impl Shared {
+    fn take_done(&self) -> Vec<String> {
+        let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        let n = done.len().min(100);
+        done.drain(..n).collect()
+    }
+
+    fn requeue(&self, receipts: Vec<String>) {
+        self.done.lock().unwrap_or_else(|e| e.into_inner()).extend(receipts);
+    }
+
+    fn stats(&self) -> WorkerStats {
+        let c = &self.counters;
+        WorkerStats {
+            received: c.received.load(Ordering::Relaxed),
+            acked: c.acked.load(Ordering::Relaxed),
+            nacked: c.nacked.load(Ordering::Relaxed),
+            extended: c.extended.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Runs the handler, extending the message's visibility while it runs; then queues
+    /// the ack, or nacks.
+    async fn handle<H, F>(&self, message: Message, handler: &H)
+    where
+        H: Fn(Message) -> F,
+        F: Future<Output = Result<(), Nack>>,
+    {
+        let mut receipt = message.receipt.clone();
+        let receive_count = message.receive_count;
+        let mut held_since = Instant::now();
+        let work = handler(message);
+        tokio::pin!(work);
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut work => break outcome,
+                () = tokio::time::sleep_until(held_since + extend_after(self.visibility)) => {
+                    let receipts = [receipt.clone()];
+                    let ms = self.visibility.as_millis() as u64;
+                    match self.client.change_visibility(&self.topic, &self.subscription, &receipts, ms).await {
+                        Ok(results) => match results.into_iter().next() {
+                            Some(r) if r.ok => {
+                                receipt = r.receipt.unwrap_or(receipt);
+                                self.counters.extended.fetch_add(1, Ordering::Relaxed);
+                            }
+                            other => tracing::warn!(?other, "visibility extension refused: the message may be handled twice"),
+                        },
+                        Err(error) => tracing::warn!(%error, "visibility extension failed"),
+                    }
+                    held_since = Instant::now();
+                }
+            }
+        };
+        match outcome {
+            Ok(()) => self.done.lock().unwrap_or_else(|e| e.into_inner()).push(receipt),
+            Err(nack) => {
+                let delay = nack.delay.unwrap_or_else(|| redelivery_delay(&self.backoff, receive_count));
+                tracing::debug!(reason = %nack.reason, ?delay, "handler failed the message");
+                let result =
+                    self.client.nack(&self.topic, &self.subscription, &[receipt], delay.as_millis() as u64).await;
+                if let Err(error) = result {
+                    tracing::warn!(%error, "nack failed: the message comes back when its visibility timeout ends");
+                }
+                self.counters.nacked.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// When a running handler's message needs more time: two thirds into its timeout.
+fn extend_after(visibility: Duration) -> Duration {
+    visibility.mul_f64(2.0 / 3.0)
+}
+
+/// The subscription's redelivery backoff for a message delivered `receive_count` times
+/// (docs/API.md): a list's n-th delay (the last repeating), or `initial_ms ×
+/// multiplier^(n−1)` capped at `max_ms`; none without a backoff.
+fn redelivery_delay(backoff: &Value, receive_count: u32) -> Duration {
+    let n = receive_count.max(1) as usize;
+    let ms = match backoff {
+        Value::Array(delays) => delays.get(n - 1).or(delays.last()).and_then(Value::as_u64).unwrap_or(0),
+        Value::Object(exp) => {
+            let initial = exp.get("initial_ms").and_then(Value::as_u64).unwrap_or(0) as f64;
+            let multiplier = exp.get("multiplier").and_then(Value::as_f64).unwrap_or(2.0);
+            let max = exp.get("max_ms").and_then(Value::as_u64).unwrap_or(u64::MAX) as f64;
+            (initial * multiplier.powi(n as i32 - 1)).min(max) as u64
+        }
+        _ => 0,
+    };
+    Duration::from_millis(ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn given_a_subscription_backoff_then_the_nack_delay_follows_it() {
+        let list = json!([1000, 10000, 60000]);
+        let exp = json!({"initial_ms": 1000, "max_ms": 5000, "multiplier": 2});
+        let cases = [
+            (&list, 1, 1000),
+            (&list, 2, 10000),
+            (&list, 3, 60000),
+            (&list, 9, 60000),
+            (&exp, 1, 1000),
+            (&exp, 2, 2000),
+            (&exp, 3, 4000),
+            (&exp, 4, 5000),
+            (&Value::Null, 3, 0),
+        ];
+        for (backoff, count, ms) in cases {
+            assert_eq!(redelivery_delay(backoff, count), Duration::from_millis(ms), "{backoff} after delivery {count}");
+        }
+    }
+
+    #[test]
+    fn given_a_timeout_then_extension_comes_before_it_ends() {
+        assert_eq!(extend_after(Duration::from_secs(30)), Duration::from_secs(20));
+        assert!(extend_after(Duration::from_millis(1500)) < Duration::from_millis(1500));
+    }
+}

@@ -1,0 +1,257 @@
+//! The client against a real server (`serve` in this process, on a loopback port), with
+//! a proxy in between that loses answers: the request reached the server, its answer did
+//! not reach the client, as after a timeout or a dropped connection. What the client
+//! promises must hold across those retries: a producer writes each event once and in
+//! order, a group consumer skips nothing, a worker handles each message and settles it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{to_bytes, Body};
+use axum::extract::{Request, State};
+use axum::response::Response;
+use serde_json::{json, Value};
+use sluice_client::{
+    Client, ConsumerConfig, From, GroupConsumer, Message, Nack, Producer, ProducerConfig, RetryPolicy, TopicSettings,
+    Worker, WorkerConfig,
+};
+use sluice_runtime::LocalServer;
+
+/// Forwards to `upstream`; every `every`-th request whose path ends with `suffix` is
+/// applied by the server and answered `503` (a lost answer).
+struct Lossy {
+    upstream: String,
+    suffix: &'static str,
+    every: u64,
+    seen: AtomicU64,
+    lost: AtomicU64,
+    http: reqwest::Client,
+}
+
+async fn forward(State(proxy): State<Arc<Lossy>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let body = to_bytes(body, usize::MAX).await.unwrap_or_default();
+    let url = format!("{}{}", proxy.upstream, parts.uri.path_and_query().map_or("", |p| p.as_str()));
+    let mut outgoing = proxy.http.request(parts.method.clone(), url).body(body);
+    for (name, value) in &parts.headers {
+        if name != "host" {
+            outgoing = outgoing.header(name, value);
+        }
+    }
+    let answer = outgoing.send().await.expect("the server answers");
+    let (status, bytes) = (answer.status(), answer.bytes().await.unwrap_or_default());
+    if parts.uri.path().ends_with(proxy.suffix)
+        && proxy.seen.fetch_add(1, Ordering::SeqCst) % proxy.every == proxy.every - 1
+    {
+        proxy.lost.fetch_add(1, Ordering::SeqCst);
+        return Response::builder().status(503).header("retry-after", "0").body(Body::from("lost")).unwrap();
+    }
+    Response::builder()
+        .status(status.as_u16())
+        .header("content-type", "application/json")
+        .body(Body::from(bytes))
+        .unwrap()
+}
+
+/// A proxy in front of `upstream` on a loopback port; answers its URL.
+async fn lossy(upstream: &str, suffix: &'static str, every: u64) -> (String, Arc<Lossy>) {
+    let proxy = Arc::new(Lossy {
+        upstream: upstream.to_owned(),
+        suffix,
+        every,
+        seen: AtomicU64::new(0),
+        lost: AtomicU64::new(0),
+        http: reqwest::Client::new(),
+    });
+    let app = axum::Router::new().fallback(forward).with_state(proxy.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, proxy)
+}
+
+fn quick_retries(url: &str) -> Client {
+    let retry = RetryPolicy {
+        max_attempts: 5,
+        initial_backoff: Duration::from_millis(5),
+        max_backoff: Duration::from_millis(50),
+    };
+    Client::builder(url).retry(retry).build().unwrap()
+}
+
+/// Every event of a topic, per partition, read straight from the server.
+async fn replay_all(client: &Client, topic: &str) -> BTreeMap<u32, Vec<Value>> {
+    let partitions = client.describe_topic(topic).await.unwrap().partitions;
+    let mut all = BTreeMap::new();
+    for p in 0..partitions {
+        let (mut at, mut events) = (From::Earliest, Vec::new());
+        loop {
+            let page = client.read(topic, p, at, 1000, 0).await.unwrap();
+            events.extend(page.events.into_iter().map(|e| e.value.unwrap_or_default()));
+            at = From::Offset(page.next_offset);
+            if page.next_offset >= page.high_watermark {
+                break;
+            }
+        }
+        all.insert(p, events);
+    }
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_lost_publish_answers_when_producing_then_each_event_lands_once_in_send_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LocalServer::start(dir.path()).await.unwrap();
+    let (url, proxy) = lossy(server.url(), "/events", 3).await;
+    let client = quick_retries(&url);
+    client.create_topic("orders", &TopicSettings::partitions(4)).await.unwrap();
+    let config =
+        ProducerConfig { max_batch_events: 100, linger: Duration::from_millis(2), ..ProducerConfig::default() };
+    let producer = Producer::with_config(client.clone(), config);
+    let mut deliveries = Vec::new();
+    for n in 0..3_000u64 {
+        let key = format!("k{}", n % 50);
+        deliveries.push((
+            key.clone(),
+            n,
+            producer.send("orders", Some(&key), json!({"key": key, "n": n}), []).await.unwrap(),
+        ));
+    }
+    producer.flush().await.unwrap();
+    let mut placed = BTreeSet::new();
+    for (_, _, delivery) in deliveries {
+        let at = delivery.await.unwrap();
+        assert!(placed.insert((at.partition, at.offset)), "two events answered {at:?}");
+    }
+    assert!(proxy.lost.load(Ordering::SeqCst) >= 5, "the proxy lost answers");
+    // Each event once; each key's events in the order sent.
+    let log = replay_all(&client, "orders").await;
+    assert_eq!(log.values().map(Vec::len).sum::<usize>(), 3_000, "no event lost or written twice");
+    let mut last: HashMap<String, u64> = HashMap::new();
+    for event in log.values().flatten() {
+        let (key, n) = (event["key"].as_str().unwrap().to_owned(), event["n"].as_u64().unwrap());
+        let previous = last.insert(key.clone(), n);
+        assert!(previous.is_none_or(|p| p < n), "{key}: {n} after {previous:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_lost_poll_answers_and_a_second_member_then_the_group_skips_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LocalServer::start(dir.path()).await.unwrap();
+    let (url, proxy) = lossy(server.url(), "/poll", 3).await;
+    let client = quick_retries(&url);
+    client.create_topic("clicks", &TopicSettings::partitions(4)).await.unwrap();
+    let records: Vec<_> = (0..400).map(|n| sluice_client::Record::json(json!(n)).key(format!("u{}", n % 40))).collect();
+    for chunk in records.chunks(100) {
+        client.publish("clicks", chunk, None).await.unwrap();
+    }
+    let config =
+        ConsumerConfig { max_events: 37, wait_ms: 200, session_timeout_ms: 6_000, ..ConsumerConfig::default() };
+    let assigned = Arc::new(Mutex::new(Vec::new()));
+    let seen_assign = assigned.clone();
+    let mut first = GroupConsumer::new(client.clone(), "counters", &["clicks"])
+        .with_config(config.clone())
+        .on_assign(move |tps| seen_assign.lock().unwrap().extend(tps.iter().cloned()));
+    let mut second = GroupConsumer::new(client.clone(), "counters", &["clicks"]).with_config(config);
+    let mut seen: BTreeMap<(u32, u64), u64> = BTreeMap::new();
+    fn record(seen: &mut BTreeMap<(u32, u64), u64>, events: Vec<sluice_client::Event>) {
+        for e in events {
+            *seen.entry((e.partition, e.offset)).or_default() += 1;
+        }
+    }
+    // The first member alone for a few polls, then both, until the group has read everything.
+    for _ in 0..3 {
+        record(&mut seen, first.poll().await.unwrap());
+    }
+    for _ in 0..40 {
+        record(&mut seen, first.poll().await.unwrap());
+        record(&mut seen, second.poll().await.unwrap());
+        if seen.len() == 400 && client.describe_group("counters").await.unwrap().lag == 0 {
+            break;
+        }
+    }
+    assert_eq!(seen.len(), 400, "every event delivered at least once");
+    assert!(proxy.lost.load(Ordering::SeqCst) >= 3, "the proxy lost poll answers");
+    let both: BTreeSet<_> = first.assignment().await.into_iter().chain(second.assignment().await).collect();
+    assert_eq!(both.len(), 4, "the partitions are shared between the two: {both:?}");
+    assert!(!first.assignment().await.is_empty() && !second.assignment().await.is_empty());
+    assert_eq!(assigned.lock().unwrap().len(), 4, "the first member was told of its 4 partitions");
+    first.leave().await.unwrap();
+    second.leave().await.unwrap();
+    let group = client.describe_group("counters").await.unwrap();
+    assert_eq!((group.lag, group.members.len()), (0, 0), "{group:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_slow_and_failing_handlers_then_the_worker_extends_acks_and_dead_letters() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LocalServer::start(dir.path()).await.unwrap();
+    let client = Client::new(server.url()).unwrap();
+    client.create_topic("jobs", &TopicSettings::partitions(2)).await.unwrap();
+    let settings = json!({"start": "earliest", "visibility_timeout_ms": 1500, "max_receive_count": 2,
+                          "redelivery_backoff_ms": [100]});
+    client.create_subscription("jobs", "w", &settings).await.unwrap();
+    let mut records: Vec<_> = (0..30).map(|n| sluice_client::Record::json(json!({"n": n}))).collect();
+    records.push(sluice_client::Record::json(json!({"slow": true})));
+    records.push(sluice_client::Record::json(json!({"fail": true})));
+    client.publish("jobs", &records, None).await.unwrap();
+
+    let calls: Arc<Mutex<Vec<(Value, u32)>>> = Arc::default();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let stop = Arc::new(Mutex::new(Some(stop)));
+    let (log, stopper) = (calls.clone(), stop.clone());
+    let handler = move |message: Message| {
+        let value = message.event.value.clone().unwrap_or_default();
+        log.lock().unwrap().push((value.clone(), message.receive_count));
+        // Done once the slow job finished and the failing one was tried twice.
+        let finishing = value["slow"] == true;
+        let (log, stopper) = (log.clone(), stopper.clone());
+        async move {
+            if value["fail"] == true {
+                return Err(Nack::default());
+            }
+            if finishing {
+                tokio::time::sleep(Duration::from_millis(4_000)).await;
+            }
+            let done = log.lock().unwrap().iter().filter(|(v, _)| v["fail"] == true).count() == 2 || finishing;
+            if finishing && done {
+                if let Some(stop) = stopper.lock().unwrap().take() {
+                    let _ = stop.send(());
+                }
+            }
+            Ok(())
+        }
+    };
+    let config = WorkerConfig { concurrency: 4, batch: 10, wait_ms: 500, visibility_timeout_ms: None };
+    let stats = Worker::new(client.clone(), "jobs", "w")
+        .with_config(config)
+        .run(handler, async move {
+            let _ = stopped.await;
+        })
+        .await
+        .unwrap();
+    let calls = calls.lock().unwrap().clone();
+    let slow: Vec<_> = calls.iter().filter(|(v, _)| v["slow"] == true).collect();
+    assert_eq!(slow.len(), 1, "the slow job was handled once, its visibility extended: {calls:?}");
+    assert!(stats.extended >= 2, "{stats:?}");
+    assert_eq!(stats.acked, 31, "{stats:?}");
+    let failing: Vec<u32> = calls.iter().filter(|(v, _)| v["fail"] == true).map(|(_, n)| *n).collect();
+    assert_eq!(failing, [1, 2], "the failing job came back once, after the backoff");
+    // The failing job is dead after its second delivery; nothing else is left.
+    let mut backlog = Value::Null;
+    for _ in 0..50 {
+        backlog = client.describe_subscription("jobs", "w").await.unwrap()["backlog"].clone();
+        if backlog["dead"] == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        (backlog["visible"].as_u64(), backlog["in_flight"].as_u64(), backlog["dead"].as_u64()),
+        (Some(0), Some(0), Some(1)),
+        "{backlog}"
+    );
+}

@@ -1,0 +1,114 @@
+//! `sluice publish TOPIC`: events from arguments or stdin, through the batching producer.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::Value;
+use sluice_client::{Client, Delivery, Error, Producer, ProducerConfig, Record};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+#[derive(Args, Debug)]
+pub struct PublishArgs {
+    topic: String,
+    /// Events to publish; without any, one event per line of stdin. Each is JSON if it
+    /// parses as JSON, else text (published as a JSON string).
+    values: Vec<String>,
+    /// The key of every event (it picks the partition).
+    #[arg(long, conflicts_with = "key_field")]
+    key: Option<String>,
+    /// Take each event's key from this field of its JSON object.
+    #[arg(long)]
+    key_field: Option<String>,
+    /// A header of every event, `name=value` (repeatable).
+    #[arg(long = "header", value_parser = parse_header)]
+    headers: Vec<(String, String)>,
+}
+
+fn parse_header(s: &str) -> Result<(String, String), String> {
+    s.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())).ok_or_else(|| format!("`{s}` is not name=value"))
+}
+
+impl PublishArgs {
+    fn record(&self, line: &str) -> Record {
+        let value = serde_json::from_str::<Value>(line).unwrap_or_else(|_| Value::String(line.to_owned()));
+        let key = self.key.clone().or_else(|| {
+            let field = value.get(self.key_field.as_deref()?)?;
+            Some(field.as_str().map_or_else(|| field.to_string(), str::to_owned))
+        });
+        let mut record = Record::json(value);
+        record.key = key;
+        record.headers = self.headers.iter().cloned().collect();
+        record
+    }
+}
+
+pub async fn publish(client: &Client, args: PublishArgs) -> Result<(), Error> {
+    let started = Instant::now();
+    let config =
+        ProducerConfig { max_batch_events: 1000, linger: std::time::Duration::from_millis(20), ..Default::default() };
+    let producer = Producer::with_config(client.clone(), config);
+    let (deliveries, mut landed) = tokio::sync::mpsc::channel::<Delivery>(50_000);
+    let progress = ProgressBar::new_spinner();
+    progress.set_style(
+        ProgressStyle::with_template("{spinner} {pos} events published ({per_sec})")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    let counter = progress.clone();
+    // Deliveries are awaited in order by a task of their own, which counts what landed where.
+    let collector = tokio::spawn(async move {
+        let mut partitions: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+        let (mut landed_count, mut first_error) = (0u64, None);
+        while let Some(delivery) = landed.recv().await {
+            match delivery.await {
+                Ok(placed) => {
+                    let range = partitions.entry(placed.partition).or_insert((placed.offset, placed.offset));
+                    range.0 = range.0.min(placed.offset);
+                    range.1 = range.1.max(placed.offset);
+                    landed_count += 1;
+                    counter.inc(1);
+                }
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        (partitions, landed_count, first_error)
+    });
+    let mut sent = 0u64;
+    let send = |line: String| {
+        let record = args.record(&line);
+        let (producer, deliveries, topic) = (&producer, &deliveries, &args.topic);
+        async move {
+            let delivery = producer.send_record(topic, record).await?;
+            deliveries.send(delivery).await.map_err(|_| Error::Closed)
+        }
+    };
+    if args.values.is_empty() {
+        let mut lines = BufReader::new(tokio::io::stdin()).lines();
+        while let Some(line) = lines.next_line().await.map_err(|e| Error::Invalid(format!("reading stdin: {e}")))? {
+            if !line.trim().is_empty() {
+                send(line).await?;
+                sent += 1;
+            }
+        }
+    } else {
+        for value in args.values.clone() {
+            send(value).await?;
+            sent += 1;
+        }
+    }
+    producer.flush().await?;
+    drop(deliveries);
+    let (partitions, landed, first_error) = collector.await.map_err(|e| Error::Invalid(e.to_string()))?;
+    progress.finish_and_clear();
+    let seconds = started.elapsed().as_secs_f64();
+    let spread: Vec<String> = partitions.iter().map(|(p, (lo, hi))| format!("{p}:{lo}..={hi}")).collect();
+    eprintln!(
+        "published {landed} of {sent} events to {} in {seconds:.1} s; partition:offsets {}",
+        args.topic,
+        spread.join(" ")
+    );
+    first_error.map_or(Ok(()), Err)
+}
