@@ -151,18 +151,25 @@ impl Worker {
             drop(room);
             let free = slots.available_permits();
             let busy = free < self.config.concurrency.max(1);
-            // While handlers run, a short wait: their acks ride on the next receive soon.
-            let wait_ms = if busy { self.config.wait_ms.min(1_000) } else { self.config.wait_ms };
+            let ack = shared.take_done();
+            // While handlers run or acks ride along, a short wait: acks go out soon, and a
+            // shutdown waits for a receive that carries acks (they may have been applied).
+            let short = busy || !ack.is_empty();
             let request = Receive {
                 max_messages: self.config.batch.clamp(1, 100).min(free as u32),
-                wait_ms,
+                wait_ms: if short { self.config.wait_ms.min(1_000) } else { self.config.wait_ms },
                 visibility_timeout_ms: self.config.visibility_timeout_ms,
-                ack: shared.take_done(),
+                ack,
             };
             let acks = request.ack.len() as u64;
-            let received = tokio::select! {
-                () = &mut shutdown => { shared.requeue(request.ack); break }
-                received = self.client.receive(&self.topic, &self.subscription, &request) => received,
+            let receiving = self.client.receive(&self.topic, &self.subscription, &request);
+            let received = if request.ack.is_empty() {
+                tokio::select! {
+                    () = &mut shutdown => break,
+                    received = receiving => received,
+                }
+            } else {
+                receiving.await
             };
             let received = match received {
                 Ok(received) => received,

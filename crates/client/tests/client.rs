@@ -255,3 +255,31 @@ async fn given_slow_and_failing_handlers_then_the_worker_extends_acks_and_dead_l
         "{backlog}"
     );
 }
+
+// The examples, compiled into this test: each `run` is what its `main` prints.
+#[allow(dead_code)]
+#[path = "../examples/group_consumer.rs"]
+mod group_consumer;
+#[allow(dead_code)]
+#[path = "../examples/producer.rs"]
+mod producer;
+#[allow(dead_code)]
+#[path = "../examples/worker.rs"]
+mod worker;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_serve_then_the_examples_produce_consume_and_work_through_the_same_orders() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LocalServer::start(dir.path()).await.unwrap();
+    let url = server.url();
+    let produced = producer::run(url).await.unwrap();
+    assert!(produced.starts_with("published 1000 orders"), "{produced}");
+    let consumed = group_consumer::run(url).await.unwrap();
+    assert_eq!(consumed, "read 1000 events");
+    let worked = worker::run(url).await.unwrap();
+    assert_eq!(worked, "received 1000, acked 1000, nacked 0");
+    let client = Client::new(url).unwrap();
+    assert_eq!(client.describe_group("billing").await.unwrap().lag, 0);
+    let backlog = &client.describe_subscription("orders", "invoices").await.unwrap()["backlog"];
+    assert_eq!((backlog["visible"].as_u64(), backlog["in_flight"].as_u64()), (Some(0), Some(0)), "{backlog}");
+}
