@@ -44,9 +44,14 @@ fn given_a_file_when_published_then_tail_replays_it_in_order_and_a_group_reads_i
     let server = Server::start(dir.path());
     ok(&server, &["topics", "create", "lines", "--partitions", "1", "--retention-ms", "86400000"], None);
     // JSON lines and text lines, as a user's file would mix them.
-    let file: Vec<String> =
-        (0..10_000).map(|n| if n % 10 == 0 { format!("plain line {n}") } else { format!("{{\"n\":{n},\"id\":\"k{}\"}}", n % 7) }).collect();
-    let out = sluice(&server, &["publish", "lines", "--key-field", "id", "--header", "source=file"], Some(file.join("\n").as_bytes()));
+    let file: Vec<String> = (0..10_000)
+        .map(|n| if n % 10 == 0 { format!("plain line {n}") } else { format!("{{\"n\":{n},\"id\":\"k{}\"}}", n % 7) })
+        .collect();
+    let out = sluice(
+        &server,
+        &["publish", "lines", "--key-field", "id", "--header", "source=file"],
+        Some(file.join("\n").as_bytes()),
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("published 10000 of 10000 events to lines"), "{stderr}");
@@ -83,7 +88,18 @@ fn given_messages_that_die_when_redriven_then_they_are_back_in_the_queue() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
     ok(&server, &["topics", "create", "jobs", "--partitions", "2"], None);
-    let settings = ["subs", "create", "jobs", "w", "--start", "earliest", "--max-receive-count", "1", "--visibility-timeout-ms", "200"];
+    let settings = [
+        "subs",
+        "create",
+        "jobs",
+        "w",
+        "--start",
+        "earliest",
+        "--max-receive-count",
+        "1",
+        "--visibility-timeout-ms",
+        "200",
+    ];
     ok(&server, &settings, None);
     ok(&server, &["publish", "jobs"], Some(b"{\"job\":1}\n{\"job\":2}\n{\"job\":3}\n"));
     // Received once and not acked: with one delivery allowed, they die when their 200 ms end.
@@ -121,7 +137,15 @@ fn given_bad_requests_then_the_api_code_is_printed_and_the_exit_is_non_zero() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid_partitions"), "{out:?}");
     let out = sluice(&server, &["tail", "missing", "--url", "http://127.0.0.1:1"], None);
     assert_eq!(out.status.code(), Some(1), "nobody listening: {out:?}");
-    for verb in [&["topics", "create"][..], &["publish"], &["tail"], &["receive"], &["dlq", "redrive"], &["groups", "describe"], &["subs", "create"]] {
+    for verb in [
+        &["topics", "create"][..],
+        &["publish"],
+        &["tail"],
+        &["receive"],
+        &["dlq", "redrive"],
+        &["groups", "describe"],
+        &["subs", "create"],
+    ] {
         let help = ok(&server, &[verb, &["--help"]].concat(), None);
         assert!(help.contains("Example"), "{verb:?} --help has an example: {help}");
     }
