@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The whole test suite: unit, property, conformance (embedded and AWS adapters
-# on moto), end-to-end, the deterministic simulation's CI budget, and 30 s of
-# every fuzz target (infra/fuzz.sh; nightly toolchain). Sets up
+# on moto), end-to-end, the deterministic simulation's CI budget, 30 s of
+# every fuzz target (infra/fuzz.sh; nightly toolchain), and schemathesis against
+# `serve` (infra/schemathesis.sh). Sets up
 # .venv (moto, cfn-lint, cargo-lambda) first; the tests that need moto start
 # its server themselves.
 #
 # With arguments, they go to one `cargo test --workspace --all-targets` (e.g. a
 # filter: `infra/test.sh -- queue::`), and nothing else runs.
 #
-# Without, everything is built once, then run as three lanes side by side: each
+# Without, everything is built once, then run as lanes side by side: each
 # moto suite serves one request at a time from a Python process of its own, so
 # they are bound by one core each and run beside the rest rather than after it.
 set -euo pipefail
@@ -55,9 +56,11 @@ for suite in "${moto_suites[@]}"; do
     lane "$suite" cargo test --workspace --test "$suite" &
 done
 lane fuzz infra/fuzz.sh &
+lane schemathesis infra/schemathesis.sh &
 lane rest bash -c "
     set -e
     cargo test --workspace --lib --bins --examples --benches ${other_tests[*]}
+    cargo test --workspace --doc
     cargo run -q --release -p sluice-sim -- --seeds \${SIM_SEEDS:-1000..1400} --steps \${SIM_STEPS:-2000}
 " &
 wait

@@ -68,6 +68,21 @@ fn descendants(root: u32) -> Vec<u32> {
     found.split_off(1)
 }
 
+/// The function API Gateway routes `path` to (template.yaml's routes).
+pub fn function_for(path: &str) -> &'static str {
+    if path.contains("/subscriptions") {
+        "sluice-queues"
+    } else if path.starts_with("/v1/groups") {
+        "sluice-groups"
+    } else if path.contains("/partitions/") {
+        "sluice-read"
+    } else if path.ends_with("/events") {
+        "sluice-publish"
+    } else {
+        "sluice-admin"
+    }
+}
+
 /// A loopback port nobody listens on now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()

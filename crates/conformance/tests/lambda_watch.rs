@@ -11,7 +11,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use sluice_conformance::moto::{adapters, moto};
 use sluice_conformance::unique_topic;
-use sluice_conformance::watch::{free_port, start, Watch, BUILD_TIMEOUT};
+use sluice_conformance::watch::{free_port, function_for, start, Watch, BUILD_TIMEOUT};
 use sluice_core::layout;
 use sluice_core::ports::state::StateStore;
 use sluice_core::SystemClock;
@@ -174,20 +174,6 @@ async fn script(client: &reqwest::Client, base: &dyn Fn(&str) -> String, topic: 
 }
 
 /// The function serving a path, as template.yaml routes it (the script POSTs to every …/events it uses).
-fn function_for(path: &str) -> &'static str {
-    if path.contains("/subscriptions") {
-        "sluice-queues"
-    } else if path.starts_with("/v1/groups") {
-        "sluice-groups"
-    } else if path.contains("/partitions/") {
-        "sluice-read"
-    } else if path.ends_with("/events") {
-        "sluice-publish"
-    } else {
-        "sluice-admin"
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_functions_under_cargo_lambda_watch_on_moto_then_answers_match_serve() {
     let client = reqwest::Client::builder().timeout(BUILD_TIMEOUT).build().unwrap();
