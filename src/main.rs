@@ -29,6 +29,9 @@ enum Command {
         #[command(flatten)]
         config: Config,
     },
+    /// Print the OpenAPI 3.1 document of the v1 API (what `GET /openapi.json` answers).
+    #[command(after_help = "Example:\n  sluice openapi > docs/openapi.json")]
+    Openapi,
     #[command(flatten)]
     Client(cli::Verb),
 }
@@ -41,6 +44,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve { addr, config } => serve(addr, config).await,
+        Command::Openapi => {
+            use std::io::Write;
+            // As the committed docs/openapi.json has it; a closed pipe (`| head`) is no error.
+            let _ = std::io::stdout().write_all(sluice_api::openapi_json().as_bytes());
+            Ok(())
+        }
         Command::Client(verb) => {
             if let Err(error) = cli::run(verb, &cli.connection).await {
                 eprintln!("{}", cli::describe_error(&error));

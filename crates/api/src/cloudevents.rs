@@ -12,18 +12,28 @@ use sluice_core::Code;
 use sluice_core::NewEvent;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
+use utoipa::ToSchema;
 
 use crate::body::{parse_json, parse_json_owned};
 use crate::ApiError;
 
-#[derive(Deserialize)]
-struct Envelope {
+/// A CloudEvent in structured mode, stored whole; other attributes and `data` are kept as sent.
+#[derive(Deserialize, ToSchema)]
+#[schema(as = CloudEvent)]
+pub(crate) struct Envelope {
+    #[schema(required = true, value_type = String, pattern = "^1\\.0$", example = "1.0")]
     specversion: Option<String>,
+    #[schema(required = true, value_type = String, min_length = 1)]
     id: Option<String>,
+    #[schema(required = true, value_type = String, min_length = 1)]
     source: Option<String>,
     #[serde(rename = "type")]
+    #[schema(required = true, value_type = String, min_length = 1)]
     kind: Option<String>,
+    /// RFC 3339: the event's timestamp.
+    #[schema(value_type = Option<String>, format = DateTime)]
     time: Option<String>,
+    /// The key: picks the partition.
     partitionkey: Option<String>,
 }
 

@@ -14,6 +14,11 @@ use serde_json::{json, Value};
 use sluice_core::groups::{CommitOffset, Groups, PollAnswer, PollRequest, ResetPolicy, SeekTarget, TopicPartition};
 
 use crate::body::{parse_json_owned, read_body};
+use utoipa::ToSchema;
+
+use crate::openapi::answers::{GroupDescription, GroupList, Polled, Reset, Sought};
+use crate::openapi::params::{End, GroupPath, Name};
+use crate::openapi::{errors, examples as ex};
 use crate::path::Path;
 use crate::read::write_record;
 use crate::ApiError;
@@ -23,29 +28,47 @@ const MAX_BODY: usize = 256 << 10;
 const DEFAULT_MAX_EVENTS: usize = 500;
 const DEFAULT_MAX_BYTES: usize = 1 << 20;
 
-#[derive(Deserialize)]
+/// A poll: joins without `member_id`, then heartbeats and fetches with it.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Poll {
+#[schema(as = PollRequest)]
+pub(crate) struct Poll {
+    /// The id the first poll answered; absent to join.
     member_id: Option<String>,
+    /// The topics the group reads.
+    #[schema(value_type = Vec<Name>, min_items = 1)]
     topics: Vec<String>,
+    /// Default 500.
+    #[schema(value_type = Option<u32>, minimum = 1)]
     max_events: Option<usize>,
+    /// Default 1 MiB.
+    #[schema(value_type = Option<u32>, minimum = 1)]
     max_bytes: Option<usize>,
+    /// Long poll, up to 20 s and half the session timeout.
     #[serde(default)]
+    #[schema(maximum = 20000)]
     wait_ms: u64,
+    /// Where a partition without a usable committed offset starts (default `earliest`).
     #[serde(default = "earliest")]
+    #[schema(value_type = Reset)]
     reset: ResetPolicy,
+    /// 6000 to 300000 (default 45000).
+    #[schema(minimum = 6000, maximum = 300000)]
     session_timeout_ms: Option<u64>,
+    /// Commit the `positions` (or what the previous poll returned) before fetching.
     #[serde(default)]
     auto_commit: bool,
     /// The next offset the client expects per partition it has received events of.
     positions: Option<Vec<Position>>,
-    /// A static member's stable name (Kafka's `group.instance.id`).
+    /// A static member's stable name (Kafka's `group.instance.id`): its member id is `i.<instance_id>`.
     instance_id: Option<String>,
 }
 
-#[derive(Deserialize)]
+/// The next offset the client expects on a partition.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Position {
+#[schema(as = FetchPosition)]
+pub(crate) struct Position {
     topic: String,
     partition: u32,
     offset: u64,
@@ -55,41 +78,56 @@ fn earliest() -> ResetPolicy {
     ResetPolicy::Earliest
 }
 
-#[derive(Deserialize)]
+/// Offsets to commit, fenced by the member's generation and partitions (at most 98).
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Commit {
+#[schema(as = CommitRequest)]
+pub(crate) struct Commit {
     member_id: String,
     generation: u64,
     offsets: Vec<Offset>,
 }
 
-#[derive(Deserialize)]
+/// One committed offset: the next offset to consume.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Offset {
+#[schema(as = CommitOffset)]
+pub(crate) struct Offset {
     topic: String,
     partition: u32,
     offset: u64,
     metadata: Option<String>,
 }
 
-#[derive(Deserialize)]
+/// The member that leaves.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Leave {
+#[schema(as = LeaveRequest)]
+pub(crate) struct Leave {
     member_id: String,
 }
 
-#[derive(Deserialize)]
+/// Where to move committed offsets: exactly one of `to`, `offset` and `timestamp_ms`.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Seek {
+#[schema(as = SeekRequest)]
+pub(crate) struct Seek {
     /// One topic; every topic the group reads if absent.
+    #[schema(value_type = Option<Name>)]
     topic: Option<String>,
     partitions: Option<Vec<u32>>,
     /// `earliest` or `latest`.
+    #[schema(value_type = Option<End>)]
     to: Option<String>,
     offset: Option<u64>,
     timestamp_ms: Option<i64>,
 }
 
+/// Join a consumer group or heartbeat, and fetch events of the member's partitions.
+#[utoipa::path(post, path = "/v1/groups/{group}/poll", tag = "groups", operation_id = "poll", params(GroupPath),
+    request_body(content = Poll, example = ex::poll),
+    responses((status = 200, description = "The member and its events", body = Polled, example = ex::polled),
+        errors::Poll))]
 pub async fn poll(State(groups): State<Groups>, Path(group): Path<String>, body: Body) -> Result<Response, ApiError> {
     let req: Poll = parse_json_owned(&read_body(body, MAX_BODY).await?)?;
     // The core checks the bounds (the same contract for a program embedding it).
@@ -158,6 +196,10 @@ fn render(answer: &PollAnswer) -> Vec<u8> {
     out
 }
 
+/// Commit offsets, fenced by generation and ownership.
+#[utoipa::path(post, path = "/v1/groups/{group}/commit", tag = "groups", operation_id = "commit", params(GroupPath),
+    request_body(content = Commit, example = ex::commit),
+    responses((status = 204, description = "Committed"), errors::Commit))]
 pub async fn commit(
     State(groups): State<Groups>,
     Path(group): Path<String>,
@@ -173,6 +215,10 @@ pub async fn commit(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// Leave the group at once: the member's partitions go to the others.
+#[utoipa::path(post, path = "/v1/groups/{group}/leave", tag = "groups", operation_id = "leave", params(GroupPath),
+    request_body(content = Leave, example = ex::leave),
+    responses((status = 204, description = "Left"), errors::Leave))]
 pub async fn leave(
     State(groups): State<Groups>,
     Path(group): Path<String>,
@@ -183,6 +229,10 @@ pub async fn leave(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// Move committed offsets (of one topic, or every topic the group reads): to an end, an offset or a time.
+#[utoipa::path(post, path = "/v1/groups/{group}/seek", tag = "groups", operation_id = "seek", params(GroupPath),
+    request_body(content = Seek, example = ex::seek),
+    responses((status = 200, description = "The offsets moved", body = Sought, example = ex::sought), errors::Seek))]
 pub async fn seek(
     State(groups): State<Groups>,
     Path(group): Path<String>,
@@ -222,11 +272,18 @@ pub async fn seek(
     Ok(Json(json!({ "offsets": moved })))
 }
 
+/// List consumer groups, by name.
+#[utoipa::path(get, path = "/v1/groups", tag = "groups", operation_id = "listGroups",
+    responses((status = 200, description = "Every group", body = GroupList, example = ex::groups), errors::ListGroups))]
 pub async fn list(State(groups): State<Groups>) -> Result<Json<Value>, ApiError> {
     let names = groups.list().await?;
     Ok(Json(json!({ "groups": names })))
 }
 
+/// Describe a group: members, and per partition the committed offset and lag.
+#[utoipa::path(get, path = "/v1/groups/{group}", tag = "groups", operation_id = "describeGroup", params(GroupPath),
+    responses((status = 200, description = "The group", body = GroupDescription, example = ex::group),
+        errors::DescribeGroup))]
 pub async fn describe(State(groups): State<Groups>, Path(group): Path<String>) -> Result<Json<Value>, ApiError> {
     let d = groups.describe(&group).await?;
     let members: Vec<Value> = d
@@ -268,6 +325,9 @@ pub async fn describe(State(groups): State<Groups>, Path(group): Path<String>) -
     })))
 }
 
+/// Delete a group and its committed offsets: refused while it has live members.
+#[utoipa::path(delete, path = "/v1/groups/{group}", tag = "groups", operation_id = "deleteGroup", params(GroupPath),
+    responses((status = 204, description = "Deleted"), errors::DeleteGroup))]
 pub async fn delete(State(groups): State<Groups>, Path(group): Path<String>) -> Result<StatusCode, ApiError> {
     groups.delete(&group).await?;
     Ok(StatusCode::NO_CONTENT)

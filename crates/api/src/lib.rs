@@ -7,6 +7,7 @@ mod body;
 mod cloudevents;
 mod error;
 mod groups;
+mod openapi;
 mod path;
 mod publish;
 mod queues;
@@ -14,12 +15,13 @@ mod read;
 mod topics;
 
 use axum::extract::FromRef;
-use axum::routing::{delete, get, post, put};
 use axum::Router;
 pub use error::ApiError;
 use sluice_core::groups::{Groups, GroupsConfig};
 use sluice_core::queues::Queues;
 use sluice_core::{Code, Log};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// What the handlers work on, built once per process: the log, and the groups and
 /// queues over it (each keeps its config and per-process state). Cheap to clone.
@@ -66,8 +68,8 @@ pub fn publish_router(app: impl Into<App>) -> Router {
     finish(publish_routes(), app.into())
 }
 
-fn publish_routes() -> Router<App> {
-    Router::new().route("/v1/topics/{topic}/events", post(publish::publish))
+fn publish_routes() -> OpenApiRouter<App> {
+    OpenApiRouter::new().routes(routes!(publish::publish))
 }
 
 /// Reading: replay and offset lookup.
@@ -75,21 +77,18 @@ pub fn read_router(app: impl Into<App>) -> Router {
     finish(read_routes(), app.into())
 }
 
-fn read_routes() -> Router<App> {
-    Router::new()
-        .route("/v1/topics/{topic}/partitions/{partition}/events", get(read::events))
-        .route("/v1/topics/{topic}/partitions/{partition}/offsets", get(read::offsets))
+fn read_routes() -> OpenApiRouter<App> {
+    OpenApiRouter::new().routes(routes!(read::events)).routes(routes!(read::offsets))
 }
 
-/// Topic administration: create, list, describe, delete.
+/// Topic administration: create, list, describe, delete; and `GET /openapi.json`, the
+/// document of every route.
 pub fn admin_router(app: impl Into<App>) -> Router {
-    finish(admin_routes(), app.into())
+    finish(admin_routes().merge(openapi::routes()), app.into())
 }
 
-fn admin_routes() -> Router<App> {
-    Router::new()
-        .route("/v1/topics", get(topics::list))
-        .route("/v1/topics/{topic}", put(topics::create).get(topics::describe).delete(topics::delete))
+fn admin_routes() -> OpenApiRouter<App> {
+    OpenApiRouter::new().routes(routes!(topics::list)).routes(routes!(topics::create, topics::describe, topics::delete))
 }
 
 /// Consumer groups: poll, commit, leave, seek, list, describe, delete.
@@ -97,14 +96,14 @@ pub fn groups_router(app: impl Into<App>) -> Router {
     finish(groups_routes(), app.into())
 }
 
-fn groups_routes() -> Router<App> {
-    Router::new()
-        .route("/v1/groups", get(groups::list))
-        .route("/v1/groups/{group}", get(groups::describe).delete(groups::delete))
-        .route("/v1/groups/{group}/poll", post(groups::poll))
-        .route("/v1/groups/{group}/commit", post(groups::commit))
-        .route("/v1/groups/{group}/leave", post(groups::leave))
-        .route("/v1/groups/{group}/seek", post(groups::seek))
+fn groups_routes() -> OpenApiRouter<App> {
+    OpenApiRouter::new()
+        .routes(routes!(groups::list))
+        .routes(routes!(groups::describe, groups::delete))
+        .routes(routes!(groups::poll))
+        .routes(routes!(groups::commit))
+        .routes(routes!(groups::leave))
+        .routes(routes!(groups::seek))
 }
 
 /// Work queues: subscriptions of a topic, receive, ack, nack, visibility, dead letters.
@@ -112,34 +111,42 @@ pub fn queues_router(app: impl Into<App>) -> Router {
     finish(queues_routes(), app.into())
 }
 
-fn queues_routes() -> Router<App> {
-    Router::new()
-        .route("/v1/topics/{topic}/subscriptions", get(queues::list))
-        .route(
-            "/v1/topics/{topic}/subscriptions/{sub}",
-            put(queues::create).get(queues::describe).delete(queues::delete),
-        )
-        .route("/v1/topics/{topic}/subscriptions/{sub}/receive", post(queues::receive))
-        .route("/v1/topics/{topic}/subscriptions/{sub}/ack", post(queues::ack))
-        .route("/v1/topics/{topic}/subscriptions/{sub}/nack", post(queues::nack))
-        .route("/v1/topics/{topic}/subscriptions/{sub}/visibility", post(queues::visibility))
-        .route(
-            "/v1/topics/{topic}/subscriptions/{sub}/dlq",
-            get(queues::dead_letters).delete(queues::purge_dead_letters),
-        )
-        .route("/v1/topics/{topic}/subscriptions/{sub}/dlq/redrive", post(queues::redrive))
-        .route("/v1/topics/{topic}/subscriptions/{sub}/dlq/{id}", delete(queues::delete_dead_letter))
+fn queues_routes() -> OpenApiRouter<App> {
+    OpenApiRouter::new()
+        .routes(routes!(queues::list))
+        .routes(routes!(queues::create, queues::describe, queues::delete))
+        .routes(routes!(queues::receive))
+        .routes(routes!(queues::ack))
+        .routes(routes!(queues::nack))
+        .routes(routes!(queues::visibility))
+        .routes(routes!(queues::dead_letters, queues::purge_dead_letters))
+        .routes(routes!(queues::redrive))
+        .routes(routes!(queues::delete_dead_letter))
 }
 
-/// Every v1 route: what `serve` runs. Each Lambda function runs the part it is for.
+/// Every v1 route, and `GET /openapi.json`: what `serve` runs. Each Lambda function runs
+/// the part it is for.
 pub fn router(app: impl Into<App>) -> Router {
-    let routes = publish_routes().merge(read_routes()).merge(admin_routes()).merge(groups_routes());
-    finish(routes.merge(queues_routes()), app.into())
+    finish(all_routes(), app.into())
+}
+
+/// Every route with its OpenAPI operation: the router and [`openapi_json`] are built from
+/// this one list, so the document cannot leave a route out.
+fn all_routes() -> OpenApiRouter<App> {
+    let routes = OpenApiRouter::with_openapi(openapi::base()).merge(publish_routes()).merge(read_routes());
+    routes.merge(admin_routes()).merge(groups_routes()).merge(queues_routes()).merge(openapi::routes())
+}
+
+/// The OpenAPI 3.1 document of every route of [`router`], as pretty JSON: what
+/// `GET /openapi.json` answers and docs/openapi.json holds.
+pub fn openapi_json() -> String {
+    openapi::json(all_routes().into_openapi())
 }
 
 /// JSON answers for unknown routes and methods, and the body limit left to the handlers
 /// (they refuse oversize bodies with a JSON 413 of their own).
-fn finish(routes: Router<App>, app: App) -> Router {
+fn finish(routes: OpenApiRouter<App>, app: App) -> Router {
+    let (routes, _) = routes.split_for_parts();
     routes
         .fallback(|| async { ApiError::new(Code::NotFound, "no such route") })
         .method_not_allowed_fallback(|| async { ApiError::new(Code::MethodNotAllowed, "method not allowed here") })

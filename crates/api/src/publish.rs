@@ -16,31 +16,61 @@ use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 use sluice_core::{IdempotencyKey, Log, NewEvent, Position};
 
+use utoipa::ToSchema;
+
 use crate::body::{parse_json, read_body};
 use crate::cloudevents;
+use crate::openapi::answers::Published;
+use crate::openapi::params::TopicPath;
+use crate::openapi::{errors, examples as ex};
 use crate::path::Path;
 use crate::ApiError;
 
-#[derive(Deserialize)]
-struct Batch<'a> {
+/// A batch of 1 to 1000 events.
+#[derive(Deserialize, ToSchema)]
+#[schema(as = PublishBatch)]
+pub(crate) struct Batch<'a> {
     #[serde(borrow)]
+    #[schema(min_items = 1, max_items = 1000)]
     events: Vec<JsonEvent<'a>>,
 }
 
-#[derive(Deserialize)]
+/// An event to publish: exactly one of `value` (any JSON) and `value_base64` (bytes).
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct JsonEvent<'a> {
+#[schema(as = NewEvent)]
+pub(crate) struct JsonEvent<'a> {
+    /// Picks the partition, as Kafka's default partitioner does.
     #[serde(borrow)]
+    #[schema(value_type = Option<String>)]
     key: Option<Cow<'a, str>>,
+    /// Stored as sent and replayed as the same JSON.
     #[serde(borrow)]
+    #[schema(value_type = Option<Value>)]
     value: Option<&'a RawValue>,
+    /// Standard alphabet, padded; replayed as `value_base64`.
+    #[schema(content_encoding = "base64")]
     value_base64: Option<String>,
+    /// At most 64.
     #[serde(default)]
     headers: BTreeMap<String, String>,
+    /// Milliseconds since the epoch; default: when Sluice accepted the request.
     timestamp_ms: Option<i64>,
+    /// An explicit partition, 0 to partitions − 1.
     partition: Option<u32>,
 }
 
+/// Publish a batch of events: a JSON batch, or CloudEvents 1.0 (structured, batch, or binary
+/// mode: attributes in `ce-*` headers and the body as the data, in any content type). The
+/// answer comes once the events are stored durably: where each landed, in request order.
+#[utoipa::path(post, path = "/v1/topics/{topic}/events", tag = "publish", operation_id = "publish",
+    params(TopicPath, ("Idempotency-Key" = Option<String>, Header, example = "order-42-created",
+        description = "1 to 255 visible ASCII characters: the same request again under it writes nothing")),
+    request_body(content(
+        (Batch = "application/json", example = ex::publish),
+        (cloudevents::Envelope = "application/cloudevents+json", example = ex::cloudevent),
+        (Vec<cloudevents::Envelope> = "application/cloudevents-batch+json", example = ex::cloudevents))),
+    responses((status = 200, description = "Stored", body = Published, example = ex::published), errors::Publish))]
 pub async fn publish(
     State(log): State<Log>,
     Path(topic): Path<String>,

@@ -20,6 +20,10 @@ use sluice_core::queues::{
 use sluice_core::Code;
 
 use crate::body::{parse_json_owned, read_body};
+use utoipa::ToSchema;
+
+use crate::openapi::params::{DeadLetterPath, DeadLettersQuery, SubPath as SubParams, TopicPath};
+use crate::openapi::{answers, errors, examples as ex};
 use crate::path::Path;
 use crate::read::{self, write_record, write_str};
 use crate::ApiError;
@@ -32,27 +36,41 @@ const DEFAULT_DLQ_LIMIT: usize = 100;
 /// `{topic}` and `{sub}`.
 type SubPath = Path<(String, String)>;
 
-#[derive(Deserialize, Default)]
+/// A subscription's settings; an empty body means all defaults.
+#[derive(Deserialize, Default, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Create {
-    /// `"latest"`, `"earliest"`, `{"timestamp_ms": N}` or `{"offsets": {"0": 5}}`.
+#[schema(as = CreateSubscription)]
+pub(crate) struct Create {
+    /// `"latest"` (default), `"earliest"`, `{"timestamp_ms": N}` or `{"offsets": {"0": 5}}`.
+    #[schema(value_type = Option<answers::Start>)]
     start: Option<Value>,
+    /// How long a received message stays hidden: 0 to 12 h (default 30000).
+    #[schema(maximum = 43200000)]
     visibility_timeout_ms: Option<u64>,
+    /// Deliveries before a message goes to the dead-letter queue: 1 to 1000 (default 5).
+    #[schema(minimum = 1, maximum = 1000)]
     max_receive_count: Option<u32>,
+    #[schema(value_type = Option<answers::Ordering>)]
     ordering: Option<Ordering>,
+    /// How long a new message waits before its first delivery (default 0).
     delay_ms: Option<u64>,
-    /// `[ms, …]` or `{"initial_ms", "max_ms", "multiplier"}`.
+    /// `[ms, …]` or `{"initial_ms", "max_ms", "multiplier"}` (default: none, at once).
+    #[schema(value_type = Option<answers::Backoff>)]
     redelivery_backoff_ms: Option<Value>,
-    /// An event pattern: checked by the core.
+    /// An event pattern: only matching events become messages.
+    #[schema(value_type = Option<Value>)]
     filter: Option<Value>,
-    /// `{"url", "secret"?, …}` or `{"lambda", …}`.
+    /// A push target: `{"url", "secret"?, …}` or `{"lambda", …}`.
+    #[schema(value_type = Option<Push>)]
     push: Option<Value>,
 }
 
 /// A push target as requested: one of `url` and `lambda`.
-#[derive(Deserialize)]
+/// A push target as requested: exactly one of `url` and `lambda`.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Push {
+#[schema(as = PushTarget)]
+pub(crate) struct Push {
     url: Option<String>,
     secret: Option<String>,
     lambda: Option<String>,
@@ -72,13 +90,21 @@ struct Exponential {
     multiplier: Option<u32>,
 }
 
-#[derive(Deserialize)]
+/// A receive; an empty body means all defaults.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Receive {
+#[schema(as = ReceiveRequest)]
+pub(crate) struct Receive {
+    /// 1 to 100.
     #[serde(default = "one")]
+    #[schema(value_type = u32, minimum = 1, maximum = 100)]
     max_messages: usize,
+    /// Long poll: up to 20 s.
     #[serde(default)]
+    #[schema(maximum = 20000)]
     wait_ms: u64,
+    /// This receive's visibility timeout, in place of the subscription's.
+    #[schema(maximum = 43200000)]
     visibility_timeout_ms: Option<u64>,
     /// Receipts to ack before receiving (the previous batch's).
     #[serde(default)]
@@ -95,30 +121,40 @@ fn one() -> usize {
     1
 }
 
-#[derive(Deserialize)]
+/// Receipts of messages done with (at most 100).
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Ack {
+#[schema(as = AckRequest)]
+pub(crate) struct Ack {
     receipts: Vec<String>,
 }
 
-#[derive(Deserialize)]
+/// Receipts of messages to give back (at most 100), visible again after `delay_ms` (up to 12 h).
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Nack {
+#[schema(as = NackRequest)]
+pub(crate) struct Nack {
     receipts: Vec<String>,
     #[serde(default)]
+    #[schema(maximum = 43200000)]
     delay_ms: u64,
 }
 
-#[derive(Deserialize)]
+/// Receipts of messages to hold for `visibility_timeout_ms` from now (0: visible at once).
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Visibility {
+#[schema(as = VisibilityRequest)]
+pub(crate) struct Visibility {
     receipts: Vec<String>,
+    #[schema(maximum = 43200000)]
     visibility_timeout_ms: u64,
 }
 
-#[derive(Deserialize, Default)]
+/// How many dead letters to send back (default: all).
+#[derive(Deserialize, Default, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Redrive {
+#[schema(as = RedriveRequest)]
+pub(crate) struct Redrive {
     max_messages: Option<u64>,
 }
 
@@ -216,6 +252,14 @@ fn json_response(body: Vec<u8>) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
+/// Create a work queue on a topic (idempotent): `201` when new, `200` when it exists with
+/// exactly these settings.
+#[utoipa::path(put, path = "/v1/topics/{topic}/subscriptions/{sub}", tag = "queues",
+    operation_id = "createSubscription", params(SubParams),
+    request_body(content = Option<Create>, example = ex::create_subscription),
+    responses((status = 201, description = "Created", body = answers::Subscription, example = ex::subscription),
+        (status = 200, description = "It existed with these settings", body = answers::Subscription),
+        errors::CreateSubscription))]
 pub async fn create(
     State(queues): State<Queues>,
     Path((topic, sub)): SubPath,
@@ -243,11 +287,19 @@ pub async fn create(
     Ok((status, Json(out)).into_response())
 }
 
+/// List a topic's subscriptions, by name.
+#[utoipa::path(get, path = "/v1/topics/{topic}/subscriptions", tag = "queues", operation_id = "listSubscriptions",
+    params(TopicPath), responses((status = 200, description = "The subscriptions", body = answers::SubscriptionList,
+        example = ex::subscriptions), errors::ListSubscriptions))]
 pub async fn list(State(queues): State<Queues>, Path(topic): Path<String>) -> Result<Json<Value>, ApiError> {
     let subscriptions = queues.list(&topic).await?;
     Ok(Json(json!({ "subscriptions": subscriptions.iter().map(subscription_json).collect::<Vec<_>>() })))
 }
 
+/// Describe a subscription with exact backlog counts, whole and per partition.
+#[utoipa::path(get, path = "/v1/topics/{topic}/subscriptions/{sub}", tag = "queues",
+    operation_id = "describeSubscription", params(SubParams), responses((status = 200, description = "The subscription",
+        body = answers::SubscriptionDescription, example = ex::subscription_description), errors::OneSubscription))]
 pub async fn describe(State(queues): State<Queues>, Path((topic, sub)): SubPath) -> Result<Json<Value>, ApiError> {
     let d = queues.describe(&topic, &sub).await?;
     let mut out = subscription_json(&d.subscription);
@@ -274,11 +326,20 @@ pub async fn describe(State(queues): State<Queues>, Path((topic, sub)): SubPath)
     Ok(Json(out))
 }
 
+/// Delete a subscription and its messages' state.
+#[utoipa::path(delete, path = "/v1/topics/{topic}/subscriptions/{sub}", tag = "queues",
+    operation_id = "deleteSubscription", params(SubParams),
+    responses((status = 204, description = "Deleted"), errors::OneSubscription))]
 pub async fn delete(State(queues): State<Queues>, Path((topic, sub)): SubPath) -> Result<StatusCode, ApiError> {
     queues.delete(&topic, &sub).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// Receive messages, each held for a visibility timeout; optionally ack the previous batch first.
+#[utoipa::path(post, path = "/v1/topics/{topic}/subscriptions/{sub}/receive", tag = "queues", operation_id = "receive",
+    params(SubParams), request_body(content = Option<Receive>, example = ex::receive),
+    responses((status = 200, description = "The messages (maybe none)", body = answers::Received,
+        example = ex::received), errors::Receive))]
 pub async fn receive(
     State(queues): State<Queues>,
     Path((topic, sub)): SubPath,
@@ -345,6 +406,11 @@ fn results(receipts: &[String], outcomes: &[Result<(), ReceiptError>]) -> Value 
         .collect()
 }
 
+/// Ack received messages: done with them.
+#[utoipa::path(post, path = "/v1/topics/{topic}/subscriptions/{sub}/ack", tag = "queues", operation_id = "ack",
+    params(SubParams), request_body(content = Ack, example = ex::ack),
+    responses((status = 200, description = "One result per receipt", body = answers::Settled, example = ex::settled),
+        errors::Ack))]
 pub async fn ack(
     State(queues): State<Queues>,
     Path((topic, sub)): SubPath,
@@ -355,6 +421,11 @@ pub async fn ack(
     Ok(Json(json!({ "results": results(&req.receipts, &outcomes) })))
 }
 
+/// Nack received messages: give them back, for redelivery after `delay_ms`.
+#[utoipa::path(post, path = "/v1/topics/{topic}/subscriptions/{sub}/nack", tag = "queues", operation_id = "nack",
+    params(SubParams), request_body(content = Nack, example = ex::nack),
+    responses((status = 200, description = "One result per receipt", body = answers::Settled, example = ex::settled),
+        errors::Nack))]
 pub async fn nack(
     State(queues): State<Queues>,
     Path((topic, sub)): SubPath,
@@ -365,7 +436,12 @@ pub async fn nack(
     Ok(Json(json!({ "results": results(&req.receipts, &outcomes) })))
 }
 
-/// Each result that is `ok` carries the receipt to use from now on, in place of the one sent.
+/// Change received messages' visibility timeout: each result that is `ok` carries the receipt
+/// to use from now on, in place of the one sent.
+#[utoipa::path(post, path = "/v1/topics/{topic}/subscriptions/{sub}/visibility", tag = "queues",
+    operation_id = "changeVisibility", params(SubParams), request_body(content = Visibility, example = ex::visibility),
+    responses((status = 200, description = "One result per receipt", body = answers::Settled, example = ex::renewed),
+        errors::Visibility))]
 pub async fn visibility(
     State(queues): State<Queues>,
     Path((topic, sub)): SubPath,
@@ -387,6 +463,11 @@ pub async fn visibility(
     Ok(Json(json!({ "results": results })))
 }
 
+/// List the dead-letter queue, a page at a time, in (partition, offset) order.
+#[utoipa::path(get, path = "/v1/topics/{topic}/subscriptions/{sub}/dlq", tag = "queues",
+    operation_id = "listDeadLetters", params(SubParams, DeadLettersQuery),
+    responses((status = 200, description = "A page of dead letters", body = answers::DeadLetters,
+        example = ex::dead_letters), errors::ListDeadLetters))]
 pub async fn dead_letters(
     State(queues): State<Queues>,
     Path((topic, sub)): SubPath,
@@ -437,6 +518,10 @@ fn render_dead_letters(page: &DeadLetterPage) -> Vec<u8> {
     out
 }
 
+/// Delete one dead letter.
+#[utoipa::path(delete, path = "/v1/topics/{topic}/subscriptions/{sub}/dlq/{id}", tag = "queues",
+    operation_id = "deleteDeadLetter", params(DeadLetterPath),
+    responses((status = 204, description = "Deleted"), errors::DeleteDeadLetter))]
 pub async fn delete_dead_letter(
     State(queues): State<Queues>,
     Path((topic, sub, id)): Path<(String, String, String)>,
@@ -445,6 +530,11 @@ pub async fn delete_dead_letter(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// Send dead letters back to the queue, as new messages.
+#[utoipa::path(post, path = "/v1/topics/{topic}/subscriptions/{sub}/dlq/redrive", tag = "queues",
+    operation_id = "redrive", params(SubParams), request_body(content = Option<Redrive>, example = ex::redrive),
+    responses((status = 200, description = "How many went back", body = answers::Redriven, example = ex::redriven),
+        errors::Redrive))]
 pub async fn redrive(
     State(queues): State<Queues>,
     Path((topic, sub)): SubPath,
@@ -455,6 +545,11 @@ pub async fn redrive(
     Ok(Json(json!({ "redriven": redriven })))
 }
 
+/// Purge the dead-letter queue.
+#[utoipa::path(delete, path = "/v1/topics/{topic}/subscriptions/{sub}/dlq", tag = "queues",
+    operation_id = "purgeDeadLetters", params(SubParams),
+    responses((status = 200, description = "How many were removed", body = answers::Purged, example = ex::purged),
+        errors::OneSubscription))]
 pub async fn purge_dead_letters(
     State(queues): State<Queues>,
     Path((topic, sub)): SubPath,

@@ -12,6 +12,9 @@ use serde_json::{json, Value};
 use sluice_core::segment::Record;
 use sluice_core::{Log, OffsetQuery, ReadBatch, ReadRequest};
 
+use crate::openapi::answers::{Position, ReadPage};
+use crate::openapi::params::{OffsetsQuery, PartitionPath, ReadQuery};
+use crate::openapi::{errors, examples as ex};
 use crate::path::Path;
 use crate::ApiError;
 
@@ -44,6 +47,11 @@ pub(crate) fn number<T: std::str::FromStr>(
         .transpose()
 }
 
+/// Replay a partition from an offset, with long polling.
+#[utoipa::path(get, path = "/v1/topics/{topic}/partitions/{partition}/events", tag = "read",
+    operation_id = "readEvents", params(PartitionPath, ReadQuery),
+    responses((status = 200, description = "A page of events", body = ReadPage, example = ex::read_page),
+        errors::ReadEvents))]
 pub async fn events(
     State(log): State<Log>,
     Path((topic, p)): Path<(String, String)>,
@@ -119,6 +127,10 @@ pub(crate) fn write_record(out: &mut Vec<u8>, r: &Record) {
     }
 }
 
+/// Find an offset: the first event at or after a time, or one end of the log.
+#[utoipa::path(get, path = "/v1/topics/{topic}/partitions/{partition}/offsets", tag = "read",
+    operation_id = "findOffset", params(PartitionPath, OffsetsQuery),
+    responses((status = 200, description = "The offset", body = Position, example = ex::offset), errors::FindOffset))]
 pub async fn offsets(
     State(log): State<Log>,
     Path((topic, p)): Path<(String, String)>,

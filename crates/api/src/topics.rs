@@ -9,16 +9,28 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use sluice_core::{Log, PartitionState, TopicConfig, TopicSpec};
 
+use utoipa::ToSchema;
+
 use crate::body::{parse_json, read_body};
+use crate::openapi::answers::{Topic, TopicDescription, TopicList};
+use crate::openapi::params::TopicPath;
+use crate::openapi::{errors, examples as ex};
 use crate::path::Path;
 use crate::ApiError;
 
-#[derive(Deserialize)]
+/// A topic's settings; an empty body means all defaults.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct CreateTopic {
+pub(crate) struct CreateTopic {
+    /// 1 to 1024.
     #[serde(default = "one")]
+    #[schema(minimum = 1, maximum = 1024, default = 1)]
     partitions: u32,
+    /// How long events are kept, by their timestamps; the server's default (7 days) if absent.
+    #[schema(minimum = 1)]
     retention_ms: Option<i64>,
+    /// The most bytes each partition keeps; no bound if absent.
+    #[schema(minimum = 1)]
     retention_bytes: Option<i64>,
 }
 
@@ -36,6 +48,11 @@ fn topic_json(t: &TopicConfig) -> Value {
     })
 }
 
+/// Create a topic (idempotent): `201` when new, `200` when it exists with exactly these settings.
+#[utoipa::path(put, path = "/v1/topics/{topic}", tag = "topics", operation_id = "createTopic", params(TopicPath),
+    request_body(content = Option<CreateTopic>, example = ex::create_topic),
+    responses((status = 201, description = "Created", body = Topic, example = ex::topic),
+        (status = 200, description = "It existed with these settings", body = Topic), errors::CreateTopic))]
 pub async fn create(
     State(log): State<Log>,
     Path(name): Path<String>,
@@ -54,11 +71,18 @@ pub async fn create(
     Ok((status, Json(topic_json(&topic))))
 }
 
+/// List topics, by name.
+#[utoipa::path(get, path = "/v1/topics", tag = "topics", operation_id = "listTopics",
+    responses((status = 200, description = "Every topic", body = TopicList, example = ex::topics), errors::ListTopics))]
 pub async fn list(State(log): State<Log>) -> Result<Json<Value>, ApiError> {
     let topics = log.list_topics().await?;
     Ok(Json(json!({ "topics": topics.iter().map(topic_json).collect::<Vec<_>>() })))
 }
 
+/// Describe a topic, each of its partitions, and what the janitor has done to it.
+#[utoipa::path(get, path = "/v1/topics/{topic}", tag = "topics", operation_id = "describeTopic", params(TopicPath),
+    responses((status = 200, description = "The topic", body = TopicDescription, example = ex::topic_description),
+        errors::OneTopic))]
 pub async fn describe(State(log): State<Log>, Path(name): Path<String>) -> Result<Json<Value>, ApiError> {
     let (topic, partitions) = log.describe_topic(&name).await?;
     let mut out = topic_json(&topic);
@@ -78,6 +102,9 @@ pub async fn describe(State(log): State<Log>, Path(name): Path<String>) -> Resul
     Ok(Json(out))
 }
 
+/// Delete a topic: at once, everywhere; its data is removed in the background.
+#[utoipa::path(delete, path = "/v1/topics/{topic}", tag = "topics", operation_id = "deleteTopic", params(TopicPath),
+    responses((status = 204, description = "Deleted"), errors::OneTopic))]
 pub async fn delete(State(log): State<Log>, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
     log.delete_topic(&name).await?;
     Ok(StatusCode::NO_CONTENT)

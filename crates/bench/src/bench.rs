@@ -23,6 +23,8 @@ use serde_json::{json, Value};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+#[path = "client.rs"]
+mod client;
 #[path = "push.rs"]
 mod push;
 
@@ -189,6 +191,36 @@ enum Workload {
         #[arg(long, conflicts_with = "embedded")]
         ack_next: bool,
     },
+    /// The client's producer: `--senders` tasks each `send` single events (keyed), batched
+    /// by `sluice-client`'s Producer; each event timed from `send` to its delivery.
+    Produce {
+        #[arg(long, default_value_t = 8)]
+        senders: usize,
+        #[arg(long, default_value_t = 200_000)]
+        count: u64,
+        #[arg(long, default_value_t = 1024)]
+        event_size: usize,
+        /// The producer's linger, in milliseconds.
+        #[arg(long, default_value_t = 5)]
+        linger_ms: u64,
+    },
+    /// The client's worker: a backlog of `--count` events, then a `sluice-client` Worker
+    /// (acks riding on receives) drains a fresh subscription of it. Fails unless every
+    /// message was handled.
+    Work {
+        /// Handlers at once.
+        #[arg(long, default_value_t = 40)]
+        concurrency: usize,
+        /// Receives under way at once.
+        #[arg(long, default_value_t = 4)]
+        receivers: usize,
+        #[arg(long, default_value_t = 10)]
+        batch: u32,
+        #[arg(long, default_value_t = 50_000)]
+        count: u64,
+        #[arg(long, default_value_t = 1024)]
+        event_size: usize,
+    },
     /// A push subscription delivering to a webhook receiver in this process. With `--rate N`,
     /// N events/s are published in steady 10 ms steps for `--duration` seconds and each
     /// message is timed from its publish to its arrival; with `--rate 0`, a backlog of
@@ -267,6 +299,12 @@ pub async fn run(args: BenchArgs) -> Result<(), BoxError> {
             let mut r = publish(&target, shape, 1, Duration::from_secs(3600), count).await?;
             r.workload = "latency";
             r
+        }
+        Workload::Produce { senders, count, event_size, linger_ms } => {
+            client::produce(&target, client::ProduceSettings { senders, count, event_size, linger_ms }).await?
+        }
+        Workload::Work { concurrency, receivers, batch, count, event_size } => {
+            client::work(&target, client::WorkSettings { concurrency, receivers, batch, count, event_size }).await?
         }
         Workload::Push { rate, count, max_batch, max_in_flight, duration, event_size } => {
             let duration = Duration::from_secs_f64(duration);

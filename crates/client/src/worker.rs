@@ -1,5 +1,5 @@
-//! The queue worker: SQS's consumer loop. It receives batches while it has room for
-//! them, runs a handler per message with bounded concurrency, acks finished messages on
+//! The queue worker: SQS's consumer loop. Its receivers (`receivers` of them) receive
+//! batches while handlers have room for them, runs a handler per message with bounded concurrency, acks finished messages on
 //! its next receive (one request per cycle), extends the visibility of a message whose
 //! handler is still running when two thirds of its timeout have passed, and nacks a
 //! failed message with the subscription's redelivery backoff (or the delay the handler
@@ -42,7 +42,8 @@ impl<E: std::error::Error> From<E> for Nack {
 /// How a [`Worker`] receives.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
-    /// Handlers running at once.
+    /// Handlers running at once; a receiver waits for room for a whole batch, so make it at
+    /// least `receivers × batch` for receives to overlap.
     pub concurrency: usize,
     /// Messages per receive, 1 to 100.
     pub batch: u32,
@@ -50,11 +51,13 @@ pub struct WorkerConfig {
     pub wait_ms: u64,
     /// The visibility timeout of each delivery; `None`: the subscription's.
     pub visibility_timeout_ms: Option<u64>,
+    /// Receives under way at once (each for up to `batch` messages while handlers have room).
+    pub receivers: usize,
 }
 
 impl Default for WorkerConfig {
     fn default() -> Self {
-        Self { concurrency: 10, batch: 10, wait_ms: 10_000, visibility_timeout_ms: None }
+        Self { concurrency: 20, batch: 10, wait_ms: 10_000, visibility_timeout_ms: None, receivers: 2 }
     }
 }
 
@@ -131,75 +134,46 @@ impl Worker {
         let settings = self.client.describe_subscription(&self.topic, &self.subscription).await?;
         let visibility =
             self.config.visibility_timeout_ms.or(settings["visibility_timeout_ms"].as_u64()).unwrap_or(30_000);
+        let concurrency = self.config.concurrency.max(1);
         let shared = Arc::new(Shared {
             client: self.client.clone(),
             topic: self.topic.clone(),
             subscription: self.subscription.clone(),
+            config: self.config.clone(),
             backoff: settings["redelivery_backoff_ms"].clone(),
             visibility: Duration::from_millis(visibility),
+            slots: Arc::new(Semaphore::new(concurrency)),
             done: Mutex::new(Vec::new()),
             counters: Counters::default(),
         });
         let handler = Arc::new(handler);
-        let slots = Arc::new(Semaphore::new(self.config.concurrency.max(1)));
-        tokio::pin!(shutdown);
-        loop {
-            let room = tokio::select! {
-                () = &mut shutdown => break,
-                room = slots.clone().acquire_many_owned(1) => room.map_err(|_| Error::Closed)?,
-            };
-            drop(room);
-            let free = slots.available_permits();
-            let busy = free < self.config.concurrency.max(1);
-            let ack = shared.take_done();
-            // While handlers run or acks ride along, a short wait: acks go out soon, and a
-            // shutdown waits for a receive that carries acks (they may have been applied).
-            let short = busy || !ack.is_empty();
-            let request = Receive {
-                max_messages: self.config.batch.clamp(1, 100).min(free as u32),
-                wait_ms: if short { self.config.wait_ms.min(1_000) } else { self.config.wait_ms },
-                visibility_timeout_ms: self.config.visibility_timeout_ms,
-                ack,
-            };
-            let acks = request.ack.len() as u64;
-            let receiving = self.client.receive(&self.topic, &self.subscription, &request);
-            let received = if request.ack.is_empty() {
-                tokio::select! {
-                    () = &mut shutdown => break,
-                    received = receiving => received,
-                }
-            } else {
-                receiving.await
-            };
-            let received = match received {
-                Ok(received) => received,
-                Err(error) => {
-                    shared.requeue(request.ack);
-                    return Err(error);
-                }
-            };
-            shared
-                .counters
-                .acked
-                .fetch_add(acks.min(received.acks.iter().filter(|a| a.ok).count() as u64), Ordering::Relaxed);
-            for message in received.messages {
-                let permit = slots.clone().acquire_owned().await.map_err(|_| Error::Closed)?;
-                shared.counters.received.fetch_add(1, Ordering::Relaxed);
-                let (shared, handler) = (shared.clone(), handler.clone());
-                tokio::spawn(async move {
-                    shared.handle(message, handler.as_ref()).await;
-                    drop(permit);
-                });
+        let (stop, stopping) = tokio::sync::watch::channel(false);
+        let mut receivers = tokio::task::JoinSet::new();
+        for _ in 0..self.config.receivers.max(1) {
+            receivers.spawn(shared.clone().receive_loop(handler.clone(), stopping.clone()));
+        }
+        // Until the shutdown, or until a receiver fails.
+        let mut failed = tokio::select! {
+            () = shutdown => None,
+            Some(ended) = receivers.join_next() => Some(ended.map_err(|_| Error::Closed).and_then(|r| r).err()),
+        };
+        let _ = stop.send(true);
+        while let Some(ended) = receivers.join_next().await {
+            if let Err(error) = ended.map_err(|_| Error::Closed).and_then(|r| r) {
+                failed.get_or_insert(Some(error));
             }
         }
         // Running handlers finish; their acks go in one last request.
-        let _all = slots.acquire_many(self.config.concurrency.max(1) as u32).await;
+        let _all = shared.slots.acquire_many(concurrency as u32).await;
         let done = shared.take_done();
         if !done.is_empty() {
             let results = self.client.ack(&self.topic, &self.subscription, &done).await?;
             shared.counters.acked.fetch_add(results.iter().filter(|r| r.ok).count() as u64, Ordering::Relaxed);
         }
-        Ok(shared.stats())
+        match failed.flatten() {
+            Some(error) => Err(error),
+            None => Ok(shared.stats()),
+        }
     }
 }
 
@@ -208,7 +182,11 @@ struct Shared {
     client: Client,
     topic: String,
     subscription: String,
+    config: WorkerConfig,
     backoff: Value,
+    /// One permit per handler that may run; a receive asks for as many messages as it
+    /// holds permits, so a received message never waits for a slot (its visibility runs).
+    slots: Arc<Semaphore>,
     visibility: Duration,
     /// Receipts of finished messages, to ack on the next receive.
     done: Mutex<Vec<String>>,
@@ -216,6 +194,69 @@ struct Shared {
 }
 
 impl Shared {
+    /// One receiver: waits for room, receives (acking what finished), hands each message
+    /// to a handler's task; until `stopping`.
+    async fn receive_loop<H, F>(
+        self: Arc<Self>,
+        handler: Arc<H>,
+        mut stopping: tokio::sync::watch::Receiver<bool>,
+    ) -> Result<(), Error>
+    where
+        H: Fn(Message) -> F + Send + Sync + 'static,
+        F: Future<Output = Result<(), Nack>> + Send + 'static,
+    {
+        let batch = self.config.batch.clamp(1, 100);
+        loop {
+            // Room for a whole batch first: a smaller receive would cost as much.
+            let want = batch.min(self.config.concurrency.max(1) as u32);
+            let room = tokio::select! {
+                _ = stopping.wait_for(|stop| *stop) => return Ok(()),
+                room = self.slots.clone().acquire_many_owned(want) => room.map_err(|_| Error::Closed)?,
+            };
+            let ack = self.take_done();
+            // While handlers run or acks ride along, a short wait: acks go out soon, and a
+            // shutdown waits for a receive that carries acks (they may have been applied).
+            let busy = self.slots.available_permits() + (want as usize) < self.config.concurrency.max(1);
+            let short = busy || !ack.is_empty();
+            let request = Receive {
+                max_messages: want,
+                wait_ms: if short { self.config.wait_ms.min(1_000) } else { self.config.wait_ms },
+                visibility_timeout_ms: self.config.visibility_timeout_ms,
+                ack,
+            };
+            let acks = request.ack.len() as u64;
+            let receiving = self.client.receive(&self.topic, &self.subscription, &request);
+            let received = if request.ack.is_empty() {
+                tokio::select! {
+                    _ = stopping.wait_for(|stop| *stop) => return Ok(()),
+                    received = receiving => received,
+                }
+            } else {
+                receiving.await
+            };
+            let received = match received {
+                Ok(received) => received,
+                Err(error) => {
+                    self.requeue(request.ack);
+                    return Err(error);
+                }
+            };
+            let acked = received.acks.iter().filter(|a| a.ok).count() as u64;
+            self.counters.acked.fetch_add(acks.min(acked), Ordering::Relaxed);
+            // One permit per message, held by its handler; the unused ones go back now.
+            let mut room = room;
+            for message in received.messages {
+                let Some(permit) = room.split(1) else { break };
+                self.counters.received.fetch_add(1, Ordering::Relaxed);
+                let (shared, handler) = (self.clone(), handler.clone());
+                tokio::spawn(async move {
+                    shared.handle(message, handler.as_ref()).await;
+                    drop(permit);
+                });
+            }
+        }
+    }
+
     fn take_done(&self) -> Vec<String> {
         let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
         let n = done.len().min(100);

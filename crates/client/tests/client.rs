@@ -225,7 +225,7 @@ async fn given_slow_and_failing_handlers_then_the_worker_extends_acks_and_dead_l
             Ok(())
         }
     };
-    let config = WorkerConfig { concurrency: 4, batch: 10, wait_ms: 500, visibility_timeout_ms: None };
+    let config = WorkerConfig { concurrency: 4, batch: 10, wait_ms: 500, ..WorkerConfig::default() };
     let stats = Worker::new(client.clone(), "jobs", "w")
         .with_config(config)
         .run(handler, async move {

@@ -156,7 +156,7 @@ async fn scenario() {
         }
     };
     let mut stopped = stopped;
-    let config = WorkerConfig { concurrency: 4, batch: 10, wait_ms: 1_000, visibility_timeout_ms: None };
+    let config = WorkerConfig { concurrency: 4, batch: 10, wait_ms: 1_000, ..WorkerConfig::default() };
     let stats = Worker::new(client.clone(), &topic, "w")
         .with_config(config)
         .run(handler, async move {
