@@ -4,7 +4,8 @@
 # directory, runs schemathesis (installed into .venv by infra/setup.sh) against it, and
 # stops the server. Checks: no 5xx; every answer passes its documented schema; every status
 # is documented (so every 4xx is a JSON error whose code the operation lists); documented
-# content types and headers.
+# content types and headers. First, a Python client generated from the same document by
+# openapi-python-client runs a short story against that server (infra/openapi_client.py).
 #
 # Bounded: SCHEMATHESIS_MAX_EXAMPLES cases per operation and phase (default 25), over the
 # examples, coverage and fuzzing phases (no stateful phase), one worker (two hit a race in
@@ -39,6 +40,8 @@ if [ -z "$base" ]; then
     cat "$work/err" >&2
     exit 1
 fi
+
+"$PWD/.venv/bin/python" infra/openapi_client.py "$base"
 
 # Long polls (wait_ms) are capped at 1 s by hooks: the document allows 20 s, and a fuzzer
 # that asks for it on an empty queue would spend the run waiting. Run from the scratch

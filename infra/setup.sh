@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Creates .venv (gitignored) with the local AWS tooling: moto's server (S3 and
 # DynamoDB on loopback), cfn-lint, cargo-lambda and the zig it links with, and
-# the AWS SAM CLI (sam validate / build / deploy); and schemathesis, which
-# infra/schemathesis.sh runs against `serve`.
+# the AWS SAM CLI (sam validate / build / deploy); and schemathesis and
+# openapi-python-client, which infra/schemathesis.sh runs against `serve`.
 # Idempotent: a second run only checks the pins.
 set -euo pipefail
 cd "$(dirname "$0")/.."

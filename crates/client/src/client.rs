@@ -41,7 +41,7 @@ impl RetryPolicy {
 }
 
 /// A client of one Sluice deployment: `serve`'s URL, or the API Gateway URL of the AWS
-/// deployment (with its stage) and [`ClientBuilder::aws`] signing. Cheap to clone; clones
+/// deployment (with its stage) and `ClientBuilder::aws` signing. Cheap to clone; clones
 /// share connections.
 ///
 /// ```

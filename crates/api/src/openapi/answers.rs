@@ -446,9 +446,14 @@ pub(crate) enum Start {
     Earliest,
     #[serde(rename = "timestamp_ms")]
     Timestamp(i64),
-    /// Keys are partitions (`"0"`, `"1"`, …), values offsets.
-    Offsets(BTreeMap<String, u64>),
+    Offsets(StartOffsets),
 }
+
+// A schema of its own: client generators name an inline map inside a one-of twice and drop it.
+/// Keys are partitions (`"0"`, `"1"`, …), values offsets.
+#[derive(Serialize, Deserialize, ToSchema)]
+#[serde(transparent)]
+pub(crate) struct StartOffsets(BTreeMap<String, u64>);
 
 /// `key`: a key's messages are delivered one at a time, in offset order.
 #[derive(Serialize, Deserialize, ToSchema)]

@@ -54,7 +54,7 @@ errors! {
     Poll: [PATH, BODY] InvalidTopics, InvalidSessionTimeout, InvalidMaxEvents, InvalidMaxBytes, InvalidWait,
         NoCommittedOffset, DuplicatePosition, TooManyPartitions, TopicNotFound, UnknownMember, OffsetOutOfRange;
     /// `commit`.
-    Commit: [PATH, BODY] TooManyOffsets, DuplicateOffset, GroupNotFound, UnknownMember, StaleGeneration,
+    Commit: [PATH, BODY] TooManyOffsets, DuplicateOffset, GroupNotFound, TopicNotFound, UnknownMember, StaleGeneration,
         NotAssigned, OffsetOutOfRange;
     /// `leave`.
     Leave: [PATH, BODY] GroupNotFound, UnknownMember;
