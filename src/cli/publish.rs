@@ -34,7 +34,7 @@ impl PublishArgs {
     fn record(&self, line: &str) -> Record {
         let value = serde_json::from_str::<Value>(line).unwrap_or_else(|_| Value::String(line.to_owned()));
         let key = self.key.clone().or_else(|| {
-            let field = value.get(self.key_field.as_deref()?)?;
+            let field = value.get(self.key_field.as_deref()?).filter(|v| !v.is_null())?;
             Some(field.as_str().map_or_else(|| field.to_string(), str::to_owned))
         });
         let mut record = Record::json(value);

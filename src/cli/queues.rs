@@ -158,12 +158,13 @@ pub async fn dlq(client: &Client, verb: DlqVerb) -> Result<(), Error> {
             );
             let mut total = 0;
             // In steps of 1,000, so the bar moves; each step is sent once (a bounded redrive
-            // is not retried).
+            // is not retried). It ends at a short step, or once as many as were dead went
+            // back: messages that die again meanwhile are left for the next redrive.
             loop {
                 let redriven = client.redrive(&topic, &sub, Some(1_000)).await?;
                 total += redriven;
                 progress.inc(redriven);
-                if redriven == 0 {
+                if redriven < 1_000 || total >= dead {
                     break;
                 }
             }

@@ -32,23 +32,25 @@ pub struct TailArgs {
 
 pub async fn tail(client: &Client, args: TailArgs) -> Result<(), Error> {
     let pretty = args.format.pretty();
-    let (events, mut printing) = mpsc::channel::<Vec<Event>>(64);
-    let reader = match &args.group {
-        Some(group) => tokio::spawn(as_member(client.clone(), group.clone(), args.topic.clone(), args.follow, events)),
-        None => {
-            let partitions = match args.partition {
-                Some(p) => vec![p],
-                None => (0..client.describe_topic(&args.topic).await?.partitions).collect(),
-            };
-            tokio::spawn(replay(client.clone(), args.topic.clone(), partitions, args.from.clone(), args.follow, events))
-        }
-    };
     let mut out = BufWriter::new(std::io::stdout().lock());
-    while let Some(batch) = printing.recv().await {
+    let mut print = |batch: &[Event]| -> bool {
         let written: std::io::Result<()> =
             batch.iter().try_for_each(|e| print_event(&mut out, &args.topic, e, pretty)).and_then(|()| out.flush());
-        if written.is_err() {
-            // The reader of our output went away (`| head`): stop quietly.
+        // An error: the reader of our output went away (`| head`).
+        written.is_ok()
+    };
+    if let Some(group) = &args.group {
+        return as_member(client.clone(), group, &args.topic, args.follow, &mut print).await;
+    }
+    let partitions = match args.partition {
+        Some(p) => vec![p],
+        None => (0..client.describe_topic(&args.topic).await?.partitions).collect(),
+    };
+    let (events, mut printing) = mpsc::channel::<Vec<Event>>(64);
+    let reader =
+        tokio::spawn(replay(client.clone(), args.topic.clone(), partitions, args.from.clone(), args.follow, events));
+    while let Some(batch) = printing.recv().await {
+        if !print(&batch) {
             reader.abort();
             return Ok(());
         }
@@ -75,15 +77,14 @@ async fn replay(
         }
         return Ok(());
     }
-    let readers: Vec<_> = starts
-        .into_iter()
-        .map(|(p, start)| {
-            let (client, topic, out) = (client.clone(), topic.clone(), out.clone());
-            tokio::spawn(async move { read_partition(&client, &topic, p, start, true, &out).await })
-        })
-        .collect();
-    for reader in readers {
-        reader.await.map_err(|e| Error::Invalid(e.to_string()))??;
+    let mut readers = tokio::task::JoinSet::new();
+    for (p, start) in starts {
+        let (client, topic, out) = (client.clone(), topic.clone(), out.clone());
+        readers.spawn(async move { read_partition(&client, &topic, p, start, true, &out).await });
+    }
+    // The first partition that fails stops the tail (retention overtook it, the topic went).
+    while let Some(ended) = readers.join_next().await {
+        ended.map_err(|e| Error::Invalid(e.to_string()))??;
     }
     Ok(())
 }
@@ -128,25 +129,35 @@ async fn start_of(client: &Client, topic: &str, partition: u32, from: &str) -> R
     })
 }
 
-/// Polls as a member of `group`; without `follow`, until a poll finds nothing new. Leaving
-/// commits what was printed.
+/// Polls as a member of `group`; without `follow`, until a poll finds nothing new. Each
+/// batch is committed once printed, and only then: a reader that goes away (`| head`)
+/// leaves the rest to the group.
 async fn as_member(
     client: Client,
-    group: String,
-    topic: String,
+    group: &str,
+    topic: &str,
     follow: bool,
-    out: mpsc::Sender<Vec<Event>>,
+    print: &mut impl FnMut(&[Event]) -> bool,
 ) -> Result<(), Error> {
-    let config = ConsumerConfig { wait_ms: if follow { 5_000 } else { 1_000 }, ..ConsumerConfig::default() };
-    let mut consumer = GroupConsumer::new(client, &group, &[&topic]).with_config(config);
+    let config =
+        ConsumerConfig { wait_ms: if follow { 5_000 } else { 1_000 }, auto_commit: false, ..ConsumerConfig::default() };
+    let mut consumer = GroupConsumer::new(client, group, &[topic]).with_config(config);
+    let mut printed_any = false;
     loop {
         let events = consumer.poll().await?;
-        if events.is_empty() && !follow {
+        if events.is_empty() && !follow && printed_any {
             break;
         }
-        if !events.is_empty() && out.send(events).await.is_err() {
+        if events.is_empty() {
+            // The first poll of a member that just (re)joined can come back empty.
+            printed_any |= !follow;
+            continue;
+        }
+        if !print(&events) {
             break;
         }
+        printed_any = true;
+        consumer.commit().await?;
     }
     consumer.leave().await
 }

@@ -6,11 +6,12 @@
 //! session, and its events are dropped (the positions make the next poll fetch them again).
 //!
 //! Rebalances are the server's (eager): a poll learns that partitions moved, the consumer
-//! calls the revocation callback for those it lost and forgets them, and the assignment
-//! callback for those it gained. Progress not yet committed on a lost partition is
-//! delivered again to its new owner: at least once. `commit()` before polling narrows that
-//! window to nothing; with auto-commit, the poll itself commits what the previous batch
-//! received, except in the poll that rebalances.
+//! calls the revocation callback for those it lost and the assignment callback for those it
+//! gained. In a new generation (a rebalance or a seek) it drops its positions, and its
+//! partitions resume at the committed offsets: progress not yet committed is delivered
+//! again, to this member or a new owner (at least once), and a seek is never undone.
+//! `commit()` before polling narrows that window; with auto-commit, the poll itself commits
+//! what the previous batch received, except in the poll that rebalances.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -79,8 +80,6 @@ struct Member {
     positions: BTreeMap<TopicPartition, u64>,
     /// The last poll's moment: the heartbeat polls only when none came for a while.
     last_poll: Option<Instant>,
-    /// An assignment a heartbeat learned of, not yet reported to the callbacks.
-    unreported: Option<(BTreeSet<TopicPartition>, BTreeSet<TopicPartition>)>,
 }
 
 /// A member of a consumer group. See the module notes for what it promises.
@@ -108,6 +107,9 @@ pub struct GroupConsumer {
     config: ConsumerConfig,
     member: Arc<Mutex<Member>>,
     heartbeat: Option<JoinHandle<()>>,
+    /// The assignment the callbacks were last told of (a heartbeat may have seen changes
+    /// in between: the callbacks get the net difference).
+    reported: BTreeSet<TopicPartition>,
     on_assign: Option<Callback>,
     on_revoke: Option<Callback>,
 }
@@ -123,6 +125,7 @@ impl GroupConsumer {
             config: ConsumerConfig::default(),
             member: Arc::new(Mutex::new(Member::default())),
             heartbeat: None,
+            reported: BTreeSet::new(),
             on_assign: None,
             on_revoke: None,
         }
@@ -163,36 +166,36 @@ impl GroupConsumer {
         let answer: PollAnswer = match self.client.fetch(call).await {
             Err(e) if e.code() == Some(sluice_core::Code::UnknownMember) => {
                 // Evicted: everything it held is gone; the next poll joins again.
-                let lost = std::mem::take(&mut *member);
+                *member = Member::default();
                 drop(member);
-                self.report(BTreeSet::new(), lost.assignment);
+                self.report(BTreeSet::new());
                 return Ok(Vec::new());
             }
             other => other?,
         };
-        let (gained, lost) = member.apply(&answer);
+        member.apply(&answer);
         for event in &answer.events {
             let tp = TopicPartition { topic: event.topic.clone().unwrap_or_default(), partition: event.partition };
             member.positions.insert(tp, event.offset + 1);
         }
-        let (mut gained, mut lost) = (gained, lost);
-        if let Some((g, l)) = member.unreported.take() {
-            gained.extend(g);
-            lost.extend(l);
-        }
+        let now = member.assignment.clone();
         drop(member);
-        self.report(gained, lost);
+        self.report(now);
         self.start_heartbeat();
         Ok(answer.events)
     }
 
-    fn report(&mut self, gained: BTreeSet<TopicPartition>, lost: BTreeSet<TopicPartition>) {
+    /// Tells the callbacks how the assignment changed since they were last told.
+    fn report(&mut self, now: BTreeSet<TopicPartition>) {
+        let lost: Vec<TopicPartition> = self.reported.difference(&now).cloned().collect();
+        let gained: Vec<TopicPartition> = now.difference(&self.reported).cloned().collect();
         if let (Some(callback), false) = (self.on_revoke.as_mut(), lost.is_empty()) {
-            callback(&lost.into_iter().collect::<Vec<_>>());
+            callback(&lost);
         }
         if let (Some(callback), false) = (self.on_assign.as_mut(), gained.is_empty()) {
-            callback(&gained.into_iter().collect::<Vec<_>>());
+            callback(&gained);
         }
+        self.reported = now;
     }
 
     /// Commits the positions of everything the polls so far returned (the next offset
@@ -225,30 +228,32 @@ impl GroupConsumer {
     }
 
     /// Commits (with auto-commit on) and leaves the group: its partitions go to the other
-    /// members at once. A commit fenced by a rebalance since the last poll is made again
-    /// in the new generation for the partitions this member kept.
+    /// members at once. A commit that a rebalance or a seek since the last poll fenced is
+    /// let go (those events are delivered again: at least once); the leave is sent
+    /// whatever the commit answered, and another commit error is answered then.
     pub async fn leave(mut self) -> Result<(), Error> {
         if let Some(heartbeat) = self.heartbeat.take() {
             heartbeat.abort();
         }
-        if self.config.auto_commit {
-            if let Err(error) = self.commit().await {
-                if error.code() != Some(sluice_core::Code::StaleGeneration) {
-                    return Err(error);
+        let fenced =
+            [sluice_core::Code::StaleGeneration, sluice_core::Code::NotAssigned, sluice_core::Code::UnknownMember];
+        let committed = match self.config.auto_commit {
+            true => match self.commit().await {
+                Err(e) if e.code().is_some_and(|c| fenced.contains(&c)) => {
+                    tracing::info!(error = %e, "commit on leave fenced: those events will be delivered again");
+                    Ok(())
                 }
-                let mut member = self.member.lock().await;
-                heartbeat(&self.client, &self.group, &self.topics, &self.config, &mut member).await?;
-                drop(member);
-                self.commit().await?;
-            }
-        }
+                other => other,
+            },
+            false => Ok(()),
+        };
         let member = std::mem::take(&mut *self.member.lock().await);
-        let Some(member_id) = member.member_id else { return Ok(()) };
+        let Some(member_id) = member.member_id else { return committed };
         let call = Call::new(Method::POST, format!("/v1/groups/{}/leave", self.group))
             .json(&json!({"member_id": member_id}))?;
         match self.client.send(call).await {
-            Err(e) if e.code() == Some(sluice_core::Code::UnknownMember) => Ok(()),
-            other => other.map(drop),
+            Err(e) if e.code() == Some(sluice_core::Code::UnknownMember) => committed,
+            other => other.map(drop).and(committed),
         }
     }
 
@@ -278,8 +283,8 @@ impl GroupConsumer {
 }
 
 /// A poll of one event, dropped (the positions make the next poll fetch it again): it
-/// keeps the session and learns the current generation and assignment, kept for the
-/// callbacks of the next poll.
+/// keeps the session and learns the current generation and assignment (the callbacks
+/// hear of changes with the next poll).
 async fn heartbeat(
     client: &Client,
     group: &str,
@@ -291,10 +296,7 @@ async fn heartbeat(
     let body = poll_body(topics, config, member, &instance, false, Some(1));
     let answer: PollAnswer =
         client.fetch(Call::new(Method::POST, format!("/v1/groups/{group}/poll")).json(&body)?).await?;
-    let (gained, lost) = member.apply(&answer);
-    let unreported = member.unreported.get_or_insert_with(Default::default);
-    unreported.0.extend(gained);
-    unreported.1.extend(lost);
+    member.apply(&answer);
     Ok(())
 }
 
@@ -307,20 +309,22 @@ impl Drop for GroupConsumer {
 }
 
 impl Member {
-    /// Takes a poll's membership in; answers the partitions gained and lost, and forgets
-    /// the positions of those lost (their new owner resumes at the committed offset).
-    fn apply(&mut self, answer: &PollAnswer) -> (BTreeSet<TopicPartition>, BTreeSet<TopicPartition>) {
-        let now: BTreeSet<TopicPartition> = answer.assignment.iter().cloned().collect();
-        let gained = now.difference(&self.assignment).cloned().collect();
-        let lost: BTreeSet<TopicPartition> = self.assignment.difference(&now).cloned().collect();
-        self.positions.retain(|tp, _| now.contains(tp));
-        // After a seek the positions of kept partitions are stale; the server ignores
-        // them (and says so by resuming at the committed offset), so they are kept.
+    /// Takes a poll's membership in. The positions of partitions it lost go (their new
+    /// owner resumes at the committed offset), and in a new generation all of them do: a
+    /// seek may have moved the committed offsets, and the server trusts the positions it
+    /// is sent again from the second poll after a seek, so a kept position would undo the
+    /// seek (or skip what it moved back to). Partitions without a position resume at the
+    /// committed offset: at worst one batch comes again, nothing is skipped.
+    fn apply(&mut self, answer: &PollAnswer) {
+        if answer.generation != self.generation {
+            self.positions.clear();
+        }
         self.member_id = Some(answer.member_id.clone());
         self.generation = answer.generation;
-        self.assignment = now;
+        self.assignment = answer.assignment.iter().cloned().collect();
+        let assignment = &self.assignment;
+        self.positions.retain(|tp, _| assignment.contains(tp));
         self.last_poll = Some(Instant::now());
-        (gained, lost)
     }
 }
 

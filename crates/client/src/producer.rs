@@ -29,6 +29,9 @@ use crate::{Client, Error};
 
 /// Partitions one idempotent publish may touch.
 const MAX_PARTITIONS_PER_BATCH: usize = 48;
+/// The server's limits on one event (docs/API.md, Limits).
+const MAX_VALUE_BYTES: usize = 1 << 20;
+const MAX_HEADERS: usize = 64;
 
 /// How a [`Producer`] batches.
 #[derive(Debug, Clone)]
@@ -230,11 +233,18 @@ impl Batcher {
     }
 
     async fn add(&mut self, topic: String, record: Record, done: oneshot::Sender<Result<Placed, Error>>) {
+        // An event over a limit of the server fails alone, not the batch it would be in.
+        let value_len = record.value_len();
+        if value_len > MAX_VALUE_BYTES || record.headers.len() > MAX_HEADERS {
+            let why =
+                format!("an event's value is at most {MAX_VALUE_BYTES} bytes and it has at most {MAX_HEADERS} headers");
+            return drop(done.send(Err(Error::Invalid(why))));
+        }
         let partition = match self.partition_of(&topic, &record).await {
             Ok(partition) => partition,
             Err(error) => return drop(done.send(Err(error))),
         };
-        let size = record.size();
+        let size = record.size(value_len);
         let full = self.batches.get(&topic).is_some_and(|b| {
             b.records.len() >= self.config.max_batch_events.clamp(1, 1000)
                 || b.bytes + size > self.config.max_batch_bytes

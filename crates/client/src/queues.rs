@@ -63,9 +63,15 @@ impl Client {
     }
 
     /// Creates a subscription with `settings` (docs/API.md lists them; `{}` for the
-    /// defaults), or finds it with exactly these settings. Retried: creating is idempotent.
+    /// defaults), or finds it with exactly these settings. Retried (creating is
+    /// idempotent), except for a webhook push target without a `secret`: the server makes
+    /// one and shows it only in the answer that created the subscription, so a retry after
+    /// a lost answer would succeed without it. That one is sent once, and a lost answer is
+    /// the caller's error to see.
     pub async fn create_subscription(&self, topic: &str, sub: &str, settings: &Value) -> Result<Value, Error> {
-        self.fetch(Call::new(Method::PUT, Self::subscription(topic, sub)).json(settings)?).await
+        let makes_secret = settings.get("push").is_some_and(|p| p.get("url").is_some() && p.get("secret").is_none());
+        let call = Call::new(Method::PUT, Self::subscription(topic, sub)).json(settings)?;
+        self.fetch(if makes_secret { call.once() } else { call }).await
     }
 
     /// The subscriptions of a topic, by name.
@@ -105,7 +111,7 @@ impl Client {
 
     /// The messages are done. One result per receipt, in order.
     pub async fn ack(&self, topic: &str, sub: &str, receipts: &[String]) -> Result<Vec<ReceiptResult>, Error> {
-        self.settle(topic, sub, "ack", json!({"receipts": receipts})).await
+        self.settle(topic, sub, "ack", json!({"receipts": receipts}), true).await
     }
 
     /// Gives the messages back, visible again after `delay_ms`.
@@ -116,7 +122,7 @@ impl Client {
         receipts: &[String],
         delay_ms: u64,
     ) -> Result<Vec<ReceiptResult>, Error> {
-        self.settle(topic, sub, "nack", json!({"receipts": receipts, "delay_ms": delay_ms})).await
+        self.settle(topic, sub, "nack", json!({"receipts": receipts, "delay_ms": delay_ms}), true).await
     }
 
     /// Keeps the messages hidden for `visibility_timeout_ms` from now; an `ok` result
@@ -129,13 +135,23 @@ impl Client {
         visibility_timeout_ms: u64,
     ) -> Result<Vec<ReceiptResult>, Error> {
         let body = json!({"receipts": receipts, "visibility_timeout_ms": visibility_timeout_ms});
-        self.settle(topic, sub, "visibility", body).await
+        // An extension leaves the receipt valid: a retry's `stale_receipt` means the hold is
+        // lost. A release (0) settles like a nack.
+        self.settle(topic, sub, "visibility", body, visibility_timeout_ms == 0).await
     }
 
-    async fn settle(&self, topic: &str, sub: &str, verb: &str, body: Value) -> Result<Vec<ReceiptResult>, Error> {
+    async fn settle(
+        &self,
+        topic: &str,
+        sub: &str,
+        verb: &str,
+        body: Value,
+        settles: bool,
+    ) -> Result<Vec<ReceiptResult>, Error> {
         let call = Call::new(Method::POST, format!("{}/{verb}", Self::subscription(topic, sub))).json(&body)?;
         let answer = self.send(call).await?;
-        Ok(settled_on_retry(answer.parse::<Results>()?.results, answer.attempts))
+        let results = answer.parse::<Results>()?.results;
+        Ok(if settles { settled_on_retry(results, answer.attempts) } else { results })
     }
 
     /// A page of dead letters, after `after` (the previous page's `next`).

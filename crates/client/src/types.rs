@@ -115,14 +115,20 @@ impl Record {
         self
     }
 
-    /// About how many bytes the record takes in a request.
-    pub(crate) fn size(&self) -> usize {
-        let value = self.value.as_ref().map_or(0, |v| v.to_string().len());
+    /// The value's size as the server counts it against its 1 MiB limit: the JSON text, or
+    /// the decoded bytes.
+    pub(crate) fn value_len(&self) -> usize {
+        match (&self.value, &self.value_base64) {
+            (_, Some(b64)) => b64.len() / 4 * 3,
+            (Some(value), None) => value.to_string().len(),
+            (None, None) => 0,
+        }
+    }
+
+    /// About how many bytes the record takes in a request, given its `value_len`.
+    pub(crate) fn size(&self, value_len: usize) -> usize {
         let headers: usize = self.headers.iter().map(|(k, v)| k.len() + v.len() + 6).sum();
-        64 + value
-            + self.value_base64.as_ref().map_or(0, String::len)
-            + self.key.as_ref().map_or(0, String::len)
-            + headers
+        64 + value_len * 4 / 3 + self.key.as_ref().map_or(0, String::len) + headers
     }
 }
 

@@ -42,8 +42,7 @@ impl<E: std::error::Error> From<E> for Nack {
 /// How a [`Worker`] receives.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
-    /// Handlers running at once; a receiver waits for room for a whole batch, so make it at
-    /// least `receivers × batch` for receives to overlap.
+    /// Handlers running at once; at least `receivers × batch` lets receives overlap.
     pub concurrency: usize,
     /// Messages per receive, 1 to 100.
     pub batch: u32,
@@ -163,10 +162,13 @@ impl Worker {
                 failed.get_or_insert(Some(error));
             }
         }
-        // Running handlers finish; their acks go in one last request.
+        // Running handlers finish; their acks go out, 100 a request.
         let _all = shared.slots.acquire_many(concurrency as u32).await;
-        let done = shared.take_done();
-        if !done.is_empty() {
+        loop {
+            let done = shared.take_done();
+            if done.is_empty() {
+                break;
+            }
             let results = self.client.ack(&self.topic, &self.subscription, &done).await?;
             shared.counters.acked.fetch_add(results.iter().filter(|r| r.ok).count() as u64, Ordering::Relaxed);
         }
@@ -207,12 +209,27 @@ impl Shared {
     {
         let batch = self.config.batch.clamp(1, 100);
         loop {
-            // Room for a whole batch first: a smaller receive would cost as much.
-            let want = batch.min(self.config.concurrency.max(1) as u32);
-            let room = tokio::select! {
-                _ = stopping.wait_for(|stop| *stop) => return Ok(()),
-                room = self.slots.clone().acquire_many_owned(want) => room.map_err(|_| Error::Closed)?,
+            // Room for one message at least. While it waits, finished messages' acks go out
+            // on their own: a slow handler must not hold the others' receipts until their
+            // visibility runs out.
+            let mut room = loop {
+                tokio::select! {
+                    () = stopped(&mut stopping) => return Ok(()),
+                    room = self.slots.clone().acquire_owned() => break room.map_err(|_| Error::Closed)?,
+                    () = tokio::time::sleep(ACK_WAIT) => self.ack_done().await,
+                }
             };
+            // Then room for up to a batch: handlers finishing now free theirs within a moment
+            // (a smaller receive costs as much), and slow ones do not hold the receive up.
+            let most = batch.min(self.config.concurrency.max(1) as u32) as usize;
+            while room.num_permits() < most {
+                let more = tokio::time::timeout(GATHER_WAIT, self.slots.clone().acquire_owned()).await;
+                match more {
+                    Ok(Ok(permit)) => room.merge(permit),
+                    _ => break,
+                }
+            }
+            let want = room.num_permits() as u32;
             let ack = self.take_done();
             // While handlers run or acks ride along, a short wait: acks go out soon, and a
             // shutdown waits for a receive that carries acks (they may have been applied).
@@ -228,7 +245,7 @@ impl Shared {
             let receiving = self.client.receive(&self.topic, &self.subscription, &request);
             let received = if request.ack.is_empty() {
                 tokio::select! {
-                    _ = stopping.wait_for(|stop| *stop) => return Ok(()),
+                    () = stopped(&mut stopping) => return Ok(()),
                     received = receiving => received,
                 }
             } else {
@@ -244,7 +261,6 @@ impl Shared {
             let acked = received.acks.iter().filter(|a| a.ok).count() as u64;
             self.counters.acked.fetch_add(acks.min(acked), Ordering::Relaxed);
             // One permit per message, held by its handler; the unused ones go back now.
-            let mut room = room;
             for message in received.messages {
                 let Some(permit) = room.split(1) else { break };
                 self.counters.received.fetch_add(1, Ordering::Relaxed);
@@ -253,6 +269,24 @@ impl Shared {
                     shared.handle(message, handler.as_ref()).await;
                     drop(permit);
                 });
+            }
+        }
+    }
+
+    /// Acks what finished, in a request of its own (when no receive can carry it soon).
+    async fn ack_done(&self) {
+        let done = self.take_done();
+        if done.is_empty() {
+            return;
+        }
+        match self.client.ack(&self.topic, &self.subscription, &done).await {
+            Ok(results) => {
+                let acked = results.iter().filter(|r| r.ok).count() as u64;
+                self.counters.acked.fetch_add(acked, Ordering::Relaxed);
+            }
+            Err(error) => {
+                tracing::warn!(%error, "ack failed; retried with the next receive");
+                self.requeue(done);
             }
         }
     }
@@ -292,7 +326,8 @@ impl Shared {
         let outcome = loop {
             tokio::select! {
                 outcome = &mut work => break outcome,
-                () = tokio::time::sleep_until(held_since + extend_after(self.visibility)) => {
+                // (A visibility of 0 is not extended: the message is released at once anyway.)
+                () = tokio::time::sleep_until(held_since + extend_after(self.visibility)), if !self.visibility.is_zero() => {
                     let receipts = [receipt.clone()];
                     let ms = self.visibility.as_millis() as u64;
                     match self.client.change_visibility(&self.topic, &self.subscription, &receipts, ms).await {
@@ -316,14 +351,30 @@ impl Shared {
                 tracing::debug!(reason = %nack.reason, ?delay, "handler failed the message");
                 let result =
                     self.client.nack(&self.topic, &self.subscription, &[receipt], delay.as_millis() as u64).await;
-                if let Err(error) = result {
-                    tracing::warn!(%error, "nack failed: the message comes back when its visibility timeout ends");
+                match result {
+                    Ok(results) if results.iter().all(|r| r.ok) => {
+                        self.counters.nacked.fetch_add(1, Ordering::Relaxed);
+                    }
+                    other => tracing::warn!(
+                        ?other,
+                        "nack refused or failed: the message comes back when its visibility timeout ends"
+                    ),
                 }
-                self.counters.nacked.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
 }
+
+/// Resolves once the worker is told to stop.
+async fn stopped(stopping: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = stopping.wait_for(|stop| *stop).await;
+}
+
+/// How long a receiver waits for each further slot of a batch.
+const GATHER_WAIT: Duration = Duration::from_millis(2);
+
+/// How long finished messages' acks wait for a receive to carry them.
+const ACK_WAIT: Duration = Duration::from_millis(500);
 
 /// When a running handler's message needs more time: two thirds into its timeout.
 fn extend_after(visibility: Duration) -> Duration {

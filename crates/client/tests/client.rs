@@ -256,6 +256,82 @@ async fn given_slow_and_failing_handlers_then_the_worker_extends_acks_and_dead_l
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_seek_to_latest_while_a_member_reads_then_its_old_positions_do_not_bring_the_backlog_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LocalServer::start(dir.path()).await.unwrap();
+    let client = Client::new(server.url()).unwrap();
+    client.create_topic("feed", &TopicSettings::partitions(2)).await.unwrap();
+    let batch = |from: u64, n: u64| -> Vec<_> {
+        (from..from + n).map(|i| sluice_client::Record::json(json!(i)).key(format!("k{i}"))).collect()
+    };
+    client.publish("feed", &batch(0, 20), None).await.unwrap();
+    let config = ConsumerConfig { wait_ms: 200, ..ConsumerConfig::default() };
+    let mut consumer = GroupConsumer::new(client.clone(), "seekers", &["feed"]).with_config(config);
+    let mut read = 0;
+    while read < 20 {
+        read += consumer.poll().await.unwrap().len();
+    }
+    consumer.commit().await.unwrap();
+    // A backlog the group skips with a seek, while the member holds positions from before.
+    client.publish("feed", &batch(20, 30), None).await.unwrap();
+    client.seek_group("seekers", None, &[], sluice_client::SeekTo::Latest).await.unwrap();
+    let mut after: Vec<u64> = Vec::new();
+    for _ in 0..3 {
+        after.extend(consumer.poll().await.unwrap().iter().map(|e| e.value.as_ref().and_then(|v| v.as_u64()).unwrap()));
+    }
+    client.publish("feed", &batch(50, 3), None).await.unwrap();
+    for _ in 0..5 {
+        after.extend(consumer.poll().await.unwrap().iter().map(|e| e.value.as_ref().and_then(|v| v.as_u64()).unwrap()));
+    }
+    after.sort_unstable();
+    assert_eq!(after, [50, 51, 52], "only what came after the seek");
+    consumer.leave().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_slow_handler_holding_a_slot_then_the_others_acks_go_out_before_their_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LocalServer::start(dir.path()).await.unwrap();
+    let client = Client::new(server.url()).unwrap();
+    client.create_topic("mixed", &TopicSettings::partitions(1)).await.unwrap();
+    let settings = json!({"start": "earliest", "visibility_timeout_ms": 1500});
+    client.create_subscription("mixed", "w", &settings).await.unwrap();
+    let records = vec![sluice_client::Record::json(json!("slow")), sluice_client::Record::json(json!("fast"))];
+    client.publish("mixed", &records, None).await.unwrap();
+    let calls: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = calls.clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let stop = Arc::new(Mutex::new(Some(stop)));
+    let handler = move |message: Message| {
+        let value = message.event.value.clone().unwrap_or_default().as_str().unwrap_or_default().to_owned();
+        log.lock().unwrap().push(value.clone());
+        let stop = stop.clone();
+        async move {
+            if value == "slow" {
+                // Longer than the fast message's timeout: its receipt must not wait for this.
+                tokio::time::sleep(Duration::from_millis(3_500)).await;
+                if let Some(stop) = stop.lock().unwrap().take() {
+                    let _ = stop.send(());
+                }
+            }
+            Ok(())
+        }
+    };
+    // Room for one batch of two: while the slow one runs, no receive can carry the fast one's ack.
+    let config = WorkerConfig { concurrency: 2, batch: 2, receivers: 1, wait_ms: 200, ..WorkerConfig::default() };
+    let stats = Worker::new(client.clone(), "mixed", "w")
+        .with_config(config)
+        .run(handler, async move {
+            let _ = stopped.await;
+        })
+        .await
+        .unwrap();
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(calls.iter().filter(|v| *v == "fast").count(), 1, "the fast message was handled once: {calls:?}");
+    assert_eq!(stats.acked, 2, "{stats:?}");
+}
+
 // The examples, compiled into this test: each `run` is what its `main` prints.
 #[allow(dead_code)]
 #[path = "../examples/group_consumer.rs"]
