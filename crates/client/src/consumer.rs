@@ -274,8 +274,11 @@ impl GroupConsumer {
                 if member.member_id.is_none() || member.last_poll.is_some_and(|t| t.elapsed() < every) {
                     continue;
                 }
-                if let Err(error) = heartbeat(&client, &group, &topics, &config, &mut member).await {
-                    tracing::warn!(%error, "heartbeat poll failed");
+                match heartbeat(&client, &group, &topics, &config, &mut member).await {
+                    // Evicted: the next poll joins again (and tells the callbacks).
+                    Err(e) if e.code() == Some(sluice_core::Code::UnknownMember) => *member = Member::default(),
+                    Err(error) => tracing::warn!(%error, "heartbeat poll failed"),
+                    Ok(()) => {}
                 }
             }
         }));
@@ -300,10 +303,22 @@ async fn heartbeat(
     Ok(())
 }
 
+/// Dropped without `leave()`: the member leaves in the background, without committing
+/// (what it had not committed is delivered again), so its partitions go to the others at
+/// once instead of after its session.
 impl Drop for GroupConsumer {
     fn drop(&mut self) {
         if let Some(heartbeat) = self.heartbeat.take() {
             heartbeat.abort();
+        }
+        let member_id = self.member.try_lock().ok().and_then(|mut m| m.member_id.take());
+        if let (Some(member_id), Ok(runtime)) = (member_id, tokio::runtime::Handle::try_current()) {
+            let (client, path) = (self.client.clone(), format!("/v1/groups/{}/leave", self.group));
+            runtime.spawn(async move {
+                if let Ok(call) = Call::new(Method::POST, path).json(&json!({"member_id": member_id})) {
+                    let _ = client.send(call).await;
+                }
+            });
         }
     }
 }

@@ -26,6 +26,7 @@ use tokio::time::Instant;
 
 use crate::types::{Placed, Record};
 use crate::{Client, Error};
+use sluice_core::Code;
 
 /// Partitions one idempotent publish may touch.
 const MAX_PARTITIONS_PER_BATCH: usize = 48;
@@ -46,6 +47,9 @@ pub struct ProducerConfig {
     pub max_in_flight: usize,
     /// Events queued before `send` waits.
     pub buffer: usize,
+    /// How long a batch is sent again (under its key) while the server is busy or
+    /// unreachable, before its events fail (Kafka's `delivery.timeout.ms`).
+    pub delivery_timeout: Duration,
 }
 
 impl Default for ProducerConfig {
@@ -56,6 +60,7 @@ impl Default for ProducerConfig {
             max_batch_bytes: 1 << 20,
             max_in_flight: 4,
             buffer: 10_000,
+            delivery_timeout: Duration::from_secs(120),
         }
     }
 }
@@ -161,7 +166,7 @@ struct Batcher {
     client: Client,
     config: ProducerConfig,
     batches: BTreeMap<String, Batch>,
-    partition_counts: HashMap<String, u32>,
+    partition_counts: Arc<std::sync::Mutex<HashMap<String, u32>>>,
     permits: Arc<Semaphore>,
     /// Held by a topic's request under way: the next one waits for its answer.
     topic_turns: HashMap<String, Arc<tokio::sync::Mutex<()>>>,
@@ -178,7 +183,7 @@ impl Batcher {
             client,
             config,
             batches: BTreeMap::new(),
-            partition_counts: HashMap::new(),
+            partition_counts: Arc::default(),
             permits,
             topic_turns: HashMap::new(),
             in_flight: JoinSet::new(),
@@ -222,11 +227,13 @@ impl Batcher {
             return Ok(Some(partition));
         }
         let Some(key) = &record.key else { return Ok(None) };
-        let count = match self.partition_counts.get(topic) {
-            Some(count) => *count,
+        let known = self.partition_counts.lock().unwrap_or_else(|p| p.into_inner()).get(topic).copied();
+        let count = match known {
+            Some(count) => count,
             None => {
                 let count = self.client.describe_topic(topic).await?.partitions;
-                *self.partition_counts.entry(topic.to_owned()).or_insert(count)
+                self.partition_counts.lock().unwrap_or_else(|p| p.into_inner()).insert(topic.to_owned(), count);
+                count
             }
         };
         Ok(Some(partition_for_key(key.as_bytes(), count)))
@@ -277,8 +284,28 @@ impl Batcher {
         self.sequence += 1;
         let key = format!("{}-{}", self.key_prefix, self.sequence);
         let (client, topic) = (self.client.clone(), topic.to_owned());
+        let (deadline, counts) = (Instant::now() + self.config.delivery_timeout, self.partition_counts.clone());
         self.in_flight.spawn(async move {
-            let result = client.publish(&topic, &batch.records, Some(&key)).await;
+            // Sent again under the same key until it is answered or the delivery timeout
+            // passes (the client's own retries are short); the topic's next batch waits,
+            // so its events cannot overtake these.
+            let result = loop {
+                match client.publish(&topic, &batch.records, Some(&key)).await {
+                    Err(e) if e.is_transient() && Instant::now() < deadline => {
+                        tracing::warn!(error = %e, %topic, "publish failed; sending the batch again");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                    // The topic may have been re-created with another partition count.
+                    Err(e)
+                        if e.code()
+                            .is_some_and(|c| matches!(c, Code::TooManyPartitions | Code::PartitionOutOfRange)) =>
+                    {
+                        counts.lock().unwrap_or_else(|p| p.into_inner()).remove(&topic);
+                        break Err(e);
+                    }
+                    other => break other,
+                }
+            };
             drop((permit, turn));
             for (n, done) in batch.done.into_iter().enumerate() {
                 let placed = result.as_ref().map_err(Clone::clone).and_then(|placed| {

@@ -253,6 +253,17 @@ impl Shared {
             };
             let received = match received {
                 Ok(received) => received,
+                // The server stayed busy or unreachable through the client's retries: the
+                // worker waits and goes on (its acks wait with it); anything else stops it.
+                Err(error) if error.is_transient() => {
+                    tracing::warn!(%error, "receive failed; trying again in a second");
+                    self.requeue(request.ack);
+                    drop(room);
+                    tokio::select! {
+                        () = stopped(&mut stopping) => return Ok(()),
+                        () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                    }
+                }
                 Err(error) => {
                     self.requeue(request.ack);
                     return Err(error);

@@ -20,11 +20,13 @@ use sluice_client::{
 use sluice_runtime::LocalServer;
 
 /// Forwards to `upstream`; every `every`-th request whose path ends with `suffix` is
-/// applied by the server and answered `503` (a lost answer).
+/// applied by the server and answered `503` (a lost answer). The first `refused` such
+/// requests are not forwarded at all (the server is unreachable for a while).
 struct Lossy {
     upstream: String,
     suffix: &'static str,
     every: u64,
+    refused: u64,
     seen: AtomicU64,
     lost: AtomicU64,
     http: reqwest::Client,
@@ -32,6 +34,10 @@ struct Lossy {
 
 async fn forward(State(proxy): State<Arc<Lossy>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
+    if parts.uri.path().ends_with(proxy.suffix) && proxy.lost.load(Ordering::SeqCst) < proxy.refused {
+        proxy.lost.fetch_add(1, Ordering::SeqCst);
+        return Response::builder().status(503).body(Body::from("unreachable")).unwrap();
+    }
     let body = to_bytes(body, usize::MAX).await.unwrap_or_default();
     let url = format!("{}{}", proxy.upstream, parts.uri.path_and_query().map_or("", |p| p.as_str()));
     let mut outgoing = proxy.http.request(parts.method.clone(), url).body(body);
@@ -57,10 +63,15 @@ async fn forward(State(proxy): State<Arc<Lossy>>, request: Request) -> Response 
 
 /// A proxy in front of `upstream` on a loopback port; answers its URL.
 async fn lossy(upstream: &str, suffix: &'static str, every: u64) -> (String, Arc<Lossy>) {
+    lossy_refusing(upstream, suffix, every, 0).await
+}
+
+async fn lossy_refusing(upstream: &str, suffix: &'static str, every: u64, refused: u64) -> (String, Arc<Lossy>) {
     let proxy = Arc::new(Lossy {
         upstream: upstream.to_owned(),
         suffix,
         every,
+        refused,
         seen: AtomicU64::new(0),
         lost: AtomicU64::new(0),
         http: reqwest::Client::new(),
@@ -330,6 +341,50 @@ async fn given_a_slow_handler_holding_a_slot_then_the_others_acks_go_out_before_
     let calls = calls.lock().unwrap().clone();
     assert_eq!(calls.iter().filter(|v| *v == "fast").count(), 1, "the fast message was handled once: {calls:?}");
     assert_eq!(stats.acked, 2, "{stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_server_unreachable_past_the_clients_retries_then_the_producer_sends_again_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LocalServer::start(dir.path()).await.unwrap();
+    // The first 12 publishes never reach the server: more than one call's 5 attempts.
+    let (url, proxy) = lossy_refusing(server.url(), "/events", u64::MAX, 12).await;
+    let client = quick_retries(&url);
+    client.create_topic("later", &TopicSettings::partitions(1)).await.unwrap();
+    let config = ProducerConfig { max_batch_events: 10, linger: Duration::from_millis(1), ..ProducerConfig::default() };
+    let producer = Producer::with_config(client.clone(), config);
+    let mut deliveries = Vec::new();
+    for n in 0..50u64 {
+        deliveries.push(producer.send("later", None, json!(n), []).await.unwrap());
+    }
+    producer.flush().await.unwrap();
+    for (n, delivery) in deliveries.into_iter().enumerate() {
+        assert_eq!(delivery.await.unwrap().offset, n as u64, "each event once, in send order");
+    }
+    assert_eq!(proxy.lost.load(Ordering::SeqCst), 12);
+    assert_eq!(replay_all(&client, "later").await[&0].len(), 50);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_consumer_dropped_without_leaving_then_its_member_leaves_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LocalServer::start(dir.path()).await.unwrap();
+    let client = Client::new(server.url()).unwrap();
+    client.create_topic("dropped", &TopicSettings::partitions(2)).await.unwrap();
+    let config = ConsumerConfig { wait_ms: 0, ..ConsumerConfig::default() };
+    let mut consumer = GroupConsumer::new(client.clone(), "droppers", &["dropped"]).with_config(config);
+    consumer.poll().await.unwrap();
+    assert_eq!(client.describe_group("droppers").await.unwrap().members.len(), 1);
+    drop(consumer);
+    let mut members = 1;
+    for _ in 0..100 {
+        members = client.describe_group("droppers").await.unwrap().members.len();
+        if members == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(members, 0, "the member left without waiting out its 45 s session");
 }
 
 // The examples, compiled into this test: each `run` is what its `main` prints.
