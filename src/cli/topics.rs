@@ -44,22 +44,7 @@ pub async fn topics(client: &Client, verb: TopicVerb) -> Result<(), Error> {
                 println!("{}\t{} partitions", topic.name, topic.partitions);
             }
         }
-        TopicVerb::Describe { name } => {
-            let topic = client.describe_topic(&name).await?;
-            let parts: Vec<_> = topic
-                .partition_states
-                .iter()
-                .map(|p| {
-                    serde_json::json!({"partition": p.partition, "log_start_offset": p.log_start_offset,
-                                   "high_watermark": p.high_watermark, "bytes": p.bytes})
-                })
-                .collect();
-            print_json(&serde_json::json!({
-                "name": topic.name, "partitions": topic.partitions, "retention_ms": topic.retention_ms,
-                "retention_bytes": topic.retention_bytes, "created_ms": topic.created_ms,
-                "partition_states": parts, "upkeep": topic.upkeep,
-            }));
-        }
+        TopicVerb::Describe { name } => print_json(&client.describe_topic(&name).await?),
         TopicVerb::Delete { name } => {
             client.delete_topic(&name).await?;
             eprintln!("topic {name} deleted");

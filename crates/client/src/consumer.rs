@@ -203,12 +203,7 @@ impl GroupConsumer {
     /// rebalance took a partition is refused (`409 not_assigned`, `stale_generation`).
     pub async fn commit(&mut self) -> Result<(), Error> {
         let member = self.member.lock().await;
-        let offsets: Vec<PartitionOffset> = member
-            .positions
-            .iter()
-            .map(|(tp, o)| PartitionOffset { topic: tp.topic.clone(), partition: tp.partition, offset: *o })
-            .collect();
-        self.commit_offsets(&member, &offsets).await
+        self.commit_offsets(&member, &member.position_list()).await
     }
 
     /// Commits these offsets (each the next offset to read) in the member's generation.
@@ -324,6 +319,16 @@ impl Drop for GroupConsumer {
 }
 
 impl Member {
+    /// The positions as the API takes them: per partition, the next offset expected.
+    fn position_list(&self) -> Vec<PartitionOffset> {
+        let offset = |(tp, o): (&TopicPartition, &u64)| PartitionOffset {
+            topic: tp.topic.clone(),
+            partition: tp.partition,
+            offset: *o,
+        };
+        self.positions.iter().map(offset).collect()
+    }
+
     /// Takes a poll's membership in. The positions of partitions it lost go (their new
     /// owner resumes at the committed offset), and in a new generation all of them do: a
     /// seek may have moved the committed offsets, and the server trusts the positions it
@@ -352,11 +357,7 @@ fn poll_body(
     auto_commit: bool,
     max_events: Option<u32>,
 ) -> Value {
-    let positions: Vec<PartitionOffset> = member
-        .positions
-        .iter()
-        .map(|(tp, o)| PartitionOffset { topic: tp.topic.clone(), partition: tp.partition, offset: *o })
-        .collect();
+    let positions = member.position_list();
     let mut body = json!({
         "topics": topics,
         "max_events": max_events.unwrap_or(config.max_events),

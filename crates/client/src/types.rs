@@ -39,7 +39,7 @@ pub struct Topic {
 }
 
 /// A topic, as described: with the state of each partition.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 pub struct TopicDescription {
     pub name: String,
     pub partitions: u32,
@@ -52,7 +52,7 @@ pub struct TopicDescription {
 }
 
 /// One partition of a described topic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 pub struct PartitionState {
     pub partition: u32,
     pub log_start_offset: u64,
@@ -190,12 +190,8 @@ impl From {
     }
 }
 
-/// A partition of a topic.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct TopicPartition {
-    pub topic: String,
-    pub partition: u32,
-}
+/// A partition of a topic (the server's own type: the client reads it as the API writes it).
+pub use sluice_core::groups::TopicPartition;
 
 /// An offset of a partition (a position, a commit, a seek's result).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
