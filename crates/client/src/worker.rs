@@ -209,15 +209,11 @@ impl Shared {
     {
         let batch = self.config.batch.clamp(1, 100);
         loop {
-            // Room for one message at least. While it waits, finished messages' acks go out
-            // on their own: a slow handler must not hold the others' receipts until their
-            // visibility runs out.
-            let mut room = loop {
-                tokio::select! {
-                    () = stopped(&mut stopping) => return Ok(()),
-                    room = self.slots.clone().acquire_owned() => break room.map_err(|_| Error::Closed)?,
-                    () = tokio::time::sleep(ACK_WAIT) => self.ack_done().await,
-                }
+            // Room for one message at least. (A handler that finishes frees its slot, so no
+            // finished message's ack waits here behind a slow handler.)
+            let mut room = tokio::select! {
+                () = stopped(&mut stopping) => return Ok(()),
+                room = self.slots.clone().acquire_owned() => room.map_err(|_| Error::Closed)?,
             };
             // Then room for up to a batch: handlers finishing now free theirs within a moment
             // (a smaller receive costs as much), and slow ones do not hold the receive up.
@@ -280,24 +276,6 @@ impl Shared {
                     shared.handle(message, handler.as_ref()).await;
                     drop(permit);
                 });
-            }
-        }
-    }
-
-    /// Acks what finished, in a request of its own (when no receive can carry it soon).
-    async fn ack_done(&self) {
-        let done = self.take_done();
-        if done.is_empty() {
-            return;
-        }
-        match self.client.ack(&self.topic, &self.subscription, &done).await {
-            Ok(results) => {
-                let acked = results.iter().filter(|r| r.ok).count() as u64;
-                self.counters.acked.fetch_add(acked, Ordering::Relaxed);
-            }
-            Err(error) => {
-                tracing::warn!(%error, "ack failed; retried with the next receive");
-                self.requeue(done);
             }
         }
     }
@@ -383,9 +361,6 @@ async fn stopped(stopping: &mut tokio::sync::watch::Receiver<bool>) {
 
 /// How long a receiver waits for each further slot of a batch.
 const GATHER_WAIT: Duration = Duration::from_millis(2);
-
-/// How long finished messages' acks wait for a receive to carry them.
-const ACK_WAIT: Duration = Duration::from_millis(500);
 
 /// When a running handler's message needs more time: two thirds into its timeout.
 fn extend_after(visibility: Duration) -> Duration {
