@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: unit, property, conformance (embedded and AWS adapters
 # on moto), end-to-end, the deterministic simulation's CI budget, 30 s of
-# every fuzz target (infra/fuzz.sh; nightly toolchain), and schemathesis against
-# `serve` (infra/schemathesis.sh). Sets up
+# every fuzz target (infra/fuzz.sh; nightly toolchain), schemathesis against
+# `serve` (infra/schemathesis.sh), `GET /metrics` against the describes
+# (infra/metrics_check.py) and the dashboard in headless Chromium (infra/browser.sh). Sets up
 # .venv (moto, cfn-lint, cargo-lambda) first; the tests that need moto start
 # its server themselves.
 #
@@ -57,6 +58,9 @@ for suite in "${moto_suites[@]}"; do
 done
 lane fuzz infra/fuzz.sh &
 lane schemathesis infra/schemathesis.sh &
+# GET /metrics against the describes (prometheus_client's parser), then the dashboard in
+# headless Chromium (infra/browser.sh).
+lane observability bash -c ".venv/bin/python infra/metrics_check.py && infra/browser.sh" &
 lane rest bash -c "
     set -e
     cargo test --workspace --lib --bins --examples --benches ${other_tests[*]}
@@ -74,7 +78,7 @@ for log in "$logs"/*.log; do
         cat "$log"
     else
         # What each lane ran, in brief: the result lines of its test binaries.
-        grep -E "^test result|Running|seeds|fuzz" "$log" | sed "s/^/[$name] /" || true
+        grep -E "^test result|Running|seeds|fuzz|metrics check|^ℹ (tests|pass|fail) " "$log" | sed "s/^/[$name] /" || true
     fi
 done
 rm -rf "$logs"

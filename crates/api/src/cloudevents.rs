@@ -2,12 +2,15 @@
 //! JSON values (with a `content-type: application/cloudevents+json` header);
 //! binary events store the body as the value and each `ce-*` header as a
 //! `ce_*` record header, as the CloudEvents Kafka binding does. The
-//! `partitionkey` extension is the key; `time` is the timestamp.
+//! `partitionkey` extension is the key; `time` is the timestamp; the distributed tracing
+//! extension's `traceparent` and `tracestate` are also stored as the event's headers of
+//! those names (its trace context, which wins over the request's).
 
 use axum::http::{header, HeaderMap};
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use sluice_core::trace::TraceContext;
 use sluice_core::Code;
 use sluice_core::NewEvent;
 use time::format_description::well_known::Rfc3339;
@@ -35,6 +38,12 @@ pub(crate) struct Envelope {
     time: Option<String>,
     /// The key: picks the partition.
     partitionkey: Option<String>,
+    /// W3C trace context (the distributed tracing extension): also stored as the event's
+    /// `traceparent` header.
+    #[schema(example = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")]
+    traceparent: Option<String>,
+    /// Stored as the event's `tracestate` header, with its `traceparent`.
+    tracestate: Option<String>,
 }
 
 fn invalid(message: impl Into<String>) -> ApiError {
@@ -67,12 +76,22 @@ fn parse_time(time: Option<&str>) -> Result<Option<i64>, ApiError> {
     .transpose()
 }
 
+/// The distributed tracing extension's attributes as the event's `traceparent` and
+/// `tracestate` headers: none without a `traceparent`.
+fn trace_headers(traceparent: Option<&str>, tracestate: Option<&str>) -> Result<Vec<(String, Bytes)>, ApiError> {
+    let Some(parent) = traceparent else { return Ok(Vec::new()) };
+    let context = TraceContext::parse(parent, tracestate).map_err(|e| invalid(format!("distributed tracing: {e}")))?;
+    Ok(context.headers().into_iter().map(|(name, value)| (name, Bytes::from(value))).collect())
+}
+
 fn structured_event(raw: &RawValue) -> Result<NewEvent, ApiError> {
     let env: Envelope = parse_json_owned(raw.get().as_bytes())?;
     check_required(env.specversion.as_deref(), env.id.as_deref(), env.source.as_deref(), env.kind.as_deref())?;
+    let mut headers = vec![("content-type".into(), Bytes::from_static(b"application/cloudevents+json"))];
+    headers.extend(trace_headers(env.traceparent.as_deref(), env.tracestate.as_deref())?);
     Ok(NewEvent {
         key: env.partitionkey.map(Bytes::from),
-        headers: vec![("content-type".into(), Bytes::from_static(b"application/cloudevents+json"))],
+        headers,
         value: Bytes::copy_from_slice(raw.get().as_bytes()),
         value_is_json: true,
         timestamp_ms: parse_time(env.time.as_deref())?,
@@ -108,6 +127,7 @@ pub fn binary(headers: &HeaderMap, body: &Bytes) -> Result<NewEvent, ApiError> {
             record_headers.push((format!("ce_{attr}"), Bytes::copy_from_slice(value.as_bytes())));
         }
     }
+    record_headers.extend(trace_headers(get("ce-traceparent"), get("ce-tracestate"))?);
     let content_type = get(header::CONTENT_TYPE.as_str());
     if let Some(ct) = content_type {
         record_headers.push(("content-type".into(), Bytes::copy_from_slice(ct.as_bytes())));

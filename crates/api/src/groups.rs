@@ -128,7 +128,13 @@ pub(crate) struct Seek {
     request_body(content = Poll, example = ex::poll),
     responses((status = 200, description = "The member and its events", body = Polled, example = ex::polled),
         errors::Poll))]
-pub async fn poll(State(groups): State<Groups>, Path(group): Path<String>, body: Body) -> Result<Response, ApiError> {
+#[tracing::instrument(name = "poll", skip_all, fields(%group, trace_id = crate::trace::trace_id(&headers)))]
+pub async fn poll(
+    State(groups): State<Groups>,
+    Path(group): Path<String>,
+    headers: axum::http::HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
     let req: Poll = parse_json_owned(&read_body(body, MAX_BODY).await?)?;
     // The core checks the bounds (the same contract for a program embedding it).
     let max_events = req.max_events.unwrap_or(DEFAULT_MAX_EVENTS);
@@ -162,6 +168,7 @@ pub async fn poll(State(groups): State<Groups>, Path(group): Path<String>, body:
         instance_id: req.instance_id,
     };
     let answer = groups.poll(&request).await?;
+    crate::metrics::read("group", answer.events.iter().map(|e| (e.topic.as_str(), &e.event)));
     Ok(([(header::CONTENT_TYPE, "application/json")], render(&answer)).into_response())
 }
 

@@ -7,12 +7,14 @@ mod body;
 mod cloudevents;
 mod error;
 mod groups;
+pub mod metrics;
 mod openapi;
 mod path;
 mod publish;
 mod queues;
 mod read;
 mod topics;
+mod trace;
 
 use axum::extract::FromRef;
 use axum::Router;
@@ -151,5 +153,6 @@ fn finish(routes: OpenApiRouter<App>, app: App) -> Router {
         .fallback(|| async { ApiError::new(Code::NotFound, "no such route") })
         .method_not_allowed_fallback(|| async { ApiError::new(Code::MethodNotAllowed, "method not allowed here") })
         .layer(axum::extract::DefaultBodyLimit::disable())
+        .layer(axum::middleware::from_fn(metrics::track))
         .with_state(app)
 }

@@ -14,6 +14,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
+use sluice_core::trace::TraceContext;
 use sluice_core::{IdempotencyKey, Log, NewEvent, Position};
 
 use utoipa::ToSchema;
@@ -24,7 +25,7 @@ use crate::openapi::answers::Published;
 use crate::openapi::params::TopicPath;
 use crate::openapi::{errors, examples as ex};
 use crate::path::Path;
-use crate::ApiError;
+use crate::{metrics, trace, ApiError};
 
 /// A batch of 1 to 1000 events.
 #[derive(Deserialize, ToSchema)]
@@ -51,7 +52,8 @@ pub(crate) struct JsonEvent<'a> {
     /// Standard alphabet, padded; replayed as `value_base64`.
     #[schema(content_encoding = "base64")]
     value_base64: Option<String>,
-    /// At most 64.
+    /// At most 64. `traceparent` and `tracestate`, if present, must be W3C trace context: the
+    /// event's own, kept over the request's.
     #[serde(default)]
     headers: BTreeMap<String, String>,
     /// Milliseconds since the epoch; default: when Sluice accepted the request.
@@ -63,27 +65,48 @@ pub(crate) struct JsonEvent<'a> {
 /// Publish a batch of events: a JSON batch, or CloudEvents 1.0 (structured, batch, or binary
 /// mode: attributes in `ce-*` headers and the body as the data, in any content type). The
 /// answer comes once the events are stored durably: where each landed, in request order.
+/// A W3C `traceparent` (and `tracestate`) is stored with each event that has none of its own.
 #[utoipa::path(post, path = "/v1/topics/{topic}/events", tag = "publish", operation_id = "publish",
     params(TopicPath, ("Idempotency-Key" = Option<String>, Header, example = "order-42-created",
-        description = "1 to 255 visible ASCII characters: the same request again under it writes nothing")),
+        description = "1 to 255 visible ASCII characters: the same request again under it writes nothing"),
+        ("traceparent" = Option<String>, Header, example = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        pattern = "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$",
+        description = "W3C trace context: stored as the `traceparent` header of each event without one"),
+        ("tracestate" = Option<String>, Header, example = "rojo=00f067aa0ba902b7",
+        description = "W3C trace context: stored with the `traceparent`, as each event's `tracestate` header")),
     request_body(content(
         (Batch = "application/json", example = ex::publish),
         (cloudevents::Envelope = "application/cloudevents+json", example = ex::cloudevent),
         (Vec<cloudevents::Envelope> = "application/cloudevents-batch+json", example = ex::cloudevents))),
     responses((status = 200, description = "Stored", body = Published, example = ex::published), errors::Publish))]
+#[tracing::instrument(name = "publish", skip_all, fields(%topic, trace_id = trace::trace_id(&headers)))]
 pub async fn publish(
     State(log): State<Log>,
     Path(topic): Path<String>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    let outcome = store(&log, &topic, &headers, body).await;
+    metrics::published(&topic, outcome.as_ref().map(|(_, stored)| stored));
+    let (results, _) = outcome?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], render_results(&results)).into_response())
+}
+
+/// Checks the request, then has the log store its events; what it stored, for the metrics.
+async fn store(
+    log: &Log,
+    topic: &str,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(Vec<Position>, metrics::Stored), ApiError> {
     let body = read_body(body, log.limits().max_request_bytes).await?;
-    let idempotency = idempotency_key(&headers, &body)?;
+    let idempotency = idempotency_key(headers, &body)?;
+    let trace = trace::request_context(headers)?;
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
     let mime = content_type.split(';').next().unwrap_or_default().trim();
     let is = |m: &str| mime.eq_ignore_ascii_case(m);
-    let events = if headers.contains_key("ce-specversion") {
-        vec![cloudevents::binary(&headers, &body)?]
+    let mut events = if headers.contains_key("ce-specversion") {
+        vec![cloudevents::binary(headers, &body)?]
     } else if is("application/cloudevents+json") {
         vec![cloudevents::structured(&body)?]
     } else if is("application/cloudevents-batch+json") {
@@ -96,8 +119,13 @@ pub async fn publish(
             format!("content type '{mime}' is not accepted: send application/json or CloudEvents"),
         ));
     };
-    let results = log.publish(&topic, events, idempotency).await?;
-    Ok(([(header::CONTENT_TYPE, "application/json")], render_results(&results)).into_response())
+    if let Some(trace) = &trace {
+        events.iter_mut().for_each(|e| trace.inherit(e, log.limits().max_headers_per_event));
+    }
+    let stored = metrics::Stored::of(&events);
+    let started = std::time::Instant::now();
+    let results = log.publish(topic, events, idempotency).await?;
+    Ok((results, stored.committed_in(started.elapsed())))
 }
 
 /// `{"results":[{"partition":P,"offset":O},…]}`, written directly: this answers every publish.
@@ -145,14 +173,10 @@ fn json_event(body: &Bytes, i: usize, e: JsonEvent<'_>) -> Result<NewEvent, ApiE
         Cow::Borrowed(k) => body.slice_ref(k.as_bytes()),
         Cow::Owned(k) => Bytes::from(k),
     });
-    Ok(NewEvent {
-        key,
-        headers: e.headers.into_iter().map(|(k, v)| (k, Bytes::from(v))).collect(),
-        value,
-        value_is_json,
-        timestamp_ms: e.timestamp_ms,
-        partition: e.partition,
-    })
+    let headers: Vec<(String, Bytes)> = e.headers.into_iter().map(|(k, v)| (k, Bytes::from(v))).collect();
+    TraceContext::of_headers(&headers)
+        .map_err(|m| ApiError::bad_request(Code::InvalidEvent, format!("event {i}: its trace context: {m}")))?;
+    Ok(NewEvent { key, headers, value, value_is_json, timestamp_ms: e.timestamp_ms, partition: e.partition })
 }
 
 pub fn decode_base64(s: &str) -> Result<Bytes, String> {

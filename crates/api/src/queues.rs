@@ -13,6 +13,7 @@ use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use sluice_core::metrics as m;
 use sluice_core::queues::{
     Backlog, Backoff, DeadLetterPage, Message, Ordering, PushSpec, PushTarget, Queues, ReceiptError, ReceiveRequest,
     StartAt, Subscription, SubscriptionSpec,
@@ -20,6 +21,7 @@ use sluice_core::queues::{
 use sluice_core::Code;
 
 use crate::body::{parse_json_owned, read_body};
+use crate::metrics;
 use utoipa::ToSchema;
 
 use crate::openapi::params::{DeadLetterPath, DeadLettersQuery, SubPath as SubParams, TopicPath};
@@ -340,9 +342,11 @@ pub async fn delete(State(queues): State<Queues>, Path((topic, sub)): SubPath) -
     params(SubParams), request_body(content = Option<Receive>, example = ex::receive),
     responses((status = 200, description = "The messages (maybe none)", body = answers::Received,
         example = ex::received), errors::Receive))]
+#[tracing::instrument(name = "receive", skip_all, fields(%topic, %sub, trace_id = crate::trace::trace_id(&headers)))]
 pub async fn receive(
     State(queues): State<Queues>,
     Path((topic, sub)): SubPath,
+    headers: axum::http::HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let req: Receive = parse_optional(&read_body(body, MAX_BODY).await?)?;
@@ -353,9 +357,12 @@ pub async fn receive(
     };
     if req.ack.is_empty() {
         let messages = queues.receive(&topic, &sub, &request).await?;
+        received(&topic, &sub, &messages);
         return Ok(json_response(render_messages(&messages, None)));
     }
     let (acks, messages) = queues.ack_and_receive(&topic, &sub, &req.ack, &request).await?;
+    metrics::queue(m::ACKED, &topic, &sub, settled(&acks));
+    received(&topic, &sub, &messages);
     Ok(json_response(render_messages(&messages, Some(&results(&req.ack, &acks)))))
 }
 
@@ -394,6 +401,17 @@ fn receipt_error(receipt: &str, e: ReceiptError) -> Value {
     json!({ "receipt": receipt, "ok": false, "error": { "code": e.code().as_str(), "message": e.message() } })
 }
 
+/// Counts what a receive handed out.
+fn received(topic: &str, sub: &str, messages: &[Message]) {
+    metrics::queue(m::RECEIVED, topic, sub, messages.len() as u64);
+    metrics::read("queue", messages.iter().map(|msg| (topic, &msg.event)));
+}
+
+/// How many receipts were settled.
+fn settled(outcomes: &[Result<(), ReceiptError>]) -> u64 {
+    outcomes.iter().filter(|o| o.is_ok()).count() as u64
+}
+
 /// One result per receipt, in the order of the request.
 fn results(receipts: &[String], outcomes: &[Result<(), ReceiptError>]) -> Value {
     receipts
@@ -418,6 +436,7 @@ pub async fn ack(
 ) -> Result<Json<Value>, ApiError> {
     let req: Ack = parse_json_owned(&read_body(body, MAX_BODY).await?)?;
     let outcomes = queues.ack(&topic, &sub, &req.receipts).await?;
+    metrics::queue(m::ACKED, &topic, &sub, settled(&outcomes));
     Ok(Json(json!({ "results": results(&req.receipts, &outcomes) })))
 }
 
@@ -433,6 +452,7 @@ pub async fn nack(
 ) -> Result<Json<Value>, ApiError> {
     let req: Nack = parse_json_owned(&read_body(body, MAX_BODY).await?)?;
     let outcomes = queues.nack(&topic, &sub, &req.receipts, req.delay_ms).await?;
+    metrics::queue(m::NACKED, &topic, &sub, settled(&outcomes));
     Ok(Json(json!({ "results": results(&req.receipts, &outcomes) })))
 }
 
@@ -542,6 +562,7 @@ pub async fn redrive(
 ) -> Result<Json<Value>, ApiError> {
     let req: Redrive = parse_optional(&read_body(body, MAX_BODY).await?)?;
     let redriven = queues.redrive(&topic, &sub, req.max_messages).await?;
+    metrics::queue(m::REDRIVEN, &topic, &sub, redriven);
     Ok(Json(json!({ "redriven": redriven })))
 }
 

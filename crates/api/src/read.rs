@@ -68,7 +68,9 @@ pub async fn events(
     let max_events = number(&q, "limit", Code::InvalidLimit)?.unwrap_or(DEFAULT_LIMIT);
     let max_bytes = number(&q, "max_bytes", Code::InvalidMaxBytes)?.unwrap_or(DEFAULT_MAX_BYTES);
     let wait_ms = number(&q, "wait_ms", Code::InvalidWait)?.unwrap_or(0);
-    let batch = log.read(&ReadRequest { topic, partition, offset, max_events, max_bytes, wait_ms }).await?;
+    let request = ReadRequest { topic, partition, offset, max_events, max_bytes, wait_ms };
+    let batch = log.read(&request).await?;
+    crate::metrics::read("replay", batch.events.iter().map(|e| (request.topic.as_str(), e)));
     Ok(([(header::CONTENT_TYPE, "application/json")], render(&batch)).into_response())
 }
 

@@ -1,5 +1,6 @@
 //! Push deliveries to Lambda functions ([`LambdaInvoker`]): one synchronous `Invoke`
-//! (RequestResponse) per delivery, signed by the SDK, with the delivery's body as payload.
+//! (RequestResponse) per delivery, signed by the SDK, with the delivery's body as payload,
+//! and its W3C trace context as the X-Ray trace header Lambda continues the trace from.
 
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use aws_sdk_lambda::operation::invoke::InvokeError;
 use aws_sdk_lambda::primitives::Blob;
 use aws_sdk_lambda::types::InvocationType;
 use sluice_core::ports::deliver::{Answer, Deliver, Delivery, Destination, MAX_ANSWER_BYTES};
+use sluice_core::trace::{TraceParent, TRACEPARENT, XRAY_HEADER};
 
 /// Invokes Lambda targets. The SDK retries nothing: a failed attempt is the queue's to
 /// redeliver (after the subscription's backoff, or a throttle's `Retry-After`), and an
@@ -45,12 +47,20 @@ impl Deliver for LambdaInvoker {
         let Destination::Lambda(function) = &delivery.destination else {
             return Answer::Failed("not a Lambda target".into());
         };
+        let xray = xray_trace_header(delivery);
         let invoke = self
             .client
             .invoke()
             .function_name(function)
             .invocation_type(InvocationType::RequestResponse)
             .payload(Blob::new(delivery.body.to_vec()))
+            .customize()
+            // Set before the SDK's own (the dispatcher's trace, from `_X_AMZN_TRACE_ID`), which then stands aside.
+            .mutate_request(move |request| {
+                if let Some(xray) = &xray {
+                    request.headers_mut().insert(XRAY_HEADER, xray.clone());
+                }
+            })
             .send();
         match tokio::time::timeout(Duration::from_millis(delivery.timeout_ms), invoke).await {
             Err(_) => Answer::Failed("timed out".into()),
@@ -64,6 +74,14 @@ impl Deliver for LambdaInvoker {
             Ok(Err(e)) => answer_of_error(e),
         }
     }
+}
+
+/// The `X-Amzn-Trace-Id` of an invocation: the delivery's `traceparent` (the trace context
+/// its batch shares) in X-Ray's spelling, so the target's invocation joins the producer's
+/// trace; `None` without one.
+fn xray_trace_header(delivery: &Delivery) -> Option<String> {
+    let (_, traceparent) = delivery.headers.iter().find(|(name, _)| name == TRACEPARENT)?;
+    TraceParent::parse(traceparent).ok().map(|p| p.to_xray())
 }
 
 /// A refused invocation as the answer it stands for: a throttle is a 429 (with the delay
@@ -83,5 +101,66 @@ fn answer_of_error(e: SdkError<InvokeError>) -> Answer {
             Answer::Status { status, retry_after_ms, body: message.into_bytes() }
         }
         (e, _) => Answer::Failed(std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_lambda::config::{BehaviorVersion, Credentials, Region};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// Answers one Invoke with `{}` (a function that acked the batch), sending back the
+    /// request's head, lowercased.
+    async fn one_invoke() -> (String, tokio::task::JoinHandle<String>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let served = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !String::from_utf8_lossy(&seen).contains("\r\n\r\n") {
+                let n = socket.read(&mut buf).await.unwrap();
+                assert!(n > 0, "the request ended before its head");
+                seen.extend_from_slice(&buf[..n]);
+            }
+            let answer = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
+            socket.write_all(answer.as_bytes()).await.unwrap();
+            let text = String::from_utf8_lossy(&seen).to_lowercase();
+            text.split("\r\n\r\n").next().unwrap_or_default().to_owned()
+        });
+        (url, served)
+    }
+
+    async fn invoke(headers: Vec<(String, String)>) -> String {
+        let (url, served) = one_invoke().await;
+        let config = aws_sdk_lambda::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("AKID", "secret", None, None, "test"))
+            .endpoint_url(url)
+            .build();
+        let invoker = LambdaInvoker { client: aws_sdk_lambda::Client::from_conf(config) };
+        let delivery = Delivery {
+            destination: Destination::Lambda("consumer".into()),
+            headers,
+            body: b"{}".to_vec(),
+            timeout_ms: 5_000,
+        };
+        let answer = invoker.deliver(&delivery).await;
+        assert!(matches!(answer, Answer::Status { status: 200, .. }), "{answer:?}");
+        served.await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn given_a_traceparent_then_the_invoke_carries_it_as_the_xray_trace_header() {
+        let traceparent = "00-5759e988bd862e3fe1be46a994272793-53995c3f42cd8ad8-01";
+        let head = invoke(vec![("traceparent".into(), traceparent.into())]).await;
+        let xray = "x-amzn-trace-id: root=1-5759e988-bd862e3fe1be46a994272793;parent=53995c3f42cd8ad8;sampled=1";
+        assert!(head.lines().any(|l| l == xray), "no X-Ray header from the traceparent in:\n{head}");
+
+        let head = invoke(Vec::new()).await;
+        assert!(!head.contains("root=1-5759e988"), "a delivery without a trace context names none:\n{head}");
     }
 }

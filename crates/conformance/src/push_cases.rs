@@ -28,6 +28,7 @@ macro_rules! push_conformance_suite {
             given_a_push_subscription_then_clients_cannot_receive_it_and_an_idle_one_sends_nothing,
             given_a_dispatcher_that_dies_mid_delivery_then_its_batch_is_pushed_again_after_the_window,
             given_a_filter_on_a_pull_subscription_then_only_matching_events_are_received_and_the_rest_counted,
+            given_events_with_a_trace_context_then_a_delivery_carries_the_one_its_batch_shares,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn given_ordering_by_key_under_four_pushers_then_per_key_in_offset_order_and_never_two_at_once() {
@@ -54,6 +55,10 @@ struct Attempt {
     items: Vec<(String, Option<String>, u32)>,
     /// What the receiver answered failed (all of them for a non-2xx or a timeout).
     failed: HashSet<String>,
+    /// The request's `traceparent` and `tracestate` headers.
+    trace: (Option<String>, Option<String>),
+    /// Each message's `traceparent` header, as the body has it.
+    traceparents: Vec<Value>,
 }
 
 type Script = dyn Fn(&Value, usize) -> Answer + Send + Sync;
@@ -156,8 +161,11 @@ impl Deliver for Receiver {
         let ids: Vec<String> = items.iter().map(|i| i.0.clone()).collect();
         let failed = sluice_core::push::judge(&answer, &ids).failed;
         self.acked.lock().unwrap().extend(ids.iter().filter(|id| !failed.contains(*id)).cloned());
-        let webhook_id = delivery.headers.iter().find(|(n, _)| n == "webhook-id").map(|(_, v)| v.clone());
-        self.attempts.lock().unwrap().push(Attempt { webhook_id, items, failed });
+        let header = |name: &str| delivery.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
+        let (webhook_id, trace) = (header("webhook-id"), (header("traceparent"), header("tracestate")));
+        let traceparents = body["messages"].as_array().into_iter().flatten();
+        let traceparents = traceparents.map(|m| m["headers"]["traceparent"].clone()).collect();
+        self.attempts.lock().unwrap().push(Attempt { webhook_id, items, failed, trace, traceparents });
         let mut in_flight = self.in_flight.lock().unwrap();
         for k in &keys {
             in_flight.remove(k);
@@ -477,4 +485,35 @@ pub async fn given_a_filter_on_a_pull_subscription_then_only_matching_events_are
         other => panic!("an invalid filter: {other:?}"),
     }
     assert!(queues.list(&topic).await.unwrap().iter().all(|s| s.name != "bad-filter"));
+}
+
+pub async fn given_events_with_a_trace_context_then_a_delivery_carries_the_one_its_batch_shares(backend: &dyn Backend) {
+    const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const OTHER: &str = "00-11111111111111111111111111111111-2222222222222222-00";
+    let traced = |value: i64, traceparent: Option<&str>| {
+        let mut e = json_event(json!(value), None);
+        if let Some(parent) = traceparent {
+            e.headers.push(("traceparent".into(), Bytes::from(parent.to_owned())));
+            e.headers.push(("tracestate".into(), Bytes::from_static(b"rojo=1")));
+        }
+        e
+    };
+    for target in [PushSpec::url("https://receiver.test/", None), PushSpec::lambda("consumer")] {
+        let (clock, log, queues) = manual(backend).await;
+        let topic = new_topic(&log, "push-trace", 1).await;
+        subscribe(&queues, &topic, push_spec(PushSpec { max_batch: 2, ..target.clone() }, 5, 100)).await;
+        // Batches of two, in offset order: one sharing PARENT; then OTHER and an untraced event.
+        let events = vec![traced(1, Some(PARENT)), traced(2, Some(PARENT)), traced(3, Some(OTHER)), traced(4, None)];
+        publish(&log, &topic, events).await;
+        let receiver = Receiver::new(|_, _| ok(json!({})));
+        drain_all(&Dispatcher::new(queues.clone(), receiver.clone()), &clock, &topic, 1_000).await;
+
+        let attempts = receiver.attempts();
+        assert_eq!(attempts.len(), 2, "{target:?}: two batches");
+        assert_eq!(attempts[0].trace, (Some(PARENT.into()), Some("rojo=1".into())), "{target:?}: the shared context");
+        assert_eq!(attempts[1].trace, (None, None), "{target:?}: no context when the messages' differ");
+        // And each message's own, in the body (a Lambda target's payload).
+        assert_eq!(attempts[0].traceparents, vec![json!(PARENT), json!(PARENT)], "{target:?}");
+        assert_eq!(attempts[1].traceparents, vec![json!(OTHER), Value::Null], "{target:?}");
+    }
 }

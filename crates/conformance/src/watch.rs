@@ -91,6 +91,12 @@ pub fn free_port() -> u16 {
 /// Starts `cargo lambda watch` on `port` for one function package (`sluice-queues` is
 /// functions/queues), on moto, with `env` (`NAME=value`) besides moto's settings.
 pub fn start(function: &str, port: u16, env: &[String]) -> Watch {
+    start_logged(function, port, env, None)
+}
+
+/// [`start`], with what the function writes (its JSON logs and EMF lines, and cargo
+/// lambda's own output) appended to `log` when one is given.
+pub fn start_logged(function: &str, port: u16, env: &[String], log: Option<&std::path::Path>) -> Watch {
     let s = &moto().settings;
     let moto_env = [
         format!("SLUICE_BUCKET={}", s.bucket),
@@ -101,12 +107,16 @@ pub fn start(function: &str, port: u16, env: &[String]) -> Watch {
         "AWS_SECRET_ACCESS_KEY=test".into(),
     ];
     let package = format!("functions/{}", function.trim_start_matches("sluice-"));
-    start_package(&package, port, &[&moto_env[..], env].concat())
+    start_package_logged(&package, port, &[&moto_env[..], env].concat(), log)
 }
 
 /// Starts `cargo lambda watch` on `port` for the function package in `dir` (relative to the
 /// workspace root, e.g. `examples/push-consumer`), with only `env` (`NAME=value`) set.
 pub fn start_package(dir: &str, port: u16, env: &[String]) -> Watch {
+    start_package_logged(dir, port, env, None)
+}
+
+fn start_package_logged(dir: &str, port: u16, env: &[String], log: Option<&std::path::Path>) -> Watch {
     let root = workspace_root();
     let cargo_lambda = root.join(".venv/bin/cargo-lambda");
     assert!(cargo_lambda.exists(), "{} is missing: run infra/setup.sh first", cargo_lambda.display());
@@ -138,8 +148,21 @@ pub fn start_package(dir: &str, port: u16, env: &[String]) -> Watch {
         // cargo-lambda finds its zig (for cross builds) beside itself.
         .env("PATH", format!("{}:{}", root.join(".venv/bin").display(), std::env::var("PATH").unwrap_or_default()))
         .stdin(Stdio::null())
-        .stdout(if std::env::var_os("SLUICE_WATCH_LOGS").is_some() { Stdio::inherit() } else { Stdio::null() })
-        .stderr(if std::env::var_os("SLUICE_WATCH_LOGS").is_some() { Stdio::inherit() } else { Stdio::null() })
+        .stdout(output(log))
+        .stderr(output(log))
         .process_group(0);
     Watch(cmd.spawn().expect("start cargo lambda watch"))
+}
+
+/// Where a watch's output goes: `log` (appended), else this test's output when
+/// `SLUICE_WATCH_LOGS` is set, else nowhere.
+fn output(log: Option<&std::path::Path>) -> Stdio {
+    match log {
+        Some(path) => {
+            let file = std::fs::OpenOptions::new().create(true).append(true).open(path);
+            Stdio::from(file.expect("open the watch's log file"))
+        }
+        None if std::env::var_os("SLUICE_WATCH_LOGS").is_some() => Stdio::inherit(),
+        None => Stdio::null(),
+    }
 }

@@ -4,23 +4,27 @@
 //! template.yaml does). The client signs every request with SigV4 as it would on AWS;
 //! the stand-in does not check signatures, so this shows the signed requests go through,
 //! and that the producer, group consumer, worker and DLQ administration work there as
-//! they do against `serve`.
+//! they do against `serve`. Each function's metrics come out of its log as CloudWatch
+//! EMF, and the janitor, invoked once, logs the lag and backlog gauges: the test parses
+//! those lines and checks them against what the story did.
 
 use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::body::{to_bytes, Body};
 use axum::extract::{Request, State};
 use axum::response::Response;
-use serde_json::json;
+use serde_json::{json, Value};
 use sluice_client::{
     Client, ConsumerConfig, GroupConsumer, Message, Nack, Producer, TopicSettings, Worker, WorkerConfig,
 };
 use sluice_conformance::unique_topic;
-use sluice_conformance::watch::{free_port, function_for, start, Watch, BUILD_TIMEOUT};
+use sluice_conformance::watch::{free_port, function_for, start_logged, Watch, BUILD_TIMEOUT};
 
-const FUNCTIONS: [&str; 5] = ["sluice-admin", "sluice-publish", "sluice-read", "sluice-groups", "sluice-queues"];
+const FUNCTIONS: [&str; 6] =
+    ["sluice-admin", "sluice-publish", "sluice-read", "sluice-groups", "sluice-queues", "sluice-janitor"];
 
 /// The function URLs, by function name.
 struct Routes {
@@ -59,14 +63,19 @@ async fn route(State(routes): State<Arc<Routes>>, request: Request) -> Response 
     }
 }
 
-/// The five functions under cargo lambda watch, up, behind the stand-in; answers its URL.
-async fn gateway() -> (String, Vec<Watch>) {
+/// The functions under cargo lambda watch, up, the API ones behind the stand-in, each
+/// logging to `logs/<function>.log`; answers the stand-in's URL.
+async fn gateway(logs: &Path) -> (String, Arc<Routes>, Vec<Watch>) {
     let ports: Vec<u16> = FUNCTIONS.iter().map(|_| free_port()).collect();
-    let watches = FUNCTIONS.iter().zip(&ports).map(|(f, &port)| start(f, port, &[])).collect();
+    let watches = FUNCTIONS
+        .iter()
+        .zip(&ports)
+        .map(|(f, &port)| start_logged(f, port, &[], Some(&logs.join(format!("{f}.log")))))
+        .collect();
     let routes = Arc::new(Routes { ports, http: reqwest::Client::builder().timeout(BUILD_TIMEOUT).build().unwrap() });
     let deadline = Instant::now() + BUILD_TIMEOUT;
     // The first request to each function waits while cargo lambda builds it.
-    for function in FUNCTIONS {
+    for function in &FUNCTIONS[..5] {
         loop {
             match routes.http.get(format!("{}/v1/not-a-route", routes.url(function))).send().await {
                 Ok(r) if r.status() == 404 => break,
@@ -77,11 +86,68 @@ async fn gateway() -> (String, Vec<Watch>) {
             }
         }
     }
-    let app = axum::Router::new().fallback(route).with_state(routes);
+    let app = axum::Router::new().fallback(route).with_state(routes.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
-    (url, watches)
+    (url, routes, watches)
+}
+
+/// One invocation of the janitor, as its schedule makes one, through cargo lambda
+/// watch's Invoke API (built on first use).
+async fn invoke_janitor(routes: &Routes) -> Value {
+    let port = routes.ports[5];
+    let url = format!("http://127.0.0.1:{port}/2015-03-31/functions/sluice-janitor/invocations");
+    let scheduled: Value =
+        serde_json::from_str(include_str!("../../../tests/fixtures/eventbridge-scheduled.json")).unwrap();
+    let answer = routes.http.post(url).json(&scheduled).send().await.unwrap();
+    assert!(answer.status().is_success(), "janitor: {}", answer.status());
+    answer.json().await.unwrap()
+}
+
+/// The EMF documents a function logged: each line whose JSON has `_aws`.
+fn emf_lines(log: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line.get(line.find('{')?..)?).ok())
+        .filter(|doc| doc.get("_aws").is_some())
+        .collect()
+}
+
+/// The sum of metric `name` over the EMF documents of `log` whose dimensions include
+/// every `(dimension, value)` of `labels`; each document must declare it in the Sluice
+/// namespace with its labels as dimensions, as CloudWatch reads it.
+fn emf_sum(log: &Path, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let mut sum = 0.0;
+    for doc in emf_lines(log) {
+        let declared = &doc["_aws"]["CloudWatchMetrics"][0];
+        if !declared["Metrics"].as_array().unwrap().iter().any(|m| m["Name"] == name) {
+            continue;
+        }
+        assert_eq!(declared["Namespace"], "Sluice", "{doc}");
+        let dimensions: Vec<&str> =
+            declared["Dimensions"][0].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+        if labels.iter().all(|(k, v)| dimensions.contains(k) && doc[*k] == *v) {
+            sum += match &doc[name] {
+                Value::Array(values) => values.len() as f64,
+                value => value.as_f64().unwrap(),
+            };
+        }
+    }
+    sum
+}
+
+/// Waits (bounded) until `emf_sum` is `expected`: a function flushes after it answers.
+async fn await_emf(log: &Path, name: &str, labels: &[(&str, &str)], expected: f64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = emf_sum(log, name, labels);
+        if got == expected {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{name}{labels:?} in {}: {got}, expected {expected}", log.display());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[test]
@@ -95,7 +161,8 @@ fn given_the_functions_behind_a_gateway_then_the_client_produces_consumes_and_wo
 }
 
 async fn scenario() {
-    let (url, _watches) = gateway().await;
+    let logs = tempfile::tempdir().unwrap();
+    let (url, routes, _watches) = gateway(logs.path()).await;
     let client = Client::builder(&url).aws().await.unwrap().build().unwrap();
     let topic = unique_topic("client");
     client.create_topic(&topic, &TopicSettings::partitions(3)).await.unwrap();
@@ -169,6 +236,36 @@ async fn scenario() {
     assert_eq!(dead.dead_letters.len(), 1, "{dead:?}");
     assert_eq!(dead.dead_letters[0].event.as_ref().map(|e| e["value"]["n"].clone()), Some(json!(13)));
     assert_eq!(client.redrive(&topic, "w", None).await.unwrap(), 1);
+    emf_checks(logs.path(), &routes, &topic, &group).await;
     assert_eq!(client.purge_dead_letters(&topic, "w").await.unwrap(), 0);
     client.delete_topic(&topic).await.unwrap();
+}
+
+/// What the functions' EMF lines say about the story, and the janitor's gauges.
+async fn emf_checks(logs: &Path, routes: &Routes, topic: &str, group: &str) {
+    let log = |f: &str| -> PathBuf { logs.join(format!("{f}.log")) };
+    let t = [("topic", topic)];
+    await_emf(&log("sluice-publish"), "sluice_events_published_total", &t, 60.0).await;
+    let route = [("route", "/v1/topics/{topic}/events"), ("method", "POST"), ("status", "200")];
+    assert!(emf_sum(&log("sluice-publish"), "sluice_http_requests_total", &route) >= 1.0);
+    assert!(emf_sum(&log("sluice-publish"), "sluice_publish_commit_seconds", &t) >= 1.0);
+    await_emf(&log("sluice-groups"), "sluice_events_read_total", &[("topic", topic), ("via", "group")], 60.0).await;
+    let sub = [("topic", topic), ("subscription", "w")];
+    await_emf(&log("sluice-queues"), "sluice_messages_acked_total", &sub, 59.0).await;
+    await_emf(&log("sluice-queues"), "sluice_messages_nacked_total", &sub, 1.0).await;
+    await_emf(&log("sluice-queues"), "sluice_messages_dead_lettered_total", &sub, 1.0).await;
+    await_emf(&log("sluice-queues"), "sluice_messages_redriven_total", &sub, 1.0).await;
+
+    let report = invoke_janitor(routes).await;
+    assert!(report["topics"].as_array().is_some_and(|t| !t.is_empty()), "{report}");
+    let janitor = log("sluice-janitor");
+    await_emf(&janitor, "sluice_janitor_runs_total", &[("outcome", "ok")], 1.0).await;
+    // Summed per topic on Lambda (no partition dimension), as the alarms read them.
+    await_emf(&janitor, "sluice_group_lag", &[("group", group), ("topic", topic)], 0.0).await;
+    assert!(emf_lines(&janitor).iter().any(|d| d["group"] == group && d.get("sluice_group_lag").is_some()));
+    assert!(!emf_lines(&janitor).iter().any(|d| d.get("partition").is_some()), "no per-partition label sets");
+    let visible = [("topic", topic), ("subscription", "w"), ("state", "visible")];
+    await_emf(&janitor, "sluice_subscription_messages", &visible, 1.0).await;
+    let dead = [("topic", topic), ("subscription", "w"), ("state", "dead")];
+    await_emf(&janitor, "sluice_subscription_messages", &dead, 0.0).await;
 }

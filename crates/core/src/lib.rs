@@ -20,6 +20,7 @@ pub mod hash;
 pub mod keys;
 pub mod layout;
 pub mod log;
+pub mod metrics;
 pub mod model;
 pub mod names;
 pub mod partitioner;
@@ -28,6 +29,7 @@ pub mod push;
 pub mod queues;
 pub mod retry;
 pub mod segment;
+pub mod trace;
 pub mod upkeep;
 
 pub use clock::{Clock, ManualClock, Random, SeededRandom, SystemClock, SystemRandom};

@@ -202,8 +202,13 @@ impl ObjectStore for LocalObjectStore {
             let position = a.len;
             // Answered only once the bytes are on disk: the index entry the caller writes
             // next must never point at bytes that a power cut could take away.
-            let written =
-                fs.write_all_at(&a.path, &a.file, &bytes, position).and_then(|()| fs.sync_data(&a.path, &a.file));
+            let written = fs.write_all_at(&a.path, &a.file, &bytes, position).and_then(|()| {
+                let started = std::time::Instant::now();
+                let synced = fs.sync_data(&a.path, &a.file);
+                metrics::histogram!(sluice_core::metrics::FSYNC, "file" => "segment")
+                    .record(started.elapsed().as_secs_f64());
+                synced
+            });
             if let Err(e) = written {
                 // The file's tail is now unknown: never append to it again.
                 set_active(&mut guard, &current, None);

@@ -263,7 +263,10 @@ fn commit_group(conn: &mut Connection, batch: Vec<PendingWrite>) {
             }
         }
     }
+    // The commit is the fsync of the WAL (`synchronous=FULL`).
+    let started = std::time::Instant::now();
     let committed = tx.commit();
+    metrics::histogram!(sluice_core::metrics::FSYNC, "file" => "state").record(started.elapsed().as_secs_f64());
     for (w, outcome) in batch.into_iter().zip(outcomes) {
         let answer = match (&committed, outcome) {
             (Ok(()), outcome) => outcome,

@@ -5,8 +5,10 @@
 
 mod backend;
 pub mod config;
+pub mod metrics;
 pub mod push;
 mod serve;
+mod ui;
 
 use std::sync::Arc;
 

@@ -1,5 +1,5 @@
 //! `sluice serve`'s process on one listener: the embedded log, its janitor, the push
-//! dispatcher and the HTTP API, until a shutdown signal. [`LocalServer`] runs the same in
+//! dispatcher, the HTTP API and `GET /metrics`, until a shutdown signal. [`LocalServer`] runs the same in
 //! the background on a loopback port, for tests, doc examples and tools.
 
 use std::future::Future;
@@ -25,7 +25,8 @@ pub async fn serve(
     let (stop, stopping) = tokio::sync::watch::channel(false);
     let dispatcher = dispatcher(config, app.queues.clone()).await?;
     let pushing = tokio::spawn(async move { dispatcher.run(stopping).await });
-    axum::serve(listener, sluice_api::router(app)).with_graceful_shutdown(shutdown).await?;
+    let routes = sluice_api::router(app.clone()).merge(crate::metrics::router(app)).merge(crate::ui::router());
+    axum::serve(listener, routes).with_graceful_shutdown(shutdown).await?;
     // Deliveries under way finish and are settled; nothing new is received.
     let _ = stop.send(true);
     let _ = pushing.await;

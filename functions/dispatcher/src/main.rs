@@ -12,7 +12,7 @@
 //! (template.yaml) makes a subscription's `max_in_flight` hold across invocations.
 
 use aws_lambda_events::dynamodb;
-use lambda_runtime::{run, service_fn, tracing, Error, LambdaEvent};
+use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
 use serde::Serialize;
 use serde_json::Value;
 use sluice_core::push::{Dispatcher, Drained, Topics};
@@ -72,7 +72,9 @@ async fn main() -> Result<(), Error> {
     let config = Config::from_env()?;
     let log = sluice_runtime::open_backend(&config).await?;
     let dispatcher = sluice_runtime::dispatcher(&config, Queues::new(log)).await?;
-    run(service_fn(|event| dispatch(&dispatcher, event))).await
+    // Dead-lettered messages are counted in the log as CloudWatch EMF after each invocation.
+    let metrics = sluice_runtime::metrics::emf::collector()?;
+    sluice_runtime::metrics::emf::run_service(metrics, service_fn(|event| dispatch(&dispatcher, event))).await
 }
 
 #[cfg(test)]

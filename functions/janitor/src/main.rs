@@ -3,14 +3,18 @@
 //! unneeded objects, in bounded steps until its time is nearly up (whatever is
 //! left, the next run continues); then reports per topic how many events and
 //! bytes the log holds, as one structured log line each and as the invocation's
-//! result. It is the only function allowed to delete objects.
+//! result. Its work, and the gauges CloudWatch alarms on (group lag and subscription
+//! backlogs, summed per topic), go to the log as CloudWatch EMF. It is the only function
+//! allowed to delete objects.
 
-use lambda_runtime::{run, service_fn, tracing, Error, LambdaEvent};
+use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
 use serde::Serialize;
 use serde_json::Value;
+use sluice_api::metrics::{sample, Detail, SampleBounds};
 use sluice_core::upkeep::{Janitor, UpkeepReport, STEP_BUDGET};
-use sluice_core::{Log, TopicSize};
-use sluice_runtime::Config;
+use sluice_core::TopicSize;
+use sluice_runtime::metrics::emf;
+use sluice_runtime::{App, Config};
 
 /// Time kept back from the invocation's deadline for the report, in milliseconds.
 const RESERVE_MS: i64 = 15_000;
@@ -23,14 +27,18 @@ struct Report {
 }
 
 /// One scheduled run; the event's content does not matter, only that it came.
-async fn janitor(log: &Log, janitor: &Janitor, event: LambdaEvent<Value>) -> Result<Report, Error> {
+async fn janitor(app: &App, janitor: &Janitor, event: LambdaEvent<Value>) -> Result<Report, Error> {
     let scheduled = event.payload.get("time").and_then(Value::as_str).unwrap_or("unknown");
     tracing::info!(request_id = %event.context.request_id, scheduled, "janitor run");
-    let now_ms = log.clock().now_ms();
+    let now_ms = app.log.clock().now_ms();
     let deadline_ms = sluice_runtime::invocation_deadline_ms(event.context.deadline, now_ms) - RESERVE_MS;
-    let upkeep = janitor.run_until(deadline_ms, STEP_BUDGET).await?;
-    tracing::info!(?upkeep, "upkeep done");
-    let topics = log.sizes().await?;
+    let upkeep = janitor.run_until(deadline_ms, STEP_BUDGET).await;
+    // The gauges are sampled even when upkeep failed: the alarms read them.
+    let sampled = sample(app, Detail::Topic, SampleBounds::default()).await;
+    let upkeep = upkeep.inspect_err(|_| UpkeepReport::record_failure())?;
+    upkeep.record();
+    tracing::info!(?upkeep, sampled = ?sampled?, "upkeep done");
+    let topics = app.log.sizes().await?;
     for t in &topics {
         tracing::info!(topic = %t.topic, events = t.events, bytes = t.bytes, "topic size");
     }
@@ -45,7 +53,8 @@ async fn main() -> Result<(), Error> {
     // Built as `serve` builds its janitor: on the embedded backend (under `cargo lambda
     // watch`) it compacts into blob files of its own, not into the log's.
     let janitor = sluice_runtime::janitor(&config, &log)?;
-    run(service_fn(|event| self::janitor(&log, &janitor, event))).await
+    let app = App::new(log, config.groups_config());
+    emf::run_service(emf::collector()?, service_fn(|event| self::janitor(&app, &janitor, event))).await
 }
 
 #[cfg(test)]
@@ -87,7 +96,8 @@ mod tests {
             (SystemTime::now() + Duration::from_secs(120)).duration_since(SystemTime::UNIX_EPOCH).unwrap().as_millis()
                 as u64;
         let upkeep = sluice_runtime::janitor(&config, &log).unwrap();
-        let report = janitor(&log, &upkeep, LambdaEvent::new(payload, context)).await.unwrap();
+        let app = App::from(log);
+        let report = janitor(&app, &upkeep, LambdaEvent::new(payload, context)).await.unwrap();
         assert_eq!(report.upkeep.purge.topics_purged, 1, "{:?}", report.upkeep);
         assert_eq!(report.upkeep.purge.items_deleted, 4, "two heads and two segment entries: {:?}", report.upkeep);
         assert!(!report.upkeep.more());

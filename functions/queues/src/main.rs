@@ -4,7 +4,7 @@
 //! behind API Gateway (HTTP API, payload v2). It serves the same axum router as
 //! `sluice serve`, so the routes behave the same everywhere.
 
-use lambda_http::{run, tracing, Error};
+use lambda_http::{tracing, Error};
 use sluice_runtime::Config;
 
 #[tokio::main]
@@ -13,5 +13,6 @@ async fn main() -> Result<(), Error> {
     tracing::init_default_subscriber();
     let config = Config::from_env()?;
     let app = sluice_runtime::open(&config).await?;
-    run(sluice_api::queues_router(app)).await
+    // Each invocation's metrics go to the log as CloudWatch EMF when it ends.
+    sluice_runtime::metrics::emf::run_http(sluice_api::queues_router(app)).await
 }

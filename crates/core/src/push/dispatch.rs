@@ -11,6 +11,7 @@ use tokio::task::JoinSet;
 use super::{judge, webhook, DEFAULT_BACKOFF};
 use crate::ports::deliver::{Deliver, Delivery, Destination};
 use crate::queues::{secret_key, Message, PushStatsRecord, PushSubscription, PushTarget, Queues, ReceiveRequest};
+use crate::trace::TraceContext;
 use crate::Error;
 
 /// A receive holds its batch this long past the attempt's timeout: settling takes a moment.
@@ -119,6 +120,7 @@ impl Dispatcher {
             headers.push(("webhook-timestamp".into(), timestamp.to_string()));
             headers.push(("webhook-signature".into(), webhook::sign(&key, &id, timestamp, &body)));
         }
+        headers.extend(TraceContext::of_batch(&messages).map(|c| c.headers()).unwrap_or_default());
         let destination = match &sub.push.target {
             PushTarget::Url { url, .. } => Destination::Url(url.clone()),
             PushTarget::Lambda { function } => Destination::Lambda(function.clone()),

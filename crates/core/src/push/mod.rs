@@ -15,6 +15,9 @@
 //!
 //! The [`Dispatcher`] runs embedded (`run`: long-polling receives, woken by commits and
 //! due times) or in a function (`drain`: until nothing is left or its deadline).
+//!
+//! A delivery carries its batch's W3C trace context as request headers ([`crate::trace`]), so a
+//! target's spans join the producer's trace.
 
 mod dispatch;
 pub mod webhook;

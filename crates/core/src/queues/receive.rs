@@ -317,6 +317,8 @@ impl Queues {
         ));
         self.store().write(ops).await?;
         tracing::info!(topic = %sub.topic.name, subscription = %sub.name, partition, messages = buried, "dead-lettered");
+        let labels = [("topic", sub.topic.name.clone()), ("subscription", sub.name.clone())];
+        metrics::counter!(crate::metrics::DEAD_LETTERED, &labels).increment(buried);
         Ok(())
     }
 

@@ -188,6 +188,24 @@ pub struct UpkeepReport {
 }
 
 impl UpkeepReport {
+    /// Counts this run in the janitor's metrics ([`crate::metrics`]): its work, and its
+    /// outcome (`failed` when a partition's upkeep failed, though the others went on).
+    pub fn record(&self) {
+        use crate::metrics as m;
+        let outcome = if self.partitions_failed > 0 { "failed" } else { "ok" };
+        metrics::counter!(m::JANITOR_RUNS, "outcome" => outcome).increment(1);
+        metrics::counter!(m::JANITOR_SEGMENTS_EXPIRED).increment(self.segments_expired as u64);
+        metrics::counter!(m::JANITOR_SEGMENTS_MERGED).increment(self.segments_merged as u64);
+        metrics::counter!(m::JANITOR_BYTES_FREED).increment(self.bytes_expired + self.gc.bytes_deleted);
+        let objects = self.gc.objects_deleted + self.gc.orphans_deleted;
+        metrics::counter!(m::JANITOR_OBJECTS_COLLECTED).increment(objects as u64);
+    }
+
+    /// Counts a run that failed as a whole.
+    pub fn record_failure() {
+        metrics::counter!(crate::metrics::JANITOR_RUNS, "outcome" => "failed").increment(1);
+    }
+
     /// Adds what another step did.
     pub fn add(&mut self, o: &UpkeepReport) {
         let (p, q) = (&mut self.purge, &o.purge);
@@ -425,9 +443,16 @@ impl Janitor {
         loop {
             self.clock.sleep(interval_ms).await;
             match self.run(STEP_BUDGET).await {
-                Ok(report) if report.did_something() => tracing::info!(?report, "janitor round"),
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "janitor round failed; retrying next round"),
+                Ok(report) => {
+                    report.record();
+                    if report.did_something() {
+                        tracing::info!(?report, "janitor round");
+                    }
+                }
+                Err(e) => {
+                    UpkeepReport::record_failure();
+                    tracing::warn!(error = %e, "janitor round failed; retrying next round");
+                }
             }
         }
     }

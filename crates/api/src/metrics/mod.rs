@@ -1,0 +1,105 @@
+//! Recording Sluice's metrics (named in [`sluice_core::metrics`]) from the HTTP layer:
+//! every request by route and status, and what publishes, reads, receives and
+//! settlements moved, per topic or subscription. [`sample`] sets the gauges read from
+//! the store. Which recorder receives them is the process's choice: `serve` installs
+//! the Prometheus exporter, the Lambda functions the CloudWatch EMF writer.
+
+mod state;
+
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request};
+use axum::middleware::Next;
+use axum::response::Response;
+use metrics::{counter, histogram};
+use sluice_core::metrics as m;
+use sluice_core::{Code, Event, NewEvent};
+
+pub use state::{sample, Detail, SampleBounds, SampleReport};
+
+use crate::ApiError;
+
+/// The middleware of every router: counts each request by its route template (or
+/// `unmatched`), method and status, and times it.
+pub(crate) async fn track(request: Request, next: Next) -> Response {
+    let route = request.extensions().get::<MatchedPath>().map_or("unmatched", MatchedPath::as_str).to_owned();
+    let method = request.method().as_str().to_owned();
+    let started = Instant::now();
+    let response = next.run(request).await;
+    let status = response.status().as_u16().to_string();
+    histogram!(m::HTTP_DURATION, "route" => route.clone(), "method" => method.clone())
+        .record(started.elapsed().as_secs_f64());
+    counter!(m::HTTP_REQUESTS, "route" => route, "method" => method, "status" => status).increment(1);
+    response
+}
+
+/// Events handed out by `via` (`replay`, `group`, `queue`), each with its topic.
+pub(crate) fn read<'a>(via: &'static str, events: impl IntoIterator<Item = (&'a str, &'a Event)>) {
+    // (topic, events, bytes), in the order topics first appear: a page spans few topics.
+    let mut per_topic: Vec<(&str, u64, u64)> = Vec::new();
+    for (topic, e) in events {
+        let size = e.record.approx_size() as u64;
+        match per_topic.iter_mut().find(|(t, _, _)| *t == topic) {
+            Some((_, n, bytes)) => (*n, *bytes) = (*n + 1, *bytes + size),
+            None => per_topic.push((topic, 1, size)),
+        }
+    }
+    for (topic, n, bytes) in per_topic {
+        counter!(m::EVENTS_READ, "topic" => topic.to_owned(), "via" => via).increment(n);
+        counter!(m::BYTES_READ, "topic" => topic.to_owned(), "via" => via).increment(bytes);
+    }
+}
+
+/// A publish to `topic` ended: acknowledged (`Ok`), or refused. Refusals for a topic
+/// that does not exist (or cannot) are left to the HTTP count, so made-up names add no
+/// label sets.
+pub(crate) fn published(topic: &str, outcome: Result<&Stored, &ApiError>) {
+    let topic = topic.to_owned();
+    match outcome {
+        Ok(stored) => {
+            counter!(m::PUBLISH_REQUESTS, "topic" => topic.clone(), "outcome" => "ok").increment(1);
+            counter!(m::EVENTS_PUBLISHED, "topic" => topic.clone()).increment(stored.events);
+            counter!(m::BYTES_PUBLISHED, "topic" => topic.clone()).increment(stored.bytes);
+            histogram!(m::PUBLISH_COMMIT, "topic" => topic).record(stored.commit_seconds);
+        }
+        Err(e) if matches!(e.code, Code::TopicNotFound | Code::InvalidName) => {}
+        Err(e) => {
+            let outcome = if e.status.is_server_error() { "failed" } else { "rejected" };
+            counter!(m::PUBLISH_REQUESTS, "topic" => topic, "outcome" => outcome).increment(1);
+        }
+    }
+}
+
+/// What a publish had stored, and how long the log took to acknowledge it.
+pub(crate) struct Stored {
+    events: u64,
+    bytes: u64,
+    commit_seconds: f64,
+}
+
+impl Stored {
+    /// The size of a valid batch, before it goes to the log.
+    pub(crate) fn of(events: &[NewEvent]) -> Self {
+        let bytes = events
+            .iter()
+            .map(|e| {
+                let headers: usize = e.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
+                (e.key.as_ref().map_or(0, |k| k.len()) + headers + e.value.len()) as u64
+            })
+            .sum();
+        Self { events: events.len() as u64, bytes, commit_seconds: 0.0 }
+    }
+
+    /// The same, acknowledged after `elapsed`.
+    pub(crate) fn committed_in(self, elapsed: std::time::Duration) -> Self {
+        Self { commit_seconds: elapsed.as_secs_f64(), ..self }
+    }
+}
+
+/// A settlement or delivery count of a subscription: `name` is one of
+/// [`m::RECEIVED`], [`m::ACKED`], [`m::NACKED`], [`m::REDRIVEN`].
+pub(crate) fn queue(name: &'static str, topic: &str, subscription: &str, n: u64) {
+    if n > 0 {
+        counter!(name, "topic" => topic.to_owned(), "subscription" => subscription.to_owned()).increment(n);
+    }
+}

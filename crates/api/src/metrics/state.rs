@@ -1,0 +1,199 @@
+//! The gauges read from the store: partitions' offsets, groups' lag, subscriptions'
+//! backlogs. `serve` samples on each scrape, the janitor function on each run.
+//!
+//! A sample's cost is bounded by [`SampleBounds`]: it lists the topics (one query) and
+//! the groups (one query), then describes at most `topics` topics, `groups` groups and
+//! `subscriptions` subscriptions, in name order, each describe as its own route would:
+//! a topic is one read of its partition heads; a group is its members, offsets and the
+//! heads of its topics; a subscription reads each partition's cursor and leases (and,
+//! when messages are visible, one event for their age). What is past a bound is left
+//! out and [`SAMPLE_TRUNCATED`](m::SAMPLE_TRUNCATED) says so.
+//!
+//! A gauge of something deleted since the last sample is set to 0 once (unless this
+//! sample was truncated, when its absence proves nothing): a recorder keeps a gauge's
+//! last value, and CloudWatch's would otherwise go on reporting a deleted
+//! subscription's dead letters for as long as the function instance lives.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use metrics::{counter, gauge, histogram, Label};
+use sluice_core::metrics as m;
+use sluice_core::Error;
+
+use crate::App;
+
+/// How finely the per-partition gauges are labelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Detail {
+    /// By partition (Prometheus, where label sets are cheap).
+    Partition,
+    /// Summed per topic, offsets left out (CloudWatch, where each label set is a
+    /// custom metric billed by the month).
+    Topic,
+}
+
+/// The most a sample describes of each kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SampleBounds {
+    pub topics: usize,
+    pub groups: usize,
+    pub subscriptions: usize,
+}
+
+impl Default for SampleBounds {
+    fn default() -> Self {
+        Self { topics: 256, groups: 256, subscriptions: 256 }
+    }
+}
+
+/// What a sample covered.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SampleReport {
+    pub topics: usize,
+    pub groups: usize,
+    pub subscriptions: usize,
+    /// Some were left out by the bounds.
+    pub truncated: bool,
+}
+
+/// A gauge by its name and labels.
+type GaugeKey = (&'static str, Vec<Label>);
+
+/// The gauges the last sample of this process set.
+static LAST_SAMPLED: Mutex<BTreeSet<GaugeKey>> = Mutex::new(BTreeSet::new());
+
+/// Sets the gauges (and the store-kept counters) of what `app`'s store holds now.
+/// Something deleted while the sample runs is skipped.
+pub async fn sample(app: &App, detail: Detail, bounds: SampleBounds) -> Result<SampleReport, Error> {
+    let started = Instant::now();
+    let mut gauges = Gauges::default();
+    let report = read(app, detail, bounds, &mut gauges).await?;
+    let mut last = LAST_SAMPLED.lock().unwrap_or_else(|p| p.into_inner());
+    if !report.truncated {
+        for (name, labels) in last.difference(&gauges.set) {
+            gauge!(*name, labels.iter()).set(0.0);
+        }
+    }
+    *last = gauges.set;
+    gauge!(m::SAMPLE_TRUNCATED).set(if report.truncated { 1.0 } else { 0.0 });
+    histogram!(m::SAMPLE_DURATION).record(started.elapsed().as_secs_f64());
+    Ok(report)
+}
+
+/// Sets gauges and remembers which.
+#[derive(Default)]
+struct Gauges {
+    set: BTreeSet<GaugeKey>,
+}
+
+impl Gauges {
+    fn set(&mut self, name: &'static str, labels: &[(&'static str, String)], value: f64) {
+        let labels: Vec<Label> = labels.iter().map(|(k, v)| Label::new(*k, v.clone())).collect();
+        gauge!(name, labels.iter()).set(value);
+        self.set.insert((name, labels));
+    }
+}
+
+async fn read(app: &App, detail: Detail, bounds: SampleBounds, g: &mut Gauges) -> Result<SampleReport, Error> {
+    let mut report = SampleReport::default();
+    let mut topics = app.log.list_topics().await?;
+    report.truncated |= topics.len() > bounds.topics;
+    topics.truncate(bounds.topics);
+    for topic in &topics {
+        let Some((_, states)) = skip_gone(app.log.describe_topic(&topic.name).await)? else { continue };
+        report.topics += 1;
+        let name = topic.name.clone();
+        g.set(m::TOPIC_BYTES, &[("topic", name.clone())], states.iter().map(|p| p.bytes).sum::<u64>() as f64);
+        if detail == Detail::Partition {
+            for p in &states {
+                let labels = [("topic", name.clone()), ("partition", p.partition.to_string())];
+                g.set(m::HIGH_WATERMARK, &labels, p.high_watermark as f64);
+                g.set(m::LOG_START, &labels, p.log_start_offset as f64);
+            }
+        }
+    }
+    report.truncated |= sample_groups(app, detail, bounds.groups, &mut report, g).await?;
+    for topic in &topics {
+        let left = bounds.subscriptions - report.subscriptions;
+        let Some(mut subs) = skip_gone(app.queues.list(&topic.name).await)? else { continue };
+        report.truncated |= subs.len() > left;
+        subs.truncate(left);
+        for sub in subs {
+            if sample_subscription(app, &topic.name, &sub.name, g).await? {
+                report.subscriptions += 1;
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Each group's members, rebalances, and committed offset and lag per partition (or
+/// lag per topic). Whether some were left out.
+async fn sample_groups(
+    app: &App,
+    detail: Detail,
+    bound: usize,
+    report: &mut SampleReport,
+    g: &mut Gauges,
+) -> Result<bool, Error> {
+    let mut groups = app.groups.list().await?;
+    let truncated = groups.len() > bound;
+    groups.truncate(bound);
+    for group in groups {
+        let Some(d) = skip_gone(app.groups.describe(&group).await)? else { continue };
+        report.groups += 1;
+        g.set(m::GROUP_MEMBERS, &[("group", group.clone())], d.members.len() as f64);
+        counter!(m::GROUP_REBALANCES, "group" => group.clone()).absolute(d.generation);
+        let mut per_topic: BTreeMap<&str, u64> = BTreeMap::new();
+        for p in &d.partitions {
+            *per_topic.entry(&p.topic).or_default() += p.lag;
+            if detail == Detail::Partition {
+                let labels =
+                    [("group", group.clone()), ("topic", p.topic.clone()), ("partition", p.partition.to_string())];
+                g.set(m::GROUP_LAG, &labels, p.lag as f64);
+                if let Some(committed) = p.committed {
+                    g.set(m::GROUP_COMMITTED, &labels, committed as f64);
+                }
+            }
+        }
+        if detail == Detail::Topic {
+            for (topic, lag) in per_topic {
+                g.set(m::GROUP_LAG, &[("group", group.clone()), ("topic", topic.to_owned())], lag as f64);
+            }
+        }
+    }
+    Ok(truncated)
+}
+
+/// A subscription's backlog by state, its store-kept counts and push deliveries;
+/// `false` if it is gone.
+async fn sample_subscription(app: &App, topic: &str, sub: &str, g: &mut Gauges) -> Result<bool, Error> {
+    let Some(d) = skip_gone(app.queues.describe(topic, sub).await)? else { return Ok(false) };
+    let b = &d.backlog;
+    let labels = [("topic", topic.to_owned()), ("subscription", sub.to_owned())];
+    for (state, n) in [("visible", b.visible), ("in_flight", b.in_flight), ("delayed", b.delayed), ("dead", b.dead)] {
+        let labels = [labels[0].clone(), labels[1].clone(), ("state", state.to_owned())];
+        g.set(m::SUB_MESSAGES, &labels, n as f64);
+    }
+    counter!(m::SUB_FILTERED, &labels).absolute(b.filtered);
+    counter!(m::SUB_EXPIRED, &labels).absolute(b.expired);
+    g.set(m::SUB_OLDEST_AGE, &labels, b.oldest_visible_age_ms.unwrap_or(0) as f64 / 1000.0);
+    if let Some(pushed) = &d.deliveries {
+        for (outcome, n) in [("succeeded", pushed.succeeded), ("failed", pushed.failed)] {
+            let labels = [labels[0].clone(), labels[1].clone(), ("outcome", outcome.to_owned())];
+            counter!(m::PUSH_DELIVERIES, &labels).absolute(n);
+        }
+    }
+    Ok(true)
+}
+
+/// `None` for what was deleted since it was listed.
+fn skip_gone<T>(result: Result<T, Error>) -> Result<Option<T>, Error> {
+    match result {
+        Ok(t) => Ok(Some(t)),
+        Err(Error::TopicNotFound(_) | Error::GroupNotFound(_) | Error::SubscriptionNotFound { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}

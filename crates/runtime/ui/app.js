@@ -1,0 +1,458 @@
+// The Sluice dashboard: every REFRESH_MS it lists and describes topics, groups and
+// subscriptions through the /v1 API and redraws them, keeping a history of lag and backlog
+// for the charts. The dead-letter queue of a chosen subscription can be redriven, purged or
+// pruned one message at a time (each after a confirmation), and a live tail long-polls one
+// partition. Every failure of a call is shown in the page's error list.
+
+import { api, ApiError, describe, seg } from './api.js';
+import { ago, bytes, cell, clock, duration, h, preview, setOptions, table } from './dom.js';
+import { lineChart } from './chart.js';
+
+const REFRESH_MS = 2000;
+/** Points kept per chart: 10 minutes at one refresh every 2 s. */
+const HISTORY = 300;
+/** Events kept in the live tail's list. */
+const TAIL_KEEP = 200;
+/** The backlog counts charted: field, label, colour. */
+const BACKLOG_SERIES = [
+  ['visible', 'visible', '#2f6fb3'], ['in_flight', 'in flight', '#d08a1a'],
+  ['delayed', 'delayed', '#7a5cc2'], ['dead', 'dead', '#c23b3b'],
+];
+
+const $ = (id) => document.getElementById(id);
+
+/** What the last refresh saw, and the histories the charts draw. */
+const state = {
+  topics: [],
+  groups: [],
+  subscriptions: [],
+  lag: new Map(), // group → [{ t, v }]
+  backlog: new Map(), // "topic/sub" → [{ t, visible, in_flight, delayed, dead }]
+  push: new Map(), // "topic/sub" → { succeeded, failed, health } at the last refresh
+  paused: false,
+  timer: null,
+};
+
+// ---------------------------------------------------------------------------------------
+// Errors: one line per source, replaced by that source's next error, cleared by its next
+// success (or by hand).
+
+const errors = new Map();
+
+function report(source, error) {
+  if (error && error.name === 'AbortError') return;
+  const text = error instanceof ApiError
+    ? `${error.code}${error.status ? ` (HTTP ${error.status})` : ''}: ${error.message}`
+    : String((error && error.message) || error);
+  errors.set(source, `${source}: ${text}`);
+  renderErrors();
+}
+
+function clearError(source) {
+  if (errors.delete(source)) renderErrors();
+}
+
+function renderErrors() {
+  const list = $('errors');
+  list.hidden = errors.size === 0;
+  list.replaceChildren(...[...errors].map(([source, text]) => h('li', { dataset: { testid: 'error', source } },
+    h('span', {}, text),
+    h('button', { type: 'button', class: 'link', title: 'dismiss', onclick: () => clearError(source) }, '×'))));
+}
+
+// Anything that slips past a handler still lands in the page, not in the console.
+window.addEventListener('unhandledrejection', (event) => {
+  event.preventDefault();
+  report('page', event.reason);
+});
+
+// ---------------------------------------------------------------------------------------
+// Refresh.
+
+let refreshing = null; // the refresh under way
+let queued = null; // the one asked for while it runs
+
+/** Refreshes now, or right after the refresh under way (never two at once); answers when
+ *  that refresh is done. Then the next one is scheduled, unless paused. */
+function refresh() {
+  if (refreshing) {
+    queued ??= refreshing.then(() => {
+      queued = null;
+      return refresh();
+    });
+    return queued;
+  }
+  clearTimeout(state.timer);
+  refreshing = refreshOnce().finally(() => {
+    refreshing = null;
+    if (!state.paused && !queued) state.timer = setTimeout(refresh, REFRESH_MS);
+  });
+  return refreshing;
+}
+
+/** Lists and describes everything, records the histories and redraws. */
+async function refreshOnce() {
+  try {
+    const [{ topics }, { groups }] = await Promise.all([api('GET', '/topics'), api('GET', '/groups')]);
+    const described = await Promise.all(topics.map(async (topic) => {
+      const path = `/topics/${seg(topic.name)}`;
+      const [info, subs] = await Promise.all([describe(path), describe(`${path}/subscriptions`)]);
+      const subscriptions = await Promise.all((subs ? subs.subscriptions : [])
+        .map((sub) => describe(`${path}/subscriptions/${seg(sub.name)}`)));
+      return { info, subscriptions: subscriptions.filter(Boolean) };
+    }));
+    const groupInfo = await Promise.all(groups.map((g) => describe(`/groups/${seg(g)}`)));
+    state.topics = described.map((d) => d.info).filter(Boolean);
+    state.subscriptions = described.flatMap((d) => d.subscriptions);
+    state.groups = groupInfo.filter(Boolean);
+    record(Date.now());
+    render();
+    await loadDlq();
+    $('refresh-status').textContent = `updated ${clock(Date.now())}`;
+    clearError('refresh');
+  } catch (error) {
+    report('refresh', error);
+    $('refresh-status').textContent = 'refresh failed';
+  }
+}
+
+/** Appends this refresh's lag and backlog to the histories; forgets what is gone. */
+function record(t) {
+  const keep = (history, key, point) => {
+    const points = history.get(key) || [];
+    points.push(point);
+    if (points.length > HISTORY) points.splice(0, points.length - HISTORY);
+    history.set(key, points);
+  };
+  for (const g of state.groups) keep(state.lag, g.group, { t, v: g.lag });
+  for (const s of state.subscriptions) keep(state.backlog, subKey(s), { t, ...s.backlog });
+  for (const s of state.subscriptions.filter((s) => s.push)) {
+    const { succeeded, failed } = s.push.deliveries;
+    state.push.set(subKey(s), { succeeded, failed, health: pushHealth(state.push.get(subKey(s)), s.push.deliveries) });
+  }
+  prune(state.lag, state.groups.map((g) => g.group));
+  prune(state.backlog, state.subscriptions.map(subKey));
+  prune(state.push, state.subscriptions.filter((s) => s.push).map(subKey));
+}
+
+/** How a push target is doing, from what changed since the last refresh: "failing" when
+ *  only failures were added, "degraded" when failures and successes were, "ok" when only
+ *  successes were; unchanged when nothing was delivered. At first sight, from the totals. */
+function pushHealth(previous, deliveries) {
+  if (!previous) {
+    if (deliveries.attempted === 0) return 'idle';
+    return deliveries.succeeded === 0 ? 'failing' : 'ok';
+  }
+  const failed = deliveries.failed - previous.failed;
+  const succeeded = deliveries.succeeded - previous.succeeded;
+  if (failed > 0) return succeeded > 0 ? 'degraded' : 'failing';
+  return succeeded > 0 ? 'ok' : previous.health;
+}
+
+function prune(history, live) {
+  for (const key of history.keys()) if (!live.includes(key)) history.delete(key);
+}
+
+const subKey = (s) => `${s.topic}/${s.name}`;
+
+function render() {
+  renderTopics();
+  renderGroups();
+  renderSubscriptions();
+  setOptions($('tail-topic'), state.topics.map((t) => t.name), 'no topics');
+  setOptions($('dlq-subscription'), state.subscriptions.map(subKey), 'no subscriptions');
+}
+
+// ---------------------------------------------------------------------------------------
+// Topics.
+
+function renderTopics() {
+  $('topics').replaceChildren(...(state.topics.length ? state.topics.map(topicCard) : [empty('No topics yet.')]));
+}
+
+function topicCard(topic) {
+  const parts = topic.partition_states;
+  const events = parts.reduce((n, p) => n + p.high_watermark - p.log_start_offset, 0);
+  const size = parts.reduce((n, p) => n + p.bytes, 0);
+  const upkeep = topic.upkeep;
+  return h('article', { class: 'card', dataset: { testid: 'topic', topic: topic.name } },
+    h('header', {}, h('h3', {}, topic.name),
+      stat('partitions', topic.partitions, 'topic-partitions'),
+      stat('events', events, 'topic-events'),
+      stat('bytes', bytes(size), 'topic-bytes'),
+      stat('retention', topic.retention_ms === null ? 'server default' : duration(topic.retention_ms),
+        'topic-retention'),
+      stat('bytes bound', topic.retention_bytes === null ? 'none' : bytes(topic.retention_bytes))),
+    table('topic-partitions', ['partition', 'log start', 'high watermark', 'events', 'bytes'],
+      parts.map((p) => h('tr', { dataset: { testid: 'topic-partition', partition: p.partition } },
+        cell(p.partition), cell(p.log_start_offset, 'log-start'), cell(p.high_watermark, 'high-watermark'),
+        cell(p.high_watermark - p.log_start_offset), cell(bytes(p.bytes))))),
+    h('p', { class: 'muted small' }, `upkeep: ${upkeep.segments_expired} segments expired `
+      + `(${bytes(upkeep.bytes_expired)}), ${upkeep.segments_merged} merged into ${upkeep.segments_written}`
+      + (upkeep.last_change_ms ? `, last ${ago(upkeep.last_change_ms)}` : '')));
+}
+
+// ---------------------------------------------------------------------------------------
+// Consumer groups.
+
+function renderGroups() {
+  $('groups').replaceChildren(...(state.groups.length ? state.groups.map(groupCard) : [empty('No consumer groups.')]));
+}
+
+function groupCard(group) {
+  const now = Date.now();
+  return h('article', { class: 'card', dataset: { testid: 'group', group: group.group } },
+    h('header', {}, h('h3', {}, group.group),
+      stat('generation', group.generation),
+      stat('members', group.members.length, 'group-members'),
+      stat('lag', group.lag, 'group-lag')),
+    lineChart('lag-chart', [{ name: 'lag', color: '#2f6fb3', points: state.lag.get(group.group) || [] }]),
+    group.members.length
+      ? table('group-member-table', ['member', 'assignment', 'session ends in'], group.members.map((m) => [
+        h('code', {}, m.member_id),
+        m.assignment.map((a) => `${a.topic}/${a.partition}`).join(', ') || '–',
+        duration(Math.max(0, m.expires_at_ms - now))]))
+      : h('p', { class: 'muted small' }, 'No live members'
+        + (group.offsets_expire_at_ms ? `; offsets expire ${clock(group.offsets_expire_at_ms)}.` : '.')),
+    table('group-partition-table', ['topic', 'partition', 'committed', 'high watermark', 'lag', 'owner'],
+      group.partitions.map((p) => h('tr', { dataset: { testid: 'group-partition', topic: p.topic, partition: p.partition } },
+        cell(p.topic), cell(p.partition), cell(p.committed_offset === null ? '–' : p.committed_offset),
+        cell(p.high_watermark), cell(p.lag, 'partition-lag'), cell(p.member_id ? h('code', {}, p.member_id) : '–')))));
+}
+
+// ---------------------------------------------------------------------------------------
+// Subscriptions.
+
+function renderSubscriptions() {
+  $('subscriptions').replaceChildren(...(state.subscriptions.length
+    ? state.subscriptions.map(subscriptionCard) : [empty('No subscriptions.')]));
+}
+
+function subscriptionCard(sub) {
+  const b = sub.backlog;
+  const points = state.backlog.get(subKey(sub)) || [];
+  return h('article', { class: 'card', dataset: { testid: 'subscription', topic: sub.topic, subscription: sub.name } },
+    h('header', {}, h('h3', {}, h('span', { class: 'muted' }, `${sub.topic} / `), sub.name),
+      h('span', { class: `pill ${sub.push ? 'push' : ''}` }, sub.push ? 'push' : 'pull'),
+      stat('max receives', sub.max_receive_count),
+      stat('visibility', duration(sub.visibility_timeout_ms)),
+      sub.filter ? stat('filter', 'yes') : null,
+      h('span', { class: 'spacer' }),
+      h('button', { type: 'button', dataset: { testid: 'show-dlq' }, onclick: () => showDlq(subKey(sub)) },
+        'Dead letters')),
+    h('div', { class: 'stats' },
+      stat('visible', b.visible, 'sub-visible'), stat('in flight', b.in_flight, 'sub-in-flight'),
+      stat('delayed', b.delayed, 'sub-delayed'), stat('dead', b.dead, 'sub-dead'),
+      stat('expired', b.expired), stat('filtered', b.filtered),
+      stat('oldest visible', duration(b.oldest_visible_age_ms), 'sub-oldest'),
+      sub.exact ? null : h('span', { class: 'pill warn', title: 'counts changed while being read' }, 'inexact')),
+    sub.push ? pushStatus(sub.push, state.push.get(subKey(sub))?.health) : null,
+    lineChart('backlog-chart', BACKLOG_SERIES.map(([field, name, color]) => ({
+      name, color, points: points.map((p) => ({ t: p.t, v: p[field] })),
+    }))));
+}
+
+/** A push target, how it is doing, its deliveries so far and its last error. */
+function pushStatus(push, health = 'idle') {
+  const d = push.deliveries;
+  return h('div', { class: `push-status ${health}`, dataset: { testid: 'push-status' } },
+    h('span', { class: 'health', dataset: { testid: 'push-health' } }, health),
+    h('span', {}, 'target ', h('code', {}, push.url || `lambda:${push.lambda}`)),
+    stat('attempted', d.attempted, 'push-attempted'),
+    stat('succeeded', d.succeeded, 'push-succeeded'),
+    stat('failed', d.failed, 'push-failed'),
+    push.last_error
+      ? h('span', { class: 'error-text', dataset: { testid: 'push-last-error' } },
+        `last error ${ago(push.last_error_ms)}: ${push.last_error}`)
+      : h('span', { class: 'muted' }, 'no errors'));
+}
+
+// ---------------------------------------------------------------------------------------
+// Dead-letter queue of the chosen subscription.
+
+function chosenDlq() {
+  const value = $('dlq-subscription').value;
+  if (!value) return null;
+  const [topic, name] = value.split('/');
+  return { topic, name, path: `/topics/${seg(topic)}/subscriptions/${seg(name)}/dlq` };
+}
+
+function showDlq(key) {
+  $('dlq-subscription').value = key;
+  loadDlq();
+  $('dlq-section').scrollIntoView({ behavior: 'smooth', block: 'start' });
+}
+
+/** Lists the first page of the chosen subscription's dead letters. */
+async function loadDlq() {
+  const chosen = chosenDlq();
+  for (const id of ['dlq-redrive', 'dlq-purge']) $(id).disabled = !chosen;
+  if (!chosen) {
+    $('dlq-summary').textContent = 'No subscription chosen.';
+    $('dlq').replaceChildren();
+    return;
+  }
+  try {
+    const page = await api('GET', `${chosen.path}?limit=100`);
+    if (chosenDlq()?.path !== chosen.path) return; // the choice changed meanwhile
+    const n = page.dead_letters.length;
+    $('dlq-summary').replaceChildren(h('b', { dataset: { testid: 'dlq-count' } }, page.next ? `${n}+` : n),
+      ` dead letter${n === 1 ? '' : 's'} in ${chosen.topic} / ${chosen.name}`
+      + (page.next ? ` (the first ${n} shown)` : ''));
+    $('dlq').replaceChildren(n === 0 ? empty('The dead-letter queue is empty.') : table('dlq-table',
+      ['id', 'key', 'value', 'receives', 'dead since', 'reason', ''],
+      page.dead_letters.map((d) => h('tr', { dataset: { testid: 'dlq-row', id: d.id } },
+        cell(h('code', {}, d.id)), cell(d.event?.key ?? '–'), h('td', { class: 'value' }, h('code', {}, preview(d.event))),
+        cell(d.receive_count), cell(clock(d.dead_ms)), h('td', { class: 'wrap' }, d.reason.replaceAll('_', ' ')),
+        cell(h('button', { type: 'button', class: 'danger small', dataset: { testid: 'dlq-delete' },
+          onclick: () => deleteDeadLetter(chosen, d.id) }, 'Delete'))))));
+    clearError('dead-letter queue');
+  } catch (error) {
+    report('dead-letter queue', error);
+  }
+}
+
+/** Asks, then does `action`, shows its outcome and refreshes at once. */
+async function confirmed(question, label, action) {
+  if (!await confirmDialog(question, label)) return;
+  try {
+    $('dlq-outcome').textContent = `${await action()} at ${clock(Date.now())}.`;
+    clearError('dead-letter action');
+  } catch (error) {
+    report('dead-letter action', error);
+  }
+  await refresh();
+}
+
+function deleteDeadLetter(chosen, id) {
+  return confirmed(`Delete dead letter ${id} of ${chosen.topic} / ${chosen.name} for good?`, 'Delete',
+    async () => {
+      await api('DELETE', `${chosen.path}/${seg(id)}`);
+      return `deleted ${id}`;
+    });
+}
+
+$('dlq-redrive').addEventListener('click', () => {
+  const chosen = chosenDlq();
+  const raw = $('dlq-max').value.trim();
+  const max = raw === '' ? null : Number(raw);
+  if (max !== null && !(Number.isInteger(max) && max >= 1)) {
+    return report('dead-letter action', new Error('"Redrive at most" takes a whole number from 1, or nothing for all'));
+  }
+  const what = max ? `at most ${max} dead letters` : 'every dead letter';
+  return confirmed(`Send ${what} of ${chosen.topic} / ${chosen.name} back into its queue?`, 'Redrive', async () => {
+    const answer = await api('POST', `${chosen.path}/redrive`, max ? { max_messages: max } : {});
+    return `redrove ${answer.redriven}`;
+  });
+});
+
+$('dlq-purge').addEventListener('click', () => {
+  const chosen = chosenDlq();
+  return confirmed(`Remove every dead letter of ${chosen.topic} / ${chosen.name} for good?`, 'Purge', async () => {
+    const answer = await api('DELETE', chosen.path);
+    return `purged ${answer.purged}`;
+  });
+});
+
+$('dlq-subscription').addEventListener('change', () => loadDlq());
+
+/** The page's own confirmation dialog; answers whether the user confirmed. */
+function confirmDialog(question, label) {
+  const dialog = $('confirm');
+  $('confirm-message').textContent = question;
+  $('confirm-ok').textContent = label;
+  dialog.returnValue = '';
+  dialog.showModal();
+  return new Promise((resolve) => {
+    dialog.addEventListener('close', () => resolve(dialog.returnValue === 'ok'), { once: true });
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Live tail: long polls of one partition from an offset, newest event first.
+
+let tail = null; // the AbortController of the running tail
+
+$('tail-form').addEventListener('submit', (event) => {
+  event.preventDefault();
+  const topic = $('tail-topic').value;
+  if (!topic) return report('tail', new Error('there is no topic to tail'));
+  runTail(topic, Number($('tail-partition').value), $('tail-from').value.trim());
+});
+
+$('tail-stop').addEventListener('click', () => stopTail());
+
+function stopTail() {
+  if (tail) tail.abort();
+  tail = null;
+  tailState('stopped', 'Stopped.');
+}
+
+function tailState(name, text) {
+  const status = $('tail-status');
+  status.dataset.state = name;
+  status.textContent = text;
+  $('tail-start').disabled = name === 'running';
+  $('tail-stop').disabled = name !== 'running';
+}
+
+/** Resolves `from` (latest, earliest or an offset) to an offset first, so that every event
+ *  published after the status says "from offset N" is shown; then long-polls from it. */
+async function runTail(topic, partition, from) {
+  stopTail();
+  const controller = new AbortController();
+  const { signal } = controller;
+  tail = controller;
+  $('tail-events').replaceChildren();
+  const base = `/topics/${seg(topic)}/partitions/${partition}`;
+  try {
+    let offset = /^\d+$/.test(from) ? Number(from)
+      : (await api('GET', `${base}/offsets?timestamp_ms=${encodeURIComponent(from)}`, undefined, { signal })).offset;
+    const where = `${topic} / partition ${partition}`;
+    tailState('running', `Tailing ${where} from offset ${offset}.`);
+    $('tail-status').dataset.from = offset;
+    clearError('tail');
+    while (!signal.aborted) {
+      const page = await api('GET', `${base}/events?offset=${offset}&limit=100&wait_ms=10000`, undefined, { signal });
+      showTailEvents(page.events);
+      offset = page.next_offset;
+      tailState('running', `Tailing ${where}: next offset ${offset}, high watermark ${page.high_watermark}.`);
+    }
+  } catch (error) {
+    if (signal.aborted) return;
+    report('tail', error);
+    tail = null;
+    tailState('failed', 'Stopped by an error.');
+  }
+}
+
+function showTailEvents(events) {
+  const list = $('tail-events');
+  for (const e of events) {
+    list.prepend(h('li', { dataset: { testid: 'tail-event', offset: e.offset } },
+      h('span', { class: 'offset' }, `#${e.offset}`), h('span', { class: 'muted' }, clock(e.timestamp_ms)),
+      e.key === null ? null : h('span', { class: 'key' }, e.key), h('code', {}, preview(e))));
+  }
+  while (list.children.length > TAIL_KEEP) list.lastElementChild.remove();
+}
+
+// ---------------------------------------------------------------------------------------
+// Little pieces.
+
+function stat(label, value, testid) {
+  return h('span', { class: 'stat' }, h('span', { class: 'label' }, label),
+    h('b', { dataset: testid ? { testid } : undefined }, value));
+}
+
+function empty(text) {
+  return h('p', { class: 'muted empty' }, text);
+}
+
+$('pause').addEventListener('click', () => {
+  state.paused = !state.paused;
+  $('pause').textContent = state.paused ? 'Resume' : 'Pause';
+  if (state.paused) clearTimeout(state.timer);
+  else refresh();
+});
+
+refresh();
