@@ -3,8 +3,9 @@
 # binary (with the workspace's tests, as infra/test.sh does), installs tests/browser's npm
 # packages (playwright-core) when its node_modules is missing, and runs node's test runner
 # there (tests/browser/dashboard.test.mjs), which starts its own server on a free loopback
-# port over a fresh data directory and stops it. Needs node 20 or later and Chromium at /usr/bin/chromium (infra/setup.sh installs it; CHROMIUM
-# names another). Leaves a screenshot in target/browser/dashboard.png. About 15 s once built.
+# port over a fresh data directory and stops it. Needs node 20 or later and Chromium at
+# /usr/bin/chromium (infra/setup.sh installs it; CHROMIUM names another). Leaves a
+# screenshot in target/browser/dashboard.png. About 15 s once built.
 # Extra arguments go to `node --test` (e.g. --test-name-pattern tail).
 set -euo pipefail
 cd "$(dirname "$0")/.."
