@@ -77,18 +77,18 @@ fn parse_time(time: Option<&str>) -> Result<Option<i64>, ApiError> {
 }
 
 /// The distributed tracing extension's attributes as the event's `traceparent` and
-/// `tracestate` headers: none without a `traceparent`.
-fn trace_headers(traceparent: Option<&str>, tracestate: Option<&str>) -> Result<Vec<(String, Bytes)>, ApiError> {
-    let Some(parent) = traceparent else { return Ok(Vec::new()) };
-    let context = TraceContext::parse(parent, tracestate).map_err(|e| invalid(format!("distributed tracing: {e}")))?;
-    Ok(context.headers().into_iter().map(|(name, value)| (name, Bytes::from(value))).collect())
+/// `tracestate` headers: none without a well-formed `traceparent` (read as W3C asks, see
+/// [`TraceContext::lenient`]).
+fn trace_headers(traceparent: Option<&str>, tracestate: Option<&str>) -> Vec<(String, Bytes)> {
+    let context = traceparent.and_then(|parent| TraceContext::lenient(parent, tracestate));
+    context.map_or_else(Vec::new, |c| c.headers().into_iter().map(|(name, value)| (name, Bytes::from(value))).collect())
 }
 
 fn structured_event(raw: &RawValue) -> Result<NewEvent, ApiError> {
     let env: Envelope = parse_json_owned(raw.get().as_bytes())?;
     check_required(env.specversion.as_deref(), env.id.as_deref(), env.source.as_deref(), env.kind.as_deref())?;
     let mut headers = vec![("content-type".into(), Bytes::from_static(b"application/cloudevents+json"))];
-    headers.extend(trace_headers(env.traceparent.as_deref(), env.tracestate.as_deref())?);
+    headers.extend(trace_headers(env.traceparent.as_deref(), env.tracestate.as_deref()));
     Ok(NewEvent {
         key: env.partitionkey.map(Bytes::from),
         headers,
@@ -121,13 +121,18 @@ pub fn batch(body: &[u8], max_events: usize) -> Result<Vec<NewEvent>, ApiError> 
 pub fn binary(headers: &HeaderMap, body: &Bytes) -> Result<NewEvent, ApiError> {
     let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     check_required(get("ce-specversion"), get("ce-id"), get("ce-source"), get("ce-type"))?;
-    let mut record_headers = Vec::new();
+    // A well-formed trace context is stored as the `traceparent` and `tracestate` headers
+    // alone (not also as `ce_traceparent`, which would take two more header slots).
+    let mut record_headers = trace_headers(get("ce-traceparent"), get("ce-tracestate"));
+    let traced = !record_headers.is_empty();
     for (name, value) in headers {
         if let Some(attr) = name.as_str().strip_prefix("ce-") {
+            if traced && matches!(attr, "traceparent" | "tracestate") {
+                continue;
+            }
             record_headers.push((format!("ce_{attr}"), Bytes::copy_from_slice(value.as_bytes())));
         }
     }
-    record_headers.extend(trace_headers(get("ce-traceparent"), get("ce-tracestate"))?);
     let content_type = get(header::CONTENT_TYPE.as_str());
     if let Some(ct) = content_type {
         record_headers.push(("content-type".into(), Bytes::copy_from_slice(ct.as_bytes())));

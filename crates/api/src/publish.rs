@@ -14,7 +14,6 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
-use sluice_core::trace::TraceContext;
 use sluice_core::{IdempotencyKey, Log, NewEvent, Position};
 
 use utoipa::ToSchema;
@@ -52,8 +51,8 @@ pub(crate) struct JsonEvent<'a> {
     /// Standard alphabet, padded; replayed as `value_base64`.
     #[schema(content_encoding = "base64")]
     value_base64: Option<String>,
-    /// At most 64. `traceparent` and `tracestate`, if present, must be W3C trace context: the
-    /// event's own, kept over the request's.
+    /// At most 64. An event's own `traceparent` (and `tracestate`) is kept over the
+    /// request's trace context.
     #[serde(default)]
     headers: BTreeMap<String, String>,
     /// Milliseconds since the epoch; default: when Sluice accepted the request.
@@ -71,9 +70,9 @@ pub(crate) struct JsonEvent<'a> {
         description = "1 to 255 visible ASCII characters: the same request again under it writes nothing"),
         ("traceparent" = Option<String>, Header, example = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
         pattern = "^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$",
-        description = "W3C trace context: stored as the `traceparent` header of each event without one"),
+        description = "W3C trace context: stored as the `traceparent` header of each event without one (ignored if malformed)"),
         ("tracestate" = Option<String>, Header, example = "rojo=00f067aa0ba902b7",
-        description = "W3C trace context: stored with the `traceparent`, as each event's `tracestate` header")),
+        description = "W3C trace context: stored with the `traceparent`, as each event's `tracestate` header (dropped if malformed)")),
     request_body(content(
         (Batch = "application/json", example = ex::publish),
         (cloudevents::Envelope = "application/cloudevents+json", example = ex::cloudevent),
@@ -87,7 +86,16 @@ pub async fn publish(
     body: Body,
 ) -> Result<Response, ApiError> {
     let outcome = store(&log, &topic, &headers, body).await;
-    metrics::published(&topic, outcome.as_ref().map(|(_, stored)| stored));
+    // Counted per topic only for a topic that exists (many refusals come before the log
+    // looks it up): made-up names must not add label sets.
+    let exists = match &outcome {
+        Ok(_) => true,
+        Err(e) if matches!(e.code, Code::TopicNotFound | Code::InvalidName) => false,
+        Err(_) => log.topic_exists(&topic).await,
+    };
+    if exists {
+        metrics::published(&topic, outcome.as_ref().map(|(_, stored)| stored));
+    }
     let (results, _) = outcome?;
     Ok(([(header::CONTENT_TYPE, "application/json")], render_results(&results)).into_response())
 }
@@ -101,7 +109,7 @@ async fn store(
 ) -> Result<(Vec<Position>, metrics::Stored), ApiError> {
     let body = read_body(body, log.limits().max_request_bytes).await?;
     let idempotency = idempotency_key(headers, &body)?;
-    let trace = trace::request_context(headers)?;
+    let trace = trace::request_context(headers);
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
     let mime = content_type.split(';').next().unwrap_or_default().trim();
     let is = |m: &str| mime.eq_ignore_ascii_case(m);
@@ -174,8 +182,6 @@ fn json_event(body: &Bytes, i: usize, e: JsonEvent<'_>) -> Result<NewEvent, ApiE
         Cow::Owned(k) => Bytes::from(k),
     });
     let headers: Vec<(String, Bytes)> = e.headers.into_iter().map(|(k, v)| (k, Bytes::from(v))).collect();
-    TraceContext::of_headers(&headers)
-        .map_err(|m| ApiError::bad_request(Code::InvalidEvent, format!("event {i}: its trace context: {m}")))?;
     Ok(NewEvent { key, headers, value, value_is_json, timestamp_ms: e.timestamp_ms, partition: e.partition })
 }
 

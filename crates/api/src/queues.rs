@@ -13,7 +13,6 @@ use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use sluice_core::metrics as m;
 use sluice_core::queues::{
     Backlog, Backoff, DeadLetterPage, Message, Ordering, PushSpec, PushTarget, Queues, ReceiptError, ReceiveRequest,
     StartAt, Subscription, SubscriptionSpec,
@@ -357,12 +356,11 @@ pub async fn receive(
     };
     if req.ack.is_empty() {
         let messages = queues.receive(&topic, &sub, &request).await?;
-        received(&topic, &sub, &messages);
+        received(&topic, &messages);
         return Ok(json_response(render_messages(&messages, None)));
     }
     let (acks, messages) = queues.ack_and_receive(&topic, &sub, &req.ack, &request).await?;
-    metrics::queue(m::ACKED, &topic, &sub, settled(&acks));
-    received(&topic, &sub, &messages);
+    received(&topic, &messages);
     Ok(json_response(render_messages(&messages, Some(&results(&req.ack, &acks)))))
 }
 
@@ -401,15 +399,10 @@ fn receipt_error(receipt: &str, e: ReceiptError) -> Value {
     json!({ "receipt": receipt, "ok": false, "error": { "code": e.code().as_str(), "message": e.message() } })
 }
 
-/// Counts what a receive handed out.
-fn received(topic: &str, sub: &str, messages: &[Message]) {
-    metrics::queue(m::RECEIVED, topic, sub, messages.len() as u64);
+/// Counts the events a receive handed out (the messages themselves are counted by the
+/// queues, for pull and push alike).
+fn received(topic: &str, messages: &[Message]) {
     metrics::read("queue", messages.iter().map(|msg| (topic, &msg.event)));
-}
-
-/// How many receipts were settled.
-fn settled(outcomes: &[Result<(), ReceiptError>]) -> u64 {
-    outcomes.iter().filter(|o| o.is_ok()).count() as u64
 }
 
 /// One result per receipt, in the order of the request.
@@ -436,7 +429,6 @@ pub async fn ack(
 ) -> Result<Json<Value>, ApiError> {
     let req: Ack = parse_json_owned(&read_body(body, MAX_BODY).await?)?;
     let outcomes = queues.ack(&topic, &sub, &req.receipts).await?;
-    metrics::queue(m::ACKED, &topic, &sub, settled(&outcomes));
     Ok(Json(json!({ "results": results(&req.receipts, &outcomes) })))
 }
 
@@ -452,7 +444,6 @@ pub async fn nack(
 ) -> Result<Json<Value>, ApiError> {
     let req: Nack = parse_json_owned(&read_body(body, MAX_BODY).await?)?;
     let outcomes = queues.nack(&topic, &sub, &req.receipts, req.delay_ms).await?;
-    metrics::queue(m::NACKED, &topic, &sub, settled(&outcomes));
     Ok(Json(json!({ "results": results(&req.receipts, &outcomes) })))
 }
 
@@ -562,7 +553,6 @@ pub async fn redrive(
 ) -> Result<Json<Value>, ApiError> {
     let req: Redrive = parse_optional(&read_body(body, MAX_BODY).await?)?;
     let redriven = queues.redrive(&topic, &sub, req.max_messages).await?;
-    metrics::queue(m::REDRIVEN, &topic, &sub, redriven);
     Ok(Json(json!({ "redriven": redriven })))
 }
 

@@ -4,30 +4,21 @@
 
 use axum::http::HeaderMap;
 use sluice_core::trace::{TraceContext, TraceParent, TRACEPARENT, TRACESTATE, XRAY_HEADER};
-use sluice_core::Code;
 
-use crate::ApiError;
-
-/// The request's trace context: `None` without a `traceparent` header (a `tracestate`
-/// alone means nothing); `400 invalid_request` if either is malformed, or if
-/// `traceparent` is sent twice. Several `tracestate` lines are one list, as W3C says.
-pub(crate) fn request_context(headers: &HeaderMap) -> Result<Option<TraceContext>, ApiError> {
-    let invalid = |message: String| ApiError::bad_request(Code::InvalidRequest, message);
-    let text = |name: &str| -> Result<Vec<&str>, ApiError> {
-        let values = headers.get_all(name).iter().map(|v| v.to_str());
-        values.collect::<Result<_, _>>().map_err(|_| invalid(format!("the {name} header is not visible ASCII")))
-    };
-    let parents = text(TRACEPARENT)?;
-    let parent = match parents[..] {
-        [] => return Ok(None),
-        [one] => one,
-        _ => return Err(invalid("the traceparent header is sent more than once".into())),
-    };
-    let states = text(TRACESTATE)?;
-    let state = (!states.is_empty()).then(|| states.join(","));
-    TraceContext::parse(parent, state.as_deref())
-        .map(Some)
-        .map_err(|e| invalid(format!("the {TRACEPARENT} and {TRACESTATE} headers: {e}")))
+/// The request's trace context, as W3C asks a receiver to read it: `None` without a
+/// single well-formed `traceparent` header (a malformed or repeated one is ignored, and
+/// the events start no trace), and a malformed `tracestate` dropped. Several
+/// `tracestate` lines are one list. Tracing never makes a publish fail.
+pub(crate) fn request_context(headers: &HeaderMap) -> Option<TraceContext> {
+    let mut parents = headers.get_all(TRACEPARENT).iter();
+    let (Some(parent), None) = (parents.next(), parents.next()) else { return None };
+    let states: Option<Vec<&str>> = headers.get_all(TRACESTATE).iter().map(|v| v.to_str().ok()).collect();
+    let state = states.filter(|s| !s.is_empty()).map(|s| s.join(","));
+    let context = TraceContext::lenient(parent.to_str().ok()?, state.as_deref());
+    if context.is_none() {
+        tracing::debug!(traceparent = ?parent, "malformed traceparent ignored");
+    }
+    context
 }
 
 /// The trace id to log the request under: its `traceparent`'s, else that of its X-Ray

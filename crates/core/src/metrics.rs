@@ -48,21 +48,23 @@ pub const GROUP_COMMITTED: &str = "sluice_group_committed_offset";
 pub const GROUP_LAG: &str = "sluice_group_lag";
 /// A group's live members, by `group`.
 pub const GROUP_MEMBERS: &str = "sluice_group_members";
-/// Rebalances so far (the group's generation), by `group`.
-pub const GROUP_REBALANCES: &str = "sluice_group_rebalances_total";
+/// Rebalances so far: the group's generation, by `group` (a gauge read from the store).
+pub const GROUP_GENERATION: &str = "sluice_group_generation";
 
 /// A subscription's messages by `topic`, `subscription`, `state` (`visible`,
 /// `in_flight`, `delayed`, `dead`).
 pub const SUB_MESSAGES: &str = "sluice_subscription_messages";
-/// Messages its filter passed over, by `topic`, `subscription`.
-pub const SUB_FILTERED: &str = "sluice_subscription_filtered_total";
-/// Messages retention took before they were settled, by `topic`, `subscription`.
-pub const SUB_EXPIRED: &str = "sluice_subscription_expired_total";
+/// Messages its filter passed over so far, by `topic`, `subscription` (a running total
+/// kept by the store, so a gauge: it starts again at 0 for a re-created subscription).
+pub const SUB_FILTERED: &str = "sluice_subscription_filtered";
+/// Messages retention took before they were settled, so far, by `topic`, `subscription`
+/// (a running total kept by the store).
+pub const SUB_EXPIRED: &str = "sluice_subscription_expired";
 /// Age of the oldest visible message, by `topic`, `subscription` (0 when none).
 pub const SUB_OLDEST_AGE: &str = "sluice_subscription_oldest_visible_age_seconds";
-/// A push subscription's deliveries by `topic`, `subscription`, `outcome`
-/// (`succeeded`, `failed`), as its store records them (every dispatcher's).
-pub const PUSH_DELIVERIES: &str = "sluice_push_deliveries_total";
+/// A push subscription's deliveries so far by `topic`, `subscription`, `outcome`
+/// (`succeeded`, `failed`): every dispatcher's, a running total kept by the store.
+pub const PUSH_DELIVERIES: &str = "sluice_push_deliveries";
 
 /// Messages received, by `topic`, `subscription`.
 pub const RECEIVED: &str = "sluice_messages_received_total";
@@ -88,23 +90,23 @@ pub const JANITOR_OBJECTS_COLLECTED: &str = "sluice_janitor_objects_collected_to
 
 /// Time a scrape's (or the janitor's) sample of the store took.
 pub const SAMPLE_DURATION: &str = "sluice_state_sample_seconds";
-/// 1 when the last sample left topics, groups or subscriptions out (see its bounds).
+/// 1 when the last sample left topics, groups or subscriptions out (its bounds, or an
+/// error reading one).
 pub const SAMPLE_TRUNCATED: &str = "sluice_state_sample_truncated";
+/// Topics, groups or subscriptions a sample could not read (logged, then skipped).
+pub const SAMPLE_ERRORS: &str = "sluice_state_sample_errors_total";
 
 /// Registers each metric's unit and help text with the installed recorder: Prometheus
 /// prints them as `# HELP`, CloudWatch takes the unit.
 pub fn describe() {
-    let counters: [(&'static str, Unit, &'static str); 20] = [
+    let counters: [(&'static str, Unit, &'static str); 17] = [
         (HTTP_REQUESTS, Unit::Count, "HTTP requests answered, by route, method and status"),
         (PUBLISH_REQUESTS, Unit::Count, "Publish requests by topic and outcome (ok, rejected, failed)"),
         (EVENTS_PUBLISHED, Unit::Count, "Events acknowledged to publishers"),
         (BYTES_PUBLISHED, Unit::Bytes, "Bytes of keys, headers and values acknowledged to publishers"),
         (EVENTS_READ, Unit::Count, "Events handed out by replay, group polls and receives"),
         (BYTES_READ, Unit::Bytes, "Bytes of the events handed out"),
-        (GROUP_REBALANCES, Unit::Count, "Rebalances of a consumer group (its generation)"),
-        (SUB_FILTERED, Unit::Count, "Messages a subscription's filter passed over"),
-        (SUB_EXPIRED, Unit::Count, "Messages retention took before they were settled"),
-        (PUSH_DELIVERIES, Unit::Count, "Push deliveries by outcome, as the store records them"),
+        (SAMPLE_ERRORS, Unit::Count, "Topics, groups or subscriptions a state sample could not read"),
         (RECEIVED, Unit::Count, "Messages received from a subscription"),
         (ACKED, Unit::Count, "Messages acknowledged"),
         (NACKED, Unit::Count, "Messages given back"),
@@ -119,13 +121,17 @@ pub fn describe() {
     for (name, unit, help) in counters {
         describe_counter!(name, unit, help);
     }
-    let gauges: [(&'static str, Unit, &'static str); 9] = [
+    let gauges: [(&'static str, Unit, &'static str); 13] = [
         (HIGH_WATERMARK, Unit::Count, "A partition's next offset"),
         (LOG_START, Unit::Count, "A partition's first readable offset"),
         (TOPIC_BYTES, Unit::Bytes, "Bytes a topic's partitions hold"),
         (GROUP_COMMITTED, Unit::Count, "A consumer group's committed offset"),
         (GROUP_LAG, Unit::Count, "Events a consumer group has not committed"),
         (GROUP_MEMBERS, Unit::Count, "Live members of a consumer group"),
+        (GROUP_GENERATION, Unit::Count, "Rebalances of a consumer group so far (its generation)"),
+        (SUB_FILTERED, Unit::Count, "Messages a subscription's filter passed over so far"),
+        (SUB_EXPIRED, Unit::Count, "Messages retention took before they were settled, so far"),
+        (PUSH_DELIVERIES, Unit::Count, "Push deliveries so far by outcome, as the store keeps them"),
         (SUB_MESSAGES, Unit::Count, "A subscription's messages by state"),
         (SUB_OLDEST_AGE, Unit::Seconds, "Age of a subscription's oldest visible message"),
         (SAMPLE_TRUNCATED, Unit::Count, "1 when the last state sample stopped at its bounds"),

@@ -150,6 +150,15 @@ impl TraceContext {
         Ok(Self { traceparent, tracestate: tracestate.map(str::to_owned) })
     }
 
+    /// What a receiver makes of a context it is given, as W3C asks: `None` for a
+    /// malformed `traceparent` (the trace starts afresh), and a malformed `tracestate`
+    /// dropped. Never a reason to refuse a request.
+    pub fn lenient(traceparent: &str, tracestate: Option<&str>) -> Option<Self> {
+        let traceparent = TraceParent::parse(traceparent).ok()?;
+        let tracestate = tracestate.filter(|s| check_tracestate(s).is_ok()).map(str::to_owned);
+        Some(Self { traceparent, tracestate })
+    }
+
     /// The trace context of an event's headers: `None` if it has no `traceparent` (a
     /// `tracestate` alone means nothing), an error if either header is malformed.
     pub fn of_headers(headers: &[(String, Bytes)]) -> Result<Option<Self>, String> {
@@ -165,17 +174,21 @@ impl TraceContext {
     }
 
     /// Gives `event` this context, unless it carries a `traceparent` of its own (an
-    /// event's own context wins), as headers: `traceparent`, and `tracestate` unless the
-    /// event has one. Only as far as `max_headers` allows: a full event is left as it is,
-    /// rather than refused for a context its producer never asked to store.
+    /// event's own context wins, whatever it holds), as headers: `traceparent`, and this
+    /// `tracestate` in place of any the event had alone (a `tracestate` belongs to its
+    /// `traceparent`). Only as far as `max_headers` allows: a full event is left as it
+    /// is, rather than refused for a context its producer never asked to store.
     pub fn inherit(&self, event: &mut NewEvent, max_headers: usize) {
-        let has = |e: &NewEvent, name: &str| e.headers.iter().any(|(n, _)| n == name);
-        if has(event, TRACEPARENT) || event.headers.len() >= max_headers {
+        if event.headers.iter().any(|(n, _)| n == TRACEPARENT) {
+            return;
+        }
+        event.headers.retain(|(n, _)| n != TRACESTATE);
+        if event.headers.len() >= max_headers {
             return;
         }
         event.headers.push((TRACEPARENT.into(), Bytes::from(self.traceparent.0.clone())));
         if let Some(state) = &self.tracestate {
-            if !has(event, TRACESTATE) && event.headers.len() < max_headers {
+            if event.headers.len() < max_headers {
                 event.headers.push((TRACESTATE.into(), Bytes::from(state.clone())));
             }
         }
@@ -298,7 +311,8 @@ mod tests {
 
         let mut own_state = event(&[("tracestate", "verde=2")]);
         ctx.inherit(&mut own_state, 64);
-        assert_eq!(own_state.headers, headers(&[("tracestate", "verde=2"), ("traceparent", PARENT)]));
+        let inherited = headers(&[("traceparent", PARENT), ("tracestate", "rojo=1")]);
+        assert_eq!(own_state.headers, inherited, "a lone tracestate belongs to no trace: replaced");
 
         let mut almost_full = event(&[("a", "1")]);
         ctx.inherit(&mut almost_full, 2);

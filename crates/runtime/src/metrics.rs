@@ -41,7 +41,7 @@ pub fn prometheus() -> &'static PrometheusHandle {
 
 /// `GET /metrics`: the counters and histograms of this process, and the gauges of the
 /// store, sampled now within [`SampleBounds::default`] (one sample at a time: concurrent
-/// scrapes wait for each other rather than multiply the reads).
+/// scrapes take turns rather than read the store at once).
 pub fn router(app: App) -> Router {
     prometheus();
     let scraping = std::sync::Arc::new(Mutex::new(()));

@@ -9,11 +9,12 @@ mod state;
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request};
+use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::Response;
 use metrics::{counter, histogram};
 use sluice_core::metrics as m;
-use sluice_core::{Code, Event, NewEvent};
+use sluice_core::{Event, NewEvent};
 
 pub use state::{sample, Detail, SampleBounds, SampleReport};
 
@@ -23,7 +24,14 @@ use crate::ApiError;
 /// `unmatched`), method and status, and times it.
 pub(crate) async fn track(request: Request, next: Next) -> Response {
     let route = request.extensions().get::<MatchedPath>().map_or("unmatched", MatchedPath::as_str).to_owned();
-    let method = request.method().as_str().to_owned();
+    // Any token is a method to hyper: an unknown one is `other`, so clients cannot add labels.
+    let method = match *request.method() {
+        Method::GET | Method::POST | Method::PUT | Method::DELETE | Method::PATCH | Method::HEAD | Method::OPTIONS => {
+            request.method().as_str()
+        }
+        _ => "other",
+    }
+    .to_owned();
     let started = Instant::now();
     let response = next.run(request).await;
     let status = response.status().as_u16().to_string();
@@ -38,7 +46,8 @@ pub(crate) fn read<'a>(via: &'static str, events: impl IntoIterator<Item = (&'a 
     // (topic, events, bytes), in the order topics first appear: a page spans few topics.
     let mut per_topic: Vec<(&str, u64, u64)> = Vec::new();
     for (topic, e) in events {
-        let size = e.record.approx_size() as u64;
+        let r = &e.record;
+        let size = payload_bytes(r.key.as_deref(), &r.headers, &r.value);
         match per_topic.iter_mut().find(|(t, _, _)| *t == topic) {
             Some((_, n, bytes)) => (*n, *bytes) = (*n + 1, *bytes + size),
             None => per_topic.push((topic, 1, size)),
@@ -50,9 +59,9 @@ pub(crate) fn read<'a>(via: &'static str, events: impl IntoIterator<Item = (&'a 
     }
 }
 
-/// A publish to `topic` ended: acknowledged (`Ok`), or refused. Refusals for a topic
-/// that does not exist (or cannot) are left to the HTTP count, so made-up names add no
-/// label sets.
+/// A publish to `topic`, known to exist, ended: acknowledged (`Ok`), or refused (the
+/// caller leaves out refusals for topics that do not exist, so made-up names add no
+/// label sets).
 pub(crate) fn published(topic: &str, outcome: Result<&Stored, &ApiError>) {
     let topic = topic.to_owned();
     match outcome {
@@ -62,12 +71,18 @@ pub(crate) fn published(topic: &str, outcome: Result<&Stored, &ApiError>) {
             counter!(m::BYTES_PUBLISHED, "topic" => topic.clone()).increment(stored.bytes);
             histogram!(m::PUBLISH_COMMIT, "topic" => topic).record(stored.commit_seconds);
         }
-        Err(e) if matches!(e.code, Code::TopicNotFound | Code::InvalidName) => {}
         Err(e) => {
             let outcome = if e.status.is_server_error() { "failed" } else { "rejected" };
             counter!(m::PUBLISH_REQUESTS, "topic" => topic, "outcome" => outcome).increment(1);
         }
     }
+}
+
+/// The bytes of an event's key, header names and values, and value: what the byte
+/// counters add, published and read alike.
+fn payload_bytes(key: Option<&[u8]>, headers: &[(String, bytes::Bytes)], value: &[u8]) -> u64 {
+    let headers: usize = headers.iter().map(|(k, v)| k.len() + v.len()).sum();
+    (key.map_or(0, <[u8]>::len) + headers + value.len()) as u64
 }
 
 /// What a publish had stored, and how long the log took to acknowledge it.
@@ -80,26 +95,12 @@ pub(crate) struct Stored {
 impl Stored {
     /// The size of a valid batch, before it goes to the log.
     pub(crate) fn of(events: &[NewEvent]) -> Self {
-        let bytes = events
-            .iter()
-            .map(|e| {
-                let headers: usize = e.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
-                (e.key.as_ref().map_or(0, |k| k.len()) + headers + e.value.len()) as u64
-            })
-            .sum();
+        let bytes = events.iter().map(|e| payload_bytes(e.key.as_deref(), &e.headers, &e.value)).sum();
         Self { events: events.len() as u64, bytes, commit_seconds: 0.0 }
     }
 
     /// The same, acknowledged after `elapsed`.
     pub(crate) fn committed_in(self, elapsed: std::time::Duration) -> Self {
         Self { commit_seconds: elapsed.as_secs_f64(), ..self }
-    }
-}
-
-/// A settlement or delivery count of a subscription: `name` is one of
-/// [`m::RECEIVED`], [`m::ACKED`], [`m::NACKED`], [`m::REDRIVEN`].
-pub(crate) fn queue(name: &'static str, topic: &str, subscription: &str, n: u64) {
-    if n > 0 {
-        counter!(name, "topic" => topic.to_owned(), "subscription" => subscription.to_owned()).increment(n);
     }
 }

@@ -20,6 +20,7 @@ use std::time::Instant;
 
 use metrics::{counter, gauge, histogram, Label};
 use sluice_core::metrics as m;
+use sluice_core::queues::SubscriptionDescription;
 use sluice_core::Error;
 
 use crate::App;
@@ -54,8 +55,29 @@ pub struct SampleReport {
     pub topics: usize,
     pub groups: usize,
     pub subscriptions: usize,
-    /// Some were left out by the bounds.
+    /// Those it could not read (each logged and skipped).
+    pub errors: usize,
+    /// Some were left out, by the bounds or an error.
     pub truncated: bool,
+}
+
+impl SampleReport {
+    /// `None` for what could not be read: deleted since it was listed (skipped), or
+    /// failing (logged, counted, and the sample marked truncated), so one bad item
+    /// never costs the rest of the sample.
+    fn read<T>(&mut self, what: &str, result: Result<T, Error>) -> Option<T> {
+        match result {
+            Ok(t) => Some(t),
+            Err(Error::TopicNotFound(_) | Error::GroupNotFound(_) | Error::SubscriptionNotFound { .. }) => None,
+            Err(error) => {
+                tracing::warn!(%error, what, "state sample: skipped");
+                counter!(m::SAMPLE_ERRORS).increment(1);
+                self.errors += 1;
+                self.truncated = true;
+                None
+            }
+        }
+    }
 }
 
 /// A gauge by its name and labels.
@@ -64,19 +86,22 @@ type GaugeKey = (&'static str, Vec<Label>);
 /// The gauges the last sample of this process set.
 static LAST_SAMPLED: Mutex<BTreeSet<GaugeKey>> = Mutex::new(BTreeSet::new());
 
-/// Sets the gauges (and the store-kept counters) of what `app`'s store holds now.
+/// Sets the gauges of what `app`'s store holds now.
 /// Something deleted while the sample runs is skipped.
 pub async fn sample(app: &App, detail: Detail, bounds: SampleBounds) -> Result<SampleReport, Error> {
     let started = Instant::now();
     let mut gauges = Gauges::default();
     let report = read(app, detail, bounds, &mut gauges).await?;
     let mut last = LAST_SAMPLED.lock().unwrap_or_else(|p| p.into_inner());
-    if !report.truncated {
+    if report.truncated {
+        // What this sample left out may still exist: remembered, not zeroed.
+        last.extend(gauges.set);
+    } else {
         for (name, labels) in last.difference(&gauges.set) {
             gauge!(*name, labels.iter()).set(0.0);
         }
+        *last = gauges.set;
     }
-    *last = gauges.set;
     gauge!(m::SAMPLE_TRUNCATED).set(if report.truncated { 1.0 } else { 0.0 });
     histogram!(m::SAMPLE_DURATION).record(started.elapsed().as_secs_f64());
     Ok(report)
@@ -102,7 +127,7 @@ async fn read(app: &App, detail: Detail, bounds: SampleBounds, g: &mut Gauges) -
     report.truncated |= topics.len() > bounds.topics;
     topics.truncate(bounds.topics);
     for topic in &topics {
-        let Some((_, states)) = skip_gone(app.log.describe_topic(&topic.name).await)? else { continue };
+        let Some((_, states)) = report.read(&topic.name, app.log.describe_topic(&topic.name).await) else { continue };
         report.topics += 1;
         let name = topic.name.clone();
         g.set(m::TOPIC_BYTES, &[("topic", name.clone())], states.iter().map(|p| p.bytes).sum::<u64>() as f64);
@@ -117,11 +142,13 @@ async fn read(app: &App, detail: Detail, bounds: SampleBounds, g: &mut Gauges) -
     report.truncated |= sample_groups(app, detail, bounds.groups, &mut report, g).await?;
     for topic in &topics {
         let left = bounds.subscriptions - report.subscriptions;
-        let Some(mut subs) = skip_gone(app.queues.list(&topic.name).await)? else { continue };
+        let Some(mut subs) = report.read(&topic.name, app.queues.list(&topic.name).await) else { continue };
         report.truncated |= subs.len() > left;
         subs.truncate(left);
         for sub in subs {
-            if sample_subscription(app, &topic.name, &sub.name, g).await? {
+            let described = app.queues.describe(&topic.name, &sub.name).await;
+            if let Some(d) = report.read(&sub.name, described) {
+                sample_subscription(&d, g);
                 report.subscriptions += 1;
             }
         }
@@ -142,10 +169,10 @@ async fn sample_groups(
     let truncated = groups.len() > bound;
     groups.truncate(bound);
     for group in groups {
-        let Some(d) = skip_gone(app.groups.describe(&group).await)? else { continue };
+        let Some(d) = report.read(&group, app.groups.describe(&group).await) else { continue };
         report.groups += 1;
         g.set(m::GROUP_MEMBERS, &[("group", group.clone())], d.members.len() as f64);
-        counter!(m::GROUP_REBALANCES, "group" => group.clone()).absolute(d.generation);
+        g.set(m::GROUP_GENERATION, &[("group", group.clone())], d.generation as f64);
         let mut per_topic: BTreeMap<&str, u64> = BTreeMap::new();
         for p in &d.partitions {
             *per_topic.entry(&p.topic).or_default() += p.lag;
@@ -167,33 +194,23 @@ async fn sample_groups(
     Ok(truncated)
 }
 
-/// A subscription's backlog by state, its store-kept counts and push deliveries;
-/// `false` if it is gone.
-async fn sample_subscription(app: &App, topic: &str, sub: &str, g: &mut Gauges) -> Result<bool, Error> {
-    let Some(d) = skip_gone(app.queues.describe(topic, sub).await)? else { return Ok(false) };
+/// A subscription's backlog by state, its store-kept counts and push deliveries.
+fn sample_subscription(d: &SubscriptionDescription, g: &mut Gauges) {
     let b = &d.backlog;
-    let labels = [("topic", topic.to_owned()), ("subscription", sub.to_owned())];
+    let labels = [("topic", d.subscription.topic.clone()), ("subscription", d.subscription.name.clone())];
     for (state, n) in [("visible", b.visible), ("in_flight", b.in_flight), ("delayed", b.delayed), ("dead", b.dead)] {
-        let labels = [labels[0].clone(), labels[1].clone(), ("state", state.to_owned())];
-        g.set(m::SUB_MESSAGES, &labels, n as f64);
+        g.set(m::SUB_MESSAGES, &[labels[0].clone(), labels[1].clone(), ("state", state.to_owned())], n as f64);
     }
-    counter!(m::SUB_FILTERED, &labels).absolute(b.filtered);
-    counter!(m::SUB_EXPIRED, &labels).absolute(b.expired);
+    g.set(m::SUB_FILTERED, &labels, b.filtered as f64);
+    g.set(m::SUB_EXPIRED, &labels, b.expired as f64);
     g.set(m::SUB_OLDEST_AGE, &labels, b.oldest_visible_age_ms.unwrap_or(0) as f64 / 1000.0);
     if let Some(pushed) = &d.deliveries {
         for (outcome, n) in [("succeeded", pushed.succeeded), ("failed", pushed.failed)] {
-            let labels = [labels[0].clone(), labels[1].clone(), ("outcome", outcome.to_owned())];
-            counter!(m::PUSH_DELIVERIES, &labels).absolute(n);
+            g.set(
+                m::PUSH_DELIVERIES,
+                &[labels[0].clone(), labels[1].clone(), ("outcome", outcome.to_owned())],
+                n as f64,
+            );
         }
-    }
-    Ok(true)
-}
-
-/// `None` for what was deleted since it was listed.
-fn skip_gone<T>(result: Result<T, Error>) -> Result<Option<T>, Error> {
-    match result {
-        Ok(t) => Ok(Some(t)),
-        Err(Error::TopicNotFound(_) | Error::GroupNotFound(_) | Error::SubscriptionNotFound { .. }) => Ok(None),
-        Err(e) => Err(e),
     }
 }

@@ -310,6 +310,12 @@ impl Log {
         Ok(())
     }
 
+    /// Whether `name` is a live topic, as the publish path sees it (from its short-lived
+    /// cache): for a caller that labels refused publishes by topic only when it exists.
+    pub async fn topic_exists(&self, name: &str) -> bool {
+        names::validate("topic", name).is_ok() && self.topic(name).await.is_ok()
+    }
+
     /// The topic's config for publishing, from a short-lived cache (the commit checks it).
     async fn topic(&self, name: &str) -> Result<TopicConfig, Error> {
         let ttl = self.inner.config.topic_cache_ttl.as_millis() as i64;

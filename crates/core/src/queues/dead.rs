@@ -92,7 +92,12 @@ impl Queues {
     /// Moves up to `max` dead letters (all if `None`) back into the queue, visible now,
     /// their receive counts reset.
     pub async fn redrive(&self, topic: &str, name: &str, max: Option<u64>) -> Result<u64, Error> {
-        self.drain_dead(topic, name, max, true).await
+        let redriven = self.drain_dead(topic, name, max, true).await?;
+        if redriven > 0 {
+            let labels = [("topic", topic.to_owned()), ("subscription", name.to_owned())];
+            metrics::counter!(crate::metrics::REDRIVEN, &labels).increment(redriven);
+        }
+        Ok(redriven)
     }
 
     /// Deletes every dead letter; answers how many.

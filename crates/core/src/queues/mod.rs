@@ -329,6 +329,16 @@ struct Sub {
 }
 
 impl Sub {
+    /// Adds `n` to the subscription's counter `name` (one of [`crate::metrics`]'s).
+    fn count(&self, name: &'static str, n: u64) {
+        if n > 0 {
+            let labels = [("topic", self.topic.name.clone()), ("subscription", self.name.clone())];
+            metrics::counter!(name, &labels).increment(n);
+        }
+    }
+}
+
+impl Sub {
     /// The subscription is gone (deleted while a request was on it).
     fn not_found(&self) -> Error {
         Error::SubscriptionNotFound { topic: self.topic.name.clone(), subscription: self.name.clone() }

@@ -3,6 +3,7 @@
 
 use super::take::{self, Plan};
 use super::*;
+use crate::metrics;
 use crate::Code;
 
 /// What a receive answers: the messages whose visibility window has not ended by the time
@@ -80,7 +81,14 @@ impl Queues {
         Ok(())
     }
 
+    /// Receives for a pull or a push subscription, counted in [`metrics::RECEIVED`].
     pub(super) async fn receive_on(&self, sub: &Sub, req: &ReceiveRequest) -> Result<Vec<Message>, Error> {
+        let messages = self.take_messages(sub, req).await?;
+        sub.count(metrics::RECEIVED, messages.len() as u64);
+        Ok(messages)
+    }
+
+    async fn take_messages(&self, sub: &Sub, req: &ReceiveRequest) -> Result<Vec<Message>, Error> {
         let visibility = req.visibility_timeout_ms.unwrap_or(sub.record.spec.visibility_timeout_ms);
         let receipt_key = self.receipt_key().await?;
         let deadline = self.now() + req.wait_ms as i64;
@@ -317,8 +325,7 @@ impl Queues {
         ));
         self.store().write(ops).await?;
         tracing::info!(topic = %sub.topic.name, subscription = %sub.name, partition, messages = buried, "dead-lettered");
-        let labels = [("topic", sub.topic.name.clone()), ("subscription", sub.name.clone())];
-        metrics::counter!(crate::metrics::DEAD_LETTERED, &labels).increment(buried);
+        sub.count(metrics::DEAD_LETTERED, buried);
         Ok(())
     }
 

@@ -43,7 +43,9 @@ impl Queues {
             ));
         }
         let at = self.now() + delay_ms as i64;
-        let results = self.settle(topic, name, receipts, Settle::Release { at }).await?;
+        let sub = self.sub(topic, name).await?;
+        let results = self.settle_on(&sub, receipts, Settle::Release { at }).await?;
+        sub.count(crate::metrics::NACKED, results.iter().filter(|r| r.is_ok()).count() as u64);
         Ok(results.into_iter().map(|r| r.map(|_| ())).collect())
     }
 
@@ -107,6 +109,9 @@ impl Queues {
         }
         for (partition, receipts) in by_partition {
             self.settle_partition(sub, partition, &receipts, action, &receipt_key, &mut results).await?;
+        }
+        if matches!(action, Settle::Ack) {
+            sub.count(crate::metrics::ACKED, results.iter().filter(|r| r.is_ok()).count() as u64);
         }
         Ok(results)
     }
