@@ -10,6 +10,11 @@ features in every function; this script compares cargo's unit graphs (nightly's
 differently. Exit status 1 if there is one. Our own crates may differ (sluice-local's
 `fault-injection` is for tests only, never in a function): they are cheap to build.
 examples/push-consumer is not checked: it has no AWS SDK, and alone it builds in seconds.
+
+The functions get the workspace's features through their default `local` feature. The deploy
+build (the Makefile) turns it off, and this script checks that what it then builds keeps out
+what a function on AWS does not need: SQLite, a second TLS stack (native-tls, OpenSSL, or
+the AWS SDK's legacy rustls 0.21) or crypto library (aws-lc), and crates/workspace-hack itself.
 """
 import json
 import pathlib
@@ -44,10 +49,44 @@ def unit_keys(units):
     return [key(i) for i in range(len(units))]
 
 
+# Crates the deploy build must not compile, and why.
+NOT_DEPLOYED = {
+    "rusqlite": "SQLite (the embedded backend)",
+    "libsqlite3-sys": "SQLite (the embedded backend)",
+    "native-tls": "a second TLS stack",
+    "openssl-sys": "a second TLS stack",
+    "aws-lc-sys": "a second crypto library (rustls uses ring, for reqwest and the AWS SDK alike)",
+    "sluice-workspace-hack": "the workspace's features, for local builds only",
+}
+
+
+def deploy_check(manifests):
+    """The units of the Makefile's build: every function, no default features, arm64."""
+    packages = [arg for m in manifests for arg in ("--package", "sluice-" + m.parent.name)]
+    units = unit_graph(["build", "--no-default-features", "--target", "aarch64-unknown-linux-gnu", *packages])
+    bad = False
+    names = {}
+    for u in units:
+        # "source#name@version", or "source#version" when the source's last segment is the name.
+        source, _, fragment = u["pkg_id"].rpartition("#")
+        name, _, version = fragment.rpartition("@")
+        names.setdefault(name or source.rstrip("/").rsplit("/", 1)[-1], set()).add(version)
+    for name, why in NOT_DEPLOYED.items():
+        if name in names:
+            bad = True
+            print(f"deploy build: compiles {name} ({why}): see the functions' `local` feature")
+    if len(names.get("rustls", ())) > 1:
+        bad = True
+        print(f"deploy build: two TLS stacks, rustls {sorted(names['rustls'])}: see the AWS SDK's features in Cargo.toml")
+    print(f"deploy build: {len(units)} units, rustls {sorted(names.get('rustls', ()))}")
+    return bad
+
+
 def main():
     workspace = set(unit_keys(unit_graph(["test", "--workspace", "--all-targets", "--no-run"])))
     drift = False
-    for manifest in sorted(ROOT.glob("functions/*/Cargo.toml")):
+    manifests = sorted(ROOT.glob("functions/*/Cargo.toml"))
+    for manifest in manifests:
         name = "sluice-" + manifest.parent.name
         units = unit_graph(["build", "--manifest-path", str(manifest), "--bin", name])
         keys = unit_keys(units)
@@ -61,6 +100,7 @@ def main():
             drift = True
             print(f"  {u['pkg_id'].split('#')[-1]} ({u['target']['name']}) with features {u['features']}:"
                   " add the workspace's features to crates/workspace-hack")
+    drift |= deploy_check(manifests)
     sys.exit(1 if drift else 0)
 
 

@@ -28,6 +28,7 @@ impl LambdaInvoker {
     /// an emulator of the Invoke API (`cargo lambda watch`) instead of Lambda.
     pub async fn connect(region: Option<String>, endpoint_url: Option<String>) -> Self {
         let mut loader = aws_config::defaults(BehaviorVersion::latest())
+            .http_client(crate::http_client())
             .retry_config(RetryConfig::disabled())
             // Only the connection: an attempt lasts as long as the delivery allows.
             .timeout_config(TimeoutConfig::builder().connect_timeout(Duration::from_secs(3)).build());
@@ -137,6 +138,7 @@ mod tests {
         let (url, served) = one_invoke().await;
         let config = aws_sdk_lambda::Config::builder()
             .behavior_version(BehaviorVersion::latest())
+            .http_client(crate::http_client())
             .region(Region::new("us-east-1"))
             .credentials_provider(Credentials::new("AKID", "secret", None, None, "test"))
             .endpoint_url(url)

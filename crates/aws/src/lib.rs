@@ -68,10 +68,19 @@ pub struct AwsSettings {
     pub endpoint_url: Option<String>,
 }
 
+/// The HTTPS client of every SDK client here: hyper 1 and rustls with ring, the TLS stack
+/// reqwest (push deliveries) uses too. The SDK's own default, built without its
+/// `default-https-client` feature (see the workspace's Cargo.toml), would add aws-lc.
+pub fn http_client() -> aws_sdk_dynamodb::config::SharedHttpClient {
+    use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
+    aws_smithy_http_client::Builder::new().tls_provider(Provider::Rustls(CryptoMode::Ring)).build_https()
+}
+
 /// Builds both clients from the environment's credentials and region; `clock`
 /// decides which state items have expired.
 pub async fn connect(settings: &AwsSettings, clock: Arc<dyn Clock>) -> (Arc<DynamoStateStore>, Arc<S3ObjectStore>) {
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        .http_client(http_client())
         .retry_config(RetryConfig::disabled())
         .timeout_config(timeouts(Deadlines::AWS));
     if let Some(region) = &settings.region {

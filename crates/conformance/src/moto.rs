@@ -79,7 +79,9 @@ pub const MOTO_DEADLINES: sluice_aws::Deadlines = sluice_aws::Deadlines {
 
 /// New AWS adapters on the moto server, with fake static credentials, reading time from `clock`.
 pub async fn adapters(settings: &AwsSettings, clock: Arc<dyn Clock>) -> (Arc<DynamoStateStore>, Arc<S3ObjectStore>) {
-    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest()).test_credentials();
+    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .http_client(sluice_aws::http_client())
+        .test_credentials();
     if let Some(region) = &settings.region {
         loader = loader.region(aws_config::Region::new(region.clone()));
     }

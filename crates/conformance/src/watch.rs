@@ -142,8 +142,7 @@ fn start_package_logged(dir: &str, port: u16, env: &[String], log: Option<&std::
         .arg("--manifest-path")
         .arg(manifest)
         .args(env.iter().flat_map(|e| ["--env-var", e.as_str()]))
-        // The workspace's target directory, whatever directory cargo-lambda runs cargo in
-        // (the functions' .cargo/config.toml points theirs elsewhere, for `sam build`).
+        // The workspace's target directory (or the one the tests run with).
         .env("CARGO_TARGET_DIR", std::env::var_os("CARGO_TARGET_DIR").unwrap_or_else(|| root.join("target").into()))
         // cargo-lambda finds its zig (for cross builds) beside itself.
         .env("PATH", format!("{}:{}", root.join(".venv/bin").display(), std::env::var("PATH").unwrap_or_default()))

@@ -38,6 +38,10 @@ pub enum OpenError {
         "SLUICE_BUCKET and SLUICE_TABLE select AWS, but this build has no AWS backend (sluice-runtime's `aws` feature)"
     )]
     NoAwsBackend,
+    #[error(
+        "no SLUICE_BUCKET and SLUICE_TABLE, and this build has no embedded backend (sluice-runtime's `embedded` feature)"
+    )]
+    NoEmbeddedBackend,
     /// On Lambda the embedded backend would write to the instance's /tmp, which vanishes
     /// with it: acknowledged events would be lost. Only an explicit data dir (a local run
     /// under `cargo lambda watch`) selects it there.
@@ -86,6 +90,9 @@ pub async fn open_backend(config: &Config) -> Result<Log, OpenError> {
         BackendChoice::Embedded(_) if on_lambda() && std::env::var_os("SLUICE_DATA_DIR").is_none() => {
             return Err(OpenError::NoStorageOnLambda);
         }
+        #[cfg(not(feature = "embedded"))]
+        BackendChoice::Embedded(_) => return Err(OpenError::NoEmbeddedBackend),
+        #[cfg(feature = "embedded")]
         BackendChoice::Embedded(dir) => {
             let (store, objects) = sluice_local::open(&dir, clock.clone())?;
             tracing::info!(data_dir = %dir.display(), "embedded backend");
@@ -114,6 +121,9 @@ pub async fn open(config: &Config) -> Result<App, OpenError> {
 /// segments, which compaction soon empties (on S3 every blob is an object of its own).
 pub fn janitor(config: &Config, log: &Log) -> Result<Janitor, OpenError> {
     let objects: Arc<dyn ObjectStore> = match config.backend()? {
+        #[cfg(not(feature = "embedded"))]
+        BackendChoice::Embedded(_) => return Err(OpenError::NoEmbeddedBackend),
+        #[cfg(feature = "embedded")]
         BackendChoice::Embedded(dir) => Arc::new(sluice_local::LocalObjectStore::open(&dir.join("objects"))?),
         BackendChoice::Aws { .. } => log.objects().clone(),
     };

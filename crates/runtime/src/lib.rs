@@ -7,18 +7,20 @@ mod backend;
 pub mod config;
 pub mod metrics;
 pub mod push;
+#[cfg(feature = "embedded")]
 mod serve;
+#[cfg(feature = "embedded")]
 mod ui;
 
 use std::sync::Arc;
 
 pub use backend::{janitor, open, open_backend, BackendChoice, IncompleteAwsConfig, OpenError};
 pub use config::Config;
+#[cfg(feature = "embedded")]
 pub use serve::{serve, LocalServer};
 pub use sluice_api::App;
 use sluice_core::push::Dispatcher;
 use sluice_core::queues::Queues;
-use sluice_core::{Clock, Log, SystemClock};
 
 /// An invocation's deadline in Unix milliseconds, from what its Lambda context says. Lambda
 /// gives the absolute time; `cargo lambda watch` gives the timeout itself, a duration
@@ -34,7 +36,9 @@ pub fn invocation_deadline_ms(context_deadline: u64, now_ms: i64) -> i64 {
 }
 
 /// Opens the embedded backend under `config.data_dir` and starts the log on it.
-pub fn open_embedded(config: &Config) -> Result<Log, sluice_core::StorageError> {
+#[cfg(feature = "embedded")]
+pub fn open_embedded(config: &Config) -> Result<sluice_core::Log, sluice_core::StorageError> {
+    use sluice_core::{Clock, Log, SystemClock};
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let (store, objects) = sluice_local::open(&config.data_dir, clock.clone())?;
     Ok(Log::new(store, objects, clock, config.log_config(false)))
