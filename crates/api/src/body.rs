@@ -18,6 +18,8 @@ const DRAIN_BYTES: usize = 16 << 20;
 /// arrives in one frame (the usual case) is returned as is, without a copy.
 pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
     use axum::body::HttpBody;
+    // A body in more than one frame is copied once, into a buffer of its announced size.
+    let announced = usize::try_from(body.size_hint().lower()).unwrap_or(usize::MAX).min(limit);
     let mut body = std::pin::pin!(body);
     let mut first: Option<Bytes> = None;
     let mut rest = bytes::BytesMut::new();
@@ -31,7 +33,10 @@ pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
             if first.is_none() && rest.is_empty() {
                 first = Some(data);
             } else {
-                rest.extend_from_slice(&first.take().unwrap_or_default());
+                if let Some(first) = first.take() {
+                    rest.reserve(announced.max(first.len() + data.len()));
+                    rest.extend_from_slice(&first);
+                }
                 rest.extend_from_slice(&data);
             }
         } else if seen > limit.saturating_add(DRAIN_BYTES) {

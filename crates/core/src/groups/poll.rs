@@ -3,6 +3,7 @@
 
 use super::plan;
 use super::*;
+use crate::log::read::Lookup;
 use crate::Code;
 
 /// The polling member as its writes see it: its group, its id, and its item's version as
@@ -281,7 +282,11 @@ impl Groups {
                 // Retention may move the log start past the position since the heads were read (the
                 // events in between are gone): the partition sits this poll out, and the next one
                 // applies the reset policy to it.
-                let batch = match self.log.read_at(topic, *partition, *offset, events_left, bytes_left, head).await {
+                let batch = match self
+                    .log
+                    .read_at(topic, *partition, *offset, (events_left, bytes_left), head, Lookup::Forward)
+                    .await
+                {
                     Ok(batch) if batch.events.first().is_none_or(|e| e.offset == *offset) => batch,
                     Ok(_) | Err(Error::OffsetOutOfRange { .. }) => continue,
                     Err(e) => return Err(e),

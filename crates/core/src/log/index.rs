@@ -77,13 +77,49 @@ pub(crate) async fn segments_from(
         return Ok(found);
     }
     // `offset` falls inside a segment: the one holding it starts before it.
-    let backward = Query { pk, from: None, to: Some(layout::offset_sk(offset)), forward: false, limit: 1, after: None };
-    if let Some(holder) = decode_segments(store.query(&backward).await?.items)?.pop() {
+    if let Some(holder) = decode_segments(store.query(&last_at_or_before(pk, offset)).await?.items)?.pop() {
         if holder.record.next > offset {
             found.insert(0, holder);
         }
     }
     Ok(found)
+}
+
+/// Segments of a partition from the one holding `offset` on, for a read of up to `want`
+/// events: the holder alone when it has them (one query, one item decoded: a work queue's
+/// receive of a few messages from inside a segment, the usual case), else the holder and
+/// up to `limit - 1` segments after it. The same segments as [`segments_from`], fewer of them.
+pub(crate) async fn segments_for_read(
+    store: &dyn StateStore,
+    topic_id: u64,
+    partition: u32,
+    offset: u64,
+    want: u64,
+    limit: usize,
+) -> Result<Vec<Segment>, StorageError> {
+    let pk = layout::segments_pk(topic_id, partition);
+    let at_or_before = last_at_or_before(pk.clone(), offset);
+    let holder = decode_segments(store.query(&at_or_before).await?.items)?.pop().filter(|h| h.record.next > offset);
+    let Some(holder) = holder else {
+        // Nothing holds `offset` (past the head, below the log start, or a compaction's
+        // swap half-way): what follows it, for the caller to judge.
+        let mut forward = Query::all(pk, limit);
+        forward.from = Some(layout::offset_sk(offset));
+        return decode_segments(store.query(&forward).await?.items);
+    };
+    if holder.record.next - offset >= want || limit <= 1 {
+        return Ok(vec![holder]);
+    }
+    let mut forward = Query::all(pk, limit - 1);
+    forward.after = Some(layout::offset_sk(holder.base));
+    let mut found = vec![holder];
+    found.extend(decode_segments(store.query(&forward).await?.items)?);
+    Ok(found)
+}
+
+/// The index item of the last segment starting at or before `offset`.
+fn last_at_or_before(pk: String, offset: u64) -> Query {
+    Query { pk, from: None, to: Some(layout::offset_sk(offset)), forward: false, limit: 1, after: None }
 }
 
 pub(crate) fn decode_segments(items: Vec<crate::ports::state::Item>) -> Result<Vec<Segment>, StorageError> {

@@ -2,7 +2,7 @@
 //! (a torn page or a compaction swap mid-read never skips an offset), and long
 //! polls that wait for the next publish.
 
-use super::index::{segments_from, Piece, Segment};
+use super::index::{segments_for_read, segments_from, Piece, Segment};
 use super::{check_partition, topics, Log, ReadRequest, INDEX_PAGE, READ_CONCURRENCY};
 use crate::layout::HeadRecord;
 use crate::model::{Event, ReadBatch, TopicConfig};
@@ -11,6 +11,18 @@ use crate::segment::{decode_segment, Record};
 use crate::{names, Code, Error};
 use futures_util::{stream, StreamExt, TryStreamExt};
 use std::time::Duration;
+
+/// How a read finds its first segment in the index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lookup {
+    /// From the offset forward, then back to the segment holding it if none starts there:
+    /// one query when the offset starts a segment (a replay's, a group's position).
+    Forward,
+    /// The segment holding the offset first, which alone serves most small reads with one
+    /// query ([`segments_for_read`]): for offsets that usually fall inside a segment (a work
+    /// queue's cursor, a lease's messages).
+    Holder,
+}
 
 /// About how many bytes an event takes once rendered as JSON (base64 grows bytes by a third).
 pub(crate) fn rendered_size(r: &Record) -> usize {
@@ -33,25 +45,34 @@ impl Log {
         check_partition(&topic, req.partition)?;
         let wait = Duration::from_millis(req.wait_ms);
         let head = self.wait_for_data(&topic, req.partition, req.offset, wait).await?;
-        self.read_at(&topic, req.partition, req.offset, req.max_events, req.max_bytes, head).await
+        self.read_at(&topic, req.partition, req.offset, (req.max_events, req.max_bytes), head, Lookup::Forward).await
     }
 
     /// Up to `max_events` and about `max_bytes` of a partition from `offset`, which the
     /// caller has checked against `head` (read after it, so every offset below it is readable).
+    /// `lookup` says how the index is searched for the first segment.
     pub(crate) async fn read_at(
         &self,
         topic: &TopicConfig,
         partition: u32,
         offset: u64,
-        max_events: usize,
-        max_bytes: usize,
+        (max_events, max_bytes): (usize, usize),
         head: HeadRecord,
+        mut lookup: Lookup,
     ) -> Result<ReadBatch, Error> {
         let mut acc = Gather::new(offset, max_events, max_bytes, self.limits().max_response_bytes);
         // Second looks: at the index (a hole in a query), at an object gone under a reader.
         let (mut holes, mut gone) = (0, 0);
         'pages: while acc.events.len() < max_events && acc.next < head.next {
-            let mut page = usable(self.segments(topic, partition, acc.next).await?, acc.next);
+            // After the first page, `next` is where a segment ends: the next one starts there.
+            let store = self.inner.store.as_ref();
+            let page = if std::mem::replace(&mut lookup, Lookup::Forward) == Lookup::Holder {
+                let want = (max_events - acc.events.len()) as u64;
+                segments_for_read(store, topic.id, partition, acc.next, want, INDEX_PAGE).await?
+            } else {
+                segments_from(store, topic.id, partition, acc.next, INDEX_PAGE).await?
+            };
+            let mut page = usable(page, acc.next);
             // The index no longer holds `next`: retention removed it since the head was read,
             // or the query caught a compaction's swap half-way (then a second look finds it).
             if page.first().is_none_or(|p| p.base > acc.next) {

@@ -3,6 +3,7 @@
 
 use super::take::{self, Plan};
 use super::*;
+use crate::log::read::Lookup;
 use crate::metrics;
 use crate::Code;
 
@@ -266,7 +267,8 @@ impl Queues {
         }
         let limits = *self.log.limits();
         let max = room.min(limits.max_read_events);
-        match self.log.read_at(&sub.topic, partition, *base, max, limits.max_read_bytes, *head).await {
+        match self.log.read_at(&sub.topic, partition, *base, (max, limits.max_read_bytes), *head, Lookup::Holder).await
+        {
             Ok(batch) => {
                 *base = (*base).max(batch.events.first().map_or(*base, |e| e.offset));
                 Ok(Some(batch.events))
@@ -375,7 +377,14 @@ impl Queues {
                 let want = (last - next + 1) as usize;
                 let read = self
                     .log
-                    .read_at(topic, partition, next, want.min(limits.max_read_events), limits.max_read_bytes, head)
+                    .read_at(
+                        topic,
+                        partition,
+                        next,
+                        (want.min(limits.max_read_events), limits.max_read_bytes),
+                        head,
+                        Lookup::Holder,
+                    )
                     .await;
                 let batch = match read {
                     Ok(batch) => batch,
