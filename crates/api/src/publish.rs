@@ -107,12 +107,7 @@ async fn store(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<(Vec<Position>, metrics::Stored), ApiError> {
-    // Room for the body is taken before it is read: a body without a length is counted
-    // at the limit.
-    let limit = log.limits().max_request_bytes;
-    let announced = axum::body::HttpBody::size_hint(&body).upper().map_or(limit, |n| n as usize);
-    let _room = log.admit_publish(announced.min(limit)).await;
-    let body = read_body(body, limit).await?;
+    let body = read_body(body, log.limits().max_request_bytes).await?;
     let idempotency = idempotency_key(headers, &body)?;
     let trace = trace::request_context(headers);
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");

@@ -5,7 +5,6 @@ pub(crate) mod commit;
 pub(crate) mod index;
 mod offsets;
 pub(crate) mod read;
-mod room;
 pub mod timeindex;
 pub(crate) mod topics;
 
@@ -19,8 +18,6 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::layout::{self, IdempotencyRecord};
 use crate::log::commit::{Committer, Pending, MAX_IDEMPOTENT_PARTITIONS};
-pub use crate::log::room::Admission;
-use crate::log::room::Room;
 use crate::model::{IdempotencyKey, Limits, NewEvent, PartitionState, Position, TopicConfig, TopicSize, TopicSpec};
 use crate::partitioner::partition_for_key;
 use crate::ports::objects::{ObjectStore, StorageError};
@@ -44,10 +41,6 @@ pub struct LogConfig {
     /// How often a long poll re-reads the partition head for publishes made by other
     /// processes (one small consistent read each). Publishes made by this process wake it at once.
     pub poll_interval: Duration,
-    /// The most request bytes of publishes the process holds at once (being read, parsed or
-    /// waiting for their commit); a publish past it waits for room before its body is read
-    /// ([`Log::admit_publish`]). Bounds memory whatever the number of connections.
-    pub publish_bytes_in_flight: usize,
 }
 
 impl Default for LogConfig {
@@ -56,7 +49,6 @@ impl Default for LogConfig {
             limits: Limits::default(),
             topic_cache_ttl: Duration::from_secs(1),
             poll_interval: Duration::from_millis(50),
-            publish_bytes_in_flight: 32 << 20,
         }
     }
 }
@@ -91,8 +83,6 @@ struct Inner {
     topics: Mutex<HashMap<String, (TopicConfig, i64)>>,
     /// Round-robin cursor for events without a key.
     spread: AtomicU32,
-    /// Room for publish bytes in flight.
-    publishing: Room,
 }
 
 impl Log {
@@ -128,7 +118,6 @@ impl Log {
         };
         tokio::spawn(committer.run(rx));
         let spread = AtomicU32::new(random.next_u64() as u32);
-        let publishing = Room::new(config.publish_bytes_in_flight);
         let inner = Inner {
             store,
             objects,
@@ -139,16 +128,8 @@ impl Log {
             committed,
             topics: Mutex::new(HashMap::new()),
             spread,
-            publishing,
         };
         Self { inner: Arc::new(inner) }
-    }
-
-    /// Waits, first come first served, until `bytes` more of publishes fit in the process
-    /// ([`LogConfig::publish_bytes_in_flight`]), and holds them until the answer is dropped.
-    /// A publish larger than the whole room waits for all of it.
-    pub async fn admit_publish(&self, bytes: usize) -> Admission {
-        self.inner.publishing.admit(bytes).await
     }
 
     pub fn limits(&self) -> &Limits {
