@@ -4,19 +4,21 @@
 
 use std::future::Future;
 use std::path::Path;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::Request;
 use axum::Router;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tower::ServiceExt;
+use tower_http::timeout::TimeoutBody;
 
 use crate::{dispatcher, janitor, open_embedded, App, Config};
 
@@ -49,27 +51,46 @@ pub async fn serve(
 /// this arrive in more reads, which costs little next to parsing them.
 const READ_BUFFER_BYTES: usize = 64 << 10;
 
+/// How long a connection may take to send a request's head, counted from the end of the
+/// previous answer (so it is also how long an idle keep-alive connection stays open), and
+/// how long a request's body may pause between two pieces. Past the first the connection
+/// is closed; past the second the request is refused (400 `unreadable_body`) and the
+/// connection closed. Without them a client that stops mid-request holds its connection,
+/// its buffers and a graceful shutdown for ever.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+pub const BODY_PAUSE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// HTTP/1.1 on `listener` until `shutdown` resolves, then until the requests under way
-/// are answered. What `axum::serve` does, with the connections' read buffer bounded.
+/// are answered. What `axum::serve` does, with the connections' read buffer bounded and
+/// the client's sending timed.
 async fn serve_http(listener: TcpListener, routes: Router, shutdown: impl Future<Output = ()> + Send + 'static) {
     let mut http = http1::Builder::new();
-    http.max_buf_size(READ_BUFFER_BYTES);
+    http.max_buf_size(READ_BUFFER_BYTES).timer(TokioTimer::new()).header_read_timeout(HEAD_TIMEOUT);
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(error) => {
-                    // Out of file descriptors and the like: wait rather than spin.
-                    tracing::warn!(%error, "accepting a connection failed");
-                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-                    continue;
-                }
-            },
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
             () = &mut shutdown => break,
         };
-        let service = TowerToHyperService::new(routes.clone().map_request(|r: Request<Incoming>| r.map(Body::new)));
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            // That connection is gone before it was accepted; the next one is fine.
+            Err(error) if is_connection_error(&error) => continue,
+            Err(error) => {
+                // Out of file descriptors and the like: wait rather than spin.
+                tracing::warn!(%error, "accepting a connection failed");
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                    () = &mut shutdown => break,
+                }
+            }
+        };
+        let service = TowerToHyperService::new(
+            routes
+                .clone()
+                .map_request(|r: Request<Incoming>| r.map(|b| Body::new(TimeoutBody::new(BODY_PAUSE_TIMEOUT, b)))),
+        );
         let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
         tokio::spawn(async move {
             if let Err(error) = connection.await {
@@ -79,6 +100,12 @@ async fn serve_http(listener: TcpListener, routes: Router, shutdown: impl Future
     }
     drop(listener);
     graceful.shutdown().await;
+}
+
+/// An accept error that concerns only the connection being accepted.
+fn is_connection_error(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
+    matches!(e.kind(), ConnectionRefused | ConnectionAborted | ConnectionReset)
 }
 
 /// A `serve` on a free loopback port in this process, over its own data directory; it
@@ -118,5 +145,90 @@ impl Drop for LocalServer {
             let _ = stop.send(());
         }
         self.task.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::routing::post;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+    use tokio::time::Instant;
+
+    /// Far past both timeouts: a connection still open then is one they did not close.
+    const GUARD: Duration = Duration::from_secs(3600);
+
+    /// `serve_http` on a loopback port with one route that reads its body, until `stop` fires.
+    async fn server() -> (std::net::SocketAddr, oneshot::Sender<()>, JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let routes = Router::new().route(
+            "/echo",
+            post(|body: Body| async move {
+                match axum::body::to_bytes(body, 1 << 20).await {
+                    Ok(bytes) => (axum::http::StatusCode::OK, bytes.len().to_string()),
+                    Err(_) => (axum::http::StatusCode::BAD_REQUEST, "unreadable".to_owned()),
+                }
+            }),
+        );
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(serve_http(listener, routes, async move { drop(stopped.await) }));
+        (addr, stop, task)
+    }
+
+    /// Everything the server sends until it closes the connection, and when it closed it.
+    async fn read_to_close(stream: &mut TcpStream) -> (String, Instant) {
+        let mut answer = Vec::new();
+        tokio::time::timeout(GUARD, stream.read_to_end(&mut answer)).await.expect("the connection stays open").unwrap();
+        (String::from_utf8_lossy(&answer).into_owned(), Instant::now())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_head_that_stops_coming_closes_its_connection() {
+        let (addr, _stop, _task) = server().await;
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        let start = Instant::now();
+        stream.write_all(b"POST /echo HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+        let (_, closed) = read_to_close(&mut stream).await;
+        assert!(closed - start >= HEAD_TIMEOUT, "closed after {:?}", closed - start);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_stops_coming_is_refused() {
+        let (addr, _stop, _task) = server().await;
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        let start = Instant::now();
+        stream.write_all(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789").await.unwrap();
+        let (answer, closed) = read_to_close(&mut stream).await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+        assert!(closed - start >= BODY_PAUSE_TIMEOUT, "answered after {:?}", closed - start);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_keeps_coming_is_read_whole() {
+        let (addr, _stop, _task) = server().await;
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 40\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        // Four pieces, each within the pause allowed, the whole longer than it.
+        for _ in 0..4 {
+            tokio::time::sleep(BODY_PAUSE_TIMEOUT - Duration::from_secs(1)).await;
+            stream.write_all(b"0123456789").await.unwrap();
+        }
+        let (answer, _) = read_to_close(&mut stream).await;
+        assert!(answer.starts_with("HTTP/1.1 200") && answer.ends_with("40"), "{answer}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_is_not_held_by_a_half_sent_request() {
+        let (addr, stop, task) = server().await;
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream.write_all(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123").await.unwrap();
+        tokio::task::yield_now().await;
+        stop.send(()).unwrap();
+        tokio::time::timeout(GUARD, task).await.expect("shutdown waits for ever").unwrap();
     }
 }
