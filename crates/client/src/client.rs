@@ -100,7 +100,12 @@ impl ClientBuilder {
 
     /// The client.
     pub fn build(self) -> Result<Client, Error> {
-        let http = reqwest::Client::builder().connect_timeout(Duration::from_secs(10)).build()?;
+        // Idle connections are dropped before `serve` closes them (30 s), so a request never
+        // goes out on a connection the server is closing.
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .pool_idle_timeout(Duration::from_secs(20))
+            .build()?;
         let inner = Inner {
             base: self.base,
             http,
