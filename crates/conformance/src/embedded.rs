@@ -19,6 +19,10 @@ impl Backend for Embedded {
         let (state, objects) = sluice_local::open(self.dir.path(), clock).expect("open the embedded backend");
         (state, objects)
     }
+
+    fn caches_subscriptions(&self) -> bool {
+        true
+    }
 }
 
 /// A new embedded backend in a temporary directory, removed when it is dropped.

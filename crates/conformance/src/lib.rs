@@ -15,6 +15,7 @@ pub mod lost_answer_cases;
 pub mod moto;
 pub mod objects;
 pub mod push_cases;
+mod queue_cache_cases;
 pub mod queue_cases;
 mod queue_fault_cases;
 pub mod retention_cases;
@@ -40,6 +41,12 @@ pub trait Backend: Send + Sync {
     /// How many index items the bulk cases write (fewer on an emulator, to keep CI quick).
     fn large_count(&self) -> usize {
         100_000
+    }
+
+    /// Whether the queue cases' queues cache subscriptions, as a process on this backend
+    /// does (`serve`, on the embedded backend) or not (the functions, on AWS).
+    fn caches_subscriptions(&self) -> bool {
+        false
     }
 
     /// [`Backend::open_with`] the system clock.

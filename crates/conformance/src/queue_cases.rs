@@ -19,6 +19,7 @@ use sluice_core::{Clock, Error, Log, LogConfig, ManualClock, NewEvent, Position,
 use tokio::sync::{watch, Notify};
 
 use crate::group_cases::advance_log_start;
+pub use crate::queue_cache_cases::*;
 pub use crate::queue_fault_cases::*;
 use crate::{unique_topic, Backend};
 
@@ -58,6 +59,10 @@ macro_rules! queue_conformance_suite {
             given_a_moved_lease_hidden_by_a_torn_read_then_its_receipt_still_acks,
             given_a_dead_message_not_yet_buried_when_the_dlq_is_purged_then_it_is_purged,
             given_a_receive_answering_after_a_window_ended_then_it_leaves_those_messages_out,
+            given_a_cached_subscription_deleted_elsewhere_then_no_write_acts_on_it,
+            given_a_cached_subscription_re_created_elsewhere_then_requests_go_to_the_new_one,
+            given_a_cached_subscriptions_topic_deleted_elsewhere_then_no_write_acts_on_it,
+            given_a_cached_subscription_deleted_elsewhere_then_an_empty_receive_finds_out_within_the_ttl,
         );
         $crate::queue_conformance_suite!(@concurrent $backend;
             given_eight_workers_draining_a_queue_then_every_message_acked_exactly_once_and_backlog_ends_empty,
@@ -98,7 +103,12 @@ pub(crate) fn scaled(backend: &dyn Backend, embedded: usize) -> usize {
 async fn queues_on(backend: &dyn Backend, clock: Arc<dyn Clock>) -> (Log, Queues) {
     let (store, objects) = backend.open_with(clock.clone()).await;
     let log = Log::new(store, objects, clock, LogConfig::default());
-    (log.clone(), Queues::new(log))
+    let queues = if backend.caches_subscriptions() {
+        Queues::caching_subscriptions(log.clone())
+    } else {
+        Queues::new(log.clone())
+    };
+    (log, queues)
 }
 
 pub(crate) async fn manual(backend: &dyn Backend) -> (Arc<ManualClock>, Log, Queues) {
@@ -113,7 +123,7 @@ pub(crate) async fn new_topic(log: &Log, prefix: &str, partitions: u32) -> Strin
     topic
 }
 
-fn spec(start: StartAt) -> SubscriptionSpec {
+pub(crate) fn spec(start: StartAt) -> SubscriptionSpec {
     SubscriptionSpec { start, ..SubscriptionSpec::default() }
 }
 
@@ -152,7 +162,7 @@ pub(crate) async fn publish_at(log: &Log, topic: &str, partition: u32, value: &s
     (at[0].partition, at[0].offset)
 }
 
-fn request(max_messages: usize) -> ReceiveRequest {
+pub(crate) fn request(max_messages: usize) -> ReceiveRequest {
     ReceiveRequest { max_messages, wait_ms: 0, visibility_timeout_ms: None }
 }
 
@@ -186,7 +196,7 @@ fn value(m: &Message) -> String {
     String::from_utf8_lossy(&m.event.record.value).into_owned()
 }
 
-async fn ack(queues: &Queues, topic: &str, sub: &str, receipt: &str) -> Result<(), ReceiptError> {
+pub(crate) async fn ack(queues: &Queues, topic: &str, sub: &str, receipt: &str) -> Result<(), ReceiptError> {
     let mut results = queues.ack(topic, sub, &[receipt.to_owned()]).await.expect("ack");
     assert_eq!(results.len(), 1, "one result per receipt");
     results.remove(0)

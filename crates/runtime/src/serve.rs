@@ -31,7 +31,9 @@ pub async fn serve(
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let log = open_embedded(config)?;
     let upkeep = tokio::spawn(janitor(config, &log)?.run_forever(config.janitor_interval_ms));
-    let app = App::new(log, config.groups_config());
+    let mut app = App::new(log, config.groups_config());
+    // One process answers every request: its receives and settles keep their subscription.
+    app.queues = sluice_core::queues::Queues::caching_subscriptions(app.log.clone());
     // Push subscriptions are delivered by this process, with the queues the API serves.
     let (stop, stopping) = tokio::sync::watch::channel(false);
     let dispatcher = dispatcher(config, app.queues.clone()).await?;

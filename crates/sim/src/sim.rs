@@ -590,7 +590,9 @@ impl World {
         let config = LogConfig { poll_interval: std::time::Duration::from_millis(50), ..LogConfig::default() };
         let log = Log::with_random(store.clone(), objects.clone(), clock.clone(), random, config);
         let groups = Groups::new(log.clone());
-        let queues = Queues::new(log.clone());
+        // Half the processes cache subscriptions as `serve` does, half read them as the functions do.
+        let queues =
+            if pid.is_multiple_of(2) { Queues::caching_subscriptions(log.clone()) } else { Queues::new(log.clone()) };
         let janitor = Janitor::new(store, objects, clock, self.jconfig.clone());
         Process { life, log, groups, queues, janitor }
     }

@@ -150,6 +150,11 @@ impl Log {
         &self.inner.clock
     }
 
+    /// How long a cached topic (or subscription) record serves before it is read again.
+    pub(crate) fn cache_ttl_ms(&self) -> i64 {
+        self.inner.config.topic_cache_ttl.as_millis() as i64
+    }
+
     /// How often a long poll re-reads heads written by other processes.
     pub(crate) fn poll_interval_ms(&self) -> u64 {
         self.inner.config.poll_interval.as_millis() as u64

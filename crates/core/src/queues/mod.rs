@@ -33,6 +33,7 @@
 //! Receipts are signed (HMAC-SHA-256 with a key kept in the store), so they are opaque
 //! and a forged or altered one is refused before anything is read.
 
+mod cache;
 mod dead;
 mod deliveries;
 pub use deliveries::PushSubscription;
@@ -320,12 +321,15 @@ const PUSH_STATS_SK: &str = "s";
 const SUB_PURGE_PK: &str = "purge-subs";
 const DEAD_REASON: &str = "max_receive_count_exceeded";
 
-/// A subscription read for one request.
+/// A subscription read for one request, or from this process's cache.
 struct Sub {
     topic: TopicConfig,
     name: String,
     record: SubscriptionRecord,
     version: u64,
+    /// From the cache (or bound for it): every write on the queue checks the subscription's
+    /// and the topic's versions (see [`Queues::write_on`]).
+    guarded: bool,
 }
 
 impl Sub {
@@ -430,9 +434,12 @@ pub struct Queues {
 }
 
 /// What the queues of one process keep between requests. Only savings: a fresh one
-/// changes no answer.
+/// changes no answer (but that of a receive or settle on a subscription deleted by another
+/// process less than the cache's lifetime ago, which writes nothing: see `subs`).
 #[derive(Default)]
 struct Local {
+    /// Subscriptions of receives and settles, when the queues cache them (`cache.rs`).
+    subs: Option<cache::Subs>,
     /// The receipt-signing key, once read (it never changes).
     receipt_key: tokio::sync::OnceCell<[u8; 32]>,
     /// (subscription id, partition) pairs a receive of this process is taking from.
@@ -496,7 +503,7 @@ impl Queues {
     async fn sub_item(&self, topic: &TopicConfig, name: &str) -> Result<Option<Sub>, Error> {
         let Some(item) = self.store().get(&sub_key(topic.id, name)).await? else { return Ok(None) };
         let record = layout::decode("subscription", &item.value)?;
-        Ok(Some(Sub { topic: topic.clone(), name: name.to_owned(), record, version: item.version }))
+        Ok(Some(Sub { topic: topic.clone(), name: name.to_owned(), record, version: item.version, guarded: false }))
     }
 
     /// One partition's queue: the cursor and leases, all of them (`limit: None`) or the
@@ -587,5 +594,5 @@ fn test_sub(version: u64) -> Sub {
     let topic = TopicConfig { name: "t".into(), id: 1, spec, created_ms: 0, version: 1 };
     let record =
         SubscriptionRecord { id: 7, spec: SubscriptionSpec::default(), starts: vec![0], created_ms: 0, deleted: false };
-    Sub { topic, name: "s".into(), record, version }
+    Sub { topic, name: "s".into(), record, version, guarded: false }
 }

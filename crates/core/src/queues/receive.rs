@@ -40,9 +40,14 @@ impl Queues {
     /// visited from a random one, so concurrent receivers mostly work on different partitions.
     pub async fn receive(&self, topic: &str, name: &str, req: &ReceiveRequest) -> Result<Vec<Message>, Error> {
         Self::check_receive(req)?;
-        let sub = self.sub(topic, name).await?;
+        let mut sub = self.hot_sub(topic, name).await?;
         sub.check_pull()?;
-        self.receive_on(&sub, req).await
+        loop {
+            let received = self.receive_on(&sub, req).await;
+            if !self.stale(&mut sub, &received).await? {
+                return received;
+            }
+        }
     }
 
     /// Acks `receipts`, then receives: a worker's whole loop in one request (JetStream's
@@ -56,11 +61,21 @@ impl Queues {
         req: &ReceiveRequest,
     ) -> Result<(Vec<Result<(), ReceiptError>>, Vec<Message>), Error> {
         Self::check_receive(req)?;
-        let sub = self.sub(topic, name).await?;
+        let mut sub = self.hot_sub(topic, name).await?;
         sub.check_pull()?;
-        let acks = self.settle_on(&sub, receipts, Settle::Ack).await?;
+        let acks = loop {
+            let acked = self.settle_on(&sub, receipts, Settle::Ack).await;
+            if !self.stale(&mut sub, &acked).await? {
+                break acked?;
+            }
+        };
         let acks = acks.into_iter().map(|r| r.map(|_| ())).collect();
-        Ok((acks, self.receive_on(&sub, req).await?))
+        loop {
+            let received = self.receive_on(&sub, req).await;
+            if !self.stale(&mut sub, &received).await? {
+                return Ok((acks, received?));
+            }
+        }
     }
 
     pub(super) fn check_receive(req: &ReceiveRequest) -> Result<(), Error> {
@@ -193,7 +208,7 @@ impl Queues {
             let dead = take::dead_leases(&state, now, spec.max_receive_count);
             if !dead.is_empty() && burials < MAX_BURIALS {
                 burials += 1;
-                if let Err(e) = self.bury(sub, partition, &state, &dead, now).await {
+                if let Err(e) = self.bury(sub, partition, &state, &dead, now).await? {
                     self.lost_race(e, &mut attempt).await?;
                 }
                 continue;
@@ -229,7 +244,7 @@ impl Queues {
             let held_until = self.now().max(now).saturating_add(visibility as i64);
             let at = Target { sub, partition, receipt_key };
             let write = take::write(&at, &state, &plan, pick, &kept, skipped, now, held_until, || self.nonce());
-            if let Err(e) = self.store().write(write.ops).await {
+            if let Err(e) = self.write_on(sub, write.ops).await? {
                 if write.checks_sub && matches!(e, StorageError::ConditionFailed { op: 0 }) {
                     return Err(sub.not_found());
                 }
@@ -291,7 +306,7 @@ impl Queues {
         state: &QueueState,
         dead: &[usize],
         now: i64,
-    ) -> Result<(), StorageError> {
+    ) -> Result<Result<(), StorageError>, Error> {
         let mut ops = Vec::new();
         let mut buried = 0;
         for &i in dead {
@@ -325,10 +340,12 @@ impl Queues {
             partition,
             CursorRecord { dead: state.cursor.dead + buried, ..state.cursor },
         ));
-        self.store().write(ops).await?;
+        if let Err(e) = self.write_on(sub, ops).await? {
+            return Ok(Err(e));
+        }
         tracing::info!(topic = %sub.topic.name, subscription = %sub.name, partition, messages = buried, "dead-lettered");
         sub.count(metrics::DEAD_LETTERED, buried);
-        Ok(())
+        Ok(Ok(()))
     }
 
     /// Buries every dead lease of a partition (before the DLQ is listed or redriven).
@@ -345,7 +362,7 @@ impl Queues {
             if dead.is_empty() {
                 return Ok(());
             }
-            if let Err(e) = self.bury(sub, partition, &state, &dead, now).await {
+            if let Err(e) = self.bury(sub, partition, &state, &dead, now).await? {
                 self.lost_race(e, &mut attempt).await?;
             }
         }

@@ -83,8 +83,13 @@ impl Queues {
         receipts: &[String],
         action: Settle,
     ) -> Result<Vec<Result<Option<String>, ReceiptError>>, Error> {
-        let sub = self.sub(topic, name).await?;
-        self.settle_on(&sub, receipts, action).await
+        let mut sub = self.hot_sub(topic, name).await?;
+        loop {
+            let settled = self.settle_on(&sub, receipts, action).await;
+            if !self.stale(&mut sub, &settled).await? {
+                return settled;
+            }
+        }
     }
 
     pub(super) async fn settle_on(
@@ -104,6 +109,8 @@ impl Queues {
                 Some(r) if r.sub_id == sub.record.id && r.partition < sub.topic.spec.partitions => {
                     by_partition.entry(r.partition).or_default().push((i, r));
                 }
+                // Perhaps a subscription of that name created since this one was cached.
+                Some(_) if sub.guarded => return Err(sub.not_found()),
                 _ => {}
             }
         }
@@ -144,7 +151,7 @@ impl Queues {
             let cursor = state.as_ref().filter(|_| bump_cursor);
             let round = settle_round(&at, &leases, &pending, action, cursor, || self.nonce());
             if !round.ops.is_empty() {
-                if let Err(e) = self.store().write(round.ops).await {
+                if let Err(e) = self.write_on(sub, round.ops).await? {
                     self.lost_race(e, &mut attempt).await?;
                     continue;
                 }

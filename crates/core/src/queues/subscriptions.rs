@@ -134,8 +134,15 @@ impl Queues {
             ];
             match self.store().write(ops).await {
                 Ok(()) => {
+                    self.forget_sub(&topic.name, name);
                     tracing::info!(topic = %topic.name, subscription = name, "subscription created");
-                    let sub = Sub { topic, name: name.to_owned(), record, version: tombstone.map_or(1, |v| v + 1) };
+                    let sub = Sub {
+                        topic,
+                        name: name.to_owned(),
+                        record,
+                        version: tombstone.map_or(1, |v| v + 1),
+                        guarded: false,
+                    };
                     return Ok((sub.describe(), true));
                 }
                 Err(e) => self.lost_race(e, &mut attempt).await?,
@@ -192,7 +199,13 @@ impl Queues {
             for item in page.items {
                 let record: SubscriptionRecord = layout::decode("subscription", &item.value)?;
                 if !record.deleted {
-                    subs.push(Sub { topic: topic.clone(), name: item.key.sk, record, version: item.version });
+                    subs.push(Sub {
+                        topic: topic.clone(),
+                        name: item.key.sk,
+                        record,
+                        version: item.version,
+                        guarded: false,
+                    });
                 }
             }
             match page.next {
@@ -219,6 +232,7 @@ impl Queues {
         ];
         match self.store().write(ops).await {
             Ok(()) => {
+                self.forget_sub(topic, name);
                 tracing::info!(topic = %sub.topic.name, subscription = name, "subscription deleted");
                 Ok(())
             }

@@ -161,8 +161,8 @@ impl Plan {
             self.candidates.sort_by_key(|c| c.msg.offset);
         }
         let mut pick = Pick::default();
-        // The cursor, the parked lease, and the subscription's check on a first write.
-        let mut ops_left = MAX_WRITE_OPS - 3 - MAX_DELAY_LEASES;
+        // The cursor, the parked lease, and two checks (a first write's, or `Sub::guards`).
+        let mut ops_left = MAX_WRITE_OPS - 4 - MAX_DELAY_LEASES;
         for (ci, c) in self.candidates.iter().enumerate() {
             if c.filtered {
                 pick.cursor_next = c.msg.offset + 1; // passed over, even once full
@@ -336,7 +336,8 @@ pub(super) fn write(
 ) -> Write {
     let (sub, partition) = (at.sub, at.partition);
     let mut ops = Vec::new();
-    let checks_sub = state.cursor_version.is_none();
+    // A guarded subscription's write checks it already (`Queues::write_on`).
+    let checks_sub = state.cursor_version.is_none() && !sub.guarded;
     if checks_sub {
         // The partition's first items: created on absence, so only while the subscription
         // lives (a receive racing its delete would otherwise leave items its purge missed).

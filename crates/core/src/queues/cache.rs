@@ -1,0 +1,92 @@
+//! Subscriptions cached for receives and settles (`serve`'s queues: one process answers
+//! every request). A cached subscription may have been deleted, re-created or left without
+//! its topic by another process since it was read, so every write made with one checks that
+//! it is still current (its version and its topic's, in the same atomic write): a stale
+//! entry fails its write, and the request goes again on a fresh read. Safety rests on those
+//! checks, never on the entry's age. A request that writes nothing (an empty receive, an
+//! ack of receipts already settled) may answer for a subscription deleted or re-created
+//! elsewhere up to the log's `topic_cache_ttl` ago: an empty answer, never a message twice.
+
+use super::*;
+
+/// Subscriptions by (topic, name), each with when it was read.
+pub(super) type Subs = Mutex<HashMap<(String, String), (Arc<Sub>, i64)>>;
+
+/// Subscriptions one process caches before it starts over (each is small; names are many).
+const MAX_CACHED_SUBS: usize = 10_000;
+
+impl Sub {
+    /// The checks a write on this subscription's queue starts with: its own and its topic's
+    /// versions when it came from the cache, nothing otherwise.
+    fn guards(&self) -> Vec<WriteOp> {
+        if !self.guarded {
+            return Vec::new();
+        }
+        let sub = WriteOp::Check { key: sub_key(self.topic.id, &self.name), expect: Expect::Version(self.version) };
+        vec![sub, layout::topic_check(&self.topic)]
+    }
+}
+
+impl Queues {
+    /// Queues that keep the subscriptions of receives and settles for the log's
+    /// `topic_cache_ttl`, saving two reads per request and making every queue write one
+    /// op longer (a version check of the subscription and of its topic: two more items of
+    /// a DynamoDB transaction, so for `serve`, not for the functions).
+    pub fn caching_subscriptions(log: Log) -> Self {
+        Self { log, local: Arc::new(Local { subs: Some(Subs::default()), ..Local::default() }) }
+    }
+
+    /// The subscription of a receive or a settle: from the cache when the queues keep one.
+    pub(super) async fn hot_sub(&self, topic: &str, name: &str) -> Result<Arc<Sub>, Error> {
+        let Some(cache) = &self.local.subs else { return Ok(Arc::new(self.sub(topic, name).await?)) };
+        let key = (topic.to_owned(), name.to_owned());
+        let now = self.now();
+        if let Some((sub, at)) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+            if (*at..*at + self.log.cache_ttl_ms()).contains(&now) {
+                return Ok(sub.clone());
+            }
+        }
+        let sub = Arc::new(Sub { guarded: true, ..self.sub(topic, name).await? });
+        let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() >= MAX_CACHED_SUBS {
+            cache.clear();
+        }
+        cache.insert(key, (sub.clone(), now));
+        Ok(sub)
+    }
+
+    pub(super) fn forget_sub(&self, topic: &str, name: &str) {
+        if let Some(cache) = &self.local.subs {
+            cache.lock().unwrap_or_else(|p| p.into_inner()).remove(&(topic.to_owned(), name.to_owned()));
+        }
+    }
+
+    /// Whether `result` found a cached `sub` gone (a write's guard failed, or a receipt names
+    /// another subscription of that name): then the entry is dropped and `sub` read afresh,
+    /// unguarded, for one more try, which answers not found if it is.
+    pub(super) async fn stale<T>(&self, sub: &mut Arc<Sub>, result: &Result<T, Error>) -> Result<bool, Error> {
+        if !(sub.guarded && matches!(result, Err(Error::SubscriptionNotFound { .. }))) {
+            return Ok(false);
+        }
+        self.forget_sub(&sub.topic.name, &sub.name);
+        *sub = Arc::new(self.sub(&sub.topic.name, &sub.name).await?);
+        Ok(true)
+    }
+
+    /// Writes `ops` on `sub`'s queue, after its guards: `Err` if a guard failed (the
+    /// subscription or its topic changed since it was cached), else the store's answer,
+    /// with a failed condition's index counted among `ops`.
+    pub(super) async fn write_on(&self, sub: &Sub, ops: Vec<WriteOp>) -> Result<Result<(), StorageError>, Error> {
+        let mut guarded = sub.guards();
+        let guards = guarded.len();
+        if guards == 0 {
+            return Ok(self.store().write(ops).await);
+        }
+        guarded.extend(ops);
+        match self.store().write(guarded).await {
+            Err(StorageError::ConditionFailed { op }) if op < guards => Err(sub.not_found()),
+            Err(StorageError::ConditionFailed { op }) => Ok(Err(StorageError::ConditionFailed { op: op - guards })),
+            result => Ok(result),
+        }
+    }
+}
