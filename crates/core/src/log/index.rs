@@ -70,9 +70,7 @@ pub(crate) async fn segments_from(
     limit: usize,
 ) -> Result<Vec<Segment>, StorageError> {
     let pk = layout::segments_pk(topic_id, partition);
-    let mut forward = Query::all(pk.clone(), limit);
-    forward.from = Some(layout::offset_sk(offset));
-    let mut found = decode_segments(store.query(&forward).await?.items)?;
+    let mut found = decode_segments(store.query(&from_offset(pk.clone(), offset, limit)).await?.items)?;
     if found.first().is_some_and(|s| s.base == offset) {
         return Ok(found);
     }
@@ -103,9 +101,7 @@ pub(crate) async fn segments_for_read(
     let Some(holder) = holder else {
         // Nothing holds `offset` (past the head, below the log start, or a compaction's
         // swap half-way): what follows it, for the caller to judge.
-        let mut forward = Query::all(pk, limit);
-        forward.from = Some(layout::offset_sk(offset));
-        return decode_segments(store.query(&forward).await?.items);
+        return decode_segments(store.query(&from_offset(pk, offset, limit)).await?.items);
     };
     if holder.record.next - offset >= want || limit <= 1 {
         return Ok(vec![holder]);
@@ -115,6 +111,11 @@ pub(crate) async fn segments_for_read(
     let mut found = vec![holder];
     found.extend(decode_segments(store.query(&forward).await?.items)?);
     Ok(found)
+}
+
+/// The index items of up to `limit` segments starting at or after `offset`.
+fn from_offset(pk: String, offset: u64, limit: usize) -> Query {
+    Query { from: Some(layout::offset_sk(offset)), ..Query::all(pk, limit) }
 }
 
 /// The index item of the last segment starting at or before `offset`.

@@ -1,8 +1,8 @@
 //! Offsets by time: the first offset whose timestamp is at or after a time, found
 //! through the time index and a walk of the segment index as replay walks it.
 
-use super::index::{segment_records, Segment};
-use super::{check_partition, topics, Log};
+use super::index::{segment_records, segments_from, Segment};
+use super::{check_partition, topics, Log, INDEX_PAGE};
 use crate::model::{OffsetQuery, TopicConfig};
 use crate::ports::objects::StorageError;
 use crate::{names, Error};
@@ -45,8 +45,8 @@ impl Log {
         let mut next = from;
         let (mut holes, mut gone) = (0, 0);
         'pages: while next < head.next {
-            let mut page: Vec<Segment> =
-                self.segments(topic, partition, next).await?.into_iter().filter(|s| s.record.next > next).collect();
+            let page = segments_from(self.inner.store.as_ref(), topic.id, partition, next, INDEX_PAGE).await?;
+            let mut page: Vec<Segment> = page.into_iter().filter(|s| s.record.next > next).collect();
             if let Some(gap) = page.windows(2).position(|w| w[1].base > w[0].record.next) {
                 page.truncate(gap + 1);
             }

@@ -170,16 +170,6 @@ impl Log {
         )))
     }
 
-    /// Up to a page of a partition's segments, from the one holding `offset`.
-    pub(super) async fn segments(
-        &self,
-        topic: &TopicConfig,
-        partition: u32,
-        offset: u64,
-    ) -> Result<Vec<Segment>, Error> {
-        Ok(segments_from(self.inner.store.as_ref(), topic.id, partition, offset, INDEX_PAGE).await?)
-    }
-
     /// The partition's head once `offset` is readable or `wait` has passed; refuses offsets out of range.
     async fn wait_for_data(
         &self,
