@@ -47,7 +47,7 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 /// of them: a batched publish then a replay peaked at 228–240 MiB of RSS with 16 arenas,
 /// 159–170 MiB with 2, at the same rates (docs/PERFORMANCE.md). Called before any thread.
 /// A `MALLOC_ARENA_MAX` in the environment (glibc reads it itself) is left to rule.
-#[allow(unsafe_code)] // The one unsafe call of the workspace (which denies unsafe code).
+#[allow(unsafe_code)] // The one unsafe call of the workspace (every other crate forbids it).
 fn limit_malloc_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
