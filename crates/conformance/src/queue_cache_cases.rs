@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use sluice_core::queues::{Queues, StartAt, SubscriptionSpec};
-use sluice_core::{Error, Log, LogConfig, ManualClock};
+use sluice_core::queues::{PushSpec, Queues, StartAt, SubscriptionSpec};
+use sluice_core::{Code, Error, Log, LogConfig, ManualClock};
 
 use crate::queue_cases::{ack, new_topic, positions, publish_at, receive, request, spec, START_MS};
 use crate::Backend;
@@ -111,4 +111,23 @@ pub async fn given_a_cached_subscription_deleted_elsewhere_then_an_empty_receive
     clock.advance(LogConfig::default().topic_cache_ttl.as_millis() as i64);
     let got = cached.receive(&topic, "s", &request(10)).await;
     assert!(is_not_found(&got), "{got:?}");
+}
+
+pub async fn given_a_cached_subscription_re_created_elsewhere_as_push_then_a_client_cannot_receive(
+    backend: &dyn Backend,
+) {
+    let (_clock, log, cached, _, other) = two_processes(backend).await;
+    let topic = new_topic(&log, "cached-push", 1).await;
+    other.create(&topic, "s", settings()).await.unwrap();
+    for i in 0..3 {
+        publish_at(&log, &topic, 0, &format!("m{i}"), START_MS).await;
+    }
+    assert_eq!(receive(&cached, &topic, "s", 1).await.len(), 1, "the receive that caches it");
+
+    other.delete(&topic, "s").await.unwrap();
+    let push = SubscriptionSpec { push: Some(PushSpec::url("https://receiver.test/hook", None)), ..settings() };
+    other.create(&topic, "s", push).await.unwrap();
+    // The cached entry says pull; its write finds it stale, and the fresh read says push.
+    let got = cached.receive(&topic, "s", &request(10)).await;
+    assert!(matches!(&got, Err(Error::Conflict { code: Code::PushSubscription, .. })), "{got:?}");
 }

@@ -11,8 +11,9 @@
 //! Writes are group-committed: the writes waiting when the writer connection
 //! becomes free run in one `BEGIN IMMEDIATE` transaction, each in a savepoint of
 //! its own (rolled back alone if a condition fails; a write alone in its group
-//! needs none), with one `COMMIT` and so one fsync for all of them. Each is still atomic and isolated (they apply one after
-//! another), and none is answered before the commit is on disk.
+//! needs none), with one `COMMIT` and so one fsync for all of them. Each is
+//! still atomic and isolated (they apply one after another), and none is
+//! answered before the commit is on disk.
 //!
 //! Expired rows stay until [`StateStore::purge_expired`] removes them; until
 //! then every read and condition treats them as absent. A put under

@@ -152,7 +152,7 @@ impl Log {
 
     /// How long a cached topic (or subscription) record serves before it is read again.
     pub(crate) fn cache_ttl_ms(&self) -> i64 {
-        self.inner.config.topic_cache_ttl.as_millis() as i64
+        i64::try_from(self.inner.config.topic_cache_ttl.as_millis()).unwrap_or(i64::MAX)
     }
 
     /// How often a long poll re-reads heads written by other processes.

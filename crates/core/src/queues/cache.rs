@@ -4,8 +4,10 @@
 //! it is still current (its version and its topic's, in the same atomic write): a stale
 //! entry fails its write, and the request goes again on a fresh read. Safety rests on those
 //! checks, never on the entry's age. A request that writes nothing (an empty receive, an
-//! ack of receipts already settled) may answer for a subscription deleted or re-created
-//! elsewhere up to the log's `topic_cache_ttl` ago: an empty answer, never a message twice.
+//! ack of receipts already settled) may answer for a subscription deleted or re-created up
+//! to the log's `topic_cache_ttl` before it started (by another process, or by deleting its
+//! topic: deleting the subscription here forgets it at once): an empty answer, never a
+//! message twice.
 
 use super::*;
 
@@ -42,7 +44,7 @@ impl Queues {
         let key = (topic.to_owned(), name.to_owned());
         let now = self.now();
         if let Some((sub, at)) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
-            if (*at..*at + self.log.cache_ttl_ms()).contains(&now) {
+            if (*at..at.saturating_add(self.log.cache_ttl_ms())).contains(&now) {
                 return Ok(sub.clone());
             }
         }
@@ -61,11 +63,13 @@ impl Queues {
         }
     }
 
-    /// Whether `result` found a cached `sub` gone (a write's guard failed, or a receipt names
-    /// another subscription of that name): then the entry is dropped and `sub` read afresh,
-    /// unguarded, for one more try, which answers not found if it is.
+    /// Whether `result` found a cached `sub` gone (a write's guard failed, a receipt names
+    /// another subscription of that name, or its topic's items are gone): then the entry is
+    /// dropped and `sub` read afresh, unguarded, for one more try, which answers not found
+    /// if it is.
     pub(super) async fn stale<T>(&self, sub: &mut Arc<Sub>, result: &Result<T, Error>) -> Result<bool, Error> {
-        if !(sub.guarded && matches!(result, Err(Error::SubscriptionNotFound { .. }))) {
+        let gone = matches!(result, Err(Error::SubscriptionNotFound { .. } | Error::TopicNotFound(_)));
+        if !(sub.guarded && gone) {
             return Ok(false);
         }
         self.forget_sub(&sub.topic.name, &sub.name);

@@ -47,6 +47,7 @@ impl Queues {
             if !self.stale(&mut sub, &received).await? {
                 return received;
             }
+            sub.check_pull()?; // re-created as a push subscription, perhaps
         }
     }
 
@@ -68,6 +69,7 @@ impl Queues {
             if !self.stale(&mut sub, &acked).await? {
                 break acked?;
             }
+            sub.check_pull()?;
         };
         let acks = acks.into_iter().map(|r| r.map(|_| ())).collect();
         loop {
@@ -75,6 +77,7 @@ impl Queues {
             if !self.stale(&mut sub, &received).await? {
                 return Ok((acks, received?));
             }
+            sub.check_pull()?;
         }
     }
 

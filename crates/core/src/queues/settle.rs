@@ -43,9 +43,12 @@ impl Queues {
             ));
         }
         let at = self.now() + delay_ms as i64;
-        let sub = self.sub(topic, name).await?;
-        let results = self.settle_on(&sub, receipts, Settle::Release { at }).await?;
-        sub.count(crate::metrics::NACKED, results.iter().filter(|r| r.is_ok()).count() as u64);
+        let results = self.settle(topic, name, receipts, Settle::Release { at }).await?;
+        let nacked = results.iter().filter(|r| r.is_ok()).count() as u64;
+        if nacked > 0 {
+            let labels = [("topic", topic.to_owned()), ("subscription", name.to_owned())];
+            metrics::counter!(crate::metrics::NACKED, &labels).increment(nacked);
+        }
         Ok(results.into_iter().map(|r| r.map(|_| ())).collect())
     }
 
