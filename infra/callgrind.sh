@@ -13,6 +13,9 @@
 #   ack       10 receipts per request                    (N requests)
 #   poll      a consumer group member's poll of 100 events, then its commit, as its loop
 #             does: counted per poll + commit pair        (N pairs)
+#   cycle     a worker's loop on a second subscription: a receive of 10 carrying the
+#             previous batch's acks (`"ack"`), so one lease is in flight, not N as
+#             in `receive`                                (N requests)
 #
 # Usage: infra/callgrind.sh [N] (default 200); SLUICE_BIN=path measures that server binary;
 # KEEP=dir keeps each phase's profile there (callgrind_annotate dir/receive.out).
@@ -75,7 +78,14 @@ for _ in range(backlog // 100 + 1):
     call("POST", "/v1/topics/cg-backlog/events",
          {"events": [{"key": f"k{i}", "value": value} for i in range(100)]})
 call("PUT", "/v1/topics/cg-backlog/subscriptions/work", {"start": "earliest", "visibility_timeout_ms": 600000})
+call("PUT", "/v1/topics/cg-backlog/subscriptions/loop", {"start": "earliest", "visibility_timeout_ms": 600000})
 received = []
+held = []
+
+def cycle(_):
+    got = call("POST", "/v1/topics/cg-backlog/subscriptions/loop/receive", {"max_messages": 10, "ack": held})
+    assert len(got["messages"]) == 10, f"a receive got {len(got['messages'])} messages"
+    held[:] = [m["receipt"] for m in got["messages"]]
 
 def receive(_):
     got = call("POST", "/v1/topics/cg-backlog/subscriptions/work/receive", {"max_messages": 10})["messages"]
@@ -107,4 +117,5 @@ measure("publish100", 100, lambda i: call("POST", "/v1/topics/cg/events",
 measure("receive", 10, receive)
 measure("ack", 10, ack)
 measure("poll", 100, poll)
+measure("cycle", 10, cycle)
 PY
