@@ -65,7 +65,7 @@ impl Queues {
         let mut sub = self.hot_sub(topic, name).await?;
         sub.check_pull()?;
         let acks = loop {
-            let acked = self.settle_on(&sub, receipts, Settle::Ack).await;
+            let acked = self.settle_on(&sub, receipts, Settle::Ack, Some(metrics::ACKED)).await;
             if !self.stale(&mut sub, &acked).await? {
                 break acked?;
             }

@@ -24,7 +24,7 @@ impl Queues {
         name: &str,
         receipts: &[String],
     ) -> Result<Vec<Result<(), ReceiptError>>, Error> {
-        let results = self.settle(topic, name, receipts, Settle::Ack).await?;
+        let results = self.settle(topic, name, receipts, Settle::Ack, Some(crate::metrics::ACKED)).await?;
         Ok(results.into_iter().map(|r| r.map(|_| ())).collect())
     }
 
@@ -43,12 +43,7 @@ impl Queues {
             ));
         }
         let at = self.now() + delay_ms as i64;
-        let results = self.settle(topic, name, receipts, Settle::Release { at }).await?;
-        let nacked = results.iter().filter(|r| r.is_ok()).count() as u64;
-        if nacked > 0 {
-            let labels = [("topic", topic.to_owned()), ("subscription", name.to_owned())];
-            metrics::counter!(crate::metrics::NACKED, &labels).increment(nacked);
-        }
+        let results = self.settle(topic, name, receipts, Settle::Release { at }, Some(crate::metrics::NACKED)).await?;
         Ok(results.into_iter().map(|r| r.map(|_| ())).collect())
     }
 
@@ -74,21 +69,22 @@ impl Queues {
         } else {
             Settle::Hold { until: now + visibility_timeout_ms as i64 }
         };
-        self.settle(topic, name, receipts, settle).await
+        self.settle(topic, name, receipts, settle, None).await
     }
 
     /// Applies `action` to each receipt's message; answers per receipt (with the new
-    /// receipt of a held message).
+    /// receipt of a held message). Messages settled are added to `counter`, if any.
     async fn settle(
         &self,
         topic: &str,
         name: &str,
         receipts: &[String],
         action: Settle,
+        counter: Option<&'static str>,
     ) -> Result<Vec<Result<Option<String>, ReceiptError>>, Error> {
         let mut sub = self.hot_sub(topic, name).await?;
         loop {
-            let settled = self.settle_on(&sub, receipts, action).await;
+            let settled = self.settle_on(&sub, receipts, action, counter).await;
             if !self.stale(&mut sub, &settled).await? {
                 return settled;
             }
@@ -100,6 +96,7 @@ impl Queues {
         sub: &Sub,
         receipts: &[String],
         action: Settle,
+        counter: Option<&'static str>,
     ) -> Result<Vec<Result<Option<String>, ReceiptError>>, Error> {
         if receipts.len() > MAX_RECEIPTS {
             return Err(Error::invalid(Code::TooManyReceipts, format!("at most {MAX_RECEIPTS} receipts per request")));
@@ -117,13 +114,18 @@ impl Queues {
                 _ => {}
             }
         }
+        let mut outcome = Ok(());
         for (partition, receipts) in by_partition {
-            self.settle_partition(sub, partition, &receipts, action, &receipt_key, &mut results).await?;
+            outcome = self.settle_partition(sub, partition, &receipts, action, &receipt_key, &mut results).await;
+            if outcome.is_err() {
+                break;
+            }
         }
-        if matches!(action, Settle::Ack) {
-            sub.count(crate::metrics::ACKED, results.iter().filter(|r| r.is_ok()).count() as u64);
+        // Counted even when a later partition failed: what was written stays settled.
+        if let Some(counter) = counter {
+            sub.count(counter, results.iter().filter(|r| r.is_ok()).count() as u64);
         }
-        Ok(results)
+        outcome.map(|()| results)
     }
 
     /// Settles one partition's receipts, a write's worth of leases at a time: reads the
