@@ -216,11 +216,22 @@ fn copy_data_dir(from: &Path, to: &Path) -> std::io::Result<()> {
         let entry = entry?;
         let target = to.join(entry.file_name());
         if entry.file_type()?.is_dir() {
-            std::fs::create_dir_all(&target)?;
+            again_if_interrupted(|| std::fs::create_dir_all(&target))?;
             copy_data_dir(&entry.path(), &target)?;
         } else if !entry.file_name().to_string_lossy().ends_with("-shm") {
-            std::fs::copy(entry.path(), target)?;
+            again_if_interrupted(|| std::fs::copy(entry.path(), &target))?;
         }
     }
     Ok(())
+}
+
+/// `f`, again while a signal interrupts it: a CI run failed on `EINTR` from `std::fs::copy`
+/// under libFuzzer, which does not retry it there.
+fn again_if_interrupted<T>(mut f: impl FnMut() -> std::io::Result<T>) -> std::io::Result<T> {
+    loop {
+        match f() {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            result => return result,
+        }
+    }
 }
