@@ -11,6 +11,29 @@
 
 use super::*;
 
+/// `$op` (an expression on the subscription `$sub`, cached or not), and once more on a fresh
+/// read of it if its answer found the cached entry stale ([`Queues::stale`]). With `pull`,
+/// first refuses a push subscription each time (it may have been re-created as one).
+macro_rules! on_fresh_sub {
+    ($queues:expr, $sub:ident, pull, $op:expr) => {
+        loop {
+            $sub.check_pull()?;
+            let result = $op;
+            if !$queues.stale(&mut $sub, &result).await? {
+                break result;
+            }
+        }
+    };
+    ($queues:expr, $sub:ident, $op:expr) => {
+        loop {
+            let result = $op;
+            if !$queues.stale(&mut $sub, &result).await? {
+                break result;
+            }
+        }
+    };
+}
+
 /// Subscriptions by (topic, name), each with when it was read.
 pub(super) type Subs = Mutex<HashMap<(String, String), (Arc<Sub>, i64)>>;
 

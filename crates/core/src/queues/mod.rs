@@ -33,6 +33,7 @@
 //! Receipts are signed (HMAC-SHA-256 with a key kept in the store), so they are opaque
 //! and a forged or altered one is refused before anything is read.
 
+#[macro_use]
 mod cache;
 mod dead;
 mod deliveries;

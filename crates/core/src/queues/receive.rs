@@ -41,14 +41,7 @@ impl Queues {
     pub async fn receive(&self, topic: &str, name: &str, req: &ReceiveRequest) -> Result<Vec<Message>, Error> {
         Self::check_receive(req)?;
         let mut sub = self.hot_sub(topic, name).await?;
-        sub.check_pull()?;
-        loop {
-            let received = self.receive_on(&sub, req).await;
-            if !self.stale(&mut sub, &received).await? {
-                return received;
-            }
-            sub.check_pull()?; // re-created as a push subscription, perhaps
-        }
+        on_fresh_sub!(self, sub, pull, self.receive_on(&sub, req).await)
     }
 
     /// Acks `receipts`, then receives: a worker's whole loop in one request (JetStream's
@@ -63,22 +56,11 @@ impl Queues {
     ) -> Result<(Vec<Result<(), ReceiptError>>, Vec<Message>), Error> {
         Self::check_receive(req)?;
         let mut sub = self.hot_sub(topic, name).await?;
-        sub.check_pull()?;
-        let acks = loop {
-            let acked = self.settle_on(&sub, receipts, Settle::Ack, Some(metrics::ACKED)).await;
-            if !self.stale(&mut sub, &acked).await? {
-                break acked?;
-            }
-            sub.check_pull()?;
-        };
+        let acks =
+            on_fresh_sub!(self, sub, pull, self.settle_on(&sub, receipts, Settle::Ack, Some(metrics::ACKED)).await)?;
         let acks = acks.into_iter().map(|r| r.map(|_| ())).collect();
-        loop {
-            let received = self.receive_on(&sub, req).await;
-            if !self.stale(&mut sub, &received).await? {
-                return Ok((acks, received?));
-            }
-            sub.check_pull()?;
-        }
+        let received = on_fresh_sub!(self, sub, pull, self.receive_on(&sub, req).await)?;
+        Ok((acks, received))
     }
 
     pub(super) fn check_receive(req: &ReceiveRequest) -> Result<(), Error> {

@@ -83,12 +83,7 @@ impl Queues {
         counter: Option<&'static str>,
     ) -> Result<Vec<Result<Option<String>, ReceiptError>>, Error> {
         let mut sub = self.hot_sub(topic, name).await?;
-        loop {
-            let settled = self.settle_on(&sub, receipts, action, counter).await;
-            if !self.stale(&mut sub, &settled).await? {
-                return settled;
-            }
-        }
+        on_fresh_sub!(self, sub, self.settle_on(&sub, receipts, action, counter).await)
     }
 
     pub(super) async fn settle_on(
