@@ -12,7 +12,7 @@ use sluice_core::groups::{
 };
 use sluice_core::layout::{self, HeadRecord};
 use sluice_core::ports::state::{Item, Key, Page, Query, StateStore, WriteOp};
-use sluice_core::{Clock, Error, Log, LogConfig, ManualClock, NewEvent, StorageError, TopicSpec};
+use sluice_core::{Clock, Error, Log, ManualClock, NewEvent, StorageError, TopicSpec};
 
 pub use crate::group_fault_cases::*;
 use crate::{unique_topic, Backend};
@@ -70,7 +70,7 @@ pub(crate) const START_MS: i64 = 1_800_000_000_000;
 /// A log and its groups on `backend`, reading time from `clock`.
 pub(crate) async fn groups_on(backend: &dyn Backend, clock: &Arc<ManualClock>) -> (Log, Groups) {
     let (store, objects) = backend.open_with(clock.clone()).await;
-    let log = Log::new(store, objects, clock.clone(), LogConfig::default());
+    let log = Log::new(store, objects, clock.clone(), crate::log_config());
     (log.clone(), Groups::new(log))
 }
 
@@ -323,7 +323,7 @@ pub async fn given_long_polling_member_when_event_published_then_poll_returns_it
     // A clock that never moves and tells when the poll starts waiting on it.
     let clock = Arc::new(crate::queue_cases::WatchedClock::new(START_MS));
     let (store, objects) = backend.open_with(clock.clone()).await;
-    let log = Log::new(store, objects, clock.clone(), LogConfig::default());
+    let log = Log::new(store, objects, clock.clone(), crate::log_config());
     let groups = Groups::new(log.clone());
     let (topic, group) = (unique_topic("wait"), unique_topic("g"));
     log.create_topic(&topic, TopicSpec { partitions: 2, retention_ms: None, retention_bytes: None }).await.unwrap();
@@ -614,7 +614,7 @@ impl StateStore for Namespaced {
 /// A log and its groups on `backend` under a namespace of their own (see [`Namespaced`]).
 async fn namespaced_groups_on(backend: &dyn Backend, clock: &Arc<ManualClock>, config: GroupsConfig) -> (Log, Groups) {
     let (store, objects) = backend.open_with(clock.clone()).await;
-    let log = Log::new(Arc::new(Namespaced::new(store)), objects, clock.clone(), LogConfig::default());
+    let log = Log::new(Arc::new(Namespaced::new(store)), objects, clock.clone(), crate::log_config());
     (log.clone(), Groups::with_config(log, config))
 }
 

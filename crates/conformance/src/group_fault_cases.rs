@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use sluice_core::groups::{Groups, PollRequest, TopicPartition};
-use sluice_core::{Log, LogConfig, ManualClock, NewEvent, TopicSpec};
+use sluice_core::{Log, ManualClock, NewEvent, TopicSpec};
 
 use crate::faults::{deletes, puts, Action, Scripted};
 use crate::group_cases::{commit_of, committed, groups_on, offsets_of, poll, publish, request, START_MS};
@@ -20,7 +20,7 @@ async fn scripted_groups_on(backend: &dyn Backend, clock: &Arc<ManualClock>) -> 
     let (log, groups) = groups_on(backend, clock).await;
     let (store, objects) = backend.open_with(clock.clone()).await;
     let script = Scripted::new(store);
-    let scripted = Log::new(script.clone(), objects, clock.clone(), LogConfig::default());
+    let scripted = Log::new(script.clone(), objects, clock.clone(), crate::log_config());
     (log, groups, script, Groups::new(scripted))
 }
 

@@ -55,6 +55,31 @@ pub trait Backend: Send + Sync {
     }
 }
 
+/// Whether this test binary's backend keeps every segment in a blob (set by the moto backend,
+/// so that its cases run the log as the AWS functions do; see [`log_config`]).
+static BLOBS_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes [`log_config`] keep every segment in a blob, for the rest of this test binary.
+pub fn segments_in_blobs_only() {
+    BLOBS_ONLY.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The log's configuration for a case: the default, where small commits keep their segments
+/// inline, unless this binary's backend runs as the AWS functions do ([`segments_in_blobs_only`]).
+pub fn log_config() -> sluice_core::LogConfig {
+    if BLOBS_ONLY.load(std::sync::atomic::Ordering::Relaxed) {
+        blobs_only()
+    } else {
+        sluice_core::LogConfig::default()
+    }
+}
+
+/// The log's configuration with every segment in a blob, never inline: for cases about
+/// objects (their counts, their collection, a lost PUT).
+pub fn blobs_only() -> sluice_core::LogConfig {
+    sluice_core::LogConfig { inline_segment_bytes: 0, ..sluice_core::LogConfig::default() }
+}
+
 /// A name no other case uses.
 pub fn unique_topic(prefix: &str) -> String {
     format!("{prefix}-{:016x}", rand::random::<u64>())

@@ -37,6 +37,7 @@ macro_rules! log_conformance_suite {
             given_events_then_replay_from_any_offset_and_offset_lookup_by_time,
             given_a_reader_long_polling_when_an_event_is_published_then_the_publish_wakes_it,
             given_a_publish_in_flight_when_its_topic_is_deleted_then_it_is_refused_or_committed_before,
+            given_small_and_large_commits_then_small_ones_are_inline_and_replay_spans_both,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn eight_concurrent_publishers_to_one_partition_get_dense_offsets() {
@@ -72,12 +73,12 @@ fn event(value: &str, partition: u32) -> NewEvent {
 
 /// A log on `stores` that trusts its topic cache for ten minutes: a warm, stale process.
 fn warm_log((store, objects): Stores) -> Log {
-    let config = LogConfig { topic_cache_ttl: Duration::from_secs(600), ..LogConfig::default() };
+    let config = LogConfig { topic_cache_ttl: Duration::from_secs(600), ..crate::log_config() };
     Log::new(store, objects, Arc::new(SystemClock), config)
 }
 
 fn log_on((store, objects): Stores) -> Log {
-    Log::new(store, objects, Arc::new(SystemClock), LogConfig::default())
+    Log::new(store, objects, Arc::new(SystemClock), crate::log_config())
 }
 
 async fn read_all(log: &Log, topic: &str, partition: u32) -> Result<Vec<(u64, Bytes)>, Error> {
@@ -194,7 +195,7 @@ async fn faulty_log(backend: &dyn Backend, faults: &[Fault]) -> (Log, Arc<Atomic
     for fault in faults {
         script.at(is_commit, Action::Fault(*fault));
     }
-    let log = Log::new(script, objects, Arc::new(SystemClock), LogConfig::default());
+    let log = Log::new(script, objects, Arc::new(SystemClock), crate::log_config());
     (log, commits, log_on(backend.open().await))
 }
 
@@ -294,7 +295,7 @@ pub async fn given_idempotency_key_then_retry_answers_the_same_and_other_request
 pub async fn given_idempotency_record_older_than_its_ttl_then_key_can_be_reused(backend: &dyn Backend) {
     let clock = Arc::new(ManualClock::new(1_800_000_000_000));
     let (store, objects) = backend.open_with(clock.clone()).await;
-    let log = Log::new(store, objects, clock.clone(), LogConfig::default());
+    let log = Log::new(store, objects, clock.clone(), crate::log_config());
     let topic = unique_topic("ttl");
     log.create_topic(&topic, spec(1)).await.unwrap();
     let key = |fp: u8| Some(IdempotencyKey { key: "k".into(), fingerprint: vec![fp; 32] });
@@ -328,6 +329,7 @@ pub async fn given_deleted_topic_with_many_index_items_then_janitor_purges_in_bo
                     len: 1,
                     max_ts: 0,
                     parts: Vec::new(),
+                    inline: false,
                 };
                 WriteOp::create(layout::segment_key(config.id, 0, base), layout::encode(&record))
             })
@@ -474,7 +476,7 @@ pub async fn eight_concurrent_publishers_to_one_partition_get_dense_offsets(back
 pub async fn given_a_reader_long_polling_when_an_event_is_published_then_the_publish_wakes_it(backend: &dyn Backend) {
     let clock = Arc::new(crate::queue_cases::WatchedClock::new(1_767_225_600_000));
     let (store, objects) = backend.open_with(clock.clone()).await;
-    let log = Log::new(store, objects, clock.clone(), LogConfig::default());
+    let log = Log::new(store, objects, clock.clone(), crate::log_config());
     let topic = unique_topic("wake");
     log.create_topic(&topic, spec(1)).await.unwrap();
     for offset in 0..2u64 {
@@ -516,7 +518,7 @@ pub async fn given_a_publish_in_flight_when_its_topic_is_deleted_then_it_is_refu
         let (config, _) = admin.create_topic(&topic, spec(1)).await.unwrap();
         let (store, objects) = backend.open().await;
         let script = Scripted::new(store);
-        let publisher = Log::new(script.clone(), objects, Arc::new(SystemClock), LogConfig::default());
+        let publisher = Log::new(script.clone(), objects, Arc::new(SystemClock), crate::log_config());
         // Warm: the publisher holds the topic and its head in its caches.
         publisher.publish(&topic, vec![event("before", 0)], None).await.unwrap();
         let rival = {
@@ -542,4 +544,63 @@ pub async fn given_a_publish_in_flight_when_its_topic_is_deleted_then_it_is_refu
         let at = admin.publish(&topic, vec![event("new", 0)], None).await.unwrap();
         assert_eq!(at, vec![Position { partition: 0, offset: 0 }], "the new topic starts at 0");
     }
+}
+
+/// A commit of few bytes keeps its segment in its index item (no blob written, one write);
+/// a larger one writes a blob. A partition holding both replays densely with exact bytes
+/// from any offset, inside either kind of segment, in this process and in a fresh one.
+pub async fn given_small_and_large_commits_then_small_ones_are_inline_and_replay_spans_both(backend: &dyn Backend) {
+    let (store, objects) = backend.open().await;
+    let counted = crate::faults::ScriptedObjects::new(objects);
+    let config = LogConfig { inline_segment_bytes: 4 << 10, ..LogConfig::default() };
+    let log = Log::new(store.clone(), counted.clone(), Arc::new(SystemClock), config);
+    let topic = unique_topic("inline");
+    let (created, _) = log.create_topic(&topic, spec(1)).await.unwrap();
+    let big = |i: usize| format!("{i}:{}", "b".repeat(1000));
+    let mut expected = Vec::new();
+    for round in 0..3 {
+        for i in 0..3 {
+            let value = format!("small {round}.{i}");
+            log.publish(&topic, vec![event(&value, 0)], None).await.unwrap();
+            expected.push(value);
+        }
+        assert_eq!(counted.puts().len(), round, "small commits write no blob");
+        let batch: Vec<String> = (0..8).map(big).collect();
+        log.publish(&topic, batch.iter().map(|v| event(v, 0)).collect(), None).await.unwrap();
+        expected.extend(batch);
+        assert_eq!(counted.puts().len(), round + 1, "8 KB of events go to a blob");
+    }
+    let item = |offset: u64| {
+        let store = store.clone();
+        async move {
+            let item = store.get(&layout::segment_key(created.id, 0, offset)).await.unwrap().expect("indexed");
+            layout::decode_segment_item(&item.value).unwrap()
+        }
+    };
+    let (first, data) = item(0).await;
+    assert!(first.inline && data.is_some_and(|d| d.len() as u64 == first.len), "{first:?}");
+    let (batch, data) = item(3).await;
+    assert!(!batch.inline && data.is_none(), "{batch:?}");
+
+    let all: Vec<(u64, String)> = expected.iter().enumerate().map(|(o, v)| (o as u64, v.clone())).collect();
+    assert_eq!(values(&read_all(&log, &topic, 0).await.unwrap()), all);
+    // From inside a blob's segment and from an inline one, a few at a time, as queues read.
+    for from in [1u64, 5, 11, 12, 20] {
+        let mut at = from;
+        while at < all.len() as u64 {
+            let request = ReadRequest { max_events: 3, ..read_request(&topic, at) };
+            let page = log.read(&request).await.unwrap();
+            let got: Vec<(u64, Bytes)> = page.events.into_iter().map(|e| (e.offset, e.record.value)).collect();
+            assert_eq!(values(&got), all[at as usize..(at as usize + 3).min(all.len())], "from {at}");
+            at = page.next_offset;
+        }
+    }
+    // A fresh process (no cache of any kind) reads the same.
+    let (store2, objects2) = backend.open().await;
+    let other = Log::new(store2, objects2, Arc::new(SystemClock), LogConfig::default());
+    assert_eq!(values(&read_all(&other, &topic, 0).await.unwrap()), all);
+}
+
+fn read_request(topic: &str, offset: u64) -> ReadRequest {
+    ReadRequest { topic: topic.to_owned(), partition: 0, offset, max_events: 10_000, max_bytes: 6 << 20, wait_ms: 0 }
 }

@@ -22,7 +22,7 @@ use sluice_core::ports::state::{Item, Key, Page, Query, StateStore, WriteOp};
 use sluice_core::queues::{Queues, ReceiptError, StartAt, SubscriptionSpec};
 use sluice_core::upkeep::{Janitor, JanitorConfig, STEP_BUDGET};
 use sluice_core::{
-    BlobRef, Clock, Error, IdempotencyKey, Log, LogConfig, ManualClock, NewEvent, ObjectStore, Position, ReadRequest,
+    BlobRef, Clock, Error, IdempotencyKey, Log, ManualClock, NewEvent, ObjectStore, Position, ReadRequest,
     StorageError, SystemClock, TopicSpec,
 };
 
@@ -121,7 +121,7 @@ fn expected(from: u64, values: &[&str]) -> Vec<(u64, String)> {
 async fn scripted_log(backend: &dyn Backend, clock: Arc<dyn Clock>) -> (Arc<Scripted>, Log) {
     let (store, objects) = backend.open_with(clock.clone()).await;
     let script = Scripted::new(store);
-    (script.clone(), Log::new(script, objects, clock, LogConfig::default()))
+    (script.clone(), Log::new(script, objects, clock, crate::log_config()))
 }
 
 // ---------------------------------------------------------------------------
@@ -136,7 +136,7 @@ pub async fn given_a_publish_commit_applied_but_its_answer_lost_and_a_rival_comm
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let (script, log) = scripted_log(backend, clock.clone()).await;
     let (store, objects) = backend.open().await;
-    let rival = Log::new(store, objects, clock, LogConfig::default());
+    let rival = Log::new(store, objects, clock, crate::log_config());
     let topic = unique_topic("lost-rival");
     rival.create_topic(&topic, TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None }).await.unwrap();
     let rival_answer = Arc::new(Mutex::new(None));
@@ -170,7 +170,7 @@ pub async fn given_a_failed_commit_then_a_rival_on_one_partition_then_a_lost_ret
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let (script, log) = scripted_log(backend, clock.clone()).await;
     let (store, objects) = backend.open().await;
-    let rival = Log::new(store, objects, clock, LogConfig::default());
+    let rival = Log::new(store, objects, clock, crate::log_config());
     let topic = unique_topic("lost-retry");
     rival.create_topic(&topic, TopicSpec { partitions: 2, retention_ms: None, retention_bytes: None }).await.unwrap();
     rival.publish(&topic, vec![event("p0", 0, None), event("p1", 1, None)], None).await.unwrap();
@@ -201,7 +201,7 @@ pub async fn given_an_s3_put_applied_but_its_answer_lost_then_the_keyed_retry_is
     let world = JanitorWorld::new(backend, "lost-put", None).await;
     let (store, objects) = backend.open_with(world.clock.clone()).await;
     let objects = ScriptedObjects::new(Arc::new(ScopedObjects { inner: objects, scope: world.scope.clone() }));
-    let log = Log::new(store, objects.clone(), world.clock.clone(), LogConfig::default());
+    let log = Log::new(store, objects.clone(), world.clock.clone(), crate::blobs_only());
     let key = || Some(IdempotencyKey { key: "put-lost".into(), fingerprint: vec![7; 32] });
     objects.at_put(Fault::LoseAnswer);
     let first = log.publish(&world.topic, vec![event("a", 0, None)], key()).await;
@@ -228,7 +228,7 @@ pub async fn given_a_topic_create_applied_but_its_answer_lost_then_the_retry_ans
     let (script, log) = scripted_log(backend, Arc::new(SystemClock)).await;
     let other = {
         let (store, objects) = backend.open().await;
-        Log::new(store, objects, Arc::new(SystemClock), LogConfig::default())
+        Log::new(store, objects, Arc::new(SystemClock), crate::log_config())
     };
     let topic = unique_topic("lost-create");
     let spec = TopicSpec { partitions: 2, retention_ms: None, retention_bytes: None };
@@ -695,7 +695,7 @@ impl JanitorWorld {
     async fn log(&self, backend: &dyn Backend) -> Log {
         let (store, objects) = backend.open_with(self.clock.clone()).await;
         let objects = Arc::new(ScopedObjects { inner: objects, scope: self.scope.clone() });
-        Log::new(store, objects, self.clock.clone(), LogConfig::default())
+        Log::new(store, objects, self.clock.clone(), crate::blobs_only())
     }
 
     /// A janitor that sees only this world, its writes meeting `script`'s rules.

@@ -16,7 +16,7 @@ async fn two_processes(backend: &dyn Backend) -> (Arc<ManualClock>, Log, Queues,
     let mut logs = Vec::new();
     for _ in 0..2 {
         let (store, objects) = backend.open_with(clock.clone()).await;
-        logs.push(Log::new(store, objects, clock.clone(), LogConfig::default()));
+        logs.push(Log::new(store, objects, clock.clone(), crate::log_config()));
     }
     let (other_log, log) = (logs.pop().unwrap(), logs.pop().unwrap());
     let (cached, other) = (Queues::caching_subscriptions(log.clone()), Queues::new(other_log.clone()));

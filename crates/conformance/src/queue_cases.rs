@@ -15,7 +15,7 @@ use sluice_core::queues::{
     Backlog, Backoff, Message, Ordering, Queues, ReceiptError, ReceiveRequest, StartAt, SubscriptionSpec, MAX_DELAY_MS,
     MAX_RECEIVE_COUNT, MAX_VISIBILITY_TIMEOUT_MS,
 };
-use sluice_core::{Clock, Error, Log, LogConfig, ManualClock, NewEvent, Position, TopicSpec};
+use sluice_core::{Clock, Error, Log, ManualClock, NewEvent, Position, TopicSpec};
 use tokio::sync::{watch, Notify};
 
 use crate::group_cases::advance_log_start;
@@ -103,7 +103,7 @@ pub(crate) fn scaled(backend: &dyn Backend, embedded: usize) -> usize {
 /// A log and its queues on `backend`, reading time from `clock`.
 async fn queues_on(backend: &dyn Backend, clock: Arc<dyn Clock>) -> (Log, Queues) {
     let (store, objects) = backend.open_with(clock.clone()).await;
-    let log = Log::new(store, objects, clock, LogConfig::default());
+    let log = Log::new(store, objects, clock, crate::log_config());
     let queues = if backend.caches_subscriptions() {
         Queues::caching_subscriptions(log.clone())
     } else {
@@ -1474,7 +1474,7 @@ async fn faulty_queue(
     let (store, objects) = backend.open_with(clock.clone()).await;
     let faulty_store =
         Arc::new(FaultyQueueStore { inner: store, faults: Mutex::new(faults.iter().copied().collect()) });
-    let faulty = Queues::new(Log::new(faulty_store.clone(), objects, clock.clone(), LogConfig::default()));
+    let faulty = Queues::new(Log::new(faulty_store.clone(), objects, clock.clone(), crate::log_config()));
     let topic = new_topic(&clean_log, "faults", 1).await;
     let sub_spec = SubscriptionSpec { visibility_timeout_ms: 10_000, ..spec(StartAt::Earliest) };
     let sub = subscribe(&clean, &topic, sub_spec).await;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use sluice_core::queues::{Queues, ReceiveRequest, StartAt, SubscriptionSpec};
 use sluice_core::upkeep::JanitorConfig;
-use sluice_core::{layout, Clock, Log, LogConfig, ManualClock, TopicSpec};
+use sluice_core::{layout, Clock, Log, ManualClock, TopicSpec};
 
 use crate::faults::{Action, QueryAction, Scripted};
 use crate::queue_cases::{assert_nothing, manual, new_topic, positions, publish_at, receive, subscribe, START_MS};
@@ -18,7 +18,7 @@ const HOUR: i64 = 3600 * 1000;
 async fn scripted_queues(backend: &dyn Backend, clock: &Arc<ManualClock>) -> (Arc<Scripted>, Queues) {
     let (store, objects) = backend.open_with(clock.clone()).await;
     let script = Scripted::new(store);
-    let log = Log::new(script.clone(), objects, clock.clone(), LogConfig::default());
+    let log = Log::new(script.clone(), objects, clock.clone(), crate::log_config());
     (script, Queues::new(log))
 }
 

@@ -10,9 +10,7 @@ use bytes::Bytes;
 use sluice_core::layout;
 use sluice_core::ports::state::Query;
 use sluice_core::upkeep::{Janitor, JanitorConfig, STEP_BUDGET};
-use sluice_core::{
-    Clock, Error, Log, LogConfig, ManualClock, NewEvent, ReadRequest, StorageError, SystemClock, TopicSpec,
-};
+use sluice_core::{Clock, Error, Log, ManualClock, NewEvent, ReadRequest, StorageError, SystemClock, TopicSpec};
 
 use crate::faults::{Gate, QueryAction, Scripted, ScriptedObjects};
 use crate::{unique_topic, Backend, Stores};
@@ -64,7 +62,12 @@ fn real_now() -> i64 {
 }
 
 fn log_at(stores: Stores, clock: &Arc<ManualClock>) -> Log {
-    Log::new(stores.0, stores.1, clock.clone(), LogConfig::default())
+    Log::new(stores.0, stores.1, clock.clone(), crate::log_config())
+}
+
+/// [`log_at`] with every segment in a blob: for the cases about objects.
+fn blobs_log_at(stores: Stores, clock: &Arc<ManualClock>) -> Log {
+    Log::new(stores.0, stores.1, clock.clone(), crate::blobs_only())
 }
 
 fn janitor(stores: &Stores, clock: &Arc<ManualClock>, config: JanitorConfig) -> Janitor {
@@ -354,7 +357,7 @@ pub async fn given_orphan_blob_then_collected_after_the_grace_period_and_never_a
     let gate = Arc::new(Gate::default());
     let gated = Scripted::new(stores.0.clone());
     gated.gate(gate.clone());
-    let publisher = log_at((gated, stores.1.clone()), &clock);
+    let publisher = blobs_log_at((gated, stores.1.clone()), &clock);
     let topic = unique_topic("orphans");
     publisher
         .create_topic(&topic, TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None })
@@ -385,7 +388,7 @@ pub async fn given_orphan_blob_then_collected_after_the_grace_period_and_never_a
     let acked = pending.await.unwrap().expect("the publish is acknowledged");
     assert!(report.gc.orphans_deleted >= 1, "the true orphan went: {report:?}");
     assert!(matches!(stores.1.read(&orphan.object, orphan.position, 13).await, Err(StorageError::NotFound(_))));
-    let reader = log_at(backend.open_with(clock.clone()).await, &clock);
+    let reader = blobs_log_at(backend.open_with(clock.clone()).await, &clock);
     let read = replay(&reader, &topic, 0, 0).await.unwrap();
     assert_eq!(
         read,
@@ -401,7 +404,7 @@ pub async fn given_orphan_blob_then_collected_after_the_grace_period_and_never_a
     let gated = Scripted::new(other.0);
     gated.gate(gate.clone());
     let blobs = ScriptedObjects::new(other.1);
-    let publisher = log_at((gated, blobs.clone()), &clock);
+    let publisher = blobs_log_at((gated, blobs.clone()), &clock);
     gate.close();
     let pending = {
         let (publisher, topic) = (publisher.clone(), topic.clone());
@@ -421,7 +424,7 @@ pub async fn given_orphan_blob_then_collected_after_the_grace_period_and_never_a
     assert_eq!(written.len(), 2, "its blob was written anew: {written:?}");
     let (config, _) = reader.describe_topic(&topic).await.unwrap();
     let item = stores.0.get(&layout::segment_key(config.id, 0, acked[0].offset)).await.unwrap().expect("indexed");
-    let segment: layout::SegmentRecord = layout::decode("segment", &item.value).unwrap();
+    let (segment, _) = layout::decode_segment_item(&item.value).unwrap();
     assert_eq!(segment.object, written[1].object, "indexed in the new object");
     assert_ne!(segment.object, first[0].object);
     for _ in 0..3 {
@@ -438,7 +441,7 @@ pub async fn given_deleted_topic_then_its_objects_are_collected_and_objects_shar
     let _turn = ONE_JANITOR_AT_A_TIME.lock().await;
     let clock = Arc::new(ManualClock::new(real_now()));
     let stores = backend.open_with(clock.clone()).await;
-    let log = log_at(stores.clone(), &clock);
+    let log = blobs_log_at(stores.clone(), &clock);
     let (gone, kept) = (unique_topic("gone"), unique_topic("kept"));
     let spec = TopicSpec { partitions: 2, retention_ms: None, retention_bytes: None };
     log.create_topic(&gone, spec).await.unwrap();
@@ -462,7 +465,7 @@ pub async fn given_deleted_topic_then_its_objects_are_collected_and_objects_shar
             for p in 0..2 {
                 let page = store.query(&Query::all(layout::segments_pk(config, p), 1000)).await.unwrap();
                 for item in page.items {
-                    let seg: layout::SegmentRecord = layout::decode("segment", &item.value).unwrap();
+                    let (seg, _) = layout::decode_segment_item(&item.value).unwrap();
                     objects.push(seg.object);
                 }
             }
@@ -472,7 +475,7 @@ pub async fn given_deleted_topic_then_its_objects_are_collected_and_objects_shar
     // And publishes to the deleted topic alone, from another process: objects only it needs
     // (on the embedded backend a process appends to one blob file, so the objects above are
     // all shared).
-    let alone = log_at(backend.open_with(clock.clone()).await, &clock);
+    let alone = blobs_log_at(backend.open_with(clock.clone()).await, &clock);
     for i in 0..4 {
         alone.publish(&gone, vec![event(format!("alone {i}"), i % 2, None)], None).await.unwrap();
     }

@@ -84,6 +84,8 @@ async fn counted_log() -> (Arc<DynamoStateStore>, Arc<S3ObjectStore>, Log) {
     let config = LogConfig {
         topic_cache_ttl: Duration::from_secs(600),
         poll_interval: Duration::from_millis(500),
+        // As the functions run: segments always in S3 objects.
+        inline_segment_bytes: 0,
         ..LogConfig::default()
     };
     let log = Log::new(state.clone(), objects.clone(), clock, config);
@@ -185,7 +187,7 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
         state.clone(),
         objects.clone(),
         stepping.clone(),
-        LogConfig { poll_interval: Duration::from_millis(500), ..LogConfig::default() },
+        LogConfig { poll_interval: Duration::from_millis(500), inline_segment_bytes: 0, ..LogConfig::default() },
     );
     let started = stepping.now_ms();
     let (_, idle) = counted!(state, objects, {

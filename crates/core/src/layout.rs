@@ -8,7 +8,7 @@
 //! | topic (live, or tombstone) | `topics` | name | [`TopicRecord`] |
 //! | purge order of a deleted topic | `purge` | topic id | [`PurgeRecord`] |
 //! | partition head | `head#<id>` | partition, 10 digits | [`HeadRecord`] |
-//! | segment index entry | `seg#<id>#<partition>` | base offset, 20 digits | [`SegmentRecord`] |
+//! | segment index entry | `seg#<id>#<partition>` | base offset, 20 digits | [`SegmentRecord`], then an inline segment's bytes |
 //! | idempotency record | `idem#<id>#<shard>` | the key | [`IdempotencyRecord`] (expires) |
 //! | blob object's live segments | `obj#<object>` | `-` | [`ObjectRecord`] |
 //! | object whose segments are all gone | `free#<shard>` | object | [`FreeRecord`] |
@@ -127,10 +127,14 @@ impl HeadRecord {
     }
 }
 
-/// One segment: offsets `base..next` of a partition, at `len` bytes from `pos` of `object`.
+/// One segment: offsets `base..next` of a partition, at `len` bytes from `pos` of `object`;
+/// or, if `inline`, the `len` bytes that follow the record in its index item (see
+/// [`encode_segment_item`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SegmentRecord {
     pub next: u64,
+    /// The blob's object; for an inline segment, a name unique to the commit that wrote it
+    /// (so that a commit whose answer was lost recognises its own item), never an object.
     pub object: String,
     pub pos: u64,
     pub len: u64,
@@ -140,6 +144,10 @@ pub struct SegmentRecord {
     /// lets a reader fetch only the parts it needs. Empty for a segment in one part.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<[u64; 2]>,
+    /// The segment's bytes are in its index item, after the record (`pos` is 0): written in the
+    /// same atomic write as the head that makes them visible, so one durable write, and no object.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inline: bool,
 }
 
 impl SegmentRecord {
@@ -335,6 +343,39 @@ pub fn decode<T: DeserializeOwned>(what: &str, value: &[u8]) -> Result<T, Storag
     serde_json::from_slice(value).map_err(|e| StorageError::Corrupt(format!("{what} record: {e}")))
 }
 
+/// A segment index item's value: the record, then, for an inline segment, its bytes.
+pub fn encode_segment_item(record: &SegmentRecord, inline: Option<&[u8]>) -> Bytes {
+    let mut value = serde_json::to_vec(record).unwrap_or_default();
+    if let Some(bytes) = inline {
+        value.extend_from_slice(bytes);
+    }
+    Bytes::from(value)
+}
+
+/// The record of a segment index item and, for an inline segment, its bytes (a slice of
+/// `value`, not a copy). Refuses trailing bytes on a segment that is not inline, and inline
+/// bytes that are not exactly the segment's length from position 0.
+pub fn decode_segment_item(value: &Bytes) -> Result<(SegmentRecord, Option<Bytes>), StorageError> {
+    let mut records = serde_json::Deserializer::from_slice(value).into_iter::<SegmentRecord>();
+    let record = match records.next() {
+        Some(Ok(record)) => record,
+        Some(Err(e)) => return Err(StorageError::Corrupt(format!("segment record: {e}"))),
+        None => return Err(StorageError::Corrupt("segment record: empty".into())),
+    };
+    let end = records.byte_offset();
+    let rest = value.len() - end;
+    match record.inline {
+        false if rest == 0 => Ok((record, None)),
+        true if record.pos == 0 && record.parts.is_empty() && rest as u64 == record.len => {
+            Ok((record, Some(value.slice(end..))))
+        }
+        _ => Err(StorageError::Corrupt(format!(
+            "segment record of {}: {rest} bytes after it, inline {}, length {}",
+            record.object, record.inline, record.len
+        ))),
+    }
+}
+
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -366,5 +407,26 @@ mod tests {
         let head = HeadRecord { next: 5, start: 1, bytes: 99, max_ts: 7 };
         assert_eq!(decode::<HeadRecord>("head", &encode(&head)).unwrap(), head);
         assert!(matches!(decode::<HeadRecord>("head", b"{nope"), Err(StorageError::Corrupt(_))));
+    }
+
+    #[test]
+    fn segment_items_carry_inline_bytes_after_the_record_and_nothing_else() {
+        let mut record =
+            SegmentRecord { next: 9, object: "o".into(), pos: 40, len: 3, max_ts: 1, parts: Vec::new(), inline: false };
+        let plain = encode_segment_item(&record, None);
+        assert_eq!(decode_segment_item(&plain).unwrap(), (record.clone(), None));
+        assert_eq!(plain, encode(&record), "a segment in an object is stored as before");
+
+        (record.pos, record.inline) = (0, true);
+        let bytes: &[u8] = b"{\x00}";
+        let inline = encode_segment_item(&record, Some(bytes));
+        let (decoded, data) = decode_segment_item(&inline).unwrap();
+        assert_eq!((decoded, data.as_deref()), (record.clone(), Some(bytes)));
+
+        let short = encode_segment_item(&record, Some(b"{}"));
+        let trailing = Bytes::from([plain.as_ref(), b"x"].concat());
+        for bad in [short, trailing, Bytes::from_static(b""), Bytes::from_static(b"{nope")] {
+            assert!(matches!(decode_segment_item(&bad), Err(StorageError::Corrupt(_))), "{bad:?}");
+        }
     }
 }

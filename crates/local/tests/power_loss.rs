@@ -509,7 +509,11 @@ fn power_cut(seed: u64, tally: &mut Tally) {
     let (state, objects) = sluice_local::open_with_fs(&work, clock.clone(), power.clone(), ROLL_BYTES).unwrap();
     let store = Arc::new(CutState { inner: state.clone(), power: power.clone() });
     let run = rt.block_on(async {
-        let log = Log::new(store, objects.clone(), clock.clone(), LogConfig::default());
+        // Odd seeds keep small groups' segments inline (in the state store's commit), even
+        // seeds write every group's blob first: both ways, a blob must be durable before its index.
+        let inline_segment_bytes = if seed % 2 == 1 { 2 << 10 } else { 0 };
+        let config = LogConfig { inline_segment_bytes, ..LogConfig::default() };
+        let log = Log::new(store, objects.clone(), clock.clone(), config);
         let spec = TopicSpec { partitions: PARTITIONS, retention_ms: None, retention_bytes: None };
         log.create_topic(TOPIC, spec).await.unwrap();
         power.arm(cut_at, lands);

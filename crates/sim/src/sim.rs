@@ -23,7 +23,7 @@ use bytes::Bytes;
 use sluice_core::groups::{
     CommitOffset, GroupDescription, Groups, PollAnswer, PollRequest, ResetPolicy, SeekTarget, TopicPartition,
 };
-use sluice_core::layout::{self, HeadRecord, SegmentRecord, TopicRecord};
+use sluice_core::layout::{self, HeadRecord, TopicRecord};
 use sluice_core::ports::state::StateStore;
 use sluice_core::queues::{
     Backoff, DeadLetterPage, Message, Ordering as KeyOrdering, Queues, ReceiptError, ReceiveRequest, StartAt,
@@ -587,7 +587,13 @@ impl World {
         let objects: Arc<dyn ObjectStore> =
             Arc::new(FaultyObjects::new(inner_objects, self.chaos.clone(), life.clone()));
         let random = Arc::new(SeededRandom::new(self.rng.next_u64()));
-        let config = LogConfig { poll_interval: std::time::Duration::from_millis(50), ..LogConfig::default() };
+        // Half the processes keep small groups' segments inline (a low bound, so that they
+        // write blobs too), half always write blobs, as the AWS functions do.
+        let config = LogConfig {
+            poll_interval: std::time::Duration::from_millis(50),
+            inline_segment_bytes: if pid % 4 < 2 { 4 << 10 } else { 0 },
+            ..LogConfig::default()
+        };
         let log = Log::with_random(store.clone(), objects.clone(), clock.clone(), random, config);
         let groups = Groups::new(log.clone());
         // Half the processes cache subscriptions as `serve` does, half read them as the functions do.
@@ -661,7 +667,7 @@ impl World {
         let mut problems = Vec::new();
         for item in items {
             let Ok(base) = layout::offset_of(&item.key.sk) else { continue };
-            let Ok(seg) = layout::decode::<SegmentRecord>("segment", &item.value) else {
+            let Ok((seg, inline)) = layout::decode_segment_item(&item.value) else {
                 problems.push(format!("undecodable segment item at {base}"));
                 continue;
             };
@@ -676,7 +682,7 @@ impl World {
                 _ => {}
             }
             expect = Some(seg.next);
-            let Some(bytes) = self.objects.peek(&seg.object) else {
+            let Some(bytes) = inline.or_else(|| self.objects.peek(&seg.object)) else {
                 problems.push(format!("segment {base}..{} indexes object {} that is gone", seg.next, seg.object));
                 continue;
             };

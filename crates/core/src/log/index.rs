@@ -2,6 +2,8 @@
 //! ranges of its parts, and the records it holds. Replay, offset by time, the time
 //! index, retention and compaction all walk it through these.
 
+use bytes::Bytes;
+
 use crate::layout::{self, SegmentRecord};
 use crate::ports::objects::{ObjectStore, StorageError};
 use crate::ports::state::{Query, StateStore};
@@ -13,15 +15,20 @@ pub(crate) struct Segment {
     pub record: SegmentRecord,
     /// The index item's version (compaction and retention replace items on it).
     pub version: u64,
+    /// An inline segment's bytes, from its index item.
+    pub data: Option<Bytes>,
 }
 
-/// A byte range of an object holding one encoded segment: offsets `base..next`.
+/// A byte range of an object (or of an inline segment's bytes) holding one encoded
+/// segment: offsets `base..next`.
 pub(crate) struct Piece {
     pub base: u64,
     pub next: u64,
     pub object: String,
     pub pos: u64,
     pub len: u64,
+    /// The bytes themselves, for a piece of an inline segment: nothing to read.
+    pub data: Option<Bytes>,
 }
 
 impl Segment {
@@ -38,6 +45,7 @@ impl Segment {
                 object: self.record.object.clone(),
                 pos: self.record.pos + off,
                 len,
+                data: self.data.as_ref().map(|d| d.slice(off as usize..(off + len) as usize)),
             })
             .collect()
     }
@@ -48,7 +56,10 @@ pub(crate) async fn segment_records(
     objects: &dyn ObjectStore,
     seg: &Segment,
 ) -> Result<Vec<(u64, crate::segment::Record)>, StorageError> {
-    let data = objects.read(&seg.record.object, seg.record.pos, seg.record.len).await?;
+    let data = match &seg.data {
+        Some(data) => data.clone(),
+        None => objects.read(&seg.record.object, seg.record.pos, seg.record.len).await?,
+    };
     let mut out = Vec::new();
     for (delta, off, len) in seg.record.pieces() {
         let part = data.slice(off as usize..(off + len) as usize);
@@ -128,9 +139,9 @@ pub(crate) fn decode_segments(items: Vec<crate::ports::state::Item>) -> Result<V
         .into_iter()
         .map(|i| {
             let base = layout::offset_of(&i.key.sk)?;
-            let record: SegmentRecord = layout::decode("segment", &i.value)?;
+            let (record, data) = layout::decode_segment_item(&i.value)?;
             record.check(base)?;
-            Ok(Segment { base, record, version: i.version })
+            Ok(Segment { base, record, version: i.version, data })
         })
         .collect()
 }

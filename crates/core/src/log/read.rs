@@ -9,6 +9,7 @@ use crate::model::{Event, ReadBatch, TopicConfig};
 use crate::ports::objects::StorageError;
 use crate::segment::{decode_segment, Record};
 use crate::{names, Code, Error};
+use bytes::Bytes;
 use futures_util::{stream, StreamExt, TryStreamExt};
 use std::time::Duration;
 
@@ -127,12 +128,19 @@ impl Log {
         &self,
         page: &[Piece],
     ) -> impl futures_util::Stream<Item = Result<bytes::Bytes, StorageError>> + Unpin + use<> {
-        let reads: Vec<(String, u64, u64)> = page.iter().map(|s| (s.object.clone(), s.pos, s.len)).collect();
+        let reads: Vec<(String, u64, u64, Option<Bytes>)> =
+            page.iter().map(|s| (s.object.clone(), s.pos, s.len, s.data.clone())).collect();
         let objects = self.inner.objects.clone();
         stream::iter(reads)
-            .map(move |(object, pos, len)| {
+            .map(move |(object, pos, len, data)| {
                 let objects = objects.clone();
-                async move { objects.read(&object, pos, len).await }
+                async move {
+                    match data {
+                        // An inline segment's bytes came with its index item.
+                        Some(data) => Ok(data),
+                        None => objects.read(&object, pos, len).await,
+                    }
+                }
             })
             .buffered(READ_CONCURRENCY)
     }
@@ -317,8 +325,16 @@ mod tests {
     use crate::segment::DecodedRecord;
 
     fn segment(base: u64, next: u64) -> Segment {
-        let record = SegmentRecord { next, object: format!("o{base}"), pos: 0, len: 100, max_ts: 0, parts: Vec::new() };
-        Segment { base, record, version: 1 }
+        let record = SegmentRecord {
+            next,
+            object: format!("o{base}"),
+            pos: 0,
+            len: 100,
+            max_ts: 0,
+            parts: Vec::new(),
+            inline: false,
+        };
+        Segment { base, record, version: 1, data: None }
     }
 
     fn records(n: u32, value_len: usize) -> Vec<DecodedRecord> {

@@ -18,7 +18,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::layout::{self, Cursor, FreeRecord, ObjectRecord, DOOMED_TTL_MS, FREE_SHARDS};
+use crate::layout::{self, Cursor, FreeRecord, ObjectRecord, SegmentRecord, DOOMED_TTL_MS, FREE_SHARDS};
 use crate::ports::objects::ObjectStore;
 use crate::ports::state::{Expect, Query, StateStore, WriteOp};
 use crate::StorageError;
@@ -40,6 +40,15 @@ pub struct GcReport {
 
 /// The changes a write makes to objects' live segments: object → (segments, bytes), signed.
 pub(crate) type ObjectChanges = BTreeMap<String, (i64, i64)>;
+
+/// Counts `segment` as leaving its object (an inline segment has none).
+pub(crate) fn removing(changes: &mut ObjectChanges, segment: &SegmentRecord) {
+    if !segment.inline {
+        let c = changes.entry(segment.object.clone()).or_default();
+        c.0 -= 1;
+        c.1 -= segment.len as i64;
+    }
+}
 
 /// The operations that apply `changes` to the objects' records, conditionally on the
 /// versions read now; an object whose count reaches zero joins the free list.

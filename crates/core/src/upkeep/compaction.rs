@@ -24,7 +24,7 @@ use crate::model::TopicConfig;
 use crate::ports::objects::ObjectStore;
 use crate::ports::state::{Expect, Query, StateStore, WriteOp, MAX_WRITE_OPS};
 use crate::segment::{encode_segment, Record};
-use crate::upkeep::collect::{object_ops, ObjectChanges};
+use crate::upkeep::collect::{object_ops, removing, ObjectChanges};
 use crate::StorageError;
 
 /// Bytes of one part of a merged segment: the unit a reader fetches.
@@ -143,13 +143,18 @@ async fn merge(
     let (blob, parts, max_ts) = encode_parts(&records);
     let len = blob.len() as u64;
     let at = objects.put(blob).await?;
-    let merged =
-        SegmentRecord { next: last.record.next, object: at.object.clone(), pos: at.position, len, max_ts, parts };
+    let merged = SegmentRecord {
+        next: last.record.next,
+        object: at.object.clone(),
+        pos: at.position,
+        len,
+        max_ts,
+        parts,
+        inline: false,
+    };
     let mut changes: ObjectChanges = BTreeMap::new();
     for seg in run {
-        let c = changes.entry(seg.record.object.clone()).or_default();
-        c.0 -= 1;
-        c.1 -= seg.record.len as i64;
+        removing(&mut changes, &seg.record);
     }
     let c = changes.entry(at.object.clone()).or_default();
     c.0 += 1;
@@ -214,11 +219,9 @@ mod tests {
     use super::*;
 
     fn seg(base: u64, next: u64, len: u64) -> Segment {
-        Segment {
-            base,
-            version: 1,
-            record: SegmentRecord { next, object: "o".into(), pos: 0, len, max_ts: 0, parts: Vec::new() },
-        }
+        let record =
+            SegmentRecord { next, object: "o".into(), pos: 0, len, max_ts: 0, parts: Vec::new(), inline: false };
+        Segment { base, version: 1, record, data: None }
     }
 
     #[test]
@@ -252,7 +255,8 @@ mod tests {
         assert_eq!(max_ts, 6);
         // 100 KiB records, 256 KiB parts: two per part.
         assert_eq!(parts.iter().map(|p| p[0]).collect::<Vec<_>>(), vec![2, 4, 6]);
-        let record = SegmentRecord { next: 47, object: "o".into(), pos: 0, len: blob.len() as u64, max_ts, parts };
+        let len = blob.len() as u64;
+        let record = SegmentRecord { next: 47, object: "o".into(), pos: 0, len, max_ts, parts, inline: false };
         let mut offsets = Vec::new();
         for (delta, off, len) in record.pieces() {
             let part = blob.slice(off as usize..(off + len) as usize);

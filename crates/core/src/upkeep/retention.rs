@@ -16,7 +16,7 @@ use crate::log::index::{decode_segments, Segment};
 use crate::log::topics;
 use crate::model::TopicConfig;
 use crate::ports::state::{Expect, Query, StateStore, WriteOp, MAX_WRITE_OPS};
-use crate::upkeep::collect::{object_ops, ObjectChanges};
+use crate::upkeep::collect::{object_ops, removing, ObjectChanges};
 use crate::StorageError;
 
 /// Index items read per retention step of a partition.
@@ -117,9 +117,7 @@ pub(crate) async fn remove_segments(
         let mut changes: ObjectChanges = BTreeMap::new();
         let mut ops = Vec::with_capacity(chunk.len() * 3);
         for s in chunk {
-            let c = changes.entry(s.record.object.clone()).or_default();
-            c.0 -= 1;
-            c.1 -= s.record.len as i64;
+            removing(&mut changes, &s.record);
             ops.push(WriteOp::Delete {
                 key: layout::segment_key(topic_id, partition, s.base),
                 expect: Expect::Version(s.version),

@@ -23,6 +23,62 @@ pub(super) struct SegmentPlan {
     pub(super) max_timestamp_ms: i64,
 }
 
+/// Where a group's segments are kept: in a blob, or in their index items.
+pub(super) enum Stored {
+    Blob(BlobRef),
+    /// In the index items, each segment's record naming the commit by this (see
+    /// [`SegmentRecord::object`]): nothing was written before the index write.
+    Inline(String),
+}
+
+/// Decides where a group's segments go, and writes their blob if they need one.
+pub(super) struct Keeper {
+    pub(super) objects: Arc<dyn ObjectStore>,
+    pub(super) random: Arc<dyn Random>,
+    /// A group of at most this many bytes goes inline.
+    pub(super) inline_max: usize,
+}
+
+impl Keeper {
+    /// Inline if the group is small enough and the committer `idle` (see `write_stage`), else a blob.
+    pub(super) async fn keep(&self, layout: &Layout, idle: bool) -> Result<Stored, StorageError> {
+        if idle && layout.blob.len() <= self.inline_max {
+            return Ok(Stored::Inline(format!("inline-{:016x}", self.random.next_u64())));
+        }
+        self.objects.put(layout.blob.clone()).await.map(Stored::Blob)
+    }
+}
+
+impl Stored {
+    /// The blob, for a group kept in one.
+    pub(super) fn blob(&self) -> Option<&BlobRef> {
+        match self {
+            Self::Blob(blob) => Some(blob),
+            Self::Inline(_) => None,
+        }
+    }
+
+    /// The value of segment `s`'s index item, for a commit that makes `next` the head.
+    pub(super) fn index_item(&self, layout: &Layout, s: &SegmentPlan, next: u64) -> Bytes {
+        let (object, pos, inline) = match self {
+            Self::Blob(blob) => (blob.object.clone(), blob.position + s.start, false),
+            Self::Inline(name) => (name.clone(), 0, true),
+        };
+        let entry =
+            SegmentRecord { next, object, pos, len: s.len, max_ts: s.max_timestamp_ms, parts: Vec::new(), inline };
+        let bytes = inline.then(|| &layout.blob[s.start as usize..(s.start + s.len) as usize]);
+        layout::encode_segment_item(&entry, bytes)
+    }
+
+    /// Whether `found`, read back from the index, is the entry this group wrote for `s`.
+    pub(super) fn wrote(&self, s: &SegmentPlan, found: &SegmentRecord) -> bool {
+        match self {
+            Self::Blob(blob) => found.object == blob.object && found.pos == blob.position + s.start && !found.inline,
+            Self::Inline(name) => found.object == *name && found.inline,
+        }
+    }
+}
+
 /// What each operation of a commit's write is, to act on the one whose condition failed.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum OpKind {

@@ -20,6 +20,7 @@ mod batch;
 use batch::*;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -97,6 +98,8 @@ pub(crate) struct Committer {
     /// The record of the object blobs were last written to, and its version (0: absent): a hint
     /// that spares a read per commit on stores that append many blobs to one object.
     pub object: Option<(String, ObjectRecord, u64)>,
+    /// A group of at most this many bytes goes inline (`LogConfig::inline_segment_bytes`).
+    pub inline_max: usize,
     /// Bumped after every commit, to wake long polls.
     pub committed: watch::Sender<u64>,
 }
@@ -105,7 +108,7 @@ pub(crate) struct Committer {
 struct Written {
     group: Vec<Pending>,
     layout: Layout,
-    blob: Result<BlobRef, StorageError>,
+    stored: Result<Stored, StorageError>,
     /// When the blob was written (this process's clock).
     written_ms: i64,
 }
@@ -116,16 +119,19 @@ impl Committer {
     /// writes of consecutive groups overlap instead of queueing.
     pub async fn run(mut self, rx: mpsc::Receiver<Pending>) {
         let (written_tx, mut written) = mpsc::channel(1);
-        tokio::spawn(write_stage(self.objects.clone(), self.clock.clone(), rx, written_tx));
+        let busy = Arc::new(AtomicBool::new(false));
+        tokio::spawn(write_stage(self.keeper(), busy.clone(), self.clock.clone(), rx, written_tx));
         while let Some(w) = written.recv().await {
+            busy.store(true, Ordering::Relaxed);
             self.commit_group(w).await;
+            busy.store(false, Ordering::Relaxed);
         }
     }
 
     async fn commit_group(&mut self, w: Written) {
-        let Written { group, layout, blob, written_ms } = w;
-        let blob = match blob {
-            Ok(blob) => blob,
+        let Written { group, layout, stored, written_ms } = w;
+        let stored = match stored {
+            Ok(stored) => stored,
             Err(e) => return self.fail_all(group, e),
         };
         // A group too large for one atomic write, holding concurrent retries of one request
@@ -135,7 +141,7 @@ impl Committer {
         if group.len() > 1 && unusual {
             return self.commit_each(group).await;
         }
-        match self.index_fresh(&group, &layout, blob, written_ms).await {
+        match self.index_fresh(&group, &layout, stored, written_ms).await {
             Ok(results) => {
                 for (p, r) in group.into_iter().zip(results) {
                     let _ = p.reply.send(Ok(r));
@@ -173,8 +179,8 @@ impl Committer {
             let single = std::slice::from_ref(&p);
             let layout = layout(single);
             let written_ms = self.clock.now_ms();
-            let result = match self.objects.put(layout.blob.clone()).await {
-                Ok(blob) => self.index_fresh(single, &layout, blob, written_ms).await,
+            let result = match self.keeper().keep(&layout, true).await {
+                Ok(stored) => self.index_fresh(single, &layout, stored, written_ms).await,
                 Err(e) => Err(CommitError::Storage(e)),
             };
             let answer = match result {
@@ -224,24 +230,31 @@ impl Committer {
         &mut self,
         group: &[Pending],
         layout: &Layout,
-        mut blob: BlobRef,
+        mut stored: Stored,
         mut written_ms: i64,
     ) -> Result<Vec<Vec<Position>>, CommitError> {
         for _ in 0..MAX_REWRITES {
-            if self.clock.now_ms() - written_ms < MAX_BLOB_AGE_MS {
-                match self.index(group, layout, &blob).await {
-                    Err(CommitError::Doomed) => {
-                        tracing::warn!(object = %blob.object, "blob's object doomed by the collector; writing it again");
-                        self.objects.retire(&blob.object);
+            // Inline segments have no object to be doomed, nor to age.
+            let blob = stored.blob().map(|b| b.object.clone());
+            if blob.is_none() || self.clock.now_ms() - written_ms < MAX_BLOB_AGE_MS {
+                match self.index(group, layout, &stored).await {
+                    Err(CommitError::Doomed) if blob.is_some() => {
+                        let object = blob.unwrap_or_default();
+                        tracing::warn!(object = %object, "blob's object doomed by the collector; writing it again");
+                        self.objects.retire(&object);
                         self.object = None;
                     }
                     other => return other,
                 }
             }
             written_ms = self.clock.now_ms();
-            blob = self.objects.put(layout.blob.clone()).await?;
+            stored = self.keeper().keep(layout, true).await?;
         }
         Err(CommitError::Doomed)
+    }
+
+    fn keeper(&self) -> Keeper {
+        Keeper { objects: self.objects.clone(), random: self.random.clone(), inline_max: self.inline_max }
     }
 
     /// Makes a written group visible at each partition's next offset. One atomic
@@ -252,7 +265,7 @@ impl Committer {
         &mut self,
         group: &[Pending],
         layout: &Layout,
-        blob: &BlobRef,
+        stored: &Stored,
     ) -> Result<Vec<Vec<Position>>, CommitError> {
         let mut bases = vec![0; layout.segments.len()];
         let chunks = chunks(group, layout);
@@ -261,7 +274,7 @@ impl Committer {
             return Err(StorageError::Invalid("an idempotent publish must fit one atomic write".into()).into());
         }
         for chunk in chunks {
-            self.commit_chunk(group, layout, blob, chunk, with_records, &mut bases).await?;
+            self.commit_chunk(group, layout, stored, chunk, with_records, &mut bases).await?;
         }
         Ok(positions(layout, &bases))
     }
@@ -272,7 +285,7 @@ impl Committer {
         &mut self,
         group: &[Pending],
         layout: &Layout,
-        blob: &BlobRef,
+        stored: &Stored,
         chunk: Range<usize>,
         with_records: bool,
         bases: &mut [u64],
@@ -284,35 +297,30 @@ impl Committer {
             // After a lost answer, look again with the heads just read: a write that landed
             // late shows in them, and so in its segment item now; one landing after this
             // read makes the next write's head condition fail, and is found then.
-            if !unknown.is_empty() && self.resolve_unknown(layout, blob, chunk.clone(), &unknown, bases).await? {
+            if !unknown.is_empty() && self.resolve_unknown(layout, stored, chunk.clone(), &unknown, bases).await? {
                 return Ok(());
             }
-            let mut plan = self.plan(group, layout, blob, chunk.clone(), with_records, bases);
-            let object = self.object_after(blob, &layout.segments[chunk.clone()]);
-            plan.ops.push(object.0);
-            plan.kinds.push(OpKind::Object);
+            let mut plan = self.plan(group, layout, stored, chunk.clone(), with_records, bases);
+            // The blob's object counts the segments it holds; inline ones have none.
+            let object = stored.blob().map(|blob| {
+                let (op, record, version) = self.object_after(blob, &layout.segments[chunk.clone()]);
+                plan.ops.push(op);
+                plan.kinds.push(OpKind::Object);
+                (blob.object.clone(), record, version)
+            });
             let Plan { ops, kinds, heads } = plan;
             let outcome = self.store.write(ops).await;
             let retry = match outcome {
                 Ok(()) => {
                     self.landed(layout, chunk.clone(), &heads);
-                    self.object = Some((blob.object.clone(), object.1, object.2));
+                    self.object = object.or(self.object.take());
                     return Ok(());
                 }
                 Err(StorageError::ConditionFailed { op }) => {
-                    if self.resolve_unknown(layout, blob, chunk.clone(), &unknown, bases).await? {
+                    if self.resolve_unknown(layout, stored, chunk.clone(), &unknown, bases).await? {
                         return Ok(());
                     }
-                    match kinds.get(op) {
-                        Some(&OpKind::Topic(id)) => self.reread_topic(group, id).await?,
-                        Some(&OpKind::Head(seg)) | Some(&OpKind::Segment(seg)) => {
-                            let s = &layout.segments[seg];
-                            self.heads.remove(&(s.topic_id, s.partition));
-                        }
-                        Some(&OpKind::Record) => return Err(CommitError::KeyTaken),
-                        Some(&OpKind::Object) => self.reread_object(&blob.object).await?,
-                        None => return Err(StorageError::Corrupt(format!("store named write op {op}")).into()),
-                    }
+                    self.lost_race(group, layout, stored, op, kinds.get(op).copied()).await?;
                     tracing::debug!(attempt, op, "commit lost a race; re-reading");
                     attempt > 2
                 }
@@ -324,7 +332,7 @@ impl Committer {
                     // The write may have landed: find out before answering or retrying.
                     tracing::warn!(attempt, error = %e, "commit outcome unknown; reading back");
                     unknown.push(bases[chunk.clone()].to_vec());
-                    if self.resolve_unknown(layout, blob, chunk.clone(), &unknown, bases).await? {
+                    if self.resolve_unknown(layout, stored, chunk.clone(), &unknown, bases).await? {
                         return Ok(());
                     }
                     // It did not land: retry a few times, then let the client retry (storage is down).
@@ -345,6 +353,32 @@ impl Committer {
         }
         Err(StorageError::Throttled { message: "too many concurrent commits to one partition".into(), source: None }
             .into())
+    }
+
+    /// After operation `op` (of kind `kind`) of a commit's write failed its condition: drops or
+    /// re-reads what it was conditioned on, or tells why the commit cannot go on.
+    async fn lost_race(
+        &mut self,
+        group: &[Pending],
+        layout: &Layout,
+        stored: &Stored,
+        op: usize,
+        kind: Option<OpKind>,
+    ) -> Result<(), CommitError> {
+        match kind {
+            Some(OpKind::Topic(id)) => self.reread_topic(group, id).await,
+            Some(OpKind::Head(seg)) | Some(OpKind::Segment(seg)) => {
+                let s = &layout.segments[seg];
+                self.heads.remove(&(s.topic_id, s.partition));
+                Ok(())
+            }
+            Some(OpKind::Record) => Err(CommitError::KeyTaken),
+            Some(OpKind::Object) => {
+                let object = stored.blob().map(|b| b.object.clone()).unwrap_or_default();
+                self.reread_object(&object).await
+            }
+            None => Err(StorageError::Corrupt(format!("store named write op {op}")).into()),
+        }
     }
 
     /// The write to the blob's object record that adds `segments`, and the record and
@@ -404,7 +438,7 @@ impl Committer {
         &self,
         group: &[Pending],
         layout: &Layout,
-        blob: &BlobRef,
+        stored: &Stored,
         chunk: Range<usize>,
         with_records: bool,
         bases: &mut [u64],
@@ -438,16 +472,8 @@ impl Committer {
                 expect,
             });
             plan.kinds.push(OpKind::Head(seg));
-            let entry = SegmentRecord {
-                next: after.next,
-                object: blob.object.clone(),
-                pos: blob.position + s.start,
-                len: s.len,
-                max_ts: s.max_timestamp_ms,
-                parts: Vec::new(),
-            };
-            plan.ops
-                .push(WriteOp::create(layout::segment_key(s.topic_id, s.partition, head.next), layout::encode(&entry)));
+            let item = stored.index_item(layout, s, after.next);
+            plan.ops.push(WriteOp::create(layout::segment_key(s.topic_id, s.partition, head.next), item));
             plan.kinds.push(OpKind::Segment(seg));
             plan.heads.push((after, version + 1));
         }
@@ -479,7 +505,7 @@ impl Committer {
 
     /// Whether one of the attempts whose answer was lost in fact landed; if so, takes its bases.
     /// An attempt landed if every one of its segment items is there, pointing at this blob's
-    /// bytes: a write lands whole or not at all, no other commit can index these bytes, and at
+    /// bytes (or, inline, naming this commit): a write lands whole or not at all, no other commit can index these bytes, and at
     /// most one attempt lands (each conditions on the heads the one before it moved). One
     /// segment is not enough: two attempts can share the first partition's base and differ
     /// on another (a rival committed there in between), and the first one's answer was
@@ -487,7 +513,7 @@ impl Committer {
     async fn resolve_unknown(
         &mut self,
         layout: &Layout,
-        blob: &BlobRef,
+        stored: &Stored,
         chunk: Range<usize>,
         unknown: &[Vec<u64>],
         bases: &mut [u64],
@@ -497,8 +523,8 @@ impl Committer {
             for (s, base) in segments.iter().zip(attempt) {
                 let key = layout::segment_key(s.topic_id, s.partition, *base);
                 let Some(item) = self.store.get(&key).await? else { continue 'attempts };
-                let seg: SegmentRecord = layout::decode("segment", &item.value)?;
-                if seg.object != blob.object || seg.pos != blob.position + s.start {
+                let (seg, _) = layout::decode_segment_item(&item.value)?;
+                if !stored.wrote(s, &seg) {
                     continue 'attempts;
                 }
             }
@@ -532,9 +558,14 @@ impl Committer {
     }
 }
 
-/// Stage one: takes every publish waiting at that moment as one group and writes its blob.
+/// Stage one: takes every publish waiting at that moment as one group and writes its blob,
+/// unless it goes inline: only if small, and only if the commit stage is idle (not `busy`,
+/// nothing queued for it). A group that must wait for the committer anyway loses nothing by
+/// writing its blob meanwhile, and under load (groups large and back to back) one blob
+/// append plus the index beats SQLite writing every segment into its pages.
 async fn write_stage(
-    objects: Arc<dyn ObjectStore>,
+    keeper: Keeper,
+    busy: Arc<AtomicBool>,
     clock: Arc<dyn Clock>,
     mut rx: mpsc::Receiver<Pending>,
     written: mpsc::Sender<Written>,
@@ -552,9 +583,10 @@ async fn write_stage(
             }
         }
         let layout = layout(&group);
-        let blob = objects.put(layout.blob.clone()).await;
+        let idle = !busy.load(Ordering::Relaxed) && written.capacity() == written.max_capacity();
+        let stored = keeper.keep(&layout, idle).await;
         let written_ms = clock.now_ms();
-        if written.send(Written { group, layout, blob, written_ms }).await.is_err() {
+        if written.send(Written { group, layout, stored, written_ms }).await.is_err() {
             return;
         }
     }
