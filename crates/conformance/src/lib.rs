@@ -57,21 +57,20 @@ pub trait Backend: Send + Sync {
 
 /// Whether this test binary's backend keeps every segment in a blob (set by the moto backend,
 /// so that its cases run the log as the AWS functions do; see [`log_config`]).
-static BLOBS_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static INLINE_BYTES: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(sluice_core::DEFAULT_INLINE_SEGMENT_BYTES);
 
-/// Makes [`log_config`] keep every segment in a blob, for the rest of this test binary.
-pub fn segments_in_blobs_only() {
-    BLOBS_ONLY.store(true, std::sync::atomic::Ordering::Relaxed);
+/// Makes [`log_config`] keep segments inline up to `bytes` for the rest of this test binary,
+/// so that a backend's cases run as its processes do.
+pub fn segments_inline_up_to(bytes: usize) {
+    INLINE_BYTES.store(bytes, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// The log's configuration for a case: the default, where small commits keep their segments
-/// inline, unless this binary's backend runs as the AWS functions do ([`segments_in_blobs_only`]).
+/// The log's configuration for a case: the default, with this binary's backend's bound on
+/// inline segments ([`segments_inline_up_to`]; embedded's default unless told).
 pub fn log_config() -> sluice_core::LogConfig {
-    if BLOBS_ONLY.load(std::sync::atomic::Ordering::Relaxed) {
-        blobs_only()
-    } else {
-        sluice_core::LogConfig::default()
-    }
+    let inline_segment_bytes = INLINE_BYTES.load(std::sync::atomic::Ordering::Relaxed);
+    sluice_core::LogConfig { inline_segment_bytes, ..sluice_core::LogConfig::default() }
 }
 
 /// The log's configuration with every segment in a blob, never inline: for cases about

@@ -97,8 +97,8 @@ pub struct MotoBackend;
 #[async_trait]
 impl Backend for MotoBackend {
     async fn open_with(&self, clock: Arc<dyn Clock>) -> Stores {
-        // The AWS functions keep every segment in an S3 object: so do the cases run here.
-        crate::segments_in_blobs_only();
+        // As the AWS functions run: segments of small commits inline up to their bound.
+        crate::segments_inline_up_to(sluice_core::AWS_INLINE_SEGMENT_BYTES);
         let (state, objects) = adapters(&moto().settings, clock).await;
         (state, objects)
     }

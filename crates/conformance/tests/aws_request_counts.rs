@@ -14,7 +14,10 @@ use sluice_conformance::moto::{adapters, moto};
 use sluice_conformance::unique_topic;
 use sluice_core::groups::{CommitOffset, Groups, PollRequest, ResetPolicy};
 use sluice_core::upkeep;
-use sluice_core::{Clock, IdempotencyKey, Log, LogConfig, NewEvent, ReadRequest, SystemClock, TopicSpec};
+use sluice_core::{
+    Clock, IdempotencyKey, Log, LogConfig, NewEvent, ReadRequest, StateStore, SystemClock, TopicSpec,
+    AWS_INLINE_SEGMENT_BYTES,
+};
 
 type Counts = BTreeMap<&'static str, u64>;
 
@@ -57,6 +60,23 @@ fn kib_event(i: usize, keyed: bool) -> NewEvent {
     }
 }
 
+/// The values of partition 0's first `n` events.
+async fn read_values(log: &Log, topic: &str, n: usize) -> Vec<Bytes> {
+    let mut values = Vec::new();
+    while values.len() < n {
+        let request = ReadRequest {
+            topic: topic.to_owned(),
+            partition: 0,
+            offset: values.len() as u64,
+            max_events: n - values.len(),
+            max_bytes: 6 << 20,
+            wait_ms: 0,
+        };
+        values.extend(log.read(&request).await.unwrap().events.into_iter().map(|e| e.record.value));
+    }
+    values
+}
+
 fn per_request(label: &str, counts: &Counts, requests: usize) {
     let per: Vec<String> = counts.iter().map(|(op, n)| format!("{op}={:.2}", *n as f64 / requests as f64)).collect();
     println!("COUNTS {label}: {requests} requests; per request: {}", per.join(" "));
@@ -84,8 +104,8 @@ async fn counted_log() -> (Arc<DynamoStateStore>, Arc<S3ObjectStore>, Log) {
     let config = LogConfig {
         topic_cache_ttl: Duration::from_secs(600),
         poll_interval: Duration::from_millis(500),
-        // As the functions run: segments always in S3 objects.
-        inline_segment_bytes: 0,
+        // As the functions run: a commit of at most 4 KiB keeps its segments inline.
+        inline_segment_bytes: AWS_INLINE_SEGMENT_BYTES,
         ..LogConfig::default()
     };
     let log = Log::new(state.clone(), objects.clone(), clock, config);
@@ -99,14 +119,23 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
     let topic = unique_topic("costs");
     let spec = TopicSpec { partitions: 8, retention_ms: None, retention_bytes: None };
 
-    let (_, create) = counted!(state, objects, log.create_topic(&topic, spec).await.unwrap());
+    let ((created, _), create) = counted!(state, objects, log.create_topic(&topic, spec).await.unwrap());
     per_request("create topic", &create, 1);
     assert_eq!(create, Counts::from([("dynamodb:GetItem", 1), ("dynamodb:UpdateItem", 1)]));
 
     // A fresh (or long-frozen) instance reads the topic and the partition head first.
-    let (_, cold) = counted!(state, objects, log.publish(&topic, vec![kib_event(0, false)], None).await.unwrap());
+    let (cold_result, cold) =
+        counted!(state, objects, log.publish(&topic, vec![kib_event(0, false)], None).await.unwrap());
     per_request("cold publish, batch 1", &cold, 1);
-    assert_eq!(cold, Counts::from([("dynamodb:GetItem", 2), ("dynamodb:TransactWriteItems", 1), ("s3:PutObject", 1)]));
+    assert_eq!(cold, Counts::from([("dynamodb:GetItem", 2), ("dynamodb:TransactWriteItems", 1)]), "inline: no S3 PUT");
+    // What the transaction is billed for that item: 2 write units per started KB.
+    let cold_at = cold_result[0].partition;
+    let key = sluice_core::layout::segment_key(created.id, cold_at, 0);
+    let item = state.get(&key).await.unwrap().expect("indexed");
+    let item_bytes =
+        "pk".len() + key.pk.len() + "sk".len() + key.sk.len() + "d".len() + item.value.len() + "v".len() + 1;
+    println!("inline segment item of one 1 KiB event: {item_bytes} bytes as DynamoDB sizes it");
+    assert!(item_bytes <= 2048, "a batch-1 commit's segment item is 2 KB units at most, as docs/AWS.md prices it");
 
     const WARM: usize = 20;
     let (_, batch1) = counted!(state, objects, {
@@ -115,7 +144,7 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
         }
     });
     per_request("warm publish, batch 1", &batch1, WARM);
-    assert_eq!(batch1, Counts::from([("dynamodb:TransactWriteItems", WARM as u64), ("s3:PutObject", WARM as u64)]));
+    assert_eq!(batch1, Counts::from([("dynamodb:TransactWriteItems", WARM as u64)]));
 
     const BATCHES: usize = 5;
     let (_, batch100) = counted!(state, objects, {
@@ -152,7 +181,7 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
     per_request("warm publish with Idempotency-Key, batch 1", &idempotent, 10);
     assert_eq!(
         idempotent,
-        Counts::from([("dynamodb:GetItem", 20), ("dynamodb:TransactWriteItems", 10), ("s3:PutObject", 10)]),
+        Counts::from([("dynamodb:GetItem", 20), ("dynamodb:TransactWriteItems", 10)]),
         "the topic and the key are read afresh"
     );
 
@@ -177,7 +206,11 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
         assert_eq!(page.events.len(), WARM);
     });
     per_request("replay 20 events stored one per segment", &singles, 1);
-    assert_eq!(singles.get("s3:GetObject"), Some(&(WARM as u64)), "one ranged GET per segment");
+    assert_eq!(
+        singles,
+        Counts::from([("dynamodb:GetItem", 2), ("dynamodb:Query", 1)]),
+        "inline: the query brings the bytes"
+    );
 
     // An idle long poll: one head read per check interval. Its clock passes each nap at once,
     // so the poll checks exactly at 0, 500, …, 2000 ms of its wait, however slow the machine.
@@ -187,7 +220,11 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
         state.clone(),
         objects.clone(),
         stepping.clone(),
-        LogConfig { poll_interval: Duration::from_millis(500), inline_segment_bytes: 0, ..LogConfig::default() },
+        LogConfig {
+            poll_interval: Duration::from_millis(500),
+            inline_segment_bytes: AWS_INLINE_SEGMENT_BYTES,
+            ..LogConfig::default()
+        },
     );
     let started = stepping.now_ms();
     let (_, idle) = counted!(state, objects, {
@@ -393,24 +430,13 @@ async fn upkeep_requests_are_what_the_cost_model_says() {
     let topic = unique_topic("upkeep");
     log.create_topic(&topic, TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None }).await.unwrap();
     const SINGLES: usize = 320;
+    // Segments in S3 objects, as events over 4 KiB (or a deployment with inline segments off) make.
+    let blob_config = LogConfig { inline_segment_bytes: 0, ..LogConfig::default() };
+    let blob_log = Log::new(state.clone(), objects.clone(), Arc::new(SystemClock), blob_config);
     for i in 0..SINGLES {
-        log.publish(&topic, vec![kib_event(i, false)], None).await.unwrap();
+        blob_log.publish(&topic, vec![kib_event(i, false)], None).await.unwrap();
     }
-    let replay_all = || async {
-        let mut offset = 0;
-        while offset < SINGLES as u64 {
-            let request = ReadRequest {
-                topic: topic.clone(),
-                partition: 0,
-                offset,
-                max_events: 1000,
-                max_bytes: 6 << 20,
-                wait_ms: 0,
-            };
-            offset = log.read(&request).await.unwrap().next_offset;
-        }
-    };
-    let (_, before) = counted!(state, objects, replay_all().await);
+    let (_, before) = counted!(state, objects, read_values(&log, &topic, SINGLES).await);
     per_request(&format!("replay {SINGLES} 1 KiB events stored one per segment"), &before, 1);
     assert_eq!(before.get("s3:GetObject"), Some(&(SINGLES as u64)));
 
@@ -424,9 +450,38 @@ async fn upkeep_requests_are_what_the_cost_model_says() {
         &compaction,
         1,
     );
-    let (_, after) = counted!(state, objects, replay_all().await);
+    let (_, after) = counted!(state, objects, read_values(&log, &topic, SINGLES).await);
     per_request(&format!("replay {SINGLES} 1 KiB events: one compacted segment and the newest one"), &after, 1);
     assert!(after.get("s3:GetObject").copied().unwrap_or(0) <= 3, "{after:?}");
+
+    // The same, written as the functions write single events: inline, in the index items.
+    let inline = unique_topic("upkeep-inline");
+    log.create_topic(&inline, TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None }).await.unwrap();
+    for i in 0..SINGLES {
+        log.publish(&inline, vec![kib_event(i, false)], None).await.unwrap();
+    }
+    let (_, before) = counted!(state, objects, read_values(&log, &inline, SINGLES).await);
+    per_request(&format!("replay {SINGLES} 1 KiB events stored inline"), &before, 1);
+    assert_eq!(before.get("s3:GetObject"), None, "{before:?}");
+    let (report, compaction) = counted!(state, objects, janitor.run(upkeep::STEP_BUDGET).await.unwrap());
+    per_request(
+        &format!(
+            "janitor: compact {} of {SINGLES} inline segments into 1 ({} merges)",
+            report.segments_merged - report.segments_written + 1,
+            report.segments_written
+        ),
+        &compaction,
+        1,
+    );
+    // Inline bytes come with the index items: what is read from S3, and then collected, is
+    // only what compaction itself wrote in its first round of merges (of at most 32 segments).
+    let first_round = report.segments_written as u64 - 1;
+    assert_eq!(compaction.get("s3:GetObject"), Some(&first_round), "{compaction:?}");
+    assert_eq!(compaction.get("s3:DeleteObject"), Some(&first_round), "{compaction:?}");
+    assert_eq!(
+        read_values(&log, &inline, SINGLES).await,
+        (0..SINGLES).map(|i| kib_event(i, false).value).collect::<Vec<_>>()
+    );
 
     // Offset by time: the time index (here its cursor: a 320 KiB segment is below the settled
     // size of half the 8 MiB target), then the segments from there, and one ranged GET.

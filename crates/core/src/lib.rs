@@ -34,7 +34,7 @@ pub mod upkeep;
 
 pub use clock::{Clock, ManualClock, Random, SeededRandom, SystemClock, SystemRandom};
 pub use error::{Code, Error};
-pub use log::{Log, LogConfig, ReadRequest, DEFAULT_INLINE_SEGMENT_BYTES};
+pub use log::{Log, LogConfig, ReadRequest, AWS_INLINE_SEGMENT_BYTES, DEFAULT_INLINE_SEGMENT_BYTES};
 pub use model::*;
 pub use ports::objects::{BlobRef, ObjectStore, StorageError};
 pub use ports::state::StateStore;

@@ -7,7 +7,7 @@ use clap::Parser;
 
 use sluice_core::groups::GroupsConfig;
 use sluice_core::upkeep::JanitorConfig;
-use sluice_core::{Limits, LogConfig, DEFAULT_INLINE_SEGMENT_BYTES};
+use sluice_core::{Limits, LogConfig, AWS_INLINE_SEGMENT_BYTES, DEFAULT_INLINE_SEGMENT_BYTES};
 
 /// What every Sluice process needs: where the data lives and the request limits.
 /// With `bucket` and `table` set the data lives in S3 and DynamoDB, otherwise in `data_dir`.
@@ -111,7 +111,7 @@ impl Config {
             limits: self.limits(),
             poll_interval: Duration::from_millis(self.poll_interval_ms.unwrap_or(default_poll)),
             inline_segment_bytes: self.inline_segment_bytes.unwrap_or(if aws {
-                0
+                AWS_INLINE_SEGMENT_BYTES
             } else {
                 DEFAULT_INLINE_SEGMENT_BYTES
             }),
