@@ -242,3 +242,84 @@ pub async fn given_a_static_join_answer_lost_when_retried_then_the_same_member_a
     assert_eq!(retried.assignment.len(), 4, "it holds every partition, alone");
     assert_eq!(groups.describe(&group).await.unwrap().members.len(), 1, "no ghost member");
 }
+
+/// A poll whose auto-commit confirms the last batch, with events ready: the commit rides on
+/// the heartbeat, one write for the whole cycle.
+pub async fn given_auto_commit_with_events_ready_then_one_write_commits_and_heartbeats(backend: &dyn Backend) {
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (log, _, script, groups) = scripted_groups_on(backend, &clock).await;
+    let topic = one_partition_topic(&log, "riding").await;
+    let group = unique_topic("g");
+    publish(&log, &topic, 0, five(0)).await;
+    let first = groups.poll(&request(&group, None, &topic, 5)).await.unwrap();
+    assert_eq!(offsets_of(&first), vec![0, 1, 2, 3, 4]);
+    publish(&log, &topic, 0, five(5)).await;
+    let writes = script.count(|_| true);
+    let mut next = with_positions(request(&group, Some(&first.member_id), &topic, 5), &topic, &[(0, 5)]);
+    next.auto_commit = true;
+    assert_eq!(offsets_of(&groups.poll(&next).await.unwrap()), vec![5, 6, 7, 8, 9]);
+    assert_eq!(writes.load(std::sync::atomic::Ordering::SeqCst), 1, "the commit and the heartbeat in one write");
+    assert_eq!(committed(&groups, &group, 0).await, Some(5));
+}
+
+/// A poll whose auto-commit confirms everything there is, waiting for more: the commit lands
+/// before the wait, not when the wait ends.
+pub async fn given_auto_commit_and_nothing_new_then_it_commits_before_the_long_poll_waits(backend: &dyn Backend) {
+    let clock = Arc::new(crate::queue_cases::WatchedClock::new(START_MS));
+    let (store, objects) = backend.open_with(clock.clone()).await;
+    let log = Log::new(store, objects, clock.clone(), crate::log_config());
+    let groups = Groups::new(log.clone());
+    let topic = one_partition_topic(&log, "waiting").await;
+    let group = unique_topic("g");
+    publish(&log, &topic, 0, five(0)).await;
+    let first = groups.poll(&request(&group, None, &topic, 5)).await.unwrap();
+    let mut next = with_positions(request(&group, Some(&first.member_id), &topic, 5), &topic, &[(0, 5)]);
+    next.auto_commit = true;
+    next.wait_ms = 20_000;
+    let before = clock.sleeps();
+    let waiting = tokio::spawn({
+        let groups = groups.clone();
+        async move { groups.poll(&next).await }
+    });
+    // The fake clock never moves: the poll waits until the publish below wakes it.
+    clock.slept_more_than(before).await;
+    assert!(!waiting.is_finished(), "nothing new: the poll waits");
+    assert_eq!(committed(&groups, &group, 0).await, Some(5), "committed before the wait");
+    publish(&log, &topic, 0, [("late".to_owned(), START_MS)]).await;
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(30), waiting)
+        .await
+        .expect("the publish woke the long poll")
+        .unwrap()
+        .unwrap();
+    assert_eq!(offsets_of(&answer), vec![5]);
+}
+
+/// Another member joins between a poll's reads and its heartbeat, whose write carries the
+/// auto-commit: the group's version moved, so the commit is dropped (the next owner may
+/// deliver again: at least once), the heartbeat lands alone and the poll answers its events.
+pub async fn given_a_rebalance_before_a_riding_auto_commit_then_the_commit_is_dropped_and_the_poll_answers(
+    backend: &dyn Backend,
+) {
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (log, clean, script, groups) = scripted_groups_on(backend, &clock).await;
+    let topic = one_partition_topic(&log, "dropped").await;
+    let group = unique_topic("g");
+    publish(&log, &topic, 0, five(0)).await;
+    let first = groups.poll(&request(&group, None, &topic, 5)).await.unwrap();
+    publish(&log, &topic, 0, five(5)).await;
+    let rival = {
+        let (clean, group, topic) = (clean.clone(), group.clone(), topic.clone());
+        Box::pin(async move {
+            clean.poll(&request(&group, None, &topic, 5)).await.expect("a second member joins");
+        })
+    };
+    script.at(puts("member#"), Action::Before(rival));
+    let mut next = with_positions(request(&group, Some(&first.member_id), &topic, 5), &topic, &[(0, 5)]);
+    next.auto_commit = true;
+    let answered = groups.poll(&next).await.expect("the poll answers");
+    assert_eq!(script.pending(), 0, "the rival joined before the heartbeat");
+    assert_eq!(offsets_of(&answered), vec![5, 6, 7, 8, 9]);
+    assert_eq!(committed(&groups, &group, 0).await, None, "the commit of a moved-on generation is dropped");
+    let members = clean.describe(&group).await.unwrap().members.len();
+    assert_eq!(members, 2, "the heartbeat landed: the member is still in the group");
+}

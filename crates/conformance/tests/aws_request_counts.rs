@@ -12,7 +12,7 @@ use bytes::Bytes;
 use sluice_aws::{DynamoStateStore, S3ObjectStore};
 use sluice_conformance::moto::{adapters, moto};
 use sluice_conformance::unique_topic;
-use sluice_core::groups::{CommitOffset, Groups, PollRequest, ResetPolicy};
+use sluice_core::groups::{CommitOffset, Groups, PollRequest, ResetPolicy, TopicPartition};
 use sluice_core::upkeep;
 use sluice_core::{
     Clock, IdempotencyKey, Log, LogConfig, NewEvent, ReadRequest, StateStore, SystemClock, TopicSpec,
@@ -279,6 +279,20 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
         counted!(state, objects, groups.commit(&group, &member, last.generation, &offsets).await.unwrap());
     per_request(&format!("group commit of {} partitions", offsets.len()), &commit, 1);
     assert_eq!(commit.get("dynamodb:TransactWriteItems"), Some(&1));
+    // The same cycle with the commit riding on the next poll (`auto_commit` with the positions
+    // the client confirms): the commit's writes go in the heartbeat's, one transaction.
+    let between = groups.poll(&poll(Some(member.clone()), 100)).await.unwrap();
+    for e in &between.events {
+        next.insert(e.event.partition, e.event.offset + 1);
+    }
+    let mut riding = poll(Some(member.clone()), 100);
+    riding.auto_commit = true;
+    riding.positions =
+        Some(next.iter().map(|(&partition, &o)| (TopicPartition { topic: topic.clone(), partition }, o)).collect());
+    let (_, ridden) = counted!(state, objects, assert_eq!(groups.poll(&riding).await.unwrap().events.len(), 100));
+    per_request("group poll with auto_commit of the previous poll's positions, 100 events", &ridden, 1);
+    assert_eq!(ridden.get("dynamodb:TransactWriteItems"), Some(&1), "{ridden:?}");
+    assert_eq!(ridden.get("dynamodb:UpdateItem"), None, "the heartbeat is in the commit's transaction: {ridden:?}");
     let (drained, rest) =
         counted!(state, objects, groups.poll(&poll(Some(member.clone()), 1000)).await.unwrap().events.len());
     per_request(&format!("group poll: steady member, max 1000 events ({drained} left to read)"), &rest, 1);

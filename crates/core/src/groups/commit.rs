@@ -83,48 +83,9 @@ impl Groups {
         current: &BTreeMap<String, (OffsetRecord, u64)>,
         offsets: &[CommitOffset],
     ) -> Result<Result<(), Raced>, Error> {
-        let owned: BTreeSet<&TopicPartition> = state.record.members.get(member_id).into_iter().flatten().collect();
-        let mut ops = vec![
-            WriteOp::Check { key: meta_key(group), expect: Expect::Version(state.version) },
-            WriteOp::Check { key: member_key(group, member_id), expect: Expect::Version(member_version) },
-        ];
-        let mut seen = BTreeSet::new();
-        for o in offsets {
-            let tp = TopicPartition { topic: o.topic.clone(), partition: o.partition };
-            if !owned.contains(&tp) {
-                return Err(conflict(
-                    Code::NotAssigned,
-                    format!("{}/{} is not assigned to member '{member_id}' in this generation", o.topic, o.partition),
-                ));
-            }
-            let Some(topic) = topics.get(&o.topic) else { return Err(Error::TopicNotFound(o.topic.clone())) };
-            if state.record.topics.get(&o.topic) != Some(&topic.id) {
-                // The topic was re-created since this generation's assignment: its offsets mean nothing now.
-                return Err(conflict(
-                    Code::StaleGeneration,
-                    format!("topic '{}' was re-created since generation {}", o.topic, state.record.generation),
-                ));
-            }
-            let key = tp_key(&o.topic, o.partition);
-            if !seen.insert(key.clone()) {
-                return Err(Error::invalid(
-                    Code::DuplicateOffset,
-                    format!("{}/{} appears twice", o.topic, o.partition),
-                ));
-            }
-            let existing = current.get(&key).filter(|(r, _)| r.topic_id == topic.id);
-            if existing.is_some_and(|(r, _)| r.offset >= o.offset) {
-                continue;
-            }
-            let record = OffsetRecord { topic_id: topic.id, offset: o.offset, metadata: o.metadata.clone() };
-            let expect = current.get(&key).map_or(Expect::Absent, |(_, v)| Expect::Version(*v));
-            ops.push(WriteOp::Put {
-                key: offset_key(group, &o.topic, o.partition),
-                value: layout::encode(&record),
-                expires_at_ms: None,
-                expect,
-            });
-        }
+        let mut ops =
+            vec![WriteOp::Check { key: member_key(group, member_id), expect: Expect::Version(member_version) }];
+        ops.extend(commit_ops(group, state, member_id, topics, current, offsets)?);
         match self.store().write(ops).await {
             Ok(()) => Ok(Ok(())),
             // The group changed, the member's session ended, or an offset moved: the caller
@@ -133,4 +94,55 @@ impl Groups {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// A commit's writes but the member's own check (which the caller's write makes): a check of
+/// the group's version, and a put of each offset that advances, conditioned on the version read
+/// in `current`. Refuses a partition the member does not own, a topic re-created since, and an
+/// offset named twice.
+pub(super) fn commit_ops(
+    group: &str,
+    state: &GroupState,
+    member_id: &str,
+    topics: &BTreeMap<String, TopicConfig>,
+    current: &BTreeMap<String, (OffsetRecord, u64)>,
+    offsets: &[CommitOffset],
+) -> Result<Vec<WriteOp>, Error> {
+    let owned: BTreeSet<&TopicPartition> = state.record.members.get(member_id).into_iter().flatten().collect();
+    let mut ops = vec![WriteOp::Check { key: meta_key(group), expect: Expect::Version(state.version) }];
+    let mut seen = BTreeSet::new();
+    for o in offsets {
+        let tp = TopicPartition { topic: o.topic.clone(), partition: o.partition };
+        if !owned.contains(&tp) {
+            return Err(conflict(
+                Code::NotAssigned,
+                format!("{}/{} is not assigned to member '{member_id}' in this generation", o.topic, o.partition),
+            ));
+        }
+        let Some(topic) = topics.get(&o.topic) else { return Err(Error::TopicNotFound(o.topic.clone())) };
+        if state.record.topics.get(&o.topic) != Some(&topic.id) {
+            // The topic was re-created since this generation's assignment: its offsets mean nothing now.
+            return Err(conflict(
+                Code::StaleGeneration,
+                format!("topic '{}' was re-created since generation {}", o.topic, state.record.generation),
+            ));
+        }
+        let key = tp_key(&o.topic, o.partition);
+        if !seen.insert(key.clone()) {
+            return Err(Error::invalid(Code::DuplicateOffset, format!("{}/{} appears twice", o.topic, o.partition)));
+        }
+        let existing = current.get(&key).filter(|(r, _)| r.topic_id == topic.id);
+        if existing.is_some_and(|(r, _)| r.offset >= o.offset) {
+            continue;
+        }
+        let record = OffsetRecord { topic_id: topic.id, offset: o.offset, metadata: o.metadata.clone() };
+        let expect = current.get(&key).map_or(Expect::Absent, |(_, v)| Expect::Version(*v));
+        ops.push(WriteOp::Put {
+            key: offset_key(group, &o.topic, o.partition),
+            value: layout::encode(&record),
+            expires_at_ms: None,
+            expect,
+        });
+    }
+    Ok(ops)
 }

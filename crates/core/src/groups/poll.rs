@@ -1,10 +1,15 @@
 //! A poll: join or heartbeat, rebalance when membership changed, then fetch from the
 //! member's positions (its own, sent with the request, win over the server's record).
 
+use super::commit::commit_ops;
 use super::plan;
 use super::*;
 use crate::log::read::Lookup;
 use crate::Code;
+
+/// The most offsets a poll's auto-commit carries in its heartbeat's write: what one write
+/// holds besides the member's item, the activity items (up to 3) and the group's check.
+const MAX_RIDING_OFFSETS: usize = MAX_WRITE_OPS - 5;
 
 /// The polling member as its writes see it: its group, its id, and its item's version as
 /// this poll leaves it (every write to the item is conditional on it, so an evicted
@@ -55,6 +60,9 @@ impl Groups {
                 version: state.members.get(&member_id).map_or(0, |(_, v, _)| *v),
             };
             let mut activity = state.activity;
+            // The auto-commit's writes, made with the heartbeat's (one write per cycle) unless
+            // they do not fit in it, or the poll waits for events first (`fetch_riding`).
+            let mut rider = Vec::new();
             if generation.rebalance {
                 match self.rebalance(&seat, &state, &generation, &member, bounds.session).await? {
                     Some(covered) => {
@@ -63,12 +71,15 @@ impl Groups {
                     }
                     None => continue,
                 }
-            } else if !auto_commits.is_empty()
-                && !self.auto_commit(&seat, &state, &all_topics, &offsets, &auto_commits).await?
-            {
-                continue;
+            } else if !auto_commits.is_empty() {
+                match self.auto_commit(&seat, &state, &all_topics, &offsets, &auto_commits).await? {
+                    Some(riding) => rider = riding,
+                    None => continue,
+                }
             }
-            let events = self.fetch(&positions, heads, bounds.max_events, bounds.max_bytes, bounds.wait_ms).await?;
+            let Some(events) = self.fetch_riding(&seat, &positions, heads, &bounds, &mut rider).await? else {
+                continue;
+            };
             for e in &events {
                 member.positions.insert(tp_key(&e.topic, e.event.partition), e.event.offset + 1);
             }
@@ -80,8 +91,8 @@ impl Groups {
                     .members
                     .get(&member_id)
                     .is_some_and(|(m, _, expires)| *m == member && *expires - self.now() > (bounds.session / 2) as i64);
-            if !unchanged {
-                self.heartbeat(&seat, activity, &member, bounds.session).await?;
+            if !unchanged || !rider.is_empty() {
+                self.heartbeat(&seat, activity, &member, bounds.session, rider).await?;
             }
             let assignment = generation.mine;
             return Ok(PollAnswer { member_id, generation: generation.record.generation, assignment, events });
@@ -166,9 +177,10 @@ impl Groups {
         }
     }
 
-    /// Commits what `auto_commit` decided, in chunks (each write carries its two checks, so
-    /// a member owning many partitions commits in several). `false`: the group moved on
-    /// meanwhile, poll again.
+    /// What `auto_commit` decided: the writes to make with the heartbeat (none if nothing
+    /// advances), when they fit in its write; else committed now, in chunks (each write
+    /// carries its two checks, so a member owning many partitions commits in several).
+    /// `None`: the group moved on meanwhile, poll again.
     async fn auto_commit(
         &self,
         seat: &Seat<'_>,
@@ -176,36 +188,71 @@ impl Groups {
         all_topics: &BTreeMap<String, TopicConfig>,
         offsets: &BTreeMap<String, (OffsetRecord, u64)>,
         auto_commits: &[(TopicPartition, u64)],
-    ) -> Result<bool, Error> {
+    ) -> Result<Option<Vec<WriteOp>>, Error> {
         let (group, member_id, member_version) = (seat.group, seat.id, seat.version);
-        let commits: Vec<CommitOffset> = auto_commits
-            .iter()
-            .map(|(tp, o)| CommitOffset {
-                topic: tp.topic.clone(),
-                partition: tp.partition,
-                offset: *o,
-                metadata: None,
-            })
-            .collect();
+        let commits = as_commits(auto_commits);
+        if commits.len() <= MAX_RIDING_OFFSETS {
+            return match commit_ops(group, state, member_id, all_topics, offsets, &commits) {
+                // Only the group's check: nothing advances.
+                Ok(ops) if ops.len() == 1 => Ok(Some(Vec::new())),
+                Ok(ops) => Ok(Some(ops)),
+                Err(Error::Conflict { .. }) => Ok(None),
+                Err(e) => Err(e),
+            };
+        }
         for chunk in commits.chunks(MAX_COMMIT_OFFSETS) {
             match self.write_commit(group, state, member_id, member_version, all_topics, offsets, chunk).await {
                 Ok(Ok(())) => {}
-                Ok(Err(super::commit::Raced)) | Err(Error::Conflict { .. }) => return Ok(false),
+                Ok(Err(super::commit::Raced)) | Err(Error::Conflict { .. }) => return Ok(None),
                 Err(e) => return Err(e),
             }
         }
-        Ok(true)
+        Ok(Some(Vec::new()))
+    }
+
+    /// Fetches as [`Self::fetch`] does. With a `rider` (an auto-commit to make with the
+    /// heartbeat), looks without waiting first: if nothing is there and the poll may wait, the
+    /// commit is made on its own before the wait, never held through it. `None`: that commit
+    /// lost a race, poll again.
+    async fn fetch_riding(
+        &self,
+        seat: &Seat<'_>,
+        positions: &[(TopicConfig, u32, u64)],
+        heads: BTreeMap<u64, Vec<(HeadRecord, u64)>>,
+        bounds: &plan::PollBounds,
+        rider: &mut Vec<WriteOp>,
+    ) -> Result<Option<Vec<GroupEvent>>, Error> {
+        let (max_events, max_bytes, wait_ms) = (bounds.max_events, bounds.max_bytes, bounds.wait_ms);
+        if !rider.is_empty() && wait_ms > 0 {
+            let events = self.fetch(positions, heads.clone(), max_events, max_bytes, 0).await?;
+            if !events.is_empty() {
+                return Ok(Some(events));
+            }
+            let mut ops =
+                vec![WriteOp::Check { key: member_key(seat.group, seat.id), expect: Expect::Version(seat.version) }];
+            ops.append(rider);
+            match self.store().write(ops).await {
+                Ok(()) => {}
+                Err(StorageError::ConditionFailed { .. }) => return Ok(None),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.fetch(positions, heads, max_events, max_bytes, wait_ms).await.map(Some)
     }
 
     /// The heartbeat: one small item, whatever happened to the group meanwhile (positions
-    /// recorded under an older group version are simply not trusted by the next poll), and
-    /// now and then the activity item, when the session outgrows it.
+    /// recorded under an older group version are simply not trusted by the next poll), now
+    /// and then the activity item, when the session outgrows it, and the auto-commit's
+    /// writes riding on it (`rider`), if any: they check the group's version, so if the
+    /// group (or an offset) moved on since the poll read it, the heartbeat is made without
+    /// them; the member's next poll carries its positions again.
     async fn heartbeat(
         &self,
         seat: &Seat<'_>,
         mut activity: Option<(ActivityRecord, u64)>,
         member: &MemberRecord,
         session: u64,
+        mut rider: Vec<WriteOp>,
     ) -> Result<(), Error> {
         let (group, member_id, member_version) = (seat.group, seat.id, seat.version);
         let expires = self.now() + session as i64;
@@ -218,6 +265,8 @@ impl Groups {
                 expect: if member_version == 0 { Expect::Absent } else { Expect::Version(member_version) },
             }];
             ops.extend(self.cover(group, activity.as_ref(), expires).into_iter().flat_map(|(ops, _)| ops));
+            let riding_from = ops.len();
+            ops.extend(rider.iter().cloned());
             match self.store().write(ops).await {
                 Ok(()) => return Ok(()),
                 // The events are answered even when the heartbeat's outcome is unknown (or it
@@ -233,6 +282,10 @@ impl Groups {
                         Code::UnknownMember,
                         format!("member '{member_id}' was evicted from group '{group}' during its poll"),
                     ))
+                }
+                Err(StorageError::ConditionFailed { op }) if op >= riding_from && !rider.is_empty() => {
+                    tracing::debug!(group = %group, member = %member_id, "auto-commit raced; heartbeat alone");
+                    rider.clear();
                 }
                 // Another member moved the activity item first: read it again.
                 Err(StorageError::ConditionFailed { .. }) if attempts < MAX_ATTEMPTS => {
@@ -312,4 +365,12 @@ impl Groups {
         }
         Ok(events)
     }
+}
+
+/// What an auto-commit commits, as a commit request names it.
+fn as_commits(auto_commits: &[(TopicPartition, u64)]) -> Vec<CommitOffset> {
+    auto_commits
+        .iter()
+        .map(|(tp, o)| CommitOffset { topic: tp.topic.clone(), partition: tp.partition, offset: *o, metadata: None })
+        .collect()
 }
