@@ -17,6 +17,7 @@
 //! write: outcome unknown) while the function can still answer, rather than
 //! with the function killed mid-request.
 
+pub mod billing;
 pub mod lambda;
 pub mod s3;
 pub mod state;

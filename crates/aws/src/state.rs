@@ -391,16 +391,11 @@ impl StateStore for DynamoStateStore {
     async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
         sluice_core::ports::state::validate(&ops)?;
         let now_ms = self.clock.now_ms();
-        let sent: Vec<(usize, &WriteOp)> = ops
-            .iter()
-            .enumerate()
-            .filter(|(_, op)| !matches!(op, WriteOp::Check { expect: Expect::Any, .. }))
-            .collect();
-        match sent.as_slice() {
-            [] => Ok(()),
-            [(i, op @ WriteOp::Put { .. })] => self.update_one(*i, op, now_ms).await,
-            [(i, op @ WriteOp::Delete { .. })] => self.delete_one(*i, op, now_ms).await,
-            _ => self.transact(&sent, now_ms).await,
+        match shape(&ops) {
+            Shape::Nothing => Ok(()),
+            Shape::One((i, op @ WriteOp::Put { .. })) => self.update_one(i, op, now_ms).await,
+            Shape::One((i, op)) => self.delete_one(i, op, now_ms).await,
+            Shape::Transaction(sent) => self.transact(&sent, now_ms).await,
         }
     }
 
@@ -419,6 +414,26 @@ impl StateStore for DynamoStateStore {
     #[tracing::instrument(skip(self))]
     async fn purge_expired(&self, _limit: usize) -> Result<usize, StorageError> {
         Ok(0)
+    }
+}
+
+/// How [`StateStore::write`] sends a write's operations.
+pub(crate) enum Shape<'a> {
+    /// Only checks under [`Expect::Any`]: nothing to send.
+    Nothing,
+    /// One put (an `UpdateItem`) or one delete (a `DeleteItem`), with its index in the write.
+    One((usize, &'a WriteOp)),
+    /// One `TransactWriteItems` of these operations, each with its index in the write.
+    Transaction(Vec<(usize, &'a WriteOp)>),
+}
+
+pub(crate) fn shape(ops: &[WriteOp]) -> Shape<'_> {
+    let sent: Vec<(usize, &WriteOp)> =
+        ops.iter().enumerate().filter(|(_, op)| !matches!(op, WriteOp::Check { expect: Expect::Any, .. })).collect();
+    match sent.as_slice() {
+        [] => Shape::Nothing,
+        [one @ (_, WriteOp::Put { .. } | WriteOp::Delete { .. })] => Shape::One(*one),
+        _ => Shape::Transaction(sent),
     }
 }
 

@@ -6,6 +6,7 @@
 //! Each case uses keys and topics of its own (random names), so cases can share
 //! one moto server or one data directory and run in parallel.
 
+pub mod billed;
 pub mod embedded;
 pub mod faults;
 pub mod group_cases;

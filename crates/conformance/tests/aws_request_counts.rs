@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use sluice_aws::{DynamoStateStore, S3ObjectStore};
+use sluice_aws::S3ObjectStore;
+use sluice_conformance::billed::Billed;
 use sluice_conformance::moto::{adapters, moto};
 use sluice_conformance::unique_topic;
 use sluice_core::groups::{CommitOffset, Groups, PollRequest, ResetPolicy, TopicPartition};
@@ -36,10 +37,22 @@ impl Clock for SteppingClock {
     }
 }
 
-fn all_counts(state: &DynamoStateStore, objects: &S3ObjectStore) -> Counts {
+/// The requests sent by operation, and DynamoDB's billed units (`READ_UNITS`, `WRITE_UNITS`).
+fn all_counts(state: &Billed, objects: &S3ObjectStore) -> Counts {
     let mut counts = state.requests().snapshot();
     counts.extend(objects.requests().snapshot());
+    let units = state.units();
+    counts.insert(READ_UNITS, units.read);
+    counts.insert(WRITE_UNITS, units.write);
     counts
+}
+
+const READ_UNITS: &str = "dynamodb read units";
+const WRITE_UNITS: &str = "dynamodb write units";
+
+/// The requests alone, without the units.
+fn requests(counts: &Counts) -> Counts {
+    counts.iter().filter(|(op, _)| ![READ_UNITS, WRITE_UNITS].contains(op)).map(|(op, n)| (*op, *n)).collect()
 }
 
 fn delta(after: &Counts, before: &Counts) -> Counts {
@@ -98,9 +111,11 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 /// The adapters on moto, and a log on them configured as a warm Lambda instance is: a long
 /// topic cache (between config changes; cold reads are counted separately), long polls
 /// checking every 500 ms, as on AWS.
-async fn counted_log() -> (Arc<DynamoStateStore>, Arc<S3ObjectStore>, Log) {
+async fn counted_log() -> (Arc<Billed>, Arc<S3ObjectStore>, Log) {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let (state, objects) = adapters(&moto().settings, clock.clone()).await;
+    let (peek, _) = adapters(&moto().settings, clock.clone()).await;
+    let state = Arc::new(Billed::new(state, peek));
     let config = LogConfig {
         topic_cache_ttl: Duration::from_secs(600),
         poll_interval: Duration::from_millis(500),
@@ -121,13 +136,17 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
 
     let ((created, _), create) = counted!(state, objects, log.create_topic(&topic, spec).await.unwrap());
     per_request("create topic", &create, 1);
-    assert_eq!(create, Counts::from([("dynamodb:GetItem", 1), ("dynamodb:UpdateItem", 1)]));
+    assert_eq!(requests(&create), Counts::from([("dynamodb:GetItem", 1), ("dynamodb:UpdateItem", 1)]));
 
     // A fresh (or long-frozen) instance reads the topic and the partition head first.
     let (cold_result, cold) =
         counted!(state, objects, log.publish(&topic, vec![kib_event(0, false)], None).await.unwrap());
     per_request("cold publish, batch 1", &cold, 1);
-    assert_eq!(cold, Counts::from([("dynamodb:GetItem", 2), ("dynamodb:TransactWriteItems", 1)]), "inline: no S3 PUT");
+    assert_eq!(
+        requests(&cold),
+        Counts::from([("dynamodb:GetItem", 2), ("dynamodb:TransactWriteItems", 1)]),
+        "inline: no S3 PUT"
+    );
     // What the transaction is billed for that item: 2 write units per started KB.
     let cold_at = cold_result[0].partition;
     let key = sluice_core::layout::segment_key(created.id, cold_at, 0);
@@ -144,7 +163,7 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
         }
     });
     per_request("warm publish, batch 1", &batch1, WARM);
-    assert_eq!(batch1, Counts::from([("dynamodb:TransactWriteItems", WARM as u64)]));
+    assert_eq!(requests(&batch1), Counts::from([("dynamodb:TransactWriteItems", WARM as u64)]));
 
     const BATCHES: usize = 5;
     let (_, batch100) = counted!(state, objects, {
@@ -154,7 +173,7 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
     });
     per_request("warm publish, batch 100, one partition", &batch100, BATCHES);
     assert_eq!(
-        batch100,
+        requests(&batch100),
         Counts::from([("dynamodb:TransactWriteItems", BATCHES as u64), ("s3:PutObject", BATCHES as u64)])
     );
 
@@ -168,7 +187,7 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
     });
     per_request("warm publish, batch 100 keyed over 8 partitions", &spread, BATCHES);
     assert_eq!(
-        spread,
+        requests(&spread),
         Counts::from([("dynamodb:TransactWriteItems", BATCHES as u64), ("s3:PutObject", BATCHES as u64)])
     );
 
@@ -180,7 +199,7 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
     });
     per_request("warm publish with Idempotency-Key, batch 1", &idempotent, 10);
     assert_eq!(
-        idempotent,
+        requests(&idempotent),
         Counts::from([("dynamodb:GetItem", 20), ("dynamodb:TransactWriteItems", 10)]),
         "the topic and the key are read afresh"
     );
@@ -199,7 +218,10 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
         assert_eq!(page.events.len(), 100);
     });
     per_request("replay 100 events from one batch-100 segment", &replay100, 1);
-    assert_eq!(replay100, Counts::from([("dynamodb:GetItem", 2), ("dynamodb:Query", 1), ("s3:GetObject", 1)]));
+    assert_eq!(
+        requests(&replay100),
+        Counts::from([("dynamodb:GetItem", 2), ("dynamodb:Query", 1), ("s3:GetObject", 1)])
+    );
 
     let (_, singles) = counted!(state, objects, {
         let page = log.read(&read(1, WARM, 0)).await.unwrap();
@@ -207,7 +229,7 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
     });
     per_request("replay 20 events stored one per segment", &singles, 1);
     assert_eq!(
-        singles,
+        requests(&singles),
         Counts::from([("dynamodb:GetItem", 2), ("dynamodb:Query", 1)]),
         "inline: the query brings the bytes"
     );
@@ -233,7 +255,7 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
     });
     assert_eq!(stepping.now_ms() - started, 2_000, "the poll waited out its 2 s");
     per_request("idle long poll of 2 s at a 500 ms interval", &idle, 1);
-    assert_eq!(idle, Counts::from([("dynamodb:GetItem", 1 + 5)]), "a cold topic read, then 5 head checks");
+    assert_eq!(requests(&idle), Counts::from([("dynamodb:GetItem", 1 + 5)]), "a cold topic read, then 5 head checks");
 
     // A consumer group on the topic: join, polls of 100 events with a commit each, an idle poll.
     let groups = Groups::new(log.clone());
@@ -306,7 +328,7 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
 
     let (_, delete) = counted!(state, objects, log.delete_topic(&topic).await.unwrap());
     per_request("delete topic", &delete, 1);
-    assert_eq!(delete, Counts::from([("dynamodb:GetItem", 1), ("dynamodb:TransactWriteItems", 1)]));
+    assert_eq!(requests(&delete), Counts::from([("dynamodb:GetItem", 1), ("dynamodb:TransactWriteItems", 1)]));
 
     let (_, purge) =
         counted!(state, objects, { while upkeep::step(state.as_ref(), upkeep::STEP_BUDGET, 0).await.unwrap().more {} });
@@ -564,7 +586,7 @@ async fn push_requests_per_message_are_what_the_cost_model_says() {
         let (drained, counts) = counted!(state, objects, dispatcher.drain(&wake, deadline()).await.unwrap());
         assert_eq!(drained.messages, EVENTS as u64, "{drained:?}");
         per_request(&format!("push, batch {batch}, per message"), &counts, EVENTS);
-        let requests: u64 = counts.values().sum();
+        let sent: u64 = requests(&counts).values().sum();
         // Per receive: the subscription, cursors and leases of the partitions it visits
         // (reads), one write, the segments' bytes; per delivery an ack; per wake the topic
         // list, the subscriptions, the workers' empty receives and the counts.
@@ -573,11 +595,147 @@ async fn push_requests_per_message_are_what_the_cost_model_says() {
             10 => 2.5,
             _ => 1.5,
         };
-        assert!(requests as f64 <= most * EVENTS as f64, "{requests} requests for {EVENTS} messages: {counts:?}");
+        assert!(sent as f64 <= most * EVENTS as f64, "{sent} requests for {EVENTS} messages: {counts:?}");
     }
     // A sweep with nothing due: what the schedule costs while nothing is published.
     let (drained, sweep) =
         counted!(state, objects, dispatcher.drain(&Topics::All, SystemClock.now_ms() + 60_000).await);
     drained.unwrap();
     per_request("push sweep, nothing due", &sweep, 1);
+}
+
+/// List prices (us-east-1, as docs/AWS.md prices them), dollars per request or unit.
+const PRICES: [(&str, f64); 4] =
+    [(WRITE_UNITS, 0.625e-6), (READ_UNITS, 0.125e-6), ("s3:PutObject", 5.0e-6), ("s3:GetObject", 0.4e-6)];
+/// Dollars per HTTP request: API Gateway's HTTP API and a Lambda invocation.
+const PER_HTTP_REQUEST: f64 = 1.0e-6 + 0.2e-6;
+
+/// Prints what `counts` costs per million items when `items` were handled by `http` API
+/// requests, line by line; answers the DynamoDB + S3 + request total (Lambda's duration,
+/// which this test cannot see, is not in it: docs/AWS.md adds it).
+fn price(label: &str, counts: &Counts, http: usize, items: usize) -> f64 {
+    let per_million = |dollars: f64| dollars * 1e6 / items as f64;
+    let mut total = 0.0;
+    let mut lines = Vec::new();
+    for (what, unit) in PRICES {
+        let dollars = per_million(counts.get(what).copied().unwrap_or(0) as f64 * unit);
+        total += dollars;
+        lines.push(format!("{what} ${dollars:.4}"));
+    }
+    let requests = per_million(http as f64 * PER_HTTP_REQUEST);
+    total += requests;
+    lines.push(format!("API Gateway + Lambda requests ${requests:.4}"));
+    println!("PRICE {label}: ${total:.3} per million before Lambda duration ({})", lines.join(", "));
+    total
+}
+
+/// The three AWS targets at their shapes, priced from the counted requests and the
+/// units DynamoDB bills for the items they touched: publish at batch 100 over 8 partitions,
+/// a consumer group at polls of 100 committing as it goes, a work queue at batches of 10
+/// and 100 (acks separate, and riding on the next receive).
+#[tokio::test]
+async fn the_cost_targets_priced_from_counted_units() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    use sluice_core::queues::{Queues, ReceiveRequest, StartAt, SubscriptionSpec};
+    let (state, objects, log) = counted_log().await;
+    let topic = unique_topic("targets");
+    log.create_topic(&topic, TopicSpec { partitions: 8, retention_ms: None, retention_bytes: None }).await.unwrap();
+    let keyed = |b: usize| (0..100).map(|i| kib_event(b * 100 + i, true)).collect::<Vec<_>>();
+    // The first batch reads the heads; the rest are what a warm instance does.
+    log.publish(&topic, keyed(0), None).await.unwrap();
+    const BATCHES: usize = 39;
+    let (_, publish) = counted!(state, objects, {
+        for b in 1..=BATCHES {
+            log.publish(&topic, keyed(b), None).await.unwrap();
+        }
+    });
+    per_request("target: publish, batch 100 keyed over 8 partitions", &publish, BATCHES);
+    assert_eq!(publish.get(WRITE_UNITS), Some(&(36 * BATCHES as u64)), "8 heads, 8 index items, 1 object record");
+    let mut targets = vec![("publish, batch 100 over 8 partitions", 0.15)];
+    let mut priced = vec![price(targets[0].0, &publish, BATCHES, BATCHES * 100)];
+
+    // A consumer group: one member polling 100 at a time, each poll committing the positions
+    // the previous one answered (`auto_commit` with `positions`, as the Rust consumer does).
+    let groups = Groups::new(log.clone());
+    let group = unique_topic("targets-group");
+    let mut request = PollRequest {
+        group: group.clone(),
+        member_id: None,
+        topics: vec![topic.clone()],
+        max_events: 100,
+        max_bytes: 6 << 20,
+        wait_ms: 0,
+        reset: ResetPolicy::Earliest,
+        session_timeout_ms: None,
+        auto_commit: true,
+        positions: None,
+        instance_id: None,
+    };
+    let first = groups.poll(&request).await.unwrap();
+    request.member_id = Some(first.member_id.clone());
+    let mut positions: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut confirm = |events: &[sluice_core::groups::GroupEvent], request: &mut PollRequest| {
+        for e in events {
+            positions.insert(e.event.partition, e.event.offset + 1);
+        }
+        let tp = |partition| TopicPartition { topic: topic.clone(), partition };
+        request.positions = Some(positions.iter().map(|(&p, &o)| (tp(p), o)).collect());
+    };
+    confirm(&first.events, &mut request);
+    const POLLS: usize = 20;
+    let (_, polls) = counted!(state, objects, {
+        for _ in 0..POLLS {
+            let answer = groups.poll(&request).await.unwrap();
+            assert_eq!(answer.events.len(), 100);
+            confirm(&answer.events, &mut request);
+        }
+    });
+    per_request("target: group poll of 100 committing the previous poll's positions", &polls, POLLS);
+    // A poll of a backlog takes its 100 from one partition (two when that one runs out): a
+    // transaction of the member's heartbeat, the group's check and one or two offsets.
+    assert!(polls[WRITE_UNITS] <= 8 * POLLS as u64, "{polls:?}");
+    targets.push(("consumer group, polls of 100 with commits riding", 0.10));
+    priced.push(price(targets[1].0, &polls, POLLS, POLLS * 100));
+
+    // A work queue, receiving from the start of the same log.
+    let queues = Queues::new(log.clone());
+    let spec = SubscriptionSpec { start: StartAt::Earliest, ..SubscriptionSpec::default() };
+    queues.create(&topic, "work", spec).await.unwrap();
+    let receive = |max_messages| ReceiveRequest { max_messages, wait_ms: 0, visibility_timeout_ms: None };
+    let receipts = |got: &[sluice_core::queues::Message]| got.iter().map(|m| m.receipt.clone()).collect::<Vec<_>>();
+    // The receipt key is read (or made) once per process.
+    let first = queues.receive(&topic, "work", &receive(10)).await.unwrap();
+    queues.ack(&topic, "work", &receipts(&first)).await.unwrap();
+    for batch in [10, 100] {
+        const CYCLES: usize = 10;
+        let (_, plain) = counted!(state, objects, {
+            for _ in 0..CYCLES {
+                let got = queues.receive(&topic, "work", &receive(batch)).await.unwrap();
+                assert_eq!(got.len(), batch);
+                assert!(queues.ack(&topic, "work", &receipts(&got)).await.unwrap().iter().all(Result::is_ok));
+            }
+        });
+        per_request(&format!("target: queue receive + ack, batch {batch}"), &plain, CYCLES);
+        price(&format!("work queue, batch {batch}, receive then ack"), &plain, 2 * CYCLES, CYCLES * batch);
+        let mut held = queues.receive(&topic, "work", &receive(batch)).await.unwrap();
+        let (_, riding) = counted!(state, objects, {
+            for _ in 0..CYCLES {
+                let (acks, next) =
+                    queues.ack_and_receive(&topic, "work", &receipts(&held), &receive(batch)).await.unwrap();
+                assert!(acks.iter().all(Result::is_ok) && next.len() == batch);
+                held = next;
+            }
+        });
+        queues.ack(&topic, "work", &receipts(&held)).await.unwrap();
+        per_request(&format!("target: queue receive carrying the previous acks, batch {batch}"), &riding, CYCLES);
+        let label = format!("work queue, batch {batch}, acks riding on the next receive");
+        let dollars = price(&label, &riding, CYCLES, CYCLES * batch);
+        if batch == 10 {
+            targets.push(("work queue, batch 10, acks riding", 0.40));
+            priced.push(dollars);
+        }
+    }
+    for ((label, target), dollars) in targets.iter().zip(priced) {
+        println!("TARGET {label}: ${dollars:.3} per million before Lambda duration; the issue's target ${target:.2}");
+    }
 }
