@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use sluice_aws::billing;
 use sluice_aws::{DynamoStateStore, RequestCounts};
-use sluice_core::ports::state::{Item, Key, Page, Query, StateStore, WriteOp};
+use sluice_core::ports::state::{Expect, Item, Key, Page, Query, StateStore, WriteOp};
 use sluice_core::StorageError;
 
 /// Request units billed so far.
@@ -75,7 +75,9 @@ impl StateStore for Billed {
     }
 
     async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
-        let before = self.before(ops.iter().map(WriteOp::key)).await?;
+        // A create's item is absent if it lands at all: nothing to read for it.
+        let replaced = ops.iter().filter(|op| !matches!(op, WriteOp::Put { expect: Expect::Absent, .. }));
+        let before = self.before(replaced.map(WriteOp::key)).await?;
         let units = billing::write_units(&ops, |k| before.get(k).cloned().flatten());
         // A write whose condition fails is billed too.
         let written = self.inner.write(ops).await;
