@@ -144,7 +144,7 @@ enum Workload {
         batch: Option<usize>,
     },
     /// Workers of one fresh subscription (a work queue), each looping: receive up to
-    /// `--batch` messages, then ack every receipt it got, each answered once durable. With
+    /// `--batch` messages, then ack every receipt it got, each answered once applied. With
     /// `--publishers 0` they drain a backlog of `--count` events published first
     /// (throughput); with live publishers, each message is timed from its publish being
     /// sent to its ack's answer. The run fails unless every message was acked exactly once.

@@ -43,6 +43,7 @@ macro_rules! store_conformance_suite {
             given_version_mismatch_when_put_then_condition_failed_and_nothing_written,
             given_op_2_fails_when_write_then_condition_failed_on_op_2_and_ops_0_and_1_not_applied,
             given_check_op_when_write_then_its_condition_decides_and_it_changes_nothing,
+            given_deferred_writes_among_writes_then_each_applies_as_a_write_does,
             given_delete_when_write_then_item_removed_only_if_its_condition_holds,
             given_two_ops_on_one_key_when_write_then_invalid_and_nothing_written,
             given_101_ops_when_write_then_invalid_and_nothing_written,
@@ -260,6 +261,46 @@ pub async fn given_op_2_fails_when_write_then_condition_failed_on_op_2_and_ops_0
     assert_eq!(value_version(store, &b).await, Some((bytes("b2"), 2)));
     assert_eq!(value_version(store, &c).await, Some((bytes("c2"), 2)));
     assert_eq!(get(store, &d).await, None);
+}
+
+/// `write_deferred` differs from `write` only in when it is durable against a power cut:
+/// its conditions, atomicity and answers are the same, also when deferred and durable
+/// writes are in flight together (SQLite commits them in one group).
+pub async fn given_deferred_writes_among_writes_then_each_applies_as_a_write_does(backend: &dyn Backend) {
+    let (store, _) = backend.open().await;
+    let store = store.as_ref();
+    let pk = unique_topic("deferred");
+    let (a, b) = (key(&pk, "a"), key(&pk, "b"));
+    store.write_deferred(vec![WriteOp::create(a.clone(), bytes("a1"))]).await.expect("a deferred create");
+    let refused = store.write_deferred(vec![put(&a, "a2", Expect::Version(1)), put(&b, "b1", Expect::Version(3))]);
+    expect_condition_failed(refused.await, 1);
+    assert_eq!(value_version(store, &a).await, Some((bytes("a1"), 1)), "nothing of a refused write applied");
+    assert_eq!(get(store, &b).await, None);
+
+    // Twenty writes at once, every other one deferred, each creating its own item and
+    // bumping a shared one under a version it cannot know: one bump per version wins.
+    let writes = (0..20).map(|i| {
+        let ops =
+            vec![WriteOp::create(key(&pk, &format!("w{i:02}")), bytes("w")), put(&a, "bumped", Expect::Version(1))];
+        async move {
+            if i % 2 == 0 {
+                store.write_deferred(ops).await
+            } else {
+                store.write(ops).await
+            }
+        }
+    });
+    let outcomes = futures_util::future::join_all(writes).await;
+    let won = outcomes.iter().filter(|o| o.is_ok()).count();
+    assert_eq!(won, 1, "one write of version 1's bump lands: {outcomes:?}");
+    for (i, outcome) in outcomes.iter().enumerate() {
+        let created = get(store, &key(&pk, &format!("w{i:02}"))).await.is_some();
+        assert_eq!(created, outcome.is_ok(), "write {i} applied whole or not at all: {outcome:?}");
+        if let Err(e) = outcome {
+            assert!(matches!(e, StorageError::ConditionFailed { op: 1 }), "write {i}: {e:?}");
+        }
+    }
+    assert_eq!(value_version(store, &a).await, Some((bytes("bumped"), 2)));
 }
 
 pub async fn given_check_op_when_write_then_its_condition_decides_and_it_changes_nothing(backend: &dyn Backend) {

@@ -13,7 +13,10 @@
 //! its own (rolled back alone if a condition fails; a write alone in its group
 //! needs none), with one `COMMIT` and so one fsync for all of them. Each is
 //! still atomic and isolated (they apply one after another), and none is
-//! answered before the commit is on disk.
+//! answered before the commit is on disk, except a group made only of
+//! [`StateStore::write_deferred`]'s writes: it commits with `synchronous=NORMAL`
+//! (no fsync of its own), and the next synced commit or checkpoint, which syncs
+//! the whole WAL first, makes it durable.
 //!
 //! Expired rows stay until [`StateStore::purge_expired`] removes them; until
 //! then every read and condition treats them as absent. A put under
@@ -52,12 +55,36 @@ CREATE INDEX IF NOT EXISTS items_expiry ON items (expires_ms) WHERE expires_ms I
 struct PendingWrite {
     ops: Vec<WriteOp>,
     now_ms: i64,
+    /// Answered only once fsynced ([`StateStore::write`]), or before ([`StateStore::write_deferred`]).
+    durable: bool,
     done: oneshot::Sender<Result<(), StorageError>>,
+}
+
+/// The one connection that writes, and how its next commit is made durable.
+struct Writer {
+    conn: Connection,
+    /// `Some(true)`: commits are fsynced (`synchronous=FULL`, as opened); `Some(false)`:
+    /// not (`NORMAL`, for a group of deferred writes only); `None`: unknown after a
+    /// failed change, so set again before the next commit.
+    synced: Option<bool>,
+}
+
+impl Writer {
+    /// Makes the connection's next commits fsynced or not, unless they already are.
+    fn sync_commits(&mut self, synced: bool) -> rusqlite::Result<()> {
+        if self.synced != Some(synced) {
+            self.synced = None;
+            let sql = if synced { "PRAGMA synchronous = FULL" } else { "PRAGMA synchronous = NORMAL" };
+            self.conn.prepare_cached(sql)?.execute([])?;
+            self.synced = Some(synced);
+        }
+        Ok(())
+    }
 }
 
 /// Every item of the state store, in one SQLite file.
 pub struct SqliteStateStore {
-    writer: Arc<Mutex<Connection>>,
+    writer: Arc<Mutex<Writer>>,
     pending: Arc<Mutex<Vec<PendingWrite>>>,
     readers: Arc<Vec<Mutex<Connection>>>,
     next_reader: AtomicUsize,
@@ -101,12 +128,36 @@ impl SqliteStateStore {
             .map(|_| connect(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX).map(Mutex::new))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
-            writer: Arc::new(Mutex::new(writer)),
+            writer: Arc::new(Mutex::new(Writer { conn: writer, synced: Some(true) })),
             pending: Arc::new(Mutex::new(Vec::new())),
             readers: Arc::new(readers),
             next_reader: AtomicUsize::new(0),
             clock,
         })
+    }
+
+    /// Queues a write for the next group commit and waits for its answer.
+    async fn group_write(&self, ops: Vec<WriteOp>, durable: bool) -> Result<(), StorageError> {
+        sluice_core::ports::state::validate(&ops)?;
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let (done, outcome) = oneshot::channel();
+        let now_ms = self.clock.now_ms();
+        lock(&self.pending).push(PendingWrite { ops, now_ms, durable, done });
+        let (writer, pending) = (self.writer.clone(), self.pending.clone());
+        // Whoever holds the writer next commits every write waiting by then, this one
+        // included unless an earlier holder already took it.
+        blocking(move || {
+            let mut writer = lock(&writer);
+            let batch = std::mem::take(&mut *lock(&pending));
+            if !batch.is_empty() {
+                commit_group(&mut writer, batch);
+            }
+            Ok(())
+        })
+        .await?;
+        outcome.await.map_err(|_| StorageError::Unavailable { message: "write abandoned".into(), source: None })?
     }
 
     async fn read<T, F>(&self, f: F) -> Result<T, StorageError>
@@ -136,8 +187,9 @@ impl SqliteStateStore {
     {
         let writer = self.writer.clone();
         blocking(move || {
-            let mut conn = writer.lock().unwrap_or_else(|p| p.into_inner());
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db)?;
+            let mut writer = writer.lock().unwrap_or_else(|p| p.into_inner());
+            writer.sync_commits(true).map_err(db)?;
+            let tx = writer.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db)?;
             let out = f(&tx)?;
             tx.commit().map_err(db)?;
             Ok(out)
@@ -229,9 +281,25 @@ fn apply(tx: &Connection, ops: &[WriteOp], now_ms: i64) -> Result<(), StorageErr
     Ok(())
 }
 
+/// Commits `batch` (see [`commit_writes`]), fsynced unless every write of it is deferred.
+fn commit_group(writer: &mut Writer, batch: Vec<PendingWrite>) {
+    // A group of deferred writes only is committed without an fsync of its own. In WAL
+    // mode every synced commit (and every checkpoint) syncs the whole log first, so what
+    // survives a power cut is a prefix of the commits: a deferred write is lost only with
+    // every commit after it, and is durable once the next synced one returns.
+    let synced = batch.iter().any(|w| w.durable);
+    if let Err(e) = writer.sync_commits(synced) {
+        for w in batch {
+            let _ = w.done.send(Err(classify(&e)));
+        }
+        return;
+    }
+    commit_writes(&mut writer.conn, batch, synced);
+}
+
 /// Applies each write of `batch` in a savepoint of one transaction, commits once, and
 /// answers each: its own condition failure, or the commit's outcome.
-fn commit_group(conn: &mut Connection, batch: Vec<PendingWrite>) {
+fn commit_writes(conn: &mut Connection, batch: Vec<PendingWrite>, synced: bool) {
     let tx = match GroupTx::begin(conn) {
         Ok(tx) => tx,
         Err(e) => {
@@ -281,10 +349,12 @@ fn commit_group(conn: &mut Connection, batch: Vec<PendingWrite>) {
         let _ = batch.into_iter().next().expect("one write").done.send(refused);
         return;
     }
-    // The commit is the fsync of the WAL (`synchronous=FULL`).
+    // A synced commit is the fsync of the WAL (`synchronous=FULL`).
     let started = std::time::Instant::now();
     let committed = tx.commit();
-    metrics::histogram!(sluice_core::metrics::FSYNC, "file" => "state").record(started.elapsed().as_secs_f64());
+    if synced {
+        metrics::histogram!(sluice_core::metrics::FSYNC, "file" => "state").record(started.elapsed().as_secs_f64());
+    }
     for (w, outcome) in batch.into_iter().zip(outcomes) {
         let answer = match (&committed, outcome) {
             (Ok(()), outcome) => outcome,
@@ -406,26 +476,12 @@ impl StateStore for SqliteStateStore {
 
     #[tracing::instrument(skip_all, fields(ops = ops.len()))]
     async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
-        sluice_core::ports::state::validate(&ops)?;
-        if ops.is_empty() {
-            return Ok(());
-        }
-        let (done, outcome) = oneshot::channel();
-        let now_ms = self.clock.now_ms();
-        lock(&self.pending).push(PendingWrite { ops, now_ms, done });
-        let (writer, pending) = (self.writer.clone(), self.pending.clone());
-        // Whoever holds the writer next commits every write waiting by then, this one
-        // included unless an earlier holder already took it.
-        blocking(move || {
-            let mut conn = lock(&writer);
-            let batch = std::mem::take(&mut *lock(&pending));
-            if !batch.is_empty() {
-                commit_group(&mut conn, batch);
-            }
-            Ok(())
-        })
-        .await?;
-        outcome.await.map_err(|_| StorageError::Unavailable { message: "write abandoned".into(), source: None })?
+        self.group_write(ops, true).await
+    }
+
+    #[tracing::instrument(skip_all, fields(ops = ops.len()))]
+    async fn write_deferred(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
+        self.group_write(ops, false).await
     }
 
     #[tracing::instrument(skip_all, fields(keys = keys.len()))]
@@ -456,5 +512,59 @@ impl StateStore for SqliteStateStore {
             .map_err(db)
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::SystemClock;
+
+    fn open() -> (tempfile::TempDir, SqliteStateStore) {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let store = SqliteStateStore::open(&dir.path().join("state.db"), Arc::new(SystemClock)).expect("open");
+        (dir, store)
+    }
+
+    /// The writer connection's `PRAGMA synchronous`: 2 is FULL (each commit fsynced), 1 NORMAL.
+    fn synchronous(store: &SqliteStateStore) -> i64 {
+        lock(&store.writer).conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).expect("pragma")
+    }
+
+    fn create(sk: &str) -> Vec<WriteOp> {
+        vec![WriteOp::create(Key::new("p", sk), Bytes::from_static(b"v"))]
+    }
+
+    #[tokio::test]
+    async fn a_deferred_write_commits_unsynced_and_every_other_write_synced() {
+        let (_dir, store) = open();
+        assert_eq!(synchronous(&store), 2, "opened with synchronous=FULL");
+        store.write_deferred(create("a")).await.expect("deferred");
+        assert_eq!(synchronous(&store), 1, "a group of deferred writes only commits with NORMAL");
+        store.write(create("b")).await.expect("durable");
+        assert_eq!(synchronous(&store), 2, "a durable write after a deferred one is synced");
+        store.write_deferred(create("c")).await.expect("deferred");
+        store.delete_many(vec![Key::new("p", "c")]).await.expect("delete_many");
+        assert_eq!(synchronous(&store), 2, "so is a transaction of the store's own");
+        assert!(store.get(&Key::new("p", "a")).await.expect("get").is_some());
+    }
+
+    #[test]
+    fn a_group_holding_one_durable_write_is_synced() {
+        let (_dir, store) = open();
+        let mut writer = lock(&store.writer);
+        writer.sync_commits(false).expect("as a deferred group left it");
+        let (mut answers, mut batch) = (Vec::new(), Vec::new());
+        for (sk, durable) in [("a", false), ("b", true), ("c", false)] {
+            let (done, answer) = oneshot::channel();
+            batch.push(PendingWrite { ops: create(sk), now_ms: 0, durable, done });
+            answers.push(answer);
+        }
+        commit_group(&mut writer, batch);
+        let synced: i64 = writer.conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).expect("pragma");
+        assert_eq!(synced, 2);
+        for mut answer in answers {
+            assert!(matches!(answer.try_recv(), Ok(Ok(()))));
+        }
     }
 }

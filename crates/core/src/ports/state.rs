@@ -169,6 +169,18 @@ pub trait StateStore: Send + Sync + 'static {
     /// (otherwise [`StorageError::Invalid`] and nothing written).
     async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError>;
 
+    /// Applies `ops` as [`StateStore::write`] does (the same atomicity, conditions and
+    /// answers), but may answer before the write is durable against a power cut. Once
+    /// answered it is applied, visible and durable against a crash of this process; a
+    /// power cut may still lose it, but only together with every write answered after it
+    /// (what survives a cut is a prefix of the writes in commit order), and never once a
+    /// later [`StateStore::write`] has been answered. For writes whose loss only repeats
+    /// work, such as an ack (its message is delivered again: at least once). A store
+    /// without the distinction writes durably, as this default does.
+    async fn write_deferred(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
+        self.write(ops).await
+    }
+
     /// Deletes every key, unconditionally and not atomically as a whole (each
     /// delete is atomic on its own): cheap bulk cleanup of items nothing reads any more.
     async fn delete_many(&self, keys: Vec<Key>) -> Result<(), StorageError>;

@@ -104,13 +104,31 @@ impl Queues {
     /// subscription or its topic changed since it was cached), else the store's answer,
     /// with a failed condition's index counted among `ops`.
     pub(super) async fn write_on(&self, sub: &Sub, ops: Vec<WriteOp>) -> Result<Result<(), StorageError>, Error> {
+        self.write_guarded(sub, ops, false).await
+    }
+
+    /// [`Queues::write_on`], answered before it is durable against a power cut (see
+    /// [`StateStore::write_deferred`]): for acks, whose loss only delivers again.
+    pub(super) async fn write_on_deferred(
+        &self,
+        sub: &Sub,
+        ops: Vec<WriteOp>,
+    ) -> Result<Result<(), StorageError>, Error> {
+        self.write_guarded(sub, ops, true).await
+    }
+
+    async fn write_guarded(
+        &self,
+        sub: &Sub,
+        ops: Vec<WriteOp>,
+        deferred: bool,
+    ) -> Result<Result<(), StorageError>, Error> {
         let mut guarded = sub.guards();
         let guards = guarded.len();
-        if guards == 0 {
-            return Ok(self.store().write(ops).await);
-        }
         guarded.extend(ops);
-        match self.store().write(guarded).await {
+        let written =
+            if deferred { self.store().write_deferred(guarded).await } else { self.store().write(guarded).await };
+        match written {
             Err(StorageError::ConditionFailed { op }) if op < guards => Err(sub.not_found()),
             Err(StorageError::ConditionFailed { op }) => Ok(Err(StorageError::ConditionFailed { op: op - guards })),
             result => Ok(result),

@@ -151,7 +151,14 @@ impl Queues {
             let cursor = state.as_ref().filter(|_| bump_cursor);
             let round = settle_round(&at, &leases, &pending, action, cursor, || self.nonce());
             if !round.ops.is_empty() {
-                if let Err(e) = self.write_on(sub, round.ops).await? {
+                // An ack or a release lost to a power cut only delivers its messages again,
+                // or later (at least once); a visibility change lost so would end a window
+                // its holder was told runs longer, so it is durable before it is answered.
+                let written = match action {
+                    Settle::Ack | Settle::Release { .. } => self.write_on_deferred(sub, round.ops).await?,
+                    Settle::Hold { .. } => self.write_on(sub, round.ops).await?,
+                };
+                if let Err(e) = written {
                     self.lost_race(e, &mut attempt).await?;
                     continue;
                 }

@@ -234,18 +234,22 @@ impl Committer {
         mut written_ms: i64,
     ) -> Result<Vec<Vec<Position>>, CommitError> {
         for _ in 0..MAX_REWRITES {
-            // Inline segments have no object to be doomed, nor to age.
-            let blob = stored.blob().map(|b| b.object.clone());
-            if blob.is_none() || self.clock.now_ms() - written_ms < MAX_BLOB_AGE_MS {
-                match self.index(group, layout, &stored).await {
-                    Err(CommitError::Doomed) if blob.is_some() => {
-                        let object = blob.unwrap_or_default();
-                        tracing::warn!(object = %object, "blob's object doomed by the collector; writing it again");
-                        self.objects.retire(&object);
-                        self.object = None;
+            match &stored {
+                // Inline segments have no object to be doomed, nor to age.
+                Stored::Inline(_) => return self.index(group, layout, &stored).await,
+                Stored::Blob(blob) if self.clock.now_ms() - written_ms < MAX_BLOB_AGE_MS => {
+                    let object = blob.object.clone();
+                    match self.index(group, layout, &stored).await {
+                        Err(CommitError::Doomed) => {
+                            tracing::warn!(object = %object, "blob's object doomed by the collector; writing it again");
+                            self.objects.retire(&object);
+                            self.object = None;
+                        }
+                        other => return other,
                     }
-                    other => return other,
                 }
+                // Held too long: written anew below, before its object could be doomed unseen.
+                Stored::Blob(_) => {}
             }
             written_ms = self.clock.now_ms();
             stored = self.keeper().keep(layout, true).await?;
@@ -373,10 +377,12 @@ impl Committer {
                 Ok(())
             }
             Some(OpKind::Record) => Err(CommitError::KeyTaken),
-            Some(OpKind::Object) => {
-                let object = stored.blob().map(|b| b.object.clone()).unwrap_or_default();
-                self.reread_object(&object).await
-            }
+            Some(OpKind::Object) => match stored {
+                Stored::Blob(blob) => self.reread_object(&blob.object).await,
+                Stored::Inline(_) => {
+                    Err(StorageError::Corrupt("an inline commit wrote an object record".into()).into())
+                }
+            },
             None => Err(StorageError::Corrupt(format!("store named write op {op}")).into()),
         }
     }
