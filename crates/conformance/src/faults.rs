@@ -62,6 +62,8 @@ pub struct Scripted {
     query_rules: Mutex<Vec<(String, QueryAction)>>,
     counters: Mutex<Vec<(Matcher, Arc<AtomicUsize>)>>,
     queries: AtomicUsize,
+    /// Writes made with `write_deferred` (scripted as any write, then applied durably).
+    deferred: AtomicUsize,
     gate: Mutex<Option<Arc<Gate>>>,
 }
 
@@ -73,6 +75,7 @@ impl Scripted {
             query_rules: Mutex::new(Vec::new()),
             counters: Mutex::new(Vec::new()),
             queries: AtomicUsize::new(0),
+            deferred: AtomicUsize::new(0),
             gate: Mutex::new(None),
         })
     }
@@ -87,6 +90,11 @@ impl Scripted {
     /// Queries made through this store so far.
     pub fn queries(&self) -> usize {
         self.queries.load(Ordering::SeqCst)
+    }
+
+    /// Writes made through this store's `write_deferred` so far.
+    pub fn deferred(&self) -> usize {
+        self.deferred.load(Ordering::SeqCst)
     }
 
     /// Every write waits at `gate` while it is closed.
@@ -225,6 +233,11 @@ impl StateStore for Scripted {
                 Err(lost())
             }
         }
+    }
+
+    async fn write_deferred(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
+        self.deferred.fetch_add(1, Ordering::SeqCst);
+        self.write(ops).await
     }
 
     async fn delete_many(&self, keys: Vec<Key>) -> Result<(), StorageError> {

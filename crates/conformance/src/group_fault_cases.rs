@@ -251,14 +251,19 @@ pub async fn given_auto_commit_with_events_ready_then_one_write_commits_and_hear
     let topic = one_partition_topic(&log, "riding").await;
     let group = unique_topic("g");
     publish(&log, &topic, 0, five(0)).await;
+    let joining = script.count(|_| true);
     let first = groups.poll(&request(&group, None, &topic, 5)).await.unwrap();
     assert_eq!(offsets_of(&first), vec![0, 1, 2, 3, 4]);
+    let (joined, deferred) = (joining.load(std::sync::atomic::Ordering::SeqCst), script.deferred());
+    assert_eq!((joined, deferred), (2, 1), "the rebalance making it a member durable, then its heartbeat deferred");
     publish(&log, &topic, 0, five(5)).await;
     let writes = script.count(|_| true);
     let mut next = with_positions(request(&group, Some(&first.member_id), &topic, 5), &topic, &[(0, 5)]);
     next.auto_commit = true;
     assert_eq!(offsets_of(&groups.poll(&next).await.unwrap()), vec![5, 6, 7, 8, 9]);
     assert_eq!(writes.load(std::sync::atomic::Ordering::SeqCst), 1, "the commit and the heartbeat in one write");
+    // Soft state: lost to a power cut, the member resumes earlier (at least once).
+    assert_eq!(script.deferred(), 2, "a member's heartbeat and its riding auto-commit are deferred");
     assert_eq!(committed(&groups, &group, 0).await, Some(5));
 }
 

@@ -54,6 +54,7 @@ macro_rules! queue_conformance_suite {
             given_a_describe_whose_first_read_is_torn_then_its_counts_are_still_exact,
             given_retention_passing_a_receive_in_flight_then_it_answers_from_the_new_start,
             given_a_slow_receive_then_the_visibility_window_counts_from_its_write,
+            given_receives_acks_nacks_and_visibility_changes_then_only_acks_and_nacks_are_deferred,
             given_a_stale_delete_after_the_subscription_was_re_created_then_the_new_one_stays,
             given_a_receive_racing_its_subscriptions_purge_then_no_item_is_left_behind,
             given_a_moved_lease_hidden_by_a_torn_read_then_its_receipt_still_acks,

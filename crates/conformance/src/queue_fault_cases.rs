@@ -105,6 +105,32 @@ pub async fn given_a_slow_receive_then_the_visibility_window_counts_from_its_wri
     assert_eq!(positions(&receive(&queues, &topic, &sub, 1).await), vec![(0, 0)]);
 }
 
+/// Which queue writes may be deferred (answered before they are durable against a power
+/// cut): acks and nacks, whose loss only delivers again; never a receive's lease, nor a
+/// visibility change, whose loss could let a second receiver hold a message in its window.
+pub async fn given_receives_acks_nacks_and_visibility_changes_then_only_acks_and_nacks_are_deferred(
+    backend: &dyn Backend,
+) {
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (script, queues) = scripted_queues(backend, &clock).await;
+    let log = queues.log().clone();
+    let topic = new_topic(&log, "deferred", 1).await;
+    let sub = subscribe(&queues, &topic, earliest()).await;
+    for i in 0..3 {
+        publish_at(&log, &topic, 0, &format!("m{i}"), START_MS).await;
+    }
+    let received = receive(&queues, &topic, &sub, 3).await;
+    assert_eq!(received.len(), 3);
+    assert_eq!(script.deferred(), 0, "a receive's lease is durable before it answers");
+    let receipt = |i: usize| vec![received[i].receipt.clone()];
+    assert!(queues.change_visibility(&topic, &sub, &receipt(0), 60_000).await.unwrap()[0].is_ok());
+    assert_eq!(script.deferred(), 0, "a longer window is durable before it answers");
+    assert!(queues.ack(&topic, &sub, &receipt(1)).await.unwrap()[0].is_ok());
+    assert_eq!(script.deferred(), 1, "an ack is deferred");
+    assert!(queues.nack(&topic, &sub, &receipt(2), 0).await.unwrap()[0].is_ok());
+    assert_eq!(script.deferred(), 2, "a nack is deferred");
+}
+
 /// A delete that read the subscription, then lost the race to a delete and a re-create of
 /// the same name: it must not delete the new subscription (whose version restarted, before
 /// tombstones kept it growing).

@@ -267,7 +267,13 @@ impl Groups {
             ops.extend(self.cover(group, activity.as_ref(), expires).into_iter().flat_map(|(ops, _)| ops));
             let riding_from = ops.len();
             ops.extend(rider.iter().cloned());
-            match self.store().write(ops).await {
+            // The member's item and the auto-commit riding on it are soft: lost to a power
+            // cut, the member resumes from older positions (duplicates, never a gap), as
+            // Kafka's asynchronous auto-commit may. A join (the item created) and the
+            // activity items, which decide when the group expires, are durable first.
+            let soft = member_version > 0 && riding_from == 1;
+            let written = if soft { self.store().write_deferred(ops).await } else { self.store().write(ops).await };
+            match written {
                 Ok(()) => return Ok(()),
                 // The events are answered even when the heartbeat's outcome is unknown (or it
                 // was refused): the member's next poll resumes from its own positions or the
