@@ -50,7 +50,7 @@ mod take;
 
 pub(crate) use purge::{purge_step, purge_topic_subscriptions};
 pub use push::*;
-use receipt::Receipt;
+use receipt::{Receipt, ReceiptKey};
 pub use records::*;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -442,7 +442,7 @@ struct Local {
     /// Subscriptions of receives and settles, when the queues cache them (`cache.rs`).
     subs: Option<cache::Subs>,
     /// The receipt-signing key, once read (it never changes).
-    receipt_key: tokio::sync::OnceCell<[u8; 32]>,
+    receipt_key: tokio::sync::OnceCell<ReceiptKey>,
     /// (subscription id, partition) pairs a receive of this process is taking from.
     claims: Arc<Mutex<HashSet<(u64, u32)>>>,
 }
@@ -579,7 +579,7 @@ fn shrink(lease: &Lease, offsets: &HashSet<u64>) -> WriteOp {
 struct Target<'a> {
     sub: &'a Sub,
     partition: u32,
-    receipt_key: &'a [u8; 32],
+    receipt_key: &'a ReceiptKey,
 }
 
 /// The item of a new lease, due at `due`.

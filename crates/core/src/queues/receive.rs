@@ -117,8 +117,7 @@ impl Queues {
                 let head = heads.get(p as usize).map(|(h, _)| *h).unwrap_or_default();
                 let want = req.max_messages - messages.len();
                 let first = messages.is_empty();
-                let taken = match self.take(sub, p, head, want, visibility, &receipt_key, &mut bytes_left, first).await
-                {
+                let taken = match self.take(sub, p, head, want, visibility, receipt_key, &mut bytes_left, first).await {
                     Ok(taken) => taken,
                     // Messages already taken from other partitions are answered, not stranded.
                     Err(e) if !messages.is_empty() => {
@@ -174,7 +173,7 @@ impl Queues {
         mut head: HeadRecord,
         want: usize,
         visibility: u64,
-        receipt_key: &[u8; 32],
+        receipt_key: &ReceiptKey,
         bytes_left: &mut usize,
         first: bool,
     ) -> Result<Taken, Error> {

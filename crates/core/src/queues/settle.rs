@@ -100,7 +100,7 @@ impl Queues {
         let mut results: Vec<Result<Option<String>, ReceiptError>> = vec![Err(ReceiptError::Invalid); receipts.len()];
         let mut by_partition: BTreeMap<u32, Vec<(usize, Receipt)>> = BTreeMap::new();
         for (i, text) in receipts.iter().enumerate() {
-            match Receipt::decode(text, &receipt_key) {
+            match Receipt::decode(text, receipt_key) {
                 Some(r) if r.sub_id == sub.record.id && r.partition < sub.topic.spec.partitions => {
                     by_partition.entry(r.partition).or_default().push((i, r));
                 }
@@ -111,7 +111,7 @@ impl Queues {
         }
         let mut outcome = Ok(());
         for (partition, receipts) in by_partition {
-            outcome = self.settle_partition(sub, partition, &receipts, action, &receipt_key, &mut results).await;
+            outcome = self.settle_partition(sub, partition, &receipts, action, receipt_key, &mut results).await;
             if outcome.is_err() {
                 break;
             }
@@ -131,7 +131,7 @@ impl Queues {
         partition: u32,
         receipts: &[(usize, Receipt)],
         action: Settle,
-        receipt_key: &[u8; 32],
+        receipt_key: &ReceiptKey,
         results: &mut [Result<Option<String>, ReceiptError>],
     ) -> Result<(), Error> {
         // Keyed, a lease moved to an earlier time could hide from a receiver reading the
@@ -329,7 +329,7 @@ mod tests {
 
     fn round(leases: &[Lease], pending: &[Receipt], action: Settle) -> Round {
         let sub = test_sub(1);
-        let key = [1u8; 32];
+        let key = ReceiptKey::new(&[1u8; 32]);
         let at = Target { sub: &sub, partition: 0, receipt_key: &key };
         let leases: BTreeMap<String, Lease> = leases.iter().map(|l| (l.key.sk.clone(), l.clone())).collect();
         let pending: Vec<(usize, Receipt)> = pending.iter().copied().enumerate().collect();

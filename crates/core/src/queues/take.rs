@@ -594,7 +594,7 @@ mod tests {
     #[test]
     fn the_write_moves_the_cursor_shrinks_taken_leases_and_makes_one_lease_per_receive_count() {
         let sub = test_sub(3);
-        let key = [9u8; 32];
+        let key = ReceiptKey::new(&[9u8; 32]);
         let at = Target { sub: &sub, partition: 0, receipt_key: &key };
         let kinds = |w: &Write| -> Vec<&'static str> {
             w.ops
@@ -651,7 +651,7 @@ mod tests {
         plan.add_new(&[event(0, None, 0)], &SubscriptionSpec::default(), None, 50);
         let pick = plan.choose(1, 0, 0);
         let kept = pick.chosen.clone();
-        let key = [9u8; 32];
+        let key = ReceiptKey::new(&[9u8; 32]);
         let at = Target { sub: &sub, partition: 0, receipt_key: &key };
         let w = write(&at, &s, &plan, pick, &kept, 0, 50, 1_050, || 1);
         assert!(w.checks_sub);
