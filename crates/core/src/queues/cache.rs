@@ -125,7 +125,12 @@ impl Queues {
     ) -> Result<Result<(), StorageError>, Error> {
         let mut guarded = sub.guards();
         let guards = guarded.len();
-        guarded.extend(ops);
+        // Unguarded, the ops go as they are: no copy on the hot path.
+        if guards == 0 {
+            guarded = ops;
+        } else {
+            guarded.extend(ops);
+        }
         let written =
             if deferred { self.store().write_deferred(guarded).await } else { self.store().write(guarded).await };
         match written {
