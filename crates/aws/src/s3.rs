@@ -52,7 +52,7 @@ fn now_ms() -> i64 {
 
 #[async_trait]
 impl ObjectStore for S3ObjectStore {
-    #[tracing::instrument(skip_all, fields(bytes = bytes.len()))]
+    #[tracing::instrument(level = "debug", skip_all, fields(bytes = bytes.len()))]
     async fn put(&self, bytes: Bytes) -> Result<BlobRef, StorageError> {
         for _ in 0..NAME_ATTEMPTS {
             let key = object_name();
@@ -81,7 +81,7 @@ impl ObjectStore for S3ObjectStore {
         })
     }
 
-    #[tracing::instrument(skip(self))]
+    #[tracing::instrument(level = "debug", skip(self))]
     async fn read(&self, object: &str, position: u64, len: u64) -> Result<Bytes, StorageError> {
         if len == 0 {
             return Ok(Bytes::new());
@@ -117,7 +117,7 @@ impl ObjectStore for S3ObjectStore {
     }
 
     /// One ListObjectsV2 page (at most 1000 keys): the caller pages on with `after`.
-    #[tracing::instrument(skip(self))]
+    #[tracing::instrument(level = "debug", skip(self))]
     async fn list(&self, after: Option<&str>, limit: usize) -> Result<Vec<ObjectInfo>, StorageError> {
         if limit == 0 {
             return Ok(Vec::new());
@@ -150,7 +150,7 @@ impl ObjectStore for S3ObjectStore {
 
     /// Succeeds for an absent key too (S3 answers 204 either way). Refuses keys outside
     /// `segments/`: nothing else in the bucket is this store's to delete.
-    #[tracing::instrument(skip(self))]
+    #[tracing::instrument(level = "debug", skip(self))]
     async fn delete(&self, object: &str) -> Result<(), StorageError> {
         if object.len() <= PREFIX.len() || !object.starts_with(PREFIX) {
             return Err(StorageError::Invalid(format!("object name {object:?} is not under {PREFIX}")));

@@ -304,7 +304,7 @@ impl DynamoStateStore {
 
 #[async_trait]
 impl StateStore for DynamoStateStore {
-    #[tracing::instrument(skip(self))]
+    #[tracing::instrument(level = "debug", skip(self))]
     async fn get(&self, key: &Key) -> Result<Option<Item>, StorageError> {
         let out = send_counted(&self.requests, "dynamodb:GetItem", || {
             self.client
@@ -320,7 +320,7 @@ impl StateStore for DynamoStateStore {
         Ok(out.item().map(item_from_attributes).transpose()?.filter(|i| live(i, now_ms)))
     }
 
-    #[tracing::instrument(skip(self))]
+    #[tracing::instrument(level = "debug", skip(self))]
     async fn query(&self, query: &Query) -> Result<Page, StorageError> {
         let limit = query.limit.max(1);
         let (from, to) = (query.from.as_deref(), query.to.as_deref());
@@ -387,7 +387,7 @@ impl StateStore for DynamoStateStore {
         }
     }
 
-    #[tracing::instrument(skip_all, fields(ops = ops.len()))]
+    #[tracing::instrument(level = "debug", skip_all, fields(ops = ops.len()))]
     async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
         sluice_core::ports::state::validate(&ops)?;
         let now_ms = self.clock.now_ms();
@@ -399,7 +399,7 @@ impl StateStore for DynamoStateStore {
         }
     }
 
-    #[tracing::instrument(skip_all, fields(keys = keys.len()))]
+    #[tracing::instrument(level = "debug", skip_all, fields(keys = keys.len()))]
     async fn delete_many(&self, keys: Vec<Key>) -> Result<(), StorageError> {
         // BatchWriteItem refuses a batch naming one key twice.
         let mut seen = HashSet::with_capacity(keys.len());
@@ -411,7 +411,7 @@ impl StateStore for DynamoStateStore {
     }
 
     /// DynamoDB's TTL removes expired items by itself.
-    #[tracing::instrument(skip(self))]
+    #[tracing::instrument(level = "debug", skip(self))]
     async fn purge_expired(&self, _limit: usize) -> Result<usize, StorageError> {
         Ok(0)
     }

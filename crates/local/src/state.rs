@@ -440,7 +440,7 @@ fn query_sql(query: &Query, now_ms: i64) -> (String, Vec<rusqlite::types::Value>
 
 #[async_trait]
 impl StateStore for SqliteStateStore {
-    #[tracing::instrument(skip(self))]
+    #[tracing::instrument(level = "debug", skip(self))]
     async fn get(&self, key: &Key) -> Result<Option<Item>, StorageError> {
         let key = key.clone();
         let now_ms = self.clock.now_ms();
@@ -455,7 +455,7 @@ impl StateStore for SqliteStateStore {
         .await
     }
 
-    #[tracing::instrument(skip(self))]
+    #[tracing::instrument(level = "debug", skip(self))]
     async fn query(&self, query: &Query) -> Result<Page, StorageError> {
         let limit = query.limit.max(1);
         let (sql, values) = query_sql(query, self.clock.now_ms());
@@ -474,17 +474,17 @@ impl StateStore for SqliteStateStore {
         .await
     }
 
-    #[tracing::instrument(skip_all, fields(ops = ops.len()))]
+    #[tracing::instrument(level = "debug", skip_all, fields(ops = ops.len()))]
     async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
         self.group_write(ops, true).await
     }
 
-    #[tracing::instrument(skip_all, fields(ops = ops.len()))]
+    #[tracing::instrument(level = "debug", skip_all, fields(ops = ops.len()))]
     async fn write_deferred(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
         self.group_write(ops, false).await
     }
 
-    #[tracing::instrument(skip_all, fields(keys = keys.len()))]
+    #[tracing::instrument(level = "debug", skip_all, fields(keys = keys.len()))]
     async fn delete_many(&self, keys: Vec<Key>) -> Result<(), StorageError> {
         if keys.is_empty() {
             return Ok(());
@@ -499,7 +499,7 @@ impl StateStore for SqliteStateStore {
         .await
     }
 
-    #[tracing::instrument(skip(self))]
+    #[tracing::instrument(level = "debug", skip(self))]
     async fn purge_expired(&self, limit: usize) -> Result<usize, StorageError> {
         let now_ms = self.clock.now_ms();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
