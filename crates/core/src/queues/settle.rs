@@ -6,14 +6,15 @@ use crate::Code;
 
 /// The lease holding a receipt's message under the receipt's delivery (same nonce and
 /// receive count), by sort key, with the message.
-fn holder(leases: &BTreeMap<String, Lease>, r: &Receipt) -> Option<(String, LeaseMsg)> {
-    // The lease the receipt names first: it is where the message is unless it moved.
-    let hinted = leases.get(&lease_sk(r.due, r.nonce));
-    hinted.into_iter().chain(leases.values()).find_map(|l| {
+fn holder<'a>(leases: &'a BTreeMap<String, Lease>, r: &Receipt) -> Option<(&'a str, LeaseMsg)> {
+    let holds = |l: &'a Lease| {
         let same_delivery = l.record.nonce == r.nonce && l.record.receives == r.receives;
-        let msg = l.record.msgs.iter().find(|m| m.offset == r.offset);
-        msg.filter(|_| same_delivery).map(|m| (l.key.sk.clone(), *m))
-    })
+        let msg = l.record.msgs.iter().find(|m| same_delivery && m.offset == r.offset);
+        msg.map(|m| (l.key.sk.as_str(), *m))
+    };
+    // The lease the receipt names first (its due time, without formatting its sort key):
+    // it is where the message is unless it moved.
+    leases.values().filter(|l| l.due == r.due).chain(leases.values()).find_map(holds)
 }
 
 impl Queues {
@@ -218,10 +219,10 @@ impl Queues {
 }
 
 /// One round of a settle: the receipts found, in order, and the write that applies them.
-struct Round {
+struct Round<'a> {
     /// Per pending receipt of this round, in order: its lease's sort key and message, or
     /// `None` (stale). Receipts past the round wait for the next one.
-    found: Vec<Option<(String, LeaseMsg)>>,
+    found: Vec<Option<(&'a str, LeaseMsg)>>,
     ops: Vec<WriteOp>,
     /// The receipt to use from now on, by offset, for messages still held.
     new_receipts: HashMap<u64, String>,
@@ -232,32 +233,32 @@ struct Round {
 /// one (a new receipt). A move into a lease already read merges with what stays there;
 /// into one not read, the create fails and the settle reads again. With `cursor`, a round
 /// that writes also rewrites the cursor. Release nonces are drawn from `nonce`, in order.
-fn settle_round(
+fn settle_round<'a>(
     at: &Target<'_>,
-    leases: &BTreeMap<String, Lease>,
+    leases: &'a BTreeMap<String, Lease>,
     pending: &[(usize, Receipt)],
     action: Settle,
     cursor: Option<&QueueState>,
     mut nonce: impl FnMut() -> u64,
-) -> Round {
+) -> Round<'a> {
     let (sub, partition) = (at.sub, at.partition);
-    let mut found: Vec<Option<(String, LeaseMsg)>> = Vec::new();
-    let mut removed: BTreeMap<String, HashSet<u64>> = BTreeMap::new();
+    let mut found: Vec<Option<(&str, LeaseMsg)>> = Vec::new();
+    let mut removed: BTreeMap<&str, HashSet<u64>> = BTreeMap::new();
     for (_, r) in pending {
         let holds = holder(leases, r);
-        if let Some((sk, _)) = &holds {
+        if let Some((sk, _)) = holds {
             if !removed.contains_key(sk) && removed.len() >= LEASES_PER_WRITE {
                 break;
             }
-            removed.entry(sk.clone()).or_default().insert(r.offset);
+            removed.entry(sk).or_default().insert(r.offset);
         }
         found.push(holds);
     }
-    let mut ops: Vec<WriteOp> = removed.iter().map(|(sk, offsets)| shrink(&leases[sk], offsets)).collect();
+    let mut ops: Vec<WriteOp> = removed.iter().map(|(sk, offsets)| shrink(&leases[*sk], offsets)).collect();
     let mut new_receipts: HashMap<u64, String> = HashMap::new();
     let mut moved: BTreeMap<String, LeaseRecord> = BTreeMap::new();
     for (sk, offsets) in &removed {
-        let from = &leases[sk];
+        let from = &leases[*sk];
         let msgs: Vec<LeaseMsg> = from.record.msgs.iter().filter(|m| offsets.contains(&m.offset)).copied().collect();
         let receives = from.record.receives;
         let (due, nonce, held_until) = match action {
@@ -288,7 +289,7 @@ fn settle_round(
         let key = Key::new(pk.clone(), sk.clone());
         let (stays, version) = match leases.get(&sk) {
             Some(existing) => {
-                let gone = removed.get(&sk);
+                let gone = removed.get(sk.as_str());
                 let stays =
                     existing.record.msgs.iter().filter(|m| gone.is_none_or(|g| !g.contains(&m.offset))).copied();
                 (stays.collect(), Some(existing.version))
@@ -327,14 +328,17 @@ mod tests {
         Receipt { sub_id: 7, partition: 0, offset, nonce, due, receives: 1 }
     }
 
-    fn round(leases: &[Lease], pending: &[Receipt], action: Settle) -> Round {
+    fn by_sk(leases: &[Lease]) -> BTreeMap<String, Lease> {
+        leases.iter().map(|l| (l.key.sk.clone(), l.clone())).collect()
+    }
+
+    fn round<'a>(leases: &'a BTreeMap<String, Lease>, pending: &[Receipt], action: Settle) -> Round<'a> {
         let sub = test_sub(1);
         let key = ReceiptKey::new(&[1u8; 32]);
         let at = Target { sub: &sub, partition: 0, receipt_key: &key };
-        let leases: BTreeMap<String, Lease> = leases.iter().map(|l| (l.key.sk.clone(), l.clone())).collect();
         let pending: Vec<(usize, Receipt)> = pending.iter().copied().enumerate().collect();
         let mut nonces = 50..;
-        settle_round(&at, &leases, &pending, action, None, || nonces.next().unwrap_or(0))
+        settle_round(&at, leases, &pending, action, None, || nonces.next().unwrap_or(0))
     }
 
     fn shape(r: &Round) -> Vec<String> {
@@ -371,7 +375,8 @@ mod tests {
             ),
         ];
         for (action, ops, new_receipt) in cases {
-            let r = round(std::slice::from_ref(&l), &[receipt(1, 100, 9)], action);
+            let leases = by_sk(std::slice::from_ref(&l));
+            let r = round(&leases, &[receipt(1, 100, 9)], action);
             assert_eq!(shape(&r), ops, "{action:?}");
             assert_eq!(r.found.len(), 1);
             assert!(r.found[0].is_some());
@@ -383,7 +388,8 @@ mod tests {
     fn a_receipt_of_another_delivery_is_stale_and_writes_nothing() {
         let l = lease(100, 9, &[1]);
         // Same offset, another nonce: the message was received again since.
-        let r = round(&[l], &[receipt(1, 100, 8)], Settle::Ack);
+        let leases = by_sk(&[l]);
+        let r = round(&leases, &[receipt(1, 100, 8)], Settle::Ack);
         assert_eq!(r.found, vec![None]);
         assert!(r.ops.is_empty());
     }
@@ -391,7 +397,8 @@ mod tests {
     #[test]
     fn a_moved_lease_is_found_by_its_nonce_wherever_it_is() {
         let l = lease(300, 9, &[1]);
-        let r = round(&[l], &[receipt(1, 100, 9)], Settle::Ack);
+        let leases = by_sk(&[l]);
+        let r = round(&leases, &[receipt(1, 100, 9)], Settle::Ack);
         assert!(r.found[0].is_some());
         assert_eq!(shape(&r), vec![format!("delete {}", lease_sk(300, 9))]);
     }
@@ -401,6 +408,7 @@ mod tests {
         let leases: Vec<Lease> = (0..LEASES_PER_WRITE as u64 + 5).map(|i| lease(100 + i as i64, i, &[i])).collect();
         let pending: Vec<Receipt> =
             leases.iter().map(|l| receipt(l.record.msgs[0].offset, l.due, l.record.nonce)).collect();
+        let leases = by_sk(&leases);
         let r = round(&leases, &pending, Settle::Ack);
         assert_eq!(r.found.len(), LEASES_PER_WRITE, "the rest wait for the next round");
         assert_eq!(r.ops.len(), LEASES_PER_WRITE);
