@@ -80,8 +80,13 @@ impl Groups {
             let Some(events) = self.fetch_riding(&seat, &positions, heads, &bounds, &mut rider).await? else {
                 continue;
             };
+            // Per partition, the offset after its last event (one key formatted per partition).
+            let mut sent: BTreeMap<(&str, u32), u64> = BTreeMap::new();
             for e in &events {
-                member.positions.insert(tp_key(&e.topic, e.event.partition), e.event.offset + 1);
+                sent.insert((&e.topic, e.event.partition), e.event.offset + 1);
+            }
+            for ((topic, partition), next) in sent {
+                member.positions.insert(tp_key(topic, partition), next);
             }
             // An idle poll whose member item already says all this, with more than half its
             // session left, needs no write at all: the common case of a long-polling idle member.
