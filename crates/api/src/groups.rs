@@ -193,9 +193,9 @@ fn render(answer: &PollAnswer) -> Vec<u8> {
         }
         out.extend_from_slice(b"{\"topic\":");
         crate::read::write_str(&mut out, &e.topic);
-        out.extend_from_slice(
-            format!(",\"partition\":{},\"offset\":{},", e.event.partition, e.event.offset).as_bytes(),
-        );
+        crate::read::write_int(&mut out, ",\"partition\":", e.event.partition);
+        crate::read::write_int(&mut out, ",\"offset\":", e.event.offset);
+        out.push(b',');
         write_record(&mut out, &e.event.record);
         out.push(b'}');
     }

@@ -26,7 +26,7 @@ use utoipa::ToSchema;
 use crate::openapi::params::{DeadLetterPath, DeadLettersQuery, SubPath as SubParams, TopicPath};
 use crate::openapi::{answers, errors, examples as ex};
 use crate::path::Path;
-use crate::read::{self, write_record, write_str};
+use crate::read::{self, write_int, write_record, write_str};
 use crate::ApiError;
 
 /// Queue requests are small JSON documents (at most 100 receipts).
@@ -376,13 +376,11 @@ fn render_messages(messages: &[Message], acks: Option<&Value>) -> Vec<u8> {
         }
         out.extend_from_slice(b"{\"receipt\":");
         write_str(&mut out, &m.receipt);
-        out.extend_from_slice(
-            format!(
-                ",\"partition\":{},\"offset\":{},\"receive_count\":{},\"first_receive_ms\":{},",
-                m.event.partition, m.event.offset, m.receive_count, m.first_receive_ms
-            )
-            .as_bytes(),
-        );
+        write_int(&mut out, ",\"partition\":", m.event.partition);
+        write_int(&mut out, ",\"offset\":", m.event.offset);
+        write_int(&mut out, ",\"receive_count\":", m.receive_count);
+        write_int(&mut out, ",\"first_receive_ms\":", m.first_receive_ms);
+        out.push(b',');
         write_record(&mut out, &m.event.record);
         out.push(b'}');
     }

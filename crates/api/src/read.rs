@@ -84,7 +84,9 @@ fn render(batch: &ReadBatch) -> Vec<u8> {
         if i > 0 {
             out.push(b',');
         }
-        out.extend_from_slice(format!("{{\"partition\":{},\"offset\":{},", e.partition, e.offset).as_bytes());
+        write_int(&mut out, "{\"partition\":", e.partition);
+        write_int(&mut out, ",\"offset\":", e.offset);
+        out.push(b',');
         write_record(&mut out, &e.record);
         out.push(b'}');
     }
@@ -103,8 +105,15 @@ pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
     let _ = serde_json::to_writer(&mut *out, s);
 }
 
+/// `prefix` then `n` in decimal: a number field of a JSON answer, without a `format!`.
+pub(crate) fn write_int(out: &mut Vec<u8>, prefix: &str, n: impl itoa::Integer) {
+    out.extend_from_slice(prefix.as_bytes());
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+}
+
 pub(crate) fn write_record(out: &mut Vec<u8>, r: &Record) {
-    out.extend_from_slice(format!("\"timestamp_ms\":{},\"key\":", r.timestamp_ms).as_bytes());
+    write_int(out, "\"timestamp_ms\":", r.timestamp_ms);
+    out.extend_from_slice(b",\"key\":");
     match &r.key {
         None => out.extend_from_slice(b"null"),
         Some(k) => write_str(out, &String::from_utf8_lossy(k)),
