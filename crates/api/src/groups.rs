@@ -184,7 +184,8 @@ fn render(answer: &PollAnswer) -> Vec<u8> {
         "assignment": assignment_json(&answer.assignment),
     })
     .to_string();
-    let mut out = Vec::with_capacity(head.len() + answer.events.len() * 256);
+    let size: usize = answer.events.iter().map(|e| e.event.record.approx_size() * 4 / 3 + e.topic.len() + 112).sum();
+    let mut out = Vec::with_capacity(head.len() + size);
     out.extend_from_slice(&head.as_bytes()[..head.len() - 1]);
     out.extend_from_slice(b",\"events\":[");
     for (i, e) in answer.events.iter().enumerate() {

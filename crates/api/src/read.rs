@@ -133,7 +133,11 @@ pub(crate) fn write_record(out: &mut Vec<u8>, r: &Record) {
         out.extend_from_slice(&r.value);
     } else {
         out.extend_from_slice(b",\"value_base64\":\"");
-        out.extend_from_slice(base64::engine::general_purpose::STANDARD.encode(&r.value).as_bytes());
+        // Encoded in place, not into a string of its own.
+        let start = out.len();
+        out.resize(start + r.value.len().div_ceil(3) * 4, 0);
+        let written = base64::engine::general_purpose::STANDARD.encode_slice(&r.value, &mut out[start..]).unwrap_or(0);
+        out.truncate(start + written);
         out.push(b'"');
     }
 }
@@ -167,4 +171,36 @@ pub async fn offsets(
     };
     let offset = log.offset(&topic, partition, query).await?;
     Ok(Json(json!({ "partition": partition, "offset": offset })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rendered(value: &[u8], value_is_json: bool) -> Value {
+        let record = Record {
+            timestamp_ms: 7,
+            key: Some(bytes::Bytes::from_static(b"k\"1")),
+            headers: vec![("h".to_owned(), bytes::Bytes::from_static(b"v"))],
+            value: bytes::Bytes::copy_from_slice(value),
+            value_is_json,
+        };
+        let mut out = b"{".to_vec();
+        write_record(&mut out, &record);
+        out.push(b'}');
+        serde_json::from_slice(&out).unwrap()
+    }
+
+    #[test]
+    fn records_render_as_json_with_bytes_in_base64() {
+        for len in 0..8 {
+            let value: Vec<u8> = (0..len).map(|i| 250 - i as u8).collect();
+            let v = rendered(&value, false);
+            let expected = base64::engine::general_purpose::STANDARD.encode(&value);
+            assert_eq!(v["value_base64"], expected, "{len} bytes");
+            assert_eq!(v["key"], "k\"1");
+        }
+        let v = rendered(br#"{"a":[1,2]}"#, true);
+        assert_eq!(v, json!({"timestamp_ms": 7, "key": "k\"1", "headers": {"h": "v"}, "value": {"a": [1, 2]}}));
+    }
 }

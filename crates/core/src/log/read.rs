@@ -2,7 +2,7 @@
 //! (a torn page or a compaction swap mid-read never skips an offset), and long
 //! polls that wait for the next publish.
 
-use super::index::{segments_for_read, segments_from, Piece, Segment};
+use super::index::{index_page, segments_for_read, segments_from, Piece, Segment};
 use super::{check_partition, topics, Log, ReadRequest, INDEX_PAGE, READ_CONCURRENCY};
 use crate::layout::HeadRecord;
 use crate::model::{Event, ReadBatch, TopicConfig};
@@ -12,6 +12,9 @@ use crate::{names, Code, Error};
 use bytes::Bytes;
 use futures_util::{stream, StreamExt, TryStreamExt};
 use std::time::Duration;
+
+/// Partitions whose segment size a process remembers (see [`Log::span_hint`]).
+const MAX_SPAN_HINTS: usize = 65_536;
 
 /// How a read finds its first segment in the index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,15 +67,20 @@ impl Log {
         let mut acc = Gather::new(offset, max_events, max_bytes, self.limits().max_response_bytes);
         // Second looks: at the index (a hole in a query), at an object gone under a reader.
         let (mut holes, mut gone) = (0, 0);
+        // Events per segment last seen here: how many index items the next query asks for.
+        let mut span = self.span_hint(topic.id, partition, None);
         'pages: while acc.events.len() < max_events && acc.next < head.next {
             // After the first page, `next` is where a segment ends: the next one starts there.
             let store = self.inner.store.as_ref();
+            let want = ((max_events - acc.events.len()) as u64).min(head.next - acc.next);
             let page = if std::mem::replace(&mut lookup, Lookup::Forward) == Lookup::Holder {
-                let want = (max_events - acc.events.len()) as u64;
                 segments_for_read(store, topic.id, partition, acc.next, want, INDEX_PAGE).await?
             } else {
-                segments_from(store, topic.id, partition, acc.next, INDEX_PAGE).await?
+                segments_from(store, topic.id, partition, acc.next, index_page(want, span, INDEX_PAGE)).await?
             };
+            if let Some(last) = page.last() {
+                span = self.span_hint(topic.id, partition, Some(last.record.next - last.base));
+            }
             let mut page = usable(page, acc.next);
             // The index no longer holds `next`: retention removed it since the head was read,
             // or the query caught a compaction's swap half-way (then a second look finds it).
@@ -121,6 +129,18 @@ impl Log {
             high_watermark: head.next.max(next),
             log_start_offset: head.start,
         })
+    }
+
+    /// The events per segment last seen on a partition, after noting `seen` if given.
+    fn span_hint(&self, topic_id: u64, partition: u32, seen: Option<u64>) -> Option<u64> {
+        let mut spans = self.inner.spans.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(seen) = seen else { return spans.get(&(topic_id, partition)).copied() };
+        // A bound on the memory of guesses: forgetting them costs a few larger queries.
+        if spans.len() >= MAX_SPAN_HINTS {
+            spans.clear();
+        }
+        spans.insert((topic_id, partition), seen);
+        Some(seen)
     }
 
     /// The pieces' bytes, read up to [`READ_CONCURRENCY`] at once, in order.
@@ -375,6 +395,16 @@ mod tests {
         let mut g = Gather::new(0, 100, 1, usize::MAX);
         assert!(g.add(0, &piece, records(10, 1000)), "over max_bytes after the first event");
         assert_eq!((g.events.len(), g.next), (1, 1));
+    }
+
+    #[test]
+    fn index_pages_ask_for_about_the_segments_a_read_can_use() {
+        assert_eq!(index_page(100, None, INDEX_PAGE), INDEX_PAGE, "sizes unknown: a whole page");
+        assert_eq!(index_page(3, None, INDEX_PAGE), 3, "never more segments than events wanted");
+        assert_eq!(index_page(5, Some(12), 31), 3, "segments of 12 events: one would do");
+        assert_eq!(index_page(100, Some(12), INDEX_PAGE), 19);
+        assert_eq!(index_page(100, Some(1), INDEX_PAGE), INDEX_PAGE);
+        assert_eq!(index_page(0, Some(0), INDEX_PAGE), 1, "a query asks for one item at least");
     }
 
     #[test]
