@@ -348,7 +348,7 @@ impl Groups {
                 // applies the reset policy to it.
                 let batch = match self
                     .log
-                    .read_at(topic, *partition, *offset, (events_left, bytes_left), head, Lookup::Forward)
+                    .read_at(topic, *partition, *offset, (events_left, bytes_left), head, Lookup::Onward)
                     .await
                 {
                     Ok(batch) if batch.events.first().is_none_or(|e| e.offset == *offset) => batch,

@@ -98,8 +98,9 @@ struct Inner {
     topics: Mutex<HashMap<String, (TopicConfig, i64)>>,
     /// Round-robin cursor for events without a key.
     spread: AtomicU32,
-    /// Events per segment last seen on each partition (topic id, partition): how many index
-    /// items a read's first query asks for. A guess of size, never trusted for what is read.
+    /// Events per segment, on average, in the last index page read of each partition (topic
+    /// id, partition): how many index items a read's first query there asks for. A guess of
+    /// size, never trusted for what is read.
     spans: Mutex<HashMap<(u64, u32), u64>>,
 }
 

@@ -22,6 +22,11 @@ pub(crate) enum Lookup {
     /// From the offset forward, then back to the segment holding it if none starts there:
     /// one query when the offset starts a segment (a replay's, a group's position).
     Forward,
+    /// As `Forward`, the first query sized by the segments this process last read on the
+    /// partition ([`index_page`]): for a reader going through the log in order (a group
+    /// member's position), whose last page lies just before its next one. A replay may
+    /// jump anywhere, where the last size says nothing.
+    Onward,
     /// The segment holding the offset first, which alone serves most small reads with one
     /// query ([`segments_for_read`]): for offsets that usually fall inside a segment (a work
     /// queue's cursor, a lease's messages).
@@ -67,8 +72,8 @@ impl Log {
         let mut acc = Gather::new(offset, max_events, max_bytes, self.limits().max_response_bytes);
         // Second looks: at the index (a hole in a query), at an object gone under a reader.
         let (mut holes, mut gone) = (0, 0);
-        // Events per segment last seen here: how many index items the next query asks for.
-        let mut span = self.span_hint(topic.id, partition, None);
+        // Events per segment in the last page: how many index items the next query asks for.
+        let mut span = if lookup == Lookup::Onward { self.span_hint(topic.id, partition, None) } else { None };
         'pages: while acc.events.len() < max_events && acc.next < head.next {
             // After the first page, `next` is where a segment ends: the next one starts there.
             let store = self.inner.store.as_ref();
@@ -78,8 +83,9 @@ impl Log {
             } else {
                 segments_from(store, topic.id, partition, acc.next, index_page(want, span, INDEX_PAGE)).await?
             };
-            if let Some(last) = page.last() {
-                span = self.span_hint(topic.id, partition, Some(last.record.next - last.base));
+            if let (Some(first), Some(last)) = (page.first(), page.last()) {
+                let mean = (last.record.next - first.base) / page.len() as u64;
+                span = self.span_hint(topic.id, partition, Some(mean));
             }
             let mut page = usable(page, acc.next);
             // The index no longer holds `next`: retention removed it since the head was read,
