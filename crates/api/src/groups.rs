@@ -176,24 +176,34 @@ fn assignment_json(parts: &[TopicPartition]) -> Value {
     Value::Array(parts.iter().map(|tp| json!({ "topic": tp.topic, "partition": tp.partition })).collect())
 }
 
-/// Renders a poll's answer by hand, as replay does: values are copied as stored.
+/// Renders a poll's answer by hand, as replay does: values are copied as stored, and a
+/// topic's name is escaped once for the run of events it heads.
 fn render(answer: &PollAnswer) -> Vec<u8> {
-    let head = json!({
-        "member_id": answer.member_id,
-        "generation": answer.generation,
-        "assignment": assignment_json(&answer.assignment),
-    })
-    .to_string();
     let size: usize = answer.events.iter().map(|e| e.event.record.approx_size() * 4 / 3 + e.topic.len() + 112).sum();
-    let mut out = Vec::with_capacity(head.len() + size);
-    out.extend_from_slice(&head.as_bytes()[..head.len() - 1]);
-    out.extend_from_slice(b",\"events\":[");
+    let assignment: usize = answer.assignment.iter().map(|tp| tp.topic.len() + 40).sum();
+    let mut out = Vec::with_capacity(size + assignment + answer.member_id.len() + 96);
+    out.extend_from_slice(b"{\"member_id\":");
+    crate::read::write_str(&mut out, &answer.member_id);
+    crate::read::write_int(&mut out, ",\"generation\":", answer.generation);
+    out.extend_from_slice(b",\"assignment\":[");
+    for (i, tp) in answer.assignment.iter().enumerate() {
+        out.extend_from_slice(if i == 0 { b"{\"topic\":" } else { b",{\"topic\":" });
+        crate::read::write_str(&mut out, &tp.topic);
+        crate::read::write_int(&mut out, ",\"partition\":", tp.partition);
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"],\"events\":[");
+    // The escaped name of the topic of the events being written: a poll's events come in
+    // runs of one partition's.
+    let (mut topic, mut escaped) = (None, Vec::new());
     for (i, e) in answer.events.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
+        if topic != Some(e.topic.as_str()) {
+            escaped.clear();
+            crate::read::write_str(&mut escaped, &e.topic);
+            topic = Some(e.topic.as_str());
         }
-        out.extend_from_slice(b"{\"topic\":");
-        crate::read::write_str(&mut out, &e.topic);
+        out.extend_from_slice(if i == 0 { b"{\"topic\":" } else { b",{\"topic\":" });
+        out.extend_from_slice(&escaped);
         crate::read::write_int(&mut out, ",\"partition\":", e.event.partition);
         crate::read::write_int(&mut out, ",\"offset\":", e.event.offset);
         out.push(b',');
@@ -339,4 +349,53 @@ pub async fn describe(State(groups): State<Groups>, Path(group): Path<String>) -
 pub async fn delete(State(groups): State<Groups>, Path(group): Path<String>) -> Result<StatusCode, ApiError> {
     groups.delete(&group).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::groups::GroupEvent;
+    use sluice_core::segment::Record;
+    use sluice_core::Event;
+
+    fn event(topic: &str, partition: u32, offset: u64) -> GroupEvent {
+        let record = Record {
+            timestamp_ms: 5,
+            key: None,
+            headers: Vec::new(),
+            value: bytes::Bytes::from_static(b"[1]"),
+            value_is_json: true,
+        };
+        GroupEvent { topic: topic.to_owned(), event: Event { partition, offset, record } }
+    }
+
+    #[test]
+    fn a_poll_answer_renders_as_json_with_each_event_under_its_own_topic() {
+        let answer = PollAnswer {
+            member_id: "m\"1".to_owned(),
+            generation: 3,
+            assignment: vec![
+                TopicPartition { topic: "a".to_owned(), partition: 0 },
+                TopicPartition { topic: "b\\c".to_owned(), partition: 1 },
+            ],
+            events: vec![event("a", 0, 7), event("a", 0, 8), event("b\\c", 1, 0), event("a", 0, 9)],
+        };
+        let v: Value = serde_json::from_slice(&render(&answer)).unwrap();
+        let e = |topic: &str, partition: u32, offset: u64| {
+            json!({"topic": topic, "partition": partition, "offset": offset, "timestamp_ms": 5, "key": null,
+                   "headers": {}, "value": [1]})
+        };
+        assert_eq!(
+            v,
+            json!({
+                "member_id": "m\"1",
+                "generation": 3,
+                "assignment": [{"topic": "a", "partition": 0}, {"topic": "b\\c", "partition": 1}],
+                "events": [e("a", 0, 7), e("a", 0, 8), e("b\\c", 1, 0), e("a", 0, 9)],
+            })
+        );
+        let empty = PollAnswer { member_id: "m".to_owned(), generation: 1, assignment: Vec::new(), events: Vec::new() };
+        let v: Value = serde_json::from_slice(&render(&empty)).unwrap();
+        assert_eq!(v, json!({"member_id": "m", "generation": 1, "assignment": [], "events": []}));
+    }
 }
