@@ -32,7 +32,10 @@ pub fn prometheus() -> &'static PrometheusHandle {
             .build_recorder();
         let handle = recorder.handle();
         match metrics::set_global_recorder(recorder) {
-            Ok(()) => sluice_core::metrics::describe(),
+            Ok(()) => {
+                sluice_core::metrics::describe();
+                sluice_api::metrics::keep_handles();
+            }
             Err(e) => tracing::warn!(error = %e, "another metrics recorder is installed: /metrics stays empty"),
         }
         handle
@@ -71,6 +74,7 @@ pub mod emf {
             .with_lambda_request_id("RequestId")
             .init()?;
         sluice_core::metrics::describe();
+        sluice_api::metrics::keep_handles();
         Ok(collector)
     }
 

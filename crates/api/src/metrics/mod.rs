@@ -4,6 +4,7 @@
 //! the store. Which recorder receives them is the process's choice: `serve` installs
 //! the Prometheus exporter, the Lambda functions the CloudWatch EMF writer.
 
+mod handles;
 mod state;
 
 use std::time::Instant;
@@ -12,10 +13,11 @@ use axum::extract::{MatchedPath, Request};
 use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::Response;
-use metrics::{counter, histogram};
+use metrics::counter;
 use sluice_core::metrics as m;
 use sluice_core::{Event, NewEvent};
 
+pub use handles::keep_handles;
 pub use state::{sample, Detail, SampleBounds, SampleReport};
 
 use crate::ApiError;
@@ -23,21 +25,24 @@ use crate::ApiError;
 /// The middleware of every router: counts each request by its route template (or
 /// `unmatched`), method and status, and times it.
 pub(crate) async fn track(request: Request, next: Next) -> Response {
-    let route = request.extensions().get::<MatchedPath>().map_or("unmatched", MatchedPath::as_str).to_owned();
+    let route = request.extensions().get::<MatchedPath>().cloned();
     // Any token is a method to hyper: an unknown one is `other`, so clients cannot add labels.
     let method = match *request.method() {
-        Method::GET | Method::POST | Method::PUT | Method::DELETE | Method::PATCH | Method::HEAD | Method::OPTIONS => {
-            request.method().as_str()
-        }
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
         _ => "other",
-    }
-    .to_owned();
+    };
     let started = Instant::now();
     let response = next.run(request).await;
-    let status = response.status().as_u16().to_string();
-    histogram!(m::HTTP_DURATION, "route" => route.clone(), "method" => method.clone())
-        .record(started.elapsed().as_secs_f64());
-    counter!(m::HTTP_REQUESTS, "route" => route, "method" => method, "status" => status).increment(1);
+    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
+    let handles = handles::request(route, method, response.status().as_u16());
+    handles.duration.record(started.elapsed().as_secs_f64());
+    handles.requests.increment(1);
     response
 }
 
@@ -63,17 +68,17 @@ pub(crate) fn read<'a>(via: &'static str, events: impl IntoIterator<Item = (&'a 
 /// caller leaves out refusals for topics that do not exist, so made-up names add no
 /// label sets).
 pub(crate) fn published(topic: &str, outcome: Result<&Stored, &ApiError>) {
-    let topic = topic.to_owned();
     match outcome {
         Ok(stored) => {
-            counter!(m::PUBLISH_REQUESTS, "topic" => topic.clone(), "outcome" => "ok").increment(1);
-            counter!(m::EVENTS_PUBLISHED, "topic" => topic.clone()).increment(stored.events);
-            counter!(m::BYTES_PUBLISHED, "topic" => topic.clone()).increment(stored.bytes);
-            histogram!(m::PUBLISH_COMMIT, "topic" => topic).record(stored.commit_seconds);
+            let handles = handles::published(topic);
+            handles.requests.increment(1);
+            handles.events.increment(stored.events);
+            handles.bytes.increment(stored.bytes);
+            handles.commit.record(stored.commit_seconds);
         }
         Err(e) => {
             let outcome = if e.status.is_server_error() { "failed" } else { "rejected" };
-            counter!(m::PUBLISH_REQUESTS, "topic" => topic, "outcome" => outcome).increment(1);
+            counter!(m::PUBLISH_REQUESTS, "topic" => topic.to_owned(), "outcome" => outcome).increment(1);
         }
     }
 }
