@@ -50,6 +50,7 @@ macro_rules! group_conformance_suite {
             given_a_member_silent_for_exactly_its_session_then_evicted_and_not_a_millisecond_before,
             given_members_joining_and_leaving_then_the_assignment_is_sticky,
             given_a_group_with_a_live_member_then_delete_refused_and_once_it_left_deleted_with_its_offsets,
+            given_segments_of_very_different_sizes_then_polls_of_any_size_deliver_every_offset_once_in_order,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn given_members_joining_and_leaving_while_publishers_write_then_every_acked_event_delivered() {
@@ -904,4 +905,36 @@ pub async fn given_a_group_with_a_live_member_then_delete_refused_and_once_it_le
     // The name again: a new group, without the old commit (it reads from `earliest`).
     let again = poll(&groups, &group, None, &topic).await;
     assert_eq!(again.events.iter().map(|e| e.event.offset).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+}
+
+/// A poll sizes its first index query by the segments it last read on the partition (a
+/// guess): along a log whose segments go from 1 event to 200 and back, polls of any size
+/// still deliver every offset once, in order, the guess short or long.
+pub async fn given_segments_of_very_different_sizes_then_polls_of_any_size_deliver_every_offset_once_in_order(
+    backend: &dyn Backend,
+) {
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (log, groups) = groups_on(backend, &clock).await;
+    let (topic, group) = (unique_topic("sizes"), unique_topic("g"));
+    log.create_topic(&topic, TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None }).await.unwrap();
+    let sizes = [1, 100, 1, 1, 1, 50, 3, 200, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 40, 2, 1, 1, 30];
+    let mut total = 0;
+    for (segment, n) in sizes.iter().enumerate() {
+        publish(&log, &topic, 0, (0..*n).map(|i| (format!("s{segment}-{i}"), START_MS))).await;
+        total += n;
+    }
+    let mut delivered = Vec::new();
+    let mut member = None;
+    for max_events in [7, 100, 3, 250, 1, 20].into_iter().cycle().take(200) {
+        let mut req = request(&group, member.as_deref(), &topic, max_events);
+        req.auto_commit = true;
+        let answer = groups.poll(&req).await.unwrap();
+        member = Some(answer.member_id.clone());
+        assert!(answer.events.len() <= max_events);
+        delivered.extend(answer.events.iter().map(|e| e.event.offset));
+        if delivered.len() >= total as usize {
+            break;
+        }
+    }
+    assert_eq!(delivered, (0..total).collect::<Vec<u64>>(), "every offset once, in order");
 }
