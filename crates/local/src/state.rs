@@ -119,7 +119,22 @@ fn connect(path: &Path, flags: OpenFlags) -> Result<Connection, StorageError> {
 
 impl SqliteStateStore {
     /// Opens (creating if needed) the database at `path`; `clock` decides what has expired.
+    /// Processes starting together on one data directory may find it locked: switching a
+    /// new database to WAL takes a lock SQLite's busy handler does not wait for (it could
+    /// deadlock), so the open is tried again, for as long as a busy write would wait.
     pub fn open(path: &Path, clock: Arc<dyn Clock>) -> Result<Self, StorageError> {
+        let started = std::time::Instant::now();
+        loop {
+            match Self::open_once(path, clock.clone()) {
+                Err(StorageError::Throttled { .. }) if started.elapsed() < BUSY_TIMEOUT => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                opened => return opened,
+            }
+        }
+    }
+
+    fn open_once(path: &Path, clock: Arc<dyn Clock>) -> Result<Self, StorageError> {
         let mut writer = connect(path, OpenFlags::default())?;
         let tx = writer.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db)?;
         tx.execute_batch(SCHEMA).map_err(db)?;
@@ -524,6 +539,23 @@ mod tests {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let store = SqliteStateStore::open(&dir.path().join("state.db"), Arc::new(SystemClock)).expect("open");
         (dir, store)
+    }
+
+    #[test]
+    fn processes_opening_a_new_database_together_all_open_it() {
+        for _ in 0..30 {
+            let dir = tempfile::tempdir().expect("a temporary directory");
+            let path = dir.path().join("state.db");
+            let opens: Vec<_> = (0..4)
+                .map(|_| {
+                    let path = path.clone();
+                    std::thread::spawn(move || SqliteStateStore::open(&path, Arc::new(SystemClock)).map(|_| ()))
+                })
+                .collect();
+            for open in opens {
+                open.join().expect("no panic").expect("opened, not refused as locked");
+            }
+        }
     }
 
     /// The writer connection's `PRAGMA synchronous`: 2 is FULL (each commit fsynced), 1 NORMAL.
