@@ -19,6 +19,7 @@ pub mod push_cases;
 mod queue_cache_cases;
 pub mod queue_cases;
 mod queue_fault_cases;
+mod queue_riding_cases;
 pub mod retention_cases;
 pub mod store;
 pub mod watch;

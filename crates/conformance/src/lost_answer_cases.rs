@@ -289,9 +289,10 @@ async fn scripted_queues(backend: &dyn Backend, clock: &Arc<ManualClock>) -> (Ar
     (script, Queues::new(log))
 }
 
-/// A settle's write: it moves (or removes) a lease of a partition's queue.
+/// A settle's write: it moves (or removes) a lease of a partition's queue, an item of its
+/// own or kept inline in the cursor item.
 fn settles(ops: &[WriteOp]) -> bool {
-    puts_at(ops, "q#", "l#") || deletes_at(ops, "q#", "l#")
+    puts_at(ops, "q#", "l#") || deletes_at(ops, "q#", "l#") || puts_at(ops, "q#", "c")
 }
 
 /// A nack applied but unanswered, then retried: the retry answers stale (the first went

@@ -21,6 +21,7 @@ use tokio::sync::{watch, Notify};
 use crate::group_cases::advance_log_start;
 pub use crate::queue_cache_cases::*;
 pub use crate::queue_fault_cases::*;
+pub use crate::queue_riding_cases::*;
 use crate::{unique_topic, Backend};
 
 /// Generates one `#[tokio::test]` per queue case; `$backend` is an async expression yielding a [`Backend`].
@@ -65,11 +66,13 @@ macro_rules! queue_conformance_suite {
             given_a_cached_subscriptions_topic_deleted_elsewhere_then_no_write_acts_on_it,
             given_a_cached_subscription_deleted_elsewhere_then_an_empty_receive_finds_out_within_the_ttl,
             given_a_cached_subscription_re_created_elsewhere_as_push_then_a_client_cannot_receive,
+            given_acks_riding_on_receives_then_stale_ones_refused_and_acked_messages_never_come_back,
         );
         $crate::queue_conformance_suite!(@concurrent $backend;
             given_eight_workers_draining_a_queue_then_every_message_acked_exactly_once_and_backlog_ends_empty,
             given_ordering_by_key_under_eight_workers_with_nacks_then_one_in_flight_per_key_and_acked_in_offset_order,
             given_concurrent_receives_acks_and_nacks_then_backlog_counts_match_a_model_of_what_happened,
+            given_eight_workers_acking_on_their_next_receive_then_every_message_acked_exactly_once,
         );
     };
     (@cases $backend:expr; $($case:ident),+ $(,)?) => {
@@ -136,7 +139,7 @@ pub(crate) async fn subscribe(queues: &Queues, topic: &str, spec: SubscriptionSp
     name
 }
 
-fn event(value: String, partition: Option<u32>, key: Option<String>, timestamp_ms: Option<i64>) -> NewEvent {
+pub(crate) fn event(value: String, partition: Option<u32>, key: Option<String>, timestamp_ms: Option<i64>) -> NewEvent {
     NewEvent {
         key: key.map(Bytes::from),
         headers: Vec::new(),
@@ -186,7 +189,7 @@ pub(crate) async fn assert_nothing(queues: &Queues, topic: &str, sub: &str, why:
     assert!(got.is_empty(), "{why}: received {:?}", got.iter().map(|m| (at(m), m.receive_count)).collect::<Vec<_>>());
 }
 
-fn at(m: &Message) -> (u32, u64) {
+pub(crate) fn at(m: &Message) -> (u32, u64) {
     (m.event.partition, m.event.offset)
 }
 

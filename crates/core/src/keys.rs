@@ -170,11 +170,11 @@ pub const ITEM_KINDS: &[ItemKind] = &[
         deleted_by: "topic purge",
     },
     ItemKind {
-        name: "queue cursor (next offset, dead and expired counts)",
+        name: "queue cursor (next offset, dead and expired counts, small held leases)",
         pk: "q#<sub>#<p>",
         sk: "c",
-        value: "CursorRecord",
-        written_by: "receive, bury",
+        value: "CursorItem",
+        written_by: "receive, ack, nack, visibility, bury, redrive",
         deleted_by: "subscription purge",
     },
     ItemKind {

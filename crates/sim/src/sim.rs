@@ -110,25 +110,74 @@ pub fn run_seed(seed: u64, options: &Options) -> Outcome {
 #[allow(dead_code)]
 #[derive(Debug, Clone)]
 enum Act {
-    Publish { topic: &'static str, req: u64 },
-    Read { topic: &'static str, partition: u32, offset: u64 },
-    Lookup { topic: &'static str, partition: u32, ts: i64, head0: HeadRecord },
+    Publish {
+        topic: &'static str,
+        req: u64,
+    },
+    Read {
+        topic: &'static str,
+        partition: u32,
+        offset: u64,
+    },
+    Lookup {
+        topic: &'static str,
+        partition: u32,
+        ts: i64,
+        head0: HeadRecord,
+    },
     Janitor,
-    Poll { auto_commit: bool },
-    Commit { generation: u64, offsets: Vec<(u32, u64)>, member: String },
-    Leave { member: String },
-    Seek { target: SeekTarget },
+    Poll {
+        auto_commit: bool,
+    },
+    Commit {
+        generation: u64,
+        offsets: Vec<(u32, u64)>,
+        member: String,
+    },
+    Leave {
+        member: String,
+    },
+    Seek {
+        target: SeekTarget,
+    },
     GDescribe,
     GDelete,
-    Receive { sub: &'static str, visibility: u64 },
-    Settle { sub: &'static str, how: SettleHow, held: Vec<Held> },
-    QDescribe { sub: &'static str },
-    Redrive { sub: &'static str },
-    DeadLetters { sub: &'static str },
-    SubDelete { sub: &'static str },
-    SubCreate { sub: &'static str },
-    TopicDelete { topic: &'static str },
-    TopicCreate { topic: &'static str },
+    Receive {
+        sub: &'static str,
+        visibility: u64,
+    },
+    Settle {
+        sub: &'static str,
+        how: SettleHow,
+        held: Vec<Held>,
+    },
+    /// Acks of `held` riding on a receive (`ack_and_receive`).
+    AckNext {
+        sub: &'static str,
+        visibility: u64,
+        held: Vec<Held>,
+    },
+    QDescribe {
+        sub: &'static str,
+    },
+    Redrive {
+        sub: &'static str,
+    },
+    DeadLetters {
+        sub: &'static str,
+    },
+    SubDelete {
+        sub: &'static str,
+    },
+    SubCreate {
+        sub: &'static str,
+    },
+    TopicDelete {
+        topic: &'static str,
+    },
+    TopicCreate {
+        topic: &'static str,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,6 +186,9 @@ enum SettleHow {
     Nack(u64),
     Visibility(u64),
 }
+
+/// An answer per receipt.
+type Acks = Vec<Result<(), ReceiptError>>;
 
 enum Res {
     Publish(Result<Vec<Position>, Error>),
@@ -148,7 +200,8 @@ enum Res {
     Seek(Result<Vec<(u32, u64)>, Error>),
     GDescribe(Result<GroupDescription, Error>),
     Receive(Result<Vec<Message>, Error>),
-    Acks(Result<Vec<Result<(), ReceiptError>>, Error>),
+    Acks(Result<Acks, Error>),
+    AckNext(Result<(Acks, Vec<Message>), Error>),
     Vis(Result<Vec<VisibilityResult>, Error>),
     QDescribe(Result<SubscriptionDescription, Error>),
     Count(Result<u64, Error>),
@@ -1378,13 +1431,7 @@ impl World {
             return; // a slow handler: still working on what it holds
         }
         if choice == 0 {
-            let visibility = if self.rng.chance(0.3) { self.rng.range(500, 6000) as u64 } else { 0 };
-            let req = ReceiveRequest {
-                max_messages: self.rng.range(1, 5) as usize,
-                wait_ms: self.long_wait(c, 0.3, 1500),
-                visibility_timeout_ms: (visibility > 0).then_some(visibility),
-            };
-            let visibility = if visibility > 0 { visibility } else { self.sub_specs[sub].visibility_timeout_ms };
+            let (req, visibility) = self.receive_request(c, sub);
             self.spawn(c, Act::Receive { sub, visibility }, Some(TOPIC_A), async move {
                 Res::Receive(queues.receive(TOPIC_A, sub, &req).await)
             });
@@ -1423,6 +1470,13 @@ impl World {
                 }
             }
         }
+        if how == SettleHow::Ack && self.rng.chance(0.4) {
+            let (req, visibility) = self.receive_request(c, sub);
+            self.spawn(c, Act::AckNext { sub, visibility, held }, Some(TOPIC_A), async move {
+                Res::AckNext(queues.ack_and_receive(TOPIC_A, sub, &receipts, &req).await)
+            });
+            return;
+        }
         let act = Act::Settle { sub, how, held };
         self.spawn(c, act, Some(TOPIC_A), async move {
             match how {
@@ -1431,6 +1485,18 @@ impl World {
                 SettleHow::Visibility(v) => Res::Vis(queues.change_visibility(TOPIC_A, sub, &receipts, v).await),
             }
         });
+    }
+
+    /// A worker's receive: up to 5 messages, a long poll now and then, its own visibility
+    /// timeout now and then; with the window it asks for.
+    fn receive_request(&mut self, c: usize, sub: &'static str) -> (ReceiveRequest, u64) {
+        let visibility = if self.rng.chance(0.3) { self.rng.range(500, 6000) as u64 } else { 0 };
+        let req = ReceiveRequest {
+            max_messages: self.rng.range(1, 5) as usize,
+            wait_ms: self.long_wait(c, 0.3, 1500),
+            visibility_timeout_ms: (visibility > 0).then_some(visibility),
+        };
+        (req, if visibility > 0 { visibility } else { self.sub_specs[sub].visibility_timeout_ms })
     }
 
     fn delivery_mut(&mut self, h: &Held) -> Option<&mut Delivery> {
@@ -1543,6 +1609,14 @@ impl World {
                 }
                 Err(e) => line.push_str(&code(e)),
             },
+            Res::AckNext(r) => match r {
+                Ok((rs, ms)) => {
+                    let acks: Vec<bool> = rs.iter().map(|r| r.is_ok()).collect();
+                    let got: Vec<_> = ms.iter().map(|m| (m.event.partition, m.event.offset, m.receive_count)).collect();
+                    let _ = write!(line, "{acks:?} then {got:?}");
+                }
+                Err(e) => line.push_str(&code(e)),
+            },
             Res::Vis(r) => match r {
                 Ok(rs) => {
                     let _ = write!(line, "{:?}", rs.iter().map(|r| r.is_ok()).collect::<Vec<_>>());
@@ -1596,6 +1670,7 @@ impl World {
             Act::GDelete => self.on_gdelete(&d),
             Act::Receive { sub, visibility } => self.on_receive(&d, sub, visibility),
             Act::Settle { sub, how, held } => self.on_settle(&d, sub, how, &held),
+            Act::AckNext { sub, visibility, held } => self.on_ack_next(d, sub, visibility, &held),
             Act::QDescribe { .. } => {}
             Act::Redrive { sub } => {
                 for s in self.subs.values_mut().filter(|s| s.name == sub) {
@@ -2330,6 +2405,25 @@ impl World {
                 holding.extend(keep);
             }
         }
+    }
+
+    /// Acks riding on a receive: checked as an ack and a receive over the same span, the
+    /// acks applied no later than the receive's write. A failure leaves both unknown (the
+    /// acks may have ridden on a write, or not), but for a subscription not found.
+    fn on_ack_next(&mut self, d: Done, sub: &'static str, visibility: u64, held: &[Held]) {
+        let Done { client, act, start_seq, end_seq, start_ms, end_ms, topic0, touch0, res } = d;
+        let (acks, received) = match res {
+            Res::AckNext(Ok((acks, messages))) => (Res::Acks(Ok(acks)), Res::Receive(Ok(messages))),
+            Res::AckNext(Err(e @ Error::SubscriptionNotFound { .. })) => {
+                let again = Error::SubscriptionNotFound { topic: TOPIC_A.into(), subscription: sub.into() };
+                (Res::Acks(Err(again)), Res::Receive(Err(e)))
+            }
+            Res::AckNext(Err(e)) => (Res::Crashed, Res::Receive(Err(e))),
+            _ => (Res::Crashed, Res::Crashed),
+        };
+        let part = |res| Done { client, act: act.clone(), start_seq, end_seq, start_ms, end_ms, topic0, touch0, res };
+        self.on_settle(&part(acks), sub, SettleHow::Ack, held);
+        self.on_receive(&part(received), sub, visibility);
     }
 
     fn on_dead_letters(&mut self, d: &Done, sub: &'static str) {

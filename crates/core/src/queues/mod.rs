@@ -6,7 +6,7 @@
 //! | item | `pk` | `sk` | value |
 //! |---|---|---|---|
 //! | subscription | `subs#<topic id>` | name | [`SubscriptionRecord`] |
-//! | cursor: next offset never delivered, DLQ size, expired count | `q#<sub id>#<partition>` | `c` | [`CursorRecord`] |
+//! | cursor: next offset never delivered, DLQ size, expired count, small held leases | `q#<sub id>#<partition>` | `c` | [`CursorItem`] |
 //! | lease: messages of one delivery, or released | `q#<sub id>#<partition>` | `l#<due ms>#<nonce>` | [`LeaseRecord`] |
 //! | dead letter | `dlq#<sub id>#<partition>` | offset, 20 digits | [`DeadRecord`] |
 //! | delete order of a subscription | `purge-subs` | sub id | [`SubPurgeRecord`] |
@@ -28,7 +28,9 @@
 //! - a receipt names the lease's random nonce and the receive count; every
 //!   redelivery, release or dead-lettering gives the message a new lease with a new
 //!   nonce, so an old receipt finds nothing to act on, and an ack removes the message
-//!   from its lease by a write conditional on the lease's version.
+//!   from its lease by a write conditional on the lease's version;
+//! - a small held lease may be kept inside the cursor item instead (`inline.rs`): its
+//!   version is then the cursor's, so every write above stays one conditional write.
 //!
 //! Receipts are signed (HMAC-SHA-256 with a key kept in the store), so they are opaque
 //! and a forged or altered one is refused before anything is read.
@@ -39,12 +41,15 @@ mod dead;
 mod deliveries;
 pub use deliveries::PushSubscription;
 mod describe;
+mod inline;
 mod purge;
 mod push;
 mod receipt;
 mod receive;
 mod records;
 mod settle;
+mod state;
+use state::{Lease, QueueState};
 mod subscriptions;
 mod take;
 
@@ -371,29 +376,6 @@ impl Sub {
     }
 }
 
-#[derive(Clone)]
-struct Lease {
-    key: Key,
-    due: i64,
-    version: u64,
-    record: LeaseRecord,
-}
-
-/// One partition's queue state as read.
-struct QueueState {
-    cursor: CursorRecord,
-    /// `None` while the cursor item does not exist yet.
-    cursor_version: Option<u64>,
-    /// In sort-key order: due time, then nonce.
-    leases: Vec<Lease>,
-}
-
-impl QueueState {
-    fn cursor_write(&self, sub_id: u64, partition: u32, cursor: CursorRecord) -> WriteOp {
-        WriteOp::replace(cursor_key(sub_id, partition), layout::encode(&cursor), self.cursor_version)
-    }
-}
-
 /// What one receive got from one partition, and when it is worth looking again.
 #[derive(Default)]
 struct Taken {
@@ -505,36 +487,6 @@ impl Queues {
         let Some(item) = self.store().get(&sub_key(topic.id, name)).await? else { return Ok(None) };
         let record = layout::decode("subscription", &item.value)?;
         Ok(Some(Sub { topic: topic.clone(), name: name.to_owned(), record, version: item.version, guarded: false }))
-    }
-
-    /// One partition's queue: the cursor and leases, all of them (`limit: None`) or the
-    /// first `limit` items, which are the cursor and the leases due soonest.
-    async fn load(&self, sub: &Sub, partition: u32, limit: Option<usize>) -> Result<QueueState, StorageError> {
-        let mut state = QueueState {
-            cursor: CursorRecord { next: sub.start(partition), ..CursorRecord::default() },
-            cursor_version: None,
-            leases: Vec::new(),
-        };
-        let mut query = Query::all(queue_pk(sub.record.id, partition), limit.unwrap_or(PAGE));
-        loop {
-            let page = self.store().query(&query).await?;
-            for item in page.items {
-                if item.key.sk == CURSOR_SK {
-                    state.cursor = layout::decode("cursor", &item.value)?;
-                    state.cursor_version = Some(item.version);
-                } else if item.key.sk == PUSH_STATS_SK {
-                    continue;
-                } else {
-                    let due = parse_lease_sk(&item.key.sk)?;
-                    let record = layout::decode("lease", &item.value)?;
-                    state.leases.push(Lease { key: item.key, due, version: item.version, record });
-                }
-            }
-            match (page.next, limit) {
-                (Some(after), None) => query.after = Some(after),
-                _ => return Ok(state),
-            }
-        }
     }
 
     /// Whether a failed conditional write is worth another read: a lost race (or, on

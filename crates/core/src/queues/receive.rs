@@ -45,8 +45,10 @@ impl Queues {
     }
 
     /// Acks `receipts`, then receives: a worker's whole loop in one request (JetStream's
-    /// "ack next"). Everything is checked before the acks are written; the acks stand even
-    /// if the receive then fails (a retry's acks answer stale).
+    /// "ack next"). Everything is checked before anything is written. Acks of one partition
+    /// whose leases are inline ride on the receive's write on that partition (one write for
+    /// both); others, or if that take writes nothing, are written before the receive
+    /// answers or waits. A receive that fails may leave them unwritten: a retry acks them.
     pub async fn ack_and_receive(
         &self,
         topic: &str,
@@ -56,11 +58,35 @@ impl Queues {
     ) -> Result<(Vec<Result<(), ReceiptError>>, Vec<Message>), Error> {
         Self::check_receive(req)?;
         let mut sub = self.hot_sub(topic, name).await?;
-        let acks =
-            on_fresh_sub!(self, sub, pull, self.settle_on(&sub, receipts, Settle::Ack, Some(metrics::ACKED)).await)?;
-        let acks = acks.into_iter().map(|r| r.map(|_| ())).collect();
-        let received = on_fresh_sub!(self, sub, pull, self.receive_on(&sub, req).await)?;
-        Ok((acks, received))
+        let receipt_key = self.receipt_key().await?;
+        let (acks, received) = match Riding::new(&sub, receipts, receipt_key) {
+            Some(mut riding) => {
+                let received = on_fresh_sub!(self, sub, pull, self.receive_riding(&sub, req, &mut riding).await)?;
+                (riding.results.unwrap_or_default(), received)
+            }
+            None => {
+                let acked = Some(metrics::ACKED);
+                let acks = on_fresh_sub!(self, sub, pull, self.settle_on(&sub, receipts, Settle::Ack, acked).await)?;
+                (acks, on_fresh_sub!(self, sub, pull, self.receive_on(&sub, req).await)?)
+            }
+        };
+        Ok((acks.into_iter().map(|r| r.map(|_| ())).collect(), received))
+    }
+
+    /// A receive carrying `riding`'s acks, each counted in [`metrics::ACKED`] once written.
+    async fn receive_riding(
+        &self,
+        sub: &Sub,
+        req: &ReceiveRequest,
+        riding: &mut Riding,
+    ) -> Result<Vec<Message>, Error> {
+        let messages = self.take_messages(sub, req, Some(riding)).await;
+        if let Some(results) = &riding.results {
+            sub.count(metrics::ACKED, results.iter().filter(|r| r.is_ok()).count() as u64);
+        }
+        let messages = messages?;
+        sub.count(metrics::RECEIVED, messages.len() as u64);
+        Ok(messages)
     }
 
     pub(super) fn check_receive(req: &ReceiveRequest) -> Result<(), Error> {
@@ -84,12 +110,17 @@ impl Queues {
 
     /// Receives for a pull or a push subscription, counted in [`metrics::RECEIVED`].
     pub(super) async fn receive_on(&self, sub: &Sub, req: &ReceiveRequest) -> Result<Vec<Message>, Error> {
-        let messages = self.take_messages(sub, req).await?;
+        let messages = self.take_messages(sub, req, None).await?;
         sub.count(metrics::RECEIVED, messages.len() as u64);
         Ok(messages)
     }
 
-    async fn take_messages(&self, sub: &Sub, req: &ReceiveRequest) -> Result<Vec<Message>, Error> {
+    async fn take_messages(
+        &self,
+        sub: &Sub,
+        req: &ReceiveRequest,
+        mut riding: Option<&mut Riding>,
+    ) -> Result<Vec<Message>, Error> {
         let visibility = req.visibility_timeout_ms.unwrap_or(sub.record.spec.visibility_timeout_ms);
         let receipt_key = self.receipt_key().await?;
         let deadline = self.now() + req.wait_ms as i64;
@@ -101,7 +132,9 @@ impl Queues {
             let mut held: Vec<(usize, i64)> = Vec::new();
             let (mut wake_at, mut idle, mut blocked) = (None, Vec::new(), false);
             let mut bytes_left = self.log.limits().max_response_bytes;
-            let start = (self.nonce() % u64::from(partitions.max(1))) as u32;
+            // From the partition of the acks riding, if any: they ride on its write.
+            let random = || (self.nonce() % u64::from(partitions.max(1))) as u32;
+            let start = riding.as_ref().filter(|r| r.results.is_none()).map_or_else(random, |r| r.partition);
             // First the partitions no other receive of this process is taking from (two
             // would only race for one write), then, if more is wanted, the busy ones.
             let mut visits: VecDeque<(u32, bool)> = (0..partitions).map(|i| ((start + i) % partitions, true)).collect();
@@ -117,7 +150,9 @@ impl Queues {
                 let head = heads.get(p as usize).map(|(h, _)| *h).unwrap_or_default();
                 let want = req.max_messages - messages.len();
                 let first = messages.is_empty();
-                let taken = match self.take(sub, p, head, want, visibility, receipt_key, &mut bytes_left, first).await {
+                let acks = riding.as_deref_mut().filter(|r| r.partition == p && r.results.is_none());
+                let took = self.take(sub, p, head, want, visibility, receipt_key, &mut bytes_left, first, acks).await;
+                let taken = match took {
                     Ok(taken) => taken,
                     // Messages already taken from other partitions are answered, not stranded.
                     Err(e) if !messages.is_empty() => {
@@ -136,6 +171,10 @@ impl Queues {
                 if let Some(cursor) = taken.idle_at {
                     idle.push((sub.topic.clone(), p, cursor));
                 }
+            }
+            // Acks that found no write to ride on are written before the answer or a wait.
+            if let Some(r) = riding.as_deref_mut().filter(|r| r.results.is_none()) {
+                self.settle_riding(sub, r, receipt_key).await?;
             }
             let now = self.now();
             if !messages.is_empty() {
@@ -164,7 +203,8 @@ impl Queues {
     /// DLQ), then new messages from the log; one atomic write, retried on contention.
     /// `bytes_left` is what the receive's answer may still grow by; `first` says nothing
     /// has been taken yet (the first message is taken whatever its size). The decisions
-    /// are `take.rs`'s; this reads what they need and writes what they answer.
+    /// are `take.rs`'s; this reads what they need and writes what they answer. `riding`:
+    /// acks of this partition, written with the take's write (or alone if it writes nothing).
     #[allow(clippy::too_many_arguments)]
     async fn take(
         &self,
@@ -176,6 +216,7 @@ impl Queues {
         receipt_key: &ReceiptKey,
         bytes_left: &mut usize,
         first: bool,
+        mut riding: Option<&mut Riding>,
     ) -> Result<Taken, Error> {
         let (spec, filter) = (&sub.record.spec, sub.filter()?);
         let keyed = spec.ordering == Ordering::Key;
@@ -184,7 +225,17 @@ impl Queues {
             let now = self.now();
             // Unordered, the cursor and the leases due soonest are enough (one past `want`
             // tells when the next one is due); keyed, every lease's keys matter.
-            let state = self.load(sub, partition, if keyed { None } else { Some(want + 2) }).await?;
+            let mut state = self.load(sub, partition, if keyed { None } else { Some(want + 2) }).await?;
+            // Acks riding: applied to the leases as read, carried by this attempt's write.
+            let carried = match riding.as_deref_mut() {
+                Some(acks) if super::inline::ack(&mut state, &acks.receipts) => true,
+                Some(acks) => {
+                    self.settle_riding(sub, acks, receipt_key).await?;
+                    riding = None;
+                    continue;
+                }
+                None => false,
+            };
             if state.cursor.next > head.next {
                 // Another receiver took events published after this receive read the heads.
                 head = topics::head(self.store(), sub.topic.id, partition).await?.0;
@@ -192,8 +243,10 @@ impl Queues {
             let dead = take::dead_leases(&state, now, spec.max_receive_count);
             if !dead.is_empty() && burials < MAX_BURIALS {
                 burials += 1;
-                if let Err(e) = self.bury(sub, partition, &state, &dead, now).await? {
-                    self.lost_race(e, &mut attempt).await?;
+                match self.bury(sub, partition, &state, &dead, now).await? {
+                    Ok(()) if carried => riding.take().into_iter().for_each(Riding::written),
+                    Ok(()) => {}
+                    Err(e) => self.lost_race(e, &mut attempt).await?,
                 }
                 continue;
             }
@@ -217,7 +270,17 @@ impl Queues {
             // Only expired or filtered messages to pass over: written, then the partition is
             // looked at again (a few times: a long run of them is left to the next receive).
             let only_expired = kept.is_empty() && pick.parked.is_empty() && pick.delayed.is_empty();
-            if only_expired && pick.gone.is_empty() && skipped == 0 && filtered == 0 {
+            let nothing = only_expired && pick.gone.is_empty() && skipped == 0 && filtered == 0;
+            if carried && (nothing || (only_expired && passes == MAX_PASSES)) {
+                // Nothing to take: the acks are written alone.
+                let ops = super::inline::fold(&state, sub.record.id, partition, Vec::new(), false);
+                if let Err(e) = self.write_on_deferred(sub, ops).await? {
+                    self.lost_race(e, &mut attempt).await?;
+                    continue;
+                }
+                riding.take().into_iter().for_each(Riding::written);
+            }
+            if nothing {
                 return Ok(nothing_taken(&plan, &state, &dead, head, now));
             }
             if only_expired && passes == MAX_PASSES {
@@ -236,6 +299,9 @@ impl Queues {
                 // when that visibility window ends, so nothing is lost or held twice.
                 self.lost_race(e, &mut attempt).await?;
                 continue;
+            }
+            if carried {
+                riding.take().into_iter().for_each(Riding::written);
             }
             if only_expired {
                 passes += 1;
@@ -324,6 +390,7 @@ impl Queues {
             partition,
             CursorRecord { dead: state.cursor.dead + buried, ..state.cursor },
         ));
+        let ops = super::inline::fold(state, sub.record.id, partition, ops, false);
         if let Err(e) = self.write_on(sub, ops).await? {
             return Ok(Err(e));
         }
@@ -440,4 +507,46 @@ fn taken(
         })
         .collect();
     Taken { messages, held_until, wake_at: plan.wake_at, blocked: plan.blocked, idle_at: None }
+}
+
+/// Acks riding on a receive (`ack_and_receive`), all of one partition, and once written
+/// their answers.
+pub(super) struct Riding {
+    partition: u32,
+    receipts: Vec<(usize, Receipt)>,
+    results: Option<Vec<Result<Option<String>, ReceiptError>>>,
+}
+
+impl Riding {
+    /// `None` unless every receipt is valid, of `sub`, and all of one partition: any other
+    /// acks are settled on their own, before the receive.
+    fn new(sub: &Sub, receipts: &[String], key: &ReceiptKey) -> Option<Self> {
+        if receipts.is_empty() || receipts.len() > MAX_RECEIPTS {
+            return None;
+        }
+        let decoded: Option<Vec<(usize, Receipt)>> = receipts
+            .iter()
+            .enumerate()
+            .map(|(i, text)| Receipt::decode(text, key).filter(|r| r.sub_id == sub.record.id).map(|r| (i, r)))
+            .collect();
+        let receipts = decoded?;
+        let partition = receipts[0].1.partition;
+        let one = receipts.iter().all(|(_, r)| r.partition == partition) && partition < sub.topic.spec.partitions;
+        one.then_some(Riding { partition, receipts, results: None })
+    }
+
+    /// Written with a take's write: every receipt's message was in an inline lease.
+    fn written(&mut self) {
+        self.results = Some(vec![Ok(None); self.receipts.len()]);
+    }
+}
+
+impl Queues {
+    /// Writes `riding`'s acks on their own (the ordinary settle).
+    async fn settle_riding(&self, sub: &Sub, riding: &mut Riding, key: &ReceiptKey) -> Result<(), Error> {
+        let mut results = vec![Err(ReceiptError::Invalid); riding.receipts.len()];
+        self.settle_partition(sub, riding.partition, &riding.receipts, Settle::Ack, key, &mut results).await?;
+        riding.results = Some(results);
+        Ok(())
+    }
 }

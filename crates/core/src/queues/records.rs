@@ -40,6 +40,43 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
+/// The cursor item as stored: the [`CursorRecord`]'s fields, then the leases kept inline
+/// (`inline.rs`): absent in items written before leases were kept there, which decode
+/// with none.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CursorItem {
+    pub next: u64,
+    #[serde(default)]
+    pub dead: u64,
+    #[serde(default)]
+    pub expired: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub filtered: u64,
+    #[serde(rename = "l", default, skip_serializing_if = "Vec::is_empty")]
+    pub leases: Vec<InlineLease>,
+}
+
+impl CursorItem {
+    pub fn new(cursor: CursorRecord, leases: Vec<InlineLease>) -> Self {
+        let CursorRecord { next, dead, expired, filtered } = cursor;
+        Self { next, dead, expired, filtered, leases }
+    }
+
+    pub fn cursor(&self) -> CursorRecord {
+        CursorRecord { next: self.next, dead: self.dead, expired: self.expired, filtered: self.filtered }
+    }
+}
+
+/// A lease kept in its partition's cursor item rather than in an item of its own: the
+/// same record, with the due time its sort key would have named.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InlineLease {
+    #[serde(rename = "d")]
+    pub due: i64,
+    #[serde(rename = "r")]
+    pub record: LeaseRecord,
+}
+
 /// Messages delivered together (or released together), all with one receive count.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseRecord {

@@ -6,7 +6,7 @@ use crate::Code;
 
 /// The lease holding a receipt's message under the receipt's delivery (same nonce and
 /// receive count), by sort key, with the message.
-fn holder<'a>(leases: &'a BTreeMap<String, Lease>, r: &Receipt) -> Option<(&'a str, LeaseMsg)> {
+pub(super) fn holder<'a>(leases: &'a BTreeMap<String, Lease>, r: &Receipt) -> Option<(&'a str, LeaseMsg)> {
     let holds = |l: &'a Lease| {
         let same_delivery = l.record.nonce == r.nonce && l.record.receives == r.receives;
         let msg = l.record.msgs.iter().find(|m| same_delivery && m.offset == r.offset);
@@ -126,7 +126,7 @@ impl Queues {
 
     /// Settles one partition's receipts, a write's worth of leases at a time: reads the
     /// leases the receipts name, decides in [`settle_round`], writes.
-    async fn settle_partition(
+    pub(super) async fn settle_partition(
         &self,
         sub: &Sub,
         partition: u32,
@@ -144,14 +144,15 @@ impl Queues {
             if attempt >= MAX_ATTEMPTS {
                 return Err(contended(&sub.name));
             }
-            let Some((leases, state)) = self.holders(sub, partition, &pending, attempt > 0, bump_cursor).await? else {
+            let Some((leases, state)) = self.holders(sub, partition, &pending, attempt > 0).await? else {
                 attempt += 1;
                 continue;
             };
             let at = Target { sub, partition, receipt_key };
-            let cursor = state.as_ref().filter(|_| bump_cursor);
-            let round = settle_round(&at, &leases, &pending, action, cursor, || self.nonce());
+            let cursor = Some(&state).filter(|_| bump_cursor);
+            let mut round = settle_round(&at, &leases, &pending, action, cursor, || self.nonce());
             if !round.ops.is_empty() {
+                round.ops = super::inline::fold(&state, sub.record.id, partition, round.ops, true);
                 // An ack or a release lost to a power cut only delivers its messages again,
                 // or later (at least once); a visibility change lost so would end a window
                 // its holder was told runs longer, so it is durable before it is answered.
@@ -178,27 +179,33 @@ impl Queues {
 
     /// The leases the receipts name, by sort key; the whole partition (as of one moment)
     /// if one is not where its receipt says (a visibility change moved it) or `everything`
-    /// (after a lost race). With the partition's state when it was read whole or when
-    /// `with_cursor`. `None`: the partition could not be read as of one moment; try again.
+    /// (after a lost race). With the partition's state: its cursor item (and the leases
+    /// inline in it) first, or the whole partition. `None`: the partition could not be
+    /// read as of one moment; try again.
     async fn holders(
         &self,
         sub: &Sub,
         partition: u32,
         pending: &[(usize, Receipt)],
         mut everything: bool,
-        with_cursor: bool,
-    ) -> Result<Option<(BTreeMap<String, Lease>, Option<QueueState>)>, Error> {
+    ) -> Result<Option<(BTreeMap<String, Lease>, QueueState)>, Error> {
         let pk = queue_pk(sub.record.id, partition);
         let mut leases: BTreeMap<String, Lease> = BTreeMap::new();
+        let mut state = None;
         if !everything {
-            let mut hinted: Vec<(i64, u64)> = pending.iter().map(|(_, r)| (r.due, r.nonce)).collect();
+            // The cursor item holds the leases kept inline: most receipts' are there.
+            let cursor = self.load(sub, partition, Some(1)).await?;
+            leases.extend(cursor.leases.iter().map(|l| (l.key.sk.clone(), l.clone())));
+            state = Some(cursor);
+            let elsewhere = |r: &&(usize, Receipt)| holder(&leases, &r.1).is_none();
+            let mut hinted: Vec<(i64, u64)> = pending.iter().filter(elsewhere).map(|(_, r)| (r.due, r.nonce)).collect();
             hinted.sort_unstable();
             hinted.dedup();
             for (due, nonce) in hinted {
                 let key = Key::new(pk.clone(), lease_sk(due, nonce));
                 if let Some(item) = self.store().get(&key).await? {
                     let record: LeaseRecord = layout::decode("lease", &item.value)?;
-                    leases.insert(key.sk.clone(), Lease { key, due, version: item.version, record });
+                    leases.insert(key.sk.clone(), Lease { key, due, version: item.version, record, inline: false });
                 }
             }
             everything = pending.iter().any(|(_, r)| holder(&leases, r).is_none());
@@ -211,10 +218,9 @@ impl Queues {
                 return Ok(None);
             }
             let leases = loaded.leases.iter().map(|l| (l.key.sk.clone(), l.clone())).collect();
-            return Ok(Some((leases, Some(loaded))));
+            return Ok(Some((leases, loaded)));
         }
-        let state = if with_cursor { Some(self.load(sub, partition, Some(1)).await?) } else { None };
-        Ok(Some((leases, state)))
+        Ok(state.map(|state| (leases, state)))
     }
 }
 
@@ -321,7 +327,7 @@ mod tests {
             msgs: offsets.iter().map(|&offset| LeaseMsg { offset, first_ms: 0, key: None }).collect(),
             redriven: false,
         };
-        Lease { key: Key::new(queue_pk(7, 0), lease_sk(due, nonce)), due, version: 4, record }
+        Lease { key: Key::new(queue_pk(7, 0), lease_sk(due, nonce)), due, version: 4, record, inline: false }
     }
 
     fn receipt(offset: u64, due: i64, nonce: u64) -> Receipt {

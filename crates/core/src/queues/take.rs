@@ -321,7 +321,8 @@ pub(super) struct Write {
 /// the due leases emptied of what was taken or gone, a new lease per receive count held
 /// until `held_until`, and the parked messages. Expired messages (`skipped` passed over,
 /// and those gone) are counted in the write that passes over them, conditional on the
-/// cursor's and the leases' versions: exactly once. Nonces are drawn from `nonce`, in order.
+/// cursor's and the leases' versions: exactly once. Held leases small enough go inline
+/// (`inline.rs`). Nonces are drawn from `nonce`, in order.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn write(
     at: &Target<'_>,
@@ -394,6 +395,7 @@ pub(super) fn write(
             ops.push(new_lease(sub, partition, due, lease));
         }
     }
+    let ops = inline::fold(state, sub.record.id, partition, ops, true);
     Write { ops, delivered, checks_sub }
 }
 
@@ -414,11 +416,13 @@ mod tests {
                 msgs: msgs.iter().map(|&(offset, key)| LeaseMsg { offset, first_ms: 0, key }).collect(),
                 redriven: false,
             },
+            inline: false,
         }
     }
 
     fn state(next: u64, leases: Vec<Lease>) -> QueueState {
-        QueueState { cursor: CursorRecord { next, ..CursorRecord::default() }, cursor_version: Some(1), leases }
+        let cursor = CursorRecord { next, ..CursorRecord::default() };
+        QueueState { cursor, cursor_version: Some(1), leases, inline_changed: false }
     }
 
     fn event(offset: u64, key: Option<&str>, timestamp_ms: i64) -> Event {
@@ -608,7 +612,8 @@ mod tests {
                 })
                 .collect()
         };
-        // (case, the due lease's messages, the log, want, delivered (offset, receives), the ops)
+        // (case, the due lease's messages, the log, want, delivered (offset, receives), the
+        // ops): the new leases, small and held, go inline in the cursor item.
         type Case = (&'static str, Vec<(u64, Option<u64>)>, Vec<Event>, usize, Vec<(u64, u32)>, Vec<&'static str>);
         let cases: Vec<Case> = vec![
             (
@@ -617,7 +622,7 @@ mod tests {
                 vec![],
                 1,
                 vec![(2, 2)],
-                vec!["shrunk lease", "new lease"],
+                vec!["shrunk lease", "cursor"],
             ),
             (
                 "a whole lease and a new message: one lease per receive count",
@@ -625,7 +630,7 @@ mod tests {
                 vec![event(10, None, 0)],
                 2,
                 vec![(10, 1), (2, 2)],
-                vec!["cursor", "deleted lease", "new lease", "new lease"],
+                vec!["cursor", "deleted lease"],
             ),
         ];
         for (name, msgs, log, want, delivered, ops) in cases {
@@ -638,6 +643,13 @@ mod tests {
             let w = write(&at, &s, &plan, pick, &kept, 0, 50, 1_050, || nonces.next().unwrap_or(0));
             assert_eq!(w.delivered.iter().map(|d| (d.0, d.2)).collect::<Vec<_>>(), delivered, "{name}");
             assert_eq!(kinds(&w), ops, "{name}");
+            let cursor = w.ops.iter().find_map(|op| match op {
+                WriteOp::Put { key, value, .. } if key.sk == CURSOR_SK => layout::decode::<CursorItem>("c", value).ok(),
+                _ => None,
+            });
+            let inline: Vec<u32> =
+                cursor.map(|c| c.leases.iter().map(|l| l.record.receives).collect()).unwrap_or_default();
+            assert_eq!(inline.len(), delivered.len().min(2), "{name}: one inline lease per receive count");
             assert!(!w.checks_sub, "{name}");
         }
     }

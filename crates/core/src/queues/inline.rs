@@ -1,0 +1,289 @@
+//! Leases kept inside their partition's cursor item. A receive of a few messages would
+//! otherwise write two items (the cursor, a new lease) and its ack delete a third; with
+//! the lease inline, the receive writes the cursor item alone and the ack rewrites it:
+//! on DynamoDB one conditional write of about 1 KB each (1 WRU) instead of a 2-item
+//! transaction (4 WRU) and a delete.
+//!
+//! Only leases held by a receiver go inline, and only while the cursor item stays small
+//! ([`MAX_INLINE_LEASES`], [`MAX_INLINE_BYTES`]); the others (large batches, parked,
+//! released, redriven) stay items of their own. Wherever it is kept, a lease is the same
+//! record under the same sort key, so reads see one list of leases (`Queues::load`), and
+//! the code deciding what to write writes lease items as ever: [`fold`] turns the ops on
+//! inline leases into one write of the cursor item.
+//!
+//! Safety is unchanged: an inline lease's version is its cursor item's, so an op that was
+//! conditional on the lease's version becomes the cursor write's condition on the same
+//! version, read in the same read; a take that creates a lease inline writes it in the
+//! same conditional write that moves the cursor past its messages.
+
+use super::*;
+
+/// Leases one cursor item keeps at most.
+pub(super) const MAX_INLINE_LEASES: usize = 4;
+/// The encoded size of the leases one cursor item keeps at most: with its keys and counts
+/// the item stays within DynamoDB's first KB (one write unit).
+pub(super) const MAX_INLINE_BYTES: usize = 800;
+/// What keeping a lease inline adds besides its record (its due time and the brackets).
+const INLINE_OVERHEAD: usize = 24;
+
+/// `ops` (a queue write on one partition whose state was read as `state`) with every op on
+/// an inline lease folded into the write of the cursor item, conditional on the version
+/// read; with `new_inline`, the leases created held by a receiver also go inline while
+/// they fit. The other ops are kept, in order; the cursor's write keeps its place, or
+/// comes last if the ops had none. Never more ops than given, but for the cursor write
+/// of a state whose inline leases changed since read (`inline_changed`).
+pub(super) fn fold(
+    state: &QueueState,
+    sub_id: u64,
+    partition: u32,
+    ops: Vec<WriteOp>,
+    new_inline: bool,
+) -> Vec<WriteOp> {
+    let inline = || state.leases.iter().filter(|l| l.inline);
+    if !new_inline && !state.inline_changed && inline().next().is_none() {
+        return ops;
+    }
+    let pk = queue_pk(sub_id, partition);
+    let mut set: BTreeMap<String, InlineLease> = inline().map(|l| (l.key.sk.clone(), l.to_inline())).collect();
+    let mut bytes: Option<usize> = None;
+    let mut changed = state.inline_changed;
+    let mut cursor_at = None;
+    let mut out = Vec::with_capacity(ops.len());
+    for op in ops {
+        let sk = (op.key().pk == pk).then(|| op.key().sk.as_str());
+        match (&op, sk) {
+            (_, Some(CURSOR_SK)) => {
+                cursor_at = Some(out.len());
+                out.push(op);
+            }
+            (WriteOp::Delete { .. }, Some(sk)) if set.contains_key(sk) => {
+                set.remove(sk);
+                bytes = None;
+                changed = true;
+            }
+            (WriteOp::Put { value, expect: Expect::Version(_), .. }, Some(sk)) if set.contains_key(sk) => {
+                let Ok(record) = layout::decode::<LeaseRecord>("lease", value) else {
+                    out.push(op);
+                    continue;
+                };
+                if let Some(lease) = set.get_mut(sk) {
+                    lease.record = record;
+                }
+                bytes = None;
+                changed = true;
+            }
+            (WriteOp::Put { value, expect: Expect::Absent, .. }, Some(sk)) if new_inline && !set.contains_key(sk) => {
+                let due = parse_lease_sk(sk).ok();
+                let record = layout::decode::<LeaseRecord>("lease", value).ok();
+                let used = *bytes.get_or_insert_with(|| set.values().map(size).sum());
+                let fits = set.len() < MAX_INLINE_LEASES && used + value.len() + INLINE_OVERHEAD <= MAX_INLINE_BYTES;
+                match (due, record) {
+                    (Some(due), Some(record)) if fits && record.held_until.is_some() => {
+                        bytes = Some(used + value.len() + INLINE_OVERHEAD);
+                        set.insert(sk.to_owned(), InlineLease { due, record });
+                        changed = true;
+                    }
+                    _ => out.push(op),
+                }
+            }
+            _ => out.push(op),
+        }
+    }
+    if !changed {
+        return out;
+    }
+    let leases: Vec<InlineLease> = set.into_values().collect();
+    match cursor_at {
+        Some(i) => {
+            if let WriteOp::Put { value, .. } = &mut out[i] {
+                if let Ok(mut item) = layout::decode::<CursorItem>("cursor", value) {
+                    item.leases = leases;
+                    *value = layout::encode(&item);
+                }
+            }
+        }
+        None => {
+            let item = CursorItem::new(state.cursor, leases);
+            out.push(WriteOp::replace(cursor_key(sub_id, partition), layout::encode(&item), state.cursor_version));
+        }
+    }
+    out
+}
+
+/// Acks `receipts` (all of one partition) on `state` as read, in memory: each message
+/// removed from the inline lease holding it, a lease left empty gone. The state's next
+/// write carries them, as one write of the cursor item conditional on the version read
+/// ([`fold`], `inline_changed`). `false`, and `state` untouched, unless every receipt's
+/// message is in an inline lease: the others are settled the ordinary way.
+pub(super) fn ack(state: &mut QueueState, receipts: &[(usize, Receipt)]) -> bool {
+    let inline: BTreeMap<String, Lease> =
+        state.leases.iter().filter(|l| l.inline).map(|l| (l.key.sk.clone(), l.clone())).collect();
+    let mut removed: BTreeMap<&str, HashSet<u64>> = BTreeMap::new();
+    for (_, r) in receipts {
+        let Some((sk, msg)) = super::settle::holder(&inline, r) else { return false };
+        removed.entry(sk).or_default().insert(msg.offset);
+    }
+    state.leases.retain_mut(|lease| match removed.get(lease.key.sk.as_str()).filter(|_| lease.inline) {
+        Some(gone) => {
+            lease.record.msgs.retain(|m| !gone.contains(&m.offset));
+            !lease.record.msgs.is_empty()
+        }
+        None => true,
+    });
+    state.inline_changed = true;
+    true
+}
+
+/// A lease's share of the cursor item.
+fn size(lease: &InlineLease) -> usize {
+    layout::encode(&lease.record).len() + INLINE_OVERHEAD
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SUB: u64 = 7;
+
+    fn record(nonce: u64, held: bool, offsets: std::ops::Range<u64>) -> LeaseRecord {
+        LeaseRecord {
+            nonce,
+            receives: 1,
+            held_until: held.then_some(1_000),
+            delivered_ms: 0,
+            msgs: offsets.map(|offset| LeaseMsg { offset, first_ms: 1_733_300_000_000, key: None }).collect(),
+            redriven: false,
+        }
+    }
+
+    fn lease(due: i64, record: LeaseRecord, inline: bool) -> Lease {
+        let key = Key::new(queue_pk(SUB, 0), lease_sk(due, record.nonce));
+        Lease { key, due, version: if inline { 5 } else { 2 }, record, inline }
+    }
+
+    fn state(leases: Vec<Lease>) -> QueueState {
+        let cursor = CursorRecord { next: 40, ..CursorRecord::default() };
+        QueueState { cursor, cursor_version: Some(5), leases, inline_changed: false }
+    }
+
+    fn create(due: i64, record: &LeaseRecord) -> WriteOp {
+        WriteOp::create(Key::new(queue_pk(SUB, 0), lease_sk(due, record.nonce)), layout::encode(record))
+    }
+
+    /// The cursor item the ops write (its version condition), and the other ops' sort keys.
+    fn written(ops: &[WriteOp]) -> (Option<(CursorItem, Expect)>, Vec<String>) {
+        let mut cursor = None;
+        let mut others = Vec::new();
+        for op in ops {
+            match op {
+                WriteOp::Put { key, value, expect, .. } if key.sk == CURSOR_SK => {
+                    cursor = Some((layout::decode("cursor", value).unwrap(), *expect));
+                }
+                op => others.push(op.key().sk.clone()),
+            }
+        }
+        (cursor, others)
+    }
+
+    #[test]
+    fn a_held_lease_created_by_a_take_goes_into_the_cursor_write() {
+        let s = state(vec![]);
+        let new = record(11, true, 40..50);
+        let ops = vec![s.cursor_write(SUB, 0, CursorRecord { next: 50, ..s.cursor }), create(900, &new)];
+        let (cursor, others) = written(&fold(&s, SUB, 0, ops, true));
+        let (item, expect) = cursor.expect("a cursor write");
+        assert_eq!(item.next, 50);
+        assert_eq!(item.leases, vec![InlineLease { due: 900, record: new }]);
+        assert_eq!(expect, Expect::Version(5));
+        assert!(others.is_empty(), "no lease item: {others:?}");
+    }
+
+    #[test]
+    fn parked_large_or_overflowing_leases_stay_items() {
+        let s = state((0..MAX_INLINE_LEASES as u64).map(|n| lease(100, record(n, true, n..n + 1), true)).collect());
+        let ops = vec![create(900, &record(20, true, 40..41))];
+        assert_eq!(fold(&s, SUB, 0, ops.clone(), true), ops, "no room for a fifth lease");
+
+        let s = state(vec![]);
+        for new in [record(21, false, 40..41), record(22, true, 40..140)] {
+            let ops = vec![create(900, &new)];
+            assert_eq!(fold(&s, SUB, 0, ops.clone(), true), ops, "parked, or too large");
+        }
+        let ops = vec![create(900, &record(23, true, 40..41))];
+        assert_eq!(fold(&s, SUB, 0, ops.clone(), false), ops, "only a take inlines new leases");
+    }
+
+    #[test]
+    fn ops_on_inline_leases_become_one_cursor_write_and_item_leases_stay() {
+        let (a, b) = (record(1, true, 0..3), record(2, true, 3..5));
+        let item = lease(300, record(3, true, 5..6), false);
+        let s = state(vec![lease(100, a.clone(), true), lease(200, b, true), item.clone()]);
+        let shrunk = LeaseRecord { msgs: a.msgs[1..].to_vec(), ..a };
+        let ops = vec![
+            shrink(&s.leases[0], &HashSet::from([0])),
+            shrink(&s.leases[1], &HashSet::from([3, 4])),
+            shrink(&item, &HashSet::from([5])),
+        ];
+        let (cursor, others) = written(&fold(&s, SUB, 0, ops, false));
+        let (written, expect) = cursor.expect("a cursor write");
+        assert_eq!(written.leases, vec![InlineLease { due: 100, record: shrunk }], "one shrunk, one gone");
+        assert_eq!(written.next, 40, "the cursor itself as read");
+        assert_eq!(expect, Expect::Version(5));
+        assert_eq!(others, vec![item.key.sk], "the item lease's own delete");
+    }
+
+    #[test]
+    fn without_inline_leases_a_settle_writes_what_it_was_given() {
+        let item = lease(300, record(3, true, 5..6), false);
+        let s = state(vec![item.clone()]);
+        let ops = vec![shrink(&item, &HashSet::from([5]))];
+        assert_eq!(fold(&s, SUB, 0, ops.clone(), false), ops);
+    }
+
+    #[test]
+    fn a_cursor_written_keeps_the_inline_leases_it_read() {
+        let a = record(1, true, 0..3);
+        let s = state(vec![lease(100, a.clone(), true)]);
+        let op = s.cursor_write(SUB, 0, CursorRecord { dead: 3, ..s.cursor });
+        let (cursor, _) = written(&[op]);
+        assert_eq!(cursor.expect("a cursor write").0.leases, vec![InlineLease { due: 100, record: a }]);
+    }
+
+    #[test]
+    fn acks_of_inline_leases_are_carried_by_the_next_cursor_write() {
+        let receipt = |offset, due, nonce| {
+            let r = Receipt { sub_id: SUB, partition: 0, offset, nonce, due, receives: 1 };
+            (offset as usize, r)
+        };
+        let (a, b) = (record(1, true, 0..3), record(2, true, 3..4));
+        let item = lease(300, record(3, true, 5..6), false);
+        let read = || state(vec![lease(100, a.clone(), true), lease(200, b.clone(), true), item.clone()]);
+
+        let mut s = read();
+        assert!(ack(&mut s, &[receipt(0, 100, 1), receipt(3, 200, 2)]));
+        let (cursor, others) = written(&fold(&s, SUB, 0, Vec::new(), false));
+        let (written, expect) = cursor.expect("the acks written alone: a cursor write");
+        let left = LeaseRecord { msgs: a.msgs[1..].to_vec(), ..a.clone() };
+        assert_eq!(written.leases, vec![InlineLease { due: 100, record: left }], "one shrunk, one gone");
+        assert_eq!(expect, Expect::Version(5), "conditional on the cursor as read");
+        assert!(others.is_empty());
+
+        for (case, receipts) in [
+            ("a lease kept as an item", vec![receipt(0, 100, 1), receipt(5, 300, 3)]),
+            ("a message no longer held (stale)", vec![receipt(4, 200, 2)]),
+            ("another delivery of the message", vec![(0, Receipt { receives: 2, ..receipt(0, 100, 1).1 })]),
+        ] {
+            let mut s = read();
+            assert!(!ack(&mut s, &receipts), "{case}");
+            assert!(!s.inline_changed && s.leases.len() == 3 && s.leases[0].record == a, "{case}: untouched");
+        }
+    }
+
+    #[test]
+    fn a_cursor_item_written_before_inline_leases_decodes_with_none() {
+        let old = br#"{"next":12,"dead":1,"expired":2}"#;
+        let item: CursorItem = layout::decode("cursor", old).unwrap();
+        assert_eq!(item.cursor(), CursorRecord { next: 12, dead: 1, expired: 2, filtered: 0 });
+        assert!(item.leases.is_empty());
+    }
+}
