@@ -98,13 +98,13 @@ pub(super) fn fold(
             if let WriteOp::Put { value, .. } = &mut out[i] {
                 if let Ok(mut item) = layout::decode::<CursorItem>("cursor", value) {
                     item.leases = leases;
-                    *value = layout::encode(&item);
+                    *value = item.encode();
                 }
             }
         }
         None => {
             let item = CursorItem::new(state.cursor, leases);
-            out.push(WriteOp::replace(cursor_key(sub_id, partition), layout::encode(&item), state.cursor_version));
+            out.push(WriteOp::replace(cursor_key(sub_id, partition), item.encode(), state.cursor_version));
         }
     }
     out
@@ -277,6 +277,20 @@ mod tests {
             assert!(!ack(&mut s, &receipts), "{case}");
             assert!(!s.inline_changed && s.leases.len() == 3 && s.leases[0].record == a, "{case}: untouched");
         }
+    }
+
+    #[test]
+    fn a_cursor_item_with_inline_leases_cannot_be_read_as_a_plain_cursor() {
+        let cursor = CursorRecord { next: 12, dead: 1, expired: 2, filtered: 0 };
+        let plain = CursorItem::new(cursor, Vec::new()).encode();
+        assert_eq!(layout::decode::<CursorRecord>("cursor", &plain).unwrap(), cursor, "no lease: the old shape");
+        let with = CursorItem::new(cursor, vec![InlineLease { due: 100, record: record(1, true, 0..3) }]);
+        let bytes = with.encode();
+        assert!(
+            layout::decode::<CursorRecord>("cursor", &bytes).is_err(),
+            "a binary from before fails, not drops them"
+        );
+        assert_eq!(layout::decode::<CursorItem>("cursor", &bytes).unwrap(), with);
     }
 
     #[test]

@@ -42,9 +42,12 @@ fn is_zero(n: &u64) -> bool {
 
 /// The cursor item as stored: the [`CursorRecord`]'s fields, then the leases kept inline
 /// (`inline.rs`): absent in items written before leases were kept there, which decode
-/// with none.
+/// with none. Written by [`CursorItem::encode`]: with no inline lease, as a plain
+/// [`CursorRecord`]; with some, `next` is named `n`, so a binary from before inline
+/// leases fails to read the item (an error) instead of writing it back without them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CursorItem {
+    #[serde(rename = "n", alias = "next")]
     pub next: u64,
     #[serde(default)]
     pub dead: u64,
@@ -64,6 +67,14 @@ impl CursorItem {
 
     pub fn cursor(&self) -> CursorRecord {
         CursorRecord { next: self.next, dead: self.dead, expired: self.expired, filtered: self.filtered }
+    }
+
+    pub fn encode(&self) -> bytes::Bytes {
+        if self.leases.is_empty() {
+            layout::encode(&self.cursor())
+        } else {
+            layout::encode(self)
+        }
     }
 }
 

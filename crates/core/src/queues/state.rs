@@ -32,7 +32,7 @@ impl QueueState {
     pub(super) fn cursor_write(&self, sub_id: u64, partition: u32, cursor: CursorRecord) -> WriteOp {
         let leases = self.leases.iter().filter(|l| l.inline).map(Lease::to_inline).collect();
         let item = CursorItem::new(cursor, leases);
-        WriteOp::replace(cursor_key(sub_id, partition), layout::encode(&item), self.cursor_version)
+        WriteOp::replace(cursor_key(sub_id, partition), item.encode(), self.cursor_version)
     }
 }
 
