@@ -1,7 +1,7 @@
-//! Acks riding on a receive (`ack_and_receive`, JetStream's "ack next"): written with the
-//! receive's own write on their partition when their leases are inline in its cursor item,
-//! on their own otherwise. Either way an ack answers once, an acked message never comes
-//! back, and a stale receipt is refused.
+//! Leases kept inside the cursor item, and acks riding on a receive (`ack_and_receive`,
+//! JetStream's "ack next"): written with the receive's own write on their partition when
+//! their leases are inline in its cursor item, on their own otherwise. Either way an ack
+//! answers once, an acked message never comes back, and a stale receipt is refused.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use sluice_core::queues::{Message, Queues, ReceiptError, StartAt, SubscriptionSpec};
 
 use crate::queue_cases::{
-    assert_nothing, at, event, manual, new_topic, positions, publish, publish_at, request, scaled, spec, subscribe,
-    START_MS,
+    ack, assert_nothing, at, change_visibility, event, manual, new_topic, positions, publish, publish_at, request,
+    scaled, spec, subscribe, START_MS,
 };
 use crate::Backend;
 
@@ -126,4 +126,42 @@ async fn worker_step(
     held: &[Message],
 ) -> (Vec<Result<(), ReceiptError>>, Vec<Message>) {
     queues.ack_and_receive(topic, sub, &receipts(held), &request(10)).await.expect("ack and receive")
+}
+
+/// A partition whose cursor item is full of leases: one message of a two-message lease is
+/// held longer (its lease, moved, becomes an item), then the other to the same time (the
+/// first move freed room in the cursor item). Both moves keep the delivery's nonce, so the
+/// second one's lease names the first one's item: the two must end up in one lease, never
+/// in one kept inline and an item under the same key. Acking the first then removes exactly
+/// it; the second comes back once, when its window ends.
+pub async fn given_two_messages_of_a_lease_held_longer_to_the_same_time_then_each_settles_alone(backend: &dyn Backend) {
+    let (clock, log, queues) = manual(backend).await;
+    let topic = new_topic(&log, "inline-moves", 1).await;
+    let sub =
+        subscribe(&queues, &topic, SubscriptionSpec { visibility_timeout_ms: 30_000, ..spec(StartAt::Earliest) }).await;
+    for i in 0..8 {
+        publish_at(&log, &topic, 0, &format!("m{i}"), START_MS).await;
+    }
+    let mut batches = Vec::new();
+    for _ in 0..4 {
+        batches.push(queues.receive(&topic, &sub, &request(2)).await.unwrap());
+    }
+    assert_eq!(positions(&batches[0]), vec![(0, 0), (0, 1)]);
+    let (m0, m1) = (&batches[0][0].receipt, &batches[0][1].receipt);
+    let held0 = change_visibility(&queues, &topic, &sub, m0, 60_000).await.expect("m0 held longer");
+    let held1 = change_visibility(&queues, &topic, &sub, m1, 60_000).await.expect("m1 held longer");
+    assert_eq!(ack(&queues, &topic, &sub, &held0).await, Ok(()), "m0 acked");
+    for m in batches[1..].iter().flatten() {
+        assert_eq!(ack(&queues, &topic, &sub, &m.receipt).await, Ok(()));
+    }
+    let d = queues.describe(&topic, &sub).await.unwrap();
+    assert_eq!((d.backlog.visible, d.backlog.in_flight), (0, 1), "only m1 in flight");
+    clock.advance(60_001);
+    let again = queues.receive(&topic, &sub, &request(10)).await.unwrap();
+    assert_eq!(positions(&again), vec![(0, 1)], "m1 back once its window ended, m0 never");
+    assert_eq!(again[0].receive_count, 2);
+    assert_eq!(ack(&queues, &topic, &sub, &held1).await, Err(ReceiptError::Stale), "held1's window ended");
+    assert_eq!(ack(&queues, &topic, &sub, &again[0].receipt).await, Ok(()));
+    clock.advance(100_000);
+    assert_nothing(&queues, &topic, &sub, "everything acked").await;
 }

@@ -4,9 +4,11 @@
 //! on DynamoDB one conditional write of about 1 KB each (1 WRU) instead of a 2-item
 //! transaction (4 WRU) and a delete.
 //!
-//! Only leases held by a receiver go inline, and only while the cursor item stays small
-//! ([`MAX_INLINE_LEASES`], [`MAX_INLINE_BYTES`]); the others (large batches, parked,
-//! released, redriven) stay items of their own. Wherever it is kept, a lease is the same
+//! Only leases a take creates held by a receiver go inline (their nonces are new, so are
+//! their keys), and only while the cursor item stays small ([`MAX_INLINE_LEASES`],
+//! [`MAX_INLINE_BYTES`]); the others (large batches, parked, released, redriven, moved by
+//! a settle: a moved lease keeps its nonce, so its key may name an item not read, whose
+//! create must fail) stay items of their own. Wherever it is kept, a lease is the same
 //! record under the same sort key, so reads see one list of leases (`Queues::load`), and
 //! the code deciding what to write writes lease items as ever: [`fold`] turns the ops on
 //! inline leases into one write of the cursor item.
@@ -23,15 +25,19 @@ pub(super) const MAX_INLINE_LEASES: usize = 4;
 /// The encoded size of the leases one cursor item keeps at most: with its keys and counts
 /// the item stays within DynamoDB's first KB (one write unit).
 pub(super) const MAX_INLINE_BYTES: usize = 800;
-/// What keeping a lease inline adds besides its record (its due time and the brackets).
-const INLINE_OVERHEAD: usize = 24;
+/// What keeping a lease inline adds besides its record (`{"d":<13 digits>,"r":…}` and
+/// a comma).
+const INLINE_OVERHEAD: usize = 26;
 
 /// `ops` (a queue write on one partition whose state was read as `state`) with every op on
 /// an inline lease folded into the write of the cursor item, conditional on the version
 /// read; with `new_inline`, the leases created held by a receiver also go inline while
-/// they fit. The other ops are kept, in order; the cursor's write keeps its place, or
-/// comes last if the ops had none. Never more ops than given, but for the cursor write
-/// of a state whose inline leases changed since read (`inline_changed`).
+/// they fit (only a take's: their nonces are new, so their keys are). The other ops are
+/// kept, in order; the cursor's write keeps its place, or comes last if the ops had none.
+/// Never more ops than given, but for the cursor write of a state whose inline leases
+/// changed since read (`inline_changed`). A cursor op that does not decode (never written
+/// so) leaves the ops as given: those on inline keys then fail their conditions, so
+/// nothing is written.
 pub(super) fn fold(
     state: &QueueState,
     sub_id: u64,
@@ -44,6 +50,7 @@ pub(super) fn fold(
         return ops;
     }
     let pk = queue_pk(sub_id, partition);
+    let Ok(cursor_item) = written_cursor(&ops, &pk) else { return ops };
     let mut set: BTreeMap<String, InlineLease> = inline().map(|l| (l.key.sk.clone(), l.to_inline())).collect();
     let mut bytes: Option<usize> = None;
     let mut changed = state.inline_changed;
@@ -93,16 +100,14 @@ pub(super) fn fold(
         return out;
     }
     let leases: Vec<InlineLease> = set.into_values().collect();
-    match cursor_at {
-        Some(i) => {
+    match (cursor_at, cursor_item) {
+        (Some(i), Some(mut item)) => {
             if let WriteOp::Put { value, .. } = &mut out[i] {
-                if let Ok(mut item) = layout::decode::<CursorItem>("cursor", value) {
-                    item.leases = leases;
-                    *value = item.encode();
-                }
+                item.leases = leases;
+                *value = item.encode();
             }
         }
-        None => {
+        _ => {
             let item = CursorItem::new(state.cursor, leases);
             out.push(WriteOp::replace(cursor_key(sub_id, partition), item.encode(), state.cursor_version));
         }
@@ -132,6 +137,16 @@ pub(super) fn ack(state: &mut QueueState, receipts: &[(usize, Receipt)]) -> bool
     });
     state.inline_changed = true;
     true
+}
+
+/// The cursor item `ops` write, if they write it; `Err` if their op on it is not a put of
+/// one that decodes.
+fn written_cursor(ops: &[WriteOp], pk: &str) -> Result<Option<CursorItem>, StorageError> {
+    match ops.iter().find(|op| op.key().pk == pk && op.key().sk == CURSOR_SK) {
+        Some(WriteOp::Put { value, .. }) => layout::decode("cursor", value).map(Some),
+        Some(_) => Err(StorageError::Corrupt("a cursor op that is not a put".into())),
+        None => Ok(None),
+    }
 }
 
 /// A lease's share of the cursor item.

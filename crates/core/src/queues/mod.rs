@@ -46,6 +46,8 @@ mod purge;
 mod push;
 mod receipt;
 mod receive;
+mod riding;
+use riding::{written, Riding};
 mod records;
 mod settle;
 mod state;

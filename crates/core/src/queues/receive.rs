@@ -44,51 +44,6 @@ impl Queues {
         on_fresh_sub!(self, sub, pull, self.receive_on(&sub, req).await)
     }
 
-    /// Acks `receipts`, then receives: a worker's whole loop in one request (JetStream's
-    /// "ack next"). Everything is checked before anything is written. Acks of one partition
-    /// whose leases are inline ride on the receive's write on that partition (one write for
-    /// both); others, or if that take writes nothing, are written before the receive
-    /// answers or waits. A receive that fails may leave them unwritten: a retry acks them.
-    pub async fn ack_and_receive(
-        &self,
-        topic: &str,
-        name: &str,
-        receipts: &[String],
-        req: &ReceiveRequest,
-    ) -> Result<(Vec<Result<(), ReceiptError>>, Vec<Message>), Error> {
-        Self::check_receive(req)?;
-        let mut sub = self.hot_sub(topic, name).await?;
-        let receipt_key = self.receipt_key().await?;
-        let (acks, received) = match Riding::new(&sub, receipts, receipt_key) {
-            Some(mut riding) => {
-                let received = on_fresh_sub!(self, sub, pull, self.receive_riding(&sub, req, &mut riding).await)?;
-                (riding.results.unwrap_or_default(), received)
-            }
-            None => {
-                let acked = Some(metrics::ACKED);
-                let acks = on_fresh_sub!(self, sub, pull, self.settle_on(&sub, receipts, Settle::Ack, acked).await)?;
-                (acks, on_fresh_sub!(self, sub, pull, self.receive_on(&sub, req).await)?)
-            }
-        };
-        Ok((acks.into_iter().map(|r| r.map(|_| ())).collect(), received))
-    }
-
-    /// A receive carrying `riding`'s acks, each counted in [`metrics::ACKED`] once written.
-    async fn receive_riding(
-        &self,
-        sub: &Sub,
-        req: &ReceiveRequest,
-        riding: &mut Riding,
-    ) -> Result<Vec<Message>, Error> {
-        let messages = self.take_messages(sub, req, Some(riding)).await;
-        if let Some(results) = &riding.results {
-            sub.count(metrics::ACKED, results.iter().filter(|r| r.is_ok()).count() as u64);
-        }
-        let messages = messages?;
-        sub.count(metrics::RECEIVED, messages.len() as u64);
-        Ok(messages)
-    }
-
     pub(super) fn check_receive(req: &ReceiveRequest) -> Result<(), Error> {
         if !(1..=MAX_RECEIVE_MESSAGES).contains(&req.max_messages) {
             return Err(Error::invalid(
@@ -115,7 +70,7 @@ impl Queues {
         Ok(messages)
     }
 
-    async fn take_messages(
+    pub(super) async fn take_messages(
         &self,
         sub: &Sub,
         req: &ReceiveRequest,
@@ -172,7 +127,8 @@ impl Queues {
                     idle.push((sub.topic.clone(), p, cursor));
                 }
             }
-            // Acks that found no write to ride on are written before the answer or a wait.
+            // Acks that found no write to ride on are written before the answer or a wait; if
+            // that fails, so does the receive (what it took comes back when its window ends).
             if let Some(r) = riding.as_deref_mut().filter(|r| r.results.is_none()) {
                 self.settle_riding(sub, r, receipt_key).await?;
             }
@@ -183,20 +139,34 @@ impl Queues {
             if now >= deadline {
                 return Ok(messages);
             }
-            let mut until = deadline;
-            if let Some(t) = wake_at {
-                until = until.min(t);
-            }
-            if blocked {
-                until = until.min(now + self.log.poll_interval_ms() as i64);
-            }
-            let nap = (until - now).max(1) as u64;
-            if idle.is_empty() {
-                self.log.clock().sleep(nap).await;
-            } else {
-                self.log.wait_for_any(&idle, nap).await?;
-            }
+            self.nap(now, deadline, wake_at, blocked, &idle).await?;
         }
+    }
+
+    /// Waits until `deadline`, a lease's due time (`wake_at`), the next look at a blocked
+    /// partition, or a commit on an `idle` partition, whichever comes first.
+    async fn nap(
+        &self,
+        now: i64,
+        deadline: i64,
+        wake_at: Option<i64>,
+        blocked: bool,
+        idle: &[(TopicConfig, u32, u64)],
+    ) -> Result<(), Error> {
+        let mut until = deadline;
+        if let Some(t) = wake_at {
+            until = until.min(t);
+        }
+        if blocked {
+            until = until.min(now + self.log.poll_interval_ms() as i64);
+        }
+        let nap = (until - now).max(1) as u64;
+        if idle.is_empty() {
+            self.log.clock().sleep(nap).await;
+        } else {
+            self.log.wait_for_any(idle, nap).await?;
+        }
+        Ok(())
     }
 
     /// Takes up to `want` messages of one partition: due leases first (dead ones go to the
@@ -218,55 +188,28 @@ impl Queues {
         first: bool,
         mut riding: Option<&mut Riding>,
     ) -> Result<Taken, Error> {
-        let (spec, filter) = (&sub.record.spec, sub.filter()?);
-        let keyed = spec.ordering == Ordering::Key;
+        let spec = &sub.record.spec;
         let (mut attempt, mut burials, mut passes) = (0, 0, 0);
         while attempt < MAX_ATTEMPTS {
             let now = self.now();
-            // Unordered, the cursor and the leases due soonest are enough (one past `want`
-            // tells when the next one is due); keyed, every lease's keys matter.
-            let mut state = self.load(sub, partition, if keyed { None } else { Some(want + 2) }).await?;
-            // Acks riding: applied to the leases as read, carried by this attempt's write.
-            let carried = match riding.as_deref_mut() {
-                Some(acks) if super::inline::ack(&mut state, &acks.receipts) => true,
-                Some(acks) => {
-                    self.settle_riding(sub, acks, receipt_key).await?;
-                    riding = None;
-                    continue;
-                }
-                None => false,
-            };
-            if state.cursor.next > head.next {
-                // Another receiver took events published after this receive read the heads.
-                head = topics::head(self.store(), sub.topic.id, partition).await?.0;
-            }
+            let read = self.read_take(sub, partition, want, &mut head, &mut riding, receipt_key).await?;
+            let Some((state, carried)) = read else { continue };
             let dead = take::dead_leases(&state, now, spec.max_receive_count);
             if !dead.is_empty() && burials < MAX_BURIALS {
                 burials += 1;
                 match self.bury(sub, partition, &state, &dead, now).await? {
-                    Ok(()) if carried => riding.take().into_iter().for_each(Riding::written),
-                    Ok(()) => {}
+                    Ok(()) => written(&mut riding, carried),
                     Err(e) => self.lost_race(e, &mut attempt).await?,
                 }
                 continue;
             }
-            let mut plan = Plan::new(&state, now, keyed, &dead);
-            plan.filtering = filter.is_some();
-            // Where new messages start: offsets below the log start were removed by retention
-            // before the queue took them, and are counted as expired when the cursor passes them.
-            let mut base = state.cursor.next.max(head.start);
-            let (room, attempts) = (plan.room(want), &mut attempt);
-            let Some(events) = self.read_new(sub, partition, &mut base, room, &mut head, attempts).await? else {
+            let at = Target { sub, partition, receipt_key };
+            let Some(choice) =
+                self.choose(&at, &state, &dead, &mut head, (want, *bytes_left, first), now, &mut attempt).await?
+            else {
                 continue;
             };
-            plan.add_new(&events, spec, filter.as_ref(), now);
-            let mut payloads: HashMap<u64, Event> = events.into_iter().map(|e| (e.offset, e)).collect();
-            let mut pick = plan.choose(want, head.start, base);
-            // The payloads of what was chosen from leases (new messages' are read), then the
-            // answer's size: what does not fit stays (in its lease, or in the log).
-            payloads.extend(self.events_at(&sub.topic, partition, &plan.lease_offsets(&pick), head).await?);
-            let (kept, left) = plan.fit(&mut pick, &payloads, *bytes_left, first, base);
-            let (skipped, filtered) = (base - state.cursor.next.min(base), plan.filtered_below(pick.cursor_next));
+            let Choice { plan, pick, kept, left, payloads, skipped, filtered } = choice;
             // Only expired or filtered messages to pass over: written, then the partition is
             // looked at again (a few times: a long run of them is left to the next receive).
             let only_expired = kept.is_empty() && pick.parked.is_empty() && pick.delayed.is_empty();
@@ -274,11 +217,13 @@ impl Queues {
             if carried && (nothing || (only_expired && passes == MAX_PASSES)) {
                 // Nothing to take: the acks are written alone.
                 let ops = super::inline::fold(&state, sub.record.id, partition, Vec::new(), false);
-                if let Err(e) = self.write_on_deferred(sub, ops).await? {
-                    self.lost_race(e, &mut attempt).await?;
-                    continue;
+                match self.write_on_deferred(sub, ops).await? {
+                    Ok(()) => written(&mut riding, carried),
+                    Err(e) => {
+                        self.lost_race(e, &mut attempt).await?;
+                        continue;
+                    }
                 }
-                riding.take().into_iter().for_each(Riding::written);
             }
             if nothing {
                 return Ok(nothing_taken(&plan, &state, &dead, head, now));
@@ -289,7 +234,6 @@ impl Queues {
             // The window counts from the write, not from the reads before it: a slow read
             // must not shorten it.
             let held_until = self.now().max(now).saturating_add(visibility as i64);
-            let at = Target { sub, partition, receipt_key };
             let write = take::write(&at, &state, &plan, pick, &kept, skipped, now, held_until, || self.nonce());
             if let Err(e) = self.write_on(sub, write.ops).await? {
                 if write.checks_sub && matches!(e, StorageError::ConditionFailed { op: 0 }) {
@@ -300,9 +244,7 @@ impl Queues {
                 self.lost_race(e, &mut attempt).await?;
                 continue;
             }
-            if carried {
-                riding.take().into_iter().for_each(Riding::written);
-            }
+            written(&mut riding, carried);
             if only_expired {
                 passes += 1;
                 continue;
@@ -311,6 +253,71 @@ impl Queues {
             return Ok(taken(plan, write.delivered, payloads, held_until));
         }
         Ok(Taken { blocked: true, ..Taken::default() })
+    }
+
+    /// A take's read of its partition: unordered, the cursor and the leases due soonest are
+    /// enough (one past `want` tells when the next one is due); keyed, every lease's keys
+    /// matter. With the acks `riding` applied to it (`true`) if their leases are inline; if
+    /// not, they are settled on their own and `None` says read again. `head` is read again
+    /// if another receiver took events published after it was read.
+    async fn read_take(
+        &self,
+        sub: &Sub,
+        partition: u32,
+        want: usize,
+        head: &mut HeadRecord,
+        riding: &mut Option<&mut Riding>,
+        receipt_key: &ReceiptKey,
+    ) -> Result<Option<(QueueState, bool)>, Error> {
+        let keyed = sub.record.spec.ordering == Ordering::Key;
+        let mut state = self.load(sub, partition, if keyed { None } else { Some(want + 2) }).await?;
+        let carried = riding.as_deref().is_some_and(|acks| super::inline::ack(&mut state, &acks.receipts));
+        if let Some(acks) = riding.take_if(|_| !carried) {
+            self.settle_riding(sub, acks, receipt_key).await?;
+            return Ok(None);
+        }
+        if state.cursor.next > head.next {
+            *head = topics::head(self.store(), sub.topic.id, partition).await?.0;
+        }
+        Ok(Some((state, carried)))
+    }
+
+    /// What one attempt of a take would take, from the state read (with `dead` leases left
+    /// out): the plan, its pick fitted to the answer's room (`want`, the bytes left, whether
+    /// it is the first), the payloads, what `left` of the room, and the expired and filtered
+    /// messages passed over. `None`: retention moved the log start meanwhile (an attempt
+    /// counted); look again.
+    #[allow(clippy::too_many_arguments)]
+    async fn choose(
+        &self,
+        at: &Target<'_>,
+        state: &QueueState,
+        dead: &[usize],
+        head: &mut HeadRecord,
+        (want, bytes_left, first): (usize, usize, bool),
+        now: i64,
+        attempt: &mut usize,
+    ) -> Result<Option<Choice>, Error> {
+        let (sub, partition) = (at.sub, at.partition);
+        let (spec, filter) = (&sub.record.spec, sub.filter()?);
+        let mut plan = Plan::new(state, now, spec.ordering == Ordering::Key, dead);
+        plan.filtering = filter.is_some();
+        // Where new messages start: offsets below the log start were removed by retention
+        // before the queue took them, and are counted as expired when the cursor passes them.
+        let mut base = state.cursor.next.max(head.start);
+        let room = plan.room(want);
+        let Some(events) = self.read_new(sub, partition, &mut base, room, head, attempt).await? else {
+            return Ok(None);
+        };
+        plan.add_new(&events, spec, filter.as_ref(), now);
+        let mut payloads: HashMap<u64, Event> = events.into_iter().map(|e| (e.offset, e)).collect();
+        let mut pick = plan.choose(want, head.start, base);
+        // The payloads of what was chosen from leases (new messages' are read), then the
+        // answer's size: what does not fit stays (in its lease, or in the log).
+        payloads.extend(self.events_at(&sub.topic, partition, &plan.lease_offsets(&pick), *head).await?);
+        let (kept, left) = plan.fit(&mut pick, &payloads, bytes_left, first, base);
+        let (skipped, filtered) = (base - state.cursor.next.min(base), plan.filtered_below(pick.cursor_next));
+        Ok(Some(Choice { plan, pick, kept, left, payloads, skipped, filtered }))
     }
 
     /// Up to `room` new messages of the log from `base` (none if `room` is 0 or the log
@@ -509,44 +516,13 @@ fn taken(
     Taken { messages, held_until, wake_at: plan.wake_at, blocked: plan.blocked, idle_at: None }
 }
 
-/// Acks riding on a receive (`ack_and_receive`), all of one partition, and once written
-/// their answers.
-pub(super) struct Riding {
-    partition: u32,
-    receipts: Vec<(usize, Receipt)>,
-    results: Option<Vec<Result<Option<String>, ReceiptError>>>,
-}
-
-impl Riding {
-    /// `None` unless every receipt is valid, of `sub`, and all of one partition: any other
-    /// acks are settled on their own, before the receive.
-    fn new(sub: &Sub, receipts: &[String], key: &ReceiptKey) -> Option<Self> {
-        if receipts.is_empty() || receipts.len() > MAX_RECEIPTS {
-            return None;
-        }
-        let decoded: Option<Vec<(usize, Receipt)>> = receipts
-            .iter()
-            .enumerate()
-            .map(|(i, text)| Receipt::decode(text, key).filter(|r| r.sub_id == sub.record.id).map(|r| (i, r)))
-            .collect();
-        let receipts = decoded?;
-        let partition = receipts[0].1.partition;
-        let one = receipts.iter().all(|(_, r)| r.partition == partition) && partition < sub.topic.spec.partitions;
-        one.then_some(Riding { partition, receipts, results: None })
-    }
-
-    /// Written with a take's write: every receipt's message was in an inline lease.
-    fn written(&mut self) {
-        self.results = Some(vec![Ok(None); self.receipts.len()]);
-    }
-}
-
-impl Queues {
-    /// Writes `riding`'s acks on their own (the ordinary settle).
-    async fn settle_riding(&self, sub: &Sub, riding: &mut Riding, key: &ReceiptKey) -> Result<(), Error> {
-        let mut results = vec![Err(ReceiptError::Invalid); riding.receipts.len()];
-        self.settle_partition(sub, riding.partition, &riding.receipts, Settle::Ack, key, &mut results).await?;
-        riding.results = Some(results);
-        Ok(())
-    }
+/// What one attempt of a take chose ([`Queues::choose`]).
+struct Choice {
+    plan: Plan,
+    pick: take::Pick,
+    kept: Vec<usize>,
+    left: usize,
+    payloads: HashMap<u64, Event>,
+    skipped: u64,
+    filtered: u64,
 }

@@ -152,7 +152,9 @@ impl Queues {
             let cursor = Some(&state).filter(|_| bump_cursor);
             let mut round = settle_round(&at, &leases, &pending, action, cursor, || self.nonce());
             if !round.ops.is_empty() {
-                round.ops = super::inline::fold(&state, sub.record.id, partition, round.ops, true);
+                // Leases a settle creates stay items: a moved lease keeps its nonce, and its
+                // new key may name an item this settle did not read, whose create must fail.
+                round.ops = super::inline::fold(&state, sub.record.id, partition, round.ops, false);
                 // An ack or a release lost to a power cut only delivers its messages again,
                 // or later (at least once); a visibility change lost so would end a window
                 // its holder was told runs longer, so it is durable before it is answered.
