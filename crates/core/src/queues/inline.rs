@@ -35,9 +35,9 @@ const INLINE_OVERHEAD: usize = 26;
 /// they fit (only a take's: their nonces are new, so their keys are). The other ops are
 /// kept, in order; the cursor's write keeps its place, or comes last if the ops had none.
 /// Never more ops than given, but for the cursor write of a state whose inline leases
-/// changed since read (`inline_changed`). A cursor op that does not decode (never written
-/// so) leaves the ops as given: those on inline keys then fail their conditions, so
-/// nothing is written.
+/// changed since read (`inline_changed`). A cursor op that does not decode leaves the ops
+/// as given (those on inline keys then fail their conditions); none does, as every cursor
+/// op comes from [`QueueState::cursor_write`].
 pub(super) fn fold(
     state: &QueueState,
     sub_id: u64,

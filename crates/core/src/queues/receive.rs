@@ -188,7 +188,7 @@ impl Queues {
         first: bool,
         mut riding: Option<&mut Riding>,
     ) -> Result<Taken, Error> {
-        let spec = &sub.record.spec;
+        let (spec, filter) = (&sub.record.spec, sub.filter()?);
         let (mut attempt, mut burials, mut passes) = (0, 0, 0);
         while attempt < MAX_ATTEMPTS {
             let now = self.now();
@@ -204,8 +204,9 @@ impl Queues {
                 continue;
             }
             let at = Target { sub, partition, receipt_key };
-            let Some(choice) =
-                self.choose(&at, &state, &dead, &mut head, (want, *bytes_left, first), now, &mut attempt).await?
+            let Some(choice) = self
+                .choose(&at, &state, (&dead, filter.as_ref()), &mut head, (want, *bytes_left, first), now, &mut attempt)
+                .await?
             else {
                 continue;
             };
@@ -283,7 +284,7 @@ impl Queues {
     }
 
     /// What one attempt of a take would take, from the state read (with `dead` leases left
-    /// out): the plan, its pick fitted to the answer's room (`want`, the bytes left, whether
+    /// out; messages not passing `filter` passed over): the plan, its pick fitted to the answer's room (`want`, the bytes left, whether
     /// it is the first), the payloads, what `left` of the room, and the expired and filtered
     /// messages passed over. `None`: retention moved the log start meanwhile (an attempt
     /// counted); look again.
@@ -292,14 +293,14 @@ impl Queues {
         &self,
         at: &Target<'_>,
         state: &QueueState,
-        dead: &[usize],
+        (dead, filter): (&[usize], Option<&Filter>),
         head: &mut HeadRecord,
         (want, bytes_left, first): (usize, usize, bool),
         now: i64,
         attempt: &mut usize,
     ) -> Result<Option<Choice>, Error> {
         let (sub, partition) = (at.sub, at.partition);
-        let (spec, filter) = (&sub.record.spec, sub.filter()?);
+        let spec = &sub.record.spec;
         let mut plan = Plan::new(state, now, spec.ordering == Ordering::Key, dead);
         plan.filtering = filter.is_some();
         // Where new messages start: offsets below the log start were removed by retention
@@ -309,7 +310,7 @@ impl Queues {
         let Some(events) = self.read_new(sub, partition, &mut base, room, head, attempt).await? else {
             return Ok(None);
         };
-        plan.add_new(&events, spec, filter.as_ref(), now);
+        plan.add_new(&events, spec, filter, now);
         let mut payloads: HashMap<u64, Event> = events.into_iter().map(|e| (e.offset, e)).collect();
         let mut pick = plan.choose(want, head.start, base);
         // The payloads of what was chosen from leases (new messages' are read), then the
