@@ -29,40 +29,35 @@ pub(super) const MAX_INLINE_BYTES: usize = 800;
 /// a comma).
 const INLINE_OVERHEAD: usize = 26;
 
-/// `ops` (a queue write on one partition whose state was read as `state`) with every op on
-/// an inline lease folded into the write of the cursor item, conditional on the version
-/// read; with `new_inline`, the leases created held by a receiver also go inline while
-/// they fit (only a take's: their nonces are new, so their keys are). The other ops are
-/// kept, in order; the cursor's write keeps its place, or comes last if the ops had none.
-/// Never more ops than given, but for the cursor write of a state whose inline leases
-/// changed since read (`inline_changed`). A cursor op that does not decode leaves the ops
-/// as given (those on inline keys then fail their conditions); none does, as every cursor
-/// op comes from [`QueueState::cursor_write`].
+/// The write of one partition whose state was read as `state`: `ops`, and the cursor item
+/// if the write sets the cursor (`cursor`) or changes its inline leases. Every op on an
+/// inline lease is folded into that one write of the cursor item, conditional on the
+/// version read; with `new_inline`, the leases created held by a receiver also go inline
+/// while they fit (only a take's: their nonces are new, so their keys are). The other ops
+/// are kept, in order, and the cursor's write comes last. `ops` never write the cursor
+/// item themselves: the cursor is encoded once, here, with the leases it keeps.
 pub(super) fn fold(
     state: &QueueState,
     sub_id: u64,
     partition: u32,
-    ops: Vec<WriteOp>,
+    cursor: Option<CursorRecord>,
+    mut ops: Vec<WriteOp>,
     new_inline: bool,
 ) -> Vec<WriteOp> {
     let inline = || state.leases.iter().filter(|l| l.inline);
     if !new_inline && !state.inline_changed && inline().next().is_none() {
+        ops.extend(cursor.map(|c| state.cursor_item_write(sub_id, partition, c, Vec::new())));
         return ops;
     }
     let pk = queue_pk(sub_id, partition);
-    let Ok(cursor_item) = written_cursor(&ops, &pk) else { return ops };
     let mut set: BTreeMap<String, InlineLease> = inline().map(|l| (l.key.sk.clone(), l.to_inline())).collect();
     let mut bytes: Option<usize> = None;
     let mut changed = state.inline_changed;
-    let mut cursor_at = None;
-    let mut out = Vec::with_capacity(ops.len());
+    let mut out = Vec::with_capacity(ops.len() + 1);
     for op in ops {
         let sk = (op.key().pk == pk).then(|| op.key().sk.as_str());
+        debug_assert_ne!(sk, Some(CURSOR_SK), "the cursor is written from `cursor`");
         match (&op, sk) {
-            (_, Some(CURSOR_SK)) => {
-                cursor_at = Some(out.len());
-                out.push(op);
-            }
             (WriteOp::Delete { .. }, Some(sk)) if set.contains_key(sk) => {
                 set.remove(sk);
                 bytes = None;
@@ -96,21 +91,9 @@ pub(super) fn fold(
             _ => out.push(op),
         }
     }
-    if !changed {
-        return out;
-    }
-    let leases: Vec<InlineLease> = set.into_values().collect();
-    match (cursor_at, cursor_item) {
-        (Some(i), Some(mut item)) => {
-            if let WriteOp::Put { value, .. } = &mut out[i] {
-                item.leases = leases;
-                *value = item.encode();
-            }
-        }
-        _ => {
-            let item = CursorItem::new(state.cursor, leases);
-            out.push(WriteOp::replace(cursor_key(sub_id, partition), item.encode(), state.cursor_version));
-        }
+    if changed || cursor.is_some() {
+        let leases = set.into_values().collect();
+        out.push(state.cursor_item_write(sub_id, partition, cursor.unwrap_or(state.cursor), leases));
     }
     out
 }
@@ -137,16 +120,6 @@ pub(super) fn ack(state: &mut QueueState, receipts: &[(usize, Receipt)]) -> bool
     });
     state.inline_changed = true;
     true
-}
-
-/// The cursor item `ops` write, if they write it; `Err` if their op on it is not a put of
-/// one that decodes.
-fn written_cursor(ops: &[WriteOp], pk: &str) -> Result<Option<CursorItem>, StorageError> {
-    match ops.iter().find(|op| op.key().pk == pk && op.key().sk == CURSOR_SK) {
-        Some(WriteOp::Put { value, .. }) => layout::decode("cursor", value).map(Some),
-        Some(_) => Err(StorageError::Corrupt("a cursor op that is not a put".into())),
-        None => Ok(None),
-    }
 }
 
 /// A lease's share of the cursor item.
@@ -204,8 +177,8 @@ mod tests {
     fn a_held_lease_created_by_a_take_goes_into_the_cursor_write() {
         let s = state(vec![]);
         let new = record(11, true, 40..50);
-        let ops = vec![s.cursor_write(SUB, 0, CursorRecord { next: 50, ..s.cursor }), create(900, &new)];
-        let (cursor, others) = written(&fold(&s, SUB, 0, ops, true));
+        let ops = vec![create(900, &new)];
+        let (cursor, others) = written(&fold(&s, SUB, 0, Some(CursorRecord { next: 50, ..s.cursor }), ops, true));
         let (item, expect) = cursor.expect("a cursor write");
         assert_eq!(item.next, 50);
         assert_eq!(item.leases, vec![InlineLease { due: 900, record: new }]);
@@ -217,15 +190,15 @@ mod tests {
     fn parked_large_or_overflowing_leases_stay_items() {
         let s = state((0..MAX_INLINE_LEASES as u64).map(|n| lease(100, record(n, true, n..n + 1), true)).collect());
         let ops = vec![create(900, &record(20, true, 40..41))];
-        assert_eq!(fold(&s, SUB, 0, ops.clone(), true), ops, "no room for a fifth lease");
+        assert_eq!(fold(&s, SUB, 0, None, ops.clone(), true), ops, "no room for a fifth lease");
 
         let s = state(vec![]);
         for new in [record(21, false, 40..41), record(22, true, 40..140)] {
             let ops = vec![create(900, &new)];
-            assert_eq!(fold(&s, SUB, 0, ops.clone(), true), ops, "parked, or too large");
+            assert_eq!(fold(&s, SUB, 0, None, ops.clone(), true), ops, "parked, or too large");
         }
         let ops = vec![create(900, &record(23, true, 40..41))];
-        assert_eq!(fold(&s, SUB, 0, ops.clone(), false), ops, "only a take inlines new leases");
+        assert_eq!(fold(&s, SUB, 0, None, ops.clone(), false), ops, "only a take inlines new leases");
     }
 
     #[test]
@@ -239,7 +212,7 @@ mod tests {
             shrink(&s.leases[1], &HashSet::from([3, 4])),
             shrink(&item, &HashSet::from([5])),
         ];
-        let (cursor, others) = written(&fold(&s, SUB, 0, ops, false));
+        let (cursor, others) = written(&fold(&s, SUB, 0, None, ops, false));
         let (written, expect) = cursor.expect("a cursor write");
         assert_eq!(written.leases, vec![InlineLease { due: 100, record: shrunk }], "one shrunk, one gone");
         assert_eq!(written.next, 40, "the cursor itself as read");
@@ -252,7 +225,7 @@ mod tests {
         let item = lease(300, record(3, true, 5..6), false);
         let s = state(vec![item.clone()]);
         let ops = vec![shrink(&item, &HashSet::from([5]))];
-        assert_eq!(fold(&s, SUB, 0, ops.clone(), false), ops);
+        assert_eq!(fold(&s, SUB, 0, None, ops.clone(), false), ops);
     }
 
     #[test]
@@ -261,7 +234,12 @@ mod tests {
         let s = state(vec![lease(100, a.clone(), true)]);
         let op = s.cursor_write(SUB, 0, CursorRecord { dead: 3, ..s.cursor });
         let (cursor, _) = written(&[op]);
-        assert_eq!(cursor.expect("a cursor write").0.leases, vec![InlineLease { due: 100, record: a }]);
+        assert_eq!(cursor.expect("a cursor write").0.leases, vec![InlineLease { due: 100, record: a.clone() }]);
+        let (cursor, others) = written(&fold(&s, SUB, 0, Some(CursorRecord { dead: 3, ..s.cursor }), vec![], false));
+        let (item, expect) = cursor.expect("a cursor write");
+        assert_eq!((item.dead, item.leases), (3, vec![InlineLease { due: 100, record: a }]));
+        assert_eq!(expect, Expect::Version(5));
+        assert!(others.is_empty());
     }
 
     #[test]
@@ -276,7 +254,7 @@ mod tests {
 
         let mut s = read();
         assert!(ack(&mut s, &[receipt(0, 100, 1), receipt(3, 200, 2)]));
-        let (cursor, others) = written(&fold(&s, SUB, 0, Vec::new(), false));
+        let (cursor, others) = written(&fold(&s, SUB, 0, None, Vec::new(), false));
         let (written, expect) = cursor.expect("the acks written alone: a cursor write");
         let left = LeaseRecord { msgs: a.msgs[1..].to_vec(), ..a.clone() };
         assert_eq!(written.leases, vec![InlineLease { due: 100, record: left }], "one shrunk, one gone");

@@ -217,7 +217,7 @@ impl Queues {
             let nothing = only_expired && pick.gone.is_empty() && skipped == 0 && filtered == 0;
             if carried && (nothing || (only_expired && passes == MAX_PASSES)) {
                 // Nothing to take: the acks are written alone.
-                let ops = super::inline::fold(&state, sub.record.id, partition, Vec::new(), false);
+                let ops = super::inline::fold(&state, sub.record.id, partition, None, Vec::new(), false);
                 match self.write_on_deferred(sub, ops).await? {
                     Ok(()) => written(&mut riding, carried),
                     Err(e) => {
@@ -393,12 +393,8 @@ impl Queues {
             }
             buried += msgs.len() as u64;
         }
-        ops.push(state.cursor_write(
-            sub.record.id,
-            partition,
-            CursorRecord { dead: state.cursor.dead + buried, ..state.cursor },
-        ));
-        let ops = super::inline::fold(state, sub.record.id, partition, ops, false);
+        let cursor = CursorRecord { dead: state.cursor.dead + buried, ..state.cursor };
+        let ops = super::inline::fold(state, sub.record.id, partition, Some(cursor), ops, false);
         if let Err(e) = self.write_on(sub, ops).await? {
             return Ok(Err(e));
         }

@@ -149,12 +149,14 @@ impl Queues {
                 continue;
             };
             let at = Target { sub, partition, receipt_key };
-            let cursor = Some(&state).filter(|_| bump_cursor);
-            let mut round = settle_round(&at, &leases, &pending, action, cursor, || self.nonce());
+            let mut round = settle_round(&at, &leases, &pending, action, || self.nonce());
             if !round.ops.is_empty() {
                 // Leases a settle creates stay items: a moved lease keeps its nonce, and its
                 // new key may name an item this settle did not read, whose create must fail.
-                round.ops = super::inline::fold(&state, sub.record.id, partition, round.ops, false);
+                // A keyed settle rewrites the cursor: a keyed receiver that read the leases
+                // before this write then fails its own.
+                let cursor = Some(state.cursor).filter(|_| bump_cursor);
+                round.ops = super::inline::fold(&state, sub.record.id, partition, cursor, round.ops, false);
                 // An ack or a release lost to a power cut only delivers its messages again,
                 // or later (at least once); a visibility change lost so would end a window
                 // its holder was told runs longer, so it is durable before it is answered.
@@ -239,14 +241,13 @@ struct Round<'a> {
 /// Decides one round: receipts in order until their messages' leases fill a write; each
 /// message removed from its lease and put nowhere (ack), in a released lease, or in a held
 /// one (a new receipt). A move into a lease already read merges with what stays there;
-/// into one not read, the create fails and the settle reads again. With `cursor`, a round
-/// that writes also rewrites the cursor. Release nonces are drawn from `nonce`, in order.
+/// into one not read, the create fails and the settle reads again. Release nonces are
+/// drawn from `nonce`, in order.
 fn settle_round<'a>(
     at: &Target<'_>,
     leases: &'a BTreeMap<String, Lease>,
     pending: &[(usize, Receipt)],
     action: Settle,
-    cursor: Option<&QueueState>,
     mut nonce: impl FnMut() -> u64,
 ) -> Round<'a> {
     let (sub, partition) = (at.sub, at.partition);
@@ -309,9 +310,6 @@ fn settle_round<'a>(
         ops.retain(|op| op.key() != &key);
         ops.push(WriteOp::replace(key, layout::encode(&lease), version));
     }
-    if let (false, Some(state)) = (ops.is_empty(), cursor) {
-        ops.push(state.cursor_write(sub.record.id, partition, state.cursor));
-    }
     Round { found, ops, new_receipts }
 }
 
@@ -346,7 +344,7 @@ mod tests {
         let at = Target { sub: &sub, partition: 0, receipt_key: &key };
         let pending: Vec<(usize, Receipt)> = pending.iter().copied().enumerate().collect();
         let mut nonces = 50..;
-        settle_round(&at, leases, &pending, action, None, || nonces.next().unwrap_or(0))
+        settle_round(&at, leases, &pending, action, || nonces.next().unwrap_or(0))
     }
 
     fn shape(r: &Round) -> Vec<String> {

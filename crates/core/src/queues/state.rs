@@ -31,6 +31,18 @@ impl QueueState {
     /// the inline leases as read: a write that changes them goes through [`inline::fold`].
     pub(super) fn cursor_write(&self, sub_id: u64, partition: u32, cursor: CursorRecord) -> WriteOp {
         let leases = self.leases.iter().filter(|l| l.inline).map(Lease::to_inline).collect();
+        self.cursor_item_write(sub_id, partition, cursor, leases)
+    }
+
+    /// The write of the cursor item as `cursor` holding `leases`, conditional on the
+    /// version read.
+    pub(super) fn cursor_item_write(
+        &self,
+        sub_id: u64,
+        partition: u32,
+        cursor: CursorRecord,
+        leases: Vec<InlineLease>,
+    ) -> WriteOp {
         let item = CursorItem::new(cursor, leases);
         WriteOp::replace(cursor_key(sub_id, partition), item.encode(), self.cursor_version)
     }

@@ -345,15 +345,15 @@ pub(super) fn write(
         // Later writes need no such check: the purge deletes the cursor they are conditional on.
         ops.push(WriteOp::Check { key: sub_key(sub.topic.id, &sub.name), expect: Expect::Version(sub.version) });
     }
+    let mut cursor = None;
     if pick.cursor_next > state.cursor.next || !pick.gone.is_empty() {
         let expired = state.cursor.expired + skipped + pick.gone.len() as u64;
         let filtered = state.cursor.filtered + plan.filtered_below(pick.cursor_next);
-        let cursor = CursorRecord { next: pick.cursor_next, dead: state.cursor.dead, expired, filtered };
-        ops.push(state.cursor_write(sub.record.id, partition, cursor));
+        cursor = Some(CursorRecord { next: pick.cursor_next, dead: state.cursor.dead, expired, filtered });
     } else if plan.keyed {
         // Rewritten, not only checked: a keyed receiver that read the leases while
         // this write moved some of them reads an older cursor, and fails.
-        ops.push(state.cursor_write(sub.record.id, partition, state.cursor));
+        cursor = Some(state.cursor);
     }
     let mut removed: BTreeMap<usize, HashSet<u64>> = BTreeMap::new();
     for &ci in kept {
@@ -395,7 +395,7 @@ pub(super) fn write(
             ops.push(new_lease(sub, partition, due, lease));
         }
     }
-    let ops = inline::fold(state, sub.record.id, partition, ops, true);
+    let ops = inline::fold(state, sub.record.id, partition, cursor, ops, true);
     Write { ops, delivered, checks_sub }
 }
 
@@ -630,7 +630,7 @@ mod tests {
                 vec![event(10, None, 0)],
                 2,
                 vec![(10, 1), (2, 2)],
-                vec!["cursor", "deleted lease"],
+                vec!["deleted lease", "cursor"],
             ),
         ];
         for (name, msgs, log, want, delivered, ops) in cases {
