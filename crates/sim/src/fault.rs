@@ -144,6 +144,45 @@ impl FaultyStore {
         Self { inner, chaos, life }
     }
 
+    /// A write (`deferred`: [`StateStore::write_deferred`]) with this process's faults: a
+    /// crash before or after it applies, or its answer lost.
+    async fn write_faulty(&self, ops: Vec<WriteOp>, deferred: bool) -> Result<(), StorageError> {
+        sluice_core::ports::state::validate(&ops)?;
+        if self.chaos.verbose() {
+            let detail: Vec<String> = ops
+                .iter()
+                .map(|op| {
+                    let k = op.key();
+                    let kind = match op {
+                        WriteOp::Put { .. } => "put",
+                        WriteOp::Delete { .. } => "del",
+                        WriteOp::Check { .. } => "chk",
+                    };
+                    format!("{kind} {}/{} {:?}", k.pk, k.sk, op.expect())
+                })
+                .collect();
+            self.note(&format!("write ops [{}]", detail.join(", ")));
+        }
+        self.before("write").await?;
+        let keys = keys_of(&ops);
+        let out = if deferred { self.inner.write_deferred(ops).await } else { self.inner.write(ops).await };
+        if self.chaos.verbose() {
+            self.note(&format!("write applied? {:?} [{keys}]", out.as_ref().map_err(|e| e.to_string())));
+        }
+        if out.is_ok() && self.chaos.chance(self.chaos.config().lost_answer) {
+            self.note(&format!("lost the answer of an applied write [{keys}]"));
+            self.chaos.pause().await;
+            return Err(unavailable("answer lost after the write applied"));
+        }
+        if let Err(e) = self.after().await {
+            if out.is_ok() {
+                self.note(&format!("crashed after an applied write [{keys}]"));
+            }
+            return Err(e);
+        }
+        out
+    }
+
     fn note(&self, what: &str) {
         self.chaos.trace.line(format!("  fault p{}.{} {what}", self.life.pid, self.life.incarnation));
     }
@@ -234,40 +273,11 @@ impl StateStore for FaultyStore {
     }
 
     async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
-        sluice_core::ports::state::validate(&ops)?;
-        if self.chaos.verbose() {
-            let detail: Vec<String> = ops
-                .iter()
-                .map(|op| {
-                    let k = op.key();
-                    let kind = match op {
-                        WriteOp::Put { .. } => "put",
-                        WriteOp::Delete { .. } => "del",
-                        WriteOp::Check { .. } => "chk",
-                    };
-                    format!("{kind} {}/{} {:?}", k.pk, k.sk, op.expect())
-                })
-                .collect();
-            self.note(&format!("write ops [{}]", detail.join(", ")));
-        }
-        self.before("write").await?;
-        let keys = keys_of(&ops);
-        let out = self.inner.write(ops).await;
-        if self.chaos.verbose() {
-            self.note(&format!("write applied? {:?} [{keys}]", out.as_ref().map_err(|e| e.to_string())));
-        }
-        if out.is_ok() && self.chaos.chance(self.chaos.config().lost_answer) {
-            self.note(&format!("lost the answer of an applied write [{keys}]"));
-            self.chaos.pause().await;
-            return Err(unavailable("answer lost after the write applied"));
-        }
-        if let Err(e) = self.after().await {
-            if out.is_ok() {
-                self.note(&format!("crashed after an applied write [{keys}]"));
-            }
-            return Err(e);
-        }
-        out
+        self.write_faulty(ops, false).await
+    }
+
+    async fn write_deferred(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
+        self.write_faulty(ops, true).await
     }
 
     async fn delete_many(&self, keys: Vec<Key>) -> Result<(), StorageError> {

@@ -40,6 +40,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[derive(Default)]
 pub struct MemData {
     items: BTreeMap<Key, Stored>,
+    /// The writes answered without being durable since the last durable one
+    /// ([`StateStore::write_deferred`]), oldest first: per write, what it replaced at each
+    /// key (`None`: nothing), for a power cut to undo.
+    at_risk: Vec<Vec<(Key, Option<Stored>)>>,
+    /// Grows with every durable write: a deferred write applied while it read `n` is
+    /// durable once it reads more.
+    durable: u64,
 }
 
 /// A transactional key-value store in memory. Handles made with [`MemStore::handle`] share
@@ -78,6 +85,42 @@ impl MemStore {
             .filter(|(_, s)| s.live(now))
             .map(|(k, s)| item(k, s))
             .collect()
+    }
+
+    /// How many durable writes were applied: a deferred write is durable once this grows.
+    pub fn durable_count(&self) -> u64 {
+        lock(&self.data).durable
+    }
+
+    /// A power cut: of the deferred writes since the last durable one, the first
+    /// `survivors` stay and the others are undone, newest first (what survives a cut is a
+    /// prefix of the writes, as [`StateStore::write_deferred`] says). Answers how many
+    /// were undone.
+    pub fn power_cut(&self, survivors: usize) -> usize {
+        let mut data = lock(&self.data);
+        let keep = survivors.min(data.at_risk.len());
+        let lost = data.at_risk.split_off(keep);
+        for write in lost.iter().rev() {
+            for (key, before) in write.iter().rev() {
+                match before {
+                    Some(stored) => data.items.insert(key.clone(), stored.clone()),
+                    None => data.items.remove(key),
+                };
+            }
+        }
+        data.at_risk.clear();
+        lost.len()
+    }
+
+    /// How many deferred writes a power cut now could undo.
+    pub fn at_risk(&self) -> usize {
+        lock(&self.data).at_risk.len()
+    }
+
+    /// A durable change (a write, or deletes) was applied: every earlier one is durable too.
+    fn made_durable(data: &mut MemData) {
+        data.at_risk.clear();
+        data.durable += 1;
     }
 
     /// How many items are stored (expired ones included).
@@ -159,7 +202,7 @@ impl MemStore {
         Page { items, next }
     }
 
-    fn write_now(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
+    fn write_now(&self, ops: Vec<WriteOp>, durable: bool) -> Result<(), StorageError> {
         validate(&ops)?;
         let now = self.clock.now_ms();
         let mut data = lock(&self.data);
@@ -173,6 +216,16 @@ impl MemStore {
             if !holds {
                 return Err(StorageError::ConditionFailed { op: i });
             }
+        }
+        if durable {
+            Self::made_durable(&mut data);
+        } else {
+            let before = ops
+                .iter()
+                .filter(|op| !matches!(op, WriteOp::Check { .. }))
+                .map(|op| (op.key().clone(), data.items.get(op.key()).cloned()))
+                .collect();
+            data.at_risk.push(before);
         }
         for op in ops {
             match op {
@@ -210,11 +263,16 @@ impl StateStore for MemStore {
     }
 
     async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
-        self.write_now(ops)
+        self.write_now(ops, true)
+    }
+
+    async fn write_deferred(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
+        self.write_now(ops, false)
     }
 
     async fn delete_many(&self, keys: Vec<Key>) -> Result<(), StorageError> {
         let mut data = lock(&self.data);
+        Self::made_durable(&mut data);
         for k in keys {
             data.items.remove(&k);
         }
@@ -224,6 +282,7 @@ impl StateStore for MemStore {
     async fn purge_expired(&self, limit: usize) -> Result<usize, StorageError> {
         let now = self.clock.now_ms();
         let mut data = lock(&self.data);
+        Self::made_durable(&mut data);
         let gone: Vec<Key> =
             data.items.iter().filter(|(_, s)| !s.live(now)).take(limit).map(|(k, _)| k.clone()).collect();
         for k in &gone {
@@ -314,5 +373,47 @@ impl ObjectStore for MemObjects {
             b.deleted += 1;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(sk: &str, value: &'static str, expect: Expect) -> WriteOp {
+        WriteOp::Put {
+            key: Key::new("p", sk),
+            value: Bytes::from_static(value.as_bytes()),
+            expires_at_ms: None,
+            expect,
+        }
+    }
+
+    fn values(store: &MemStore) -> Vec<(String, String, u64)> {
+        let items = store.peek_all("p");
+        items.into_iter().map(|i| (i.key.sk, String::from_utf8(i.value.to_vec()).unwrap(), i.version)).collect()
+    }
+
+    fn owned(rows: &[(&str, &str, u64)]) -> Vec<(String, String, u64)> {
+        rows.iter().map(|(k, v, n)| (k.to_string(), v.to_string(), *n)).collect()
+    }
+
+    #[tokio::test]
+    async fn a_power_cut_undoes_the_deferred_writes_no_durable_write_followed_newest_first() {
+        let store = MemStore::new(Arc::new(sluice_core::SystemClock));
+        store.write(vec![put("a", "a1", Expect::Absent)]).await.unwrap();
+        store.write_deferred(vec![put("a", "a2", Expect::Version(1))]).await.unwrap();
+        store.write(vec![put("b", "b1", Expect::Absent)]).await.unwrap();
+        assert_eq!(store.at_risk(), 0, "a durable write makes the deferred one before it durable");
+        let durable = store.durable_count();
+        store.write_deferred(vec![put("a", "a3", Expect::Version(2)), put("c", "c1", Expect::Absent)]).await.unwrap();
+        store.write_deferred(vec![put("a", "a4", Expect::Version(3))]).await.unwrap();
+        store.write_deferred(vec![WriteOp::Delete { key: Key::new("p", "b"), expect: Expect::Any }]).await.unwrap();
+        assert_eq!((store.at_risk(), store.durable_count()), (3, durable));
+
+        assert_eq!(store.power_cut(1), 2, "the first survives, the two after it are undone");
+        assert_eq!(values(&store), owned(&[("a", "a3", 3), ("b", "b1", 1), ("c", "c1", 1)]));
+        assert_eq!(store.at_risk(), 0);
+        assert_eq!(store.power_cut(0), 0, "nothing left to lose");
     }
 }

@@ -359,6 +359,9 @@ struct Delivery {
     /// The start seq of the first ack of it, whatever its answer.
     ack_seq: Option<u64>,
     acked_ok: Option<u64>,
+    /// The store's durable-write count when its ack was seen answered ok: a power cut
+    /// before the count grows may undo that ack (`MemStore::power_cut`).
+    ack_durable: u64,
     ack_maybe: bool,
 }
 
@@ -1056,6 +1059,10 @@ impl World {
 
     fn crash(&mut self) {
         self.drain();
+        // Half the crashes that come while deferred writes are at risk are power cuts.
+        if self.mem.at_risk() > 0 && self.rng.chance(0.5) {
+            return self.power_cut();
+        }
         let pid = self.rng.below(self.procs.len() as u64) as usize;
         self.procs[pid].life.kill();
         let victims: Vec<u64> = self.inflight.iter().filter(|(_, op)| op.pid == pid).map(|(id, _)| *id).collect();
@@ -1068,6 +1075,45 @@ impl World {
         }
         let fresh = self.process(pid);
         self.procs[pid] = fresh;
+    }
+
+    /// A power cut: every process dies at once, and the store loses the deferred writes
+    /// (acks, releases, heartbeats) no durable write has followed, or all but a prefix of
+    /// them. What the contract allows then, the checker allows: an ack answered since the
+    /// last durable write becomes unknown (its messages may come back), and a committed
+    /// offset seen may go back (an auto-commit rides on a deferred heartbeat). Nothing
+    /// else: publishes, receives' leases, commit requests and seeks are durable.
+    fn power_cut(&mut self) {
+        let durable = self.mem.durable_count();
+        let at_risk = self.mem.at_risk();
+        for p in &self.procs {
+            p.life.kill();
+        }
+        let victims: Vec<u64> = self.inflight.keys().copied().collect();
+        for id in &victims {
+            let op = self.inflight.remove(id).unwrap();
+            op.handle.abort();
+            self.complete(op, Res::Crashed);
+        }
+        let lost = self.mem.power_cut(self.rng.below(at_risk as u64 + 1) as usize);
+        self.trace.line(format!(
+            "step {} POWER CUT ({} ops in flight; {lost} of {at_risk} deferred writes lost)",
+            self.step,
+            victims.len()
+        ));
+        self.stat("power_cuts");
+        for s in self.subs.values_mut() {
+            for dl in s.msgs.values_mut().flat_map(|m| m.deliveries.iter_mut()) {
+                if dl.acked_ok.is_some() && dl.ack_durable == durable {
+                    dl.acked_ok = None;
+                    dl.ack_maybe = true;
+                }
+            }
+        }
+        self.group.last_seen.clear();
+        for pid in 0..self.procs.len() {
+            self.procs[pid] = self.process(pid);
+        }
     }
 
     fn spawn<F>(&mut self, client: usize, act: Act, topic: Option<&str>, fut: F)
@@ -2364,6 +2410,7 @@ impl World {
             release_seq: None,
             ack_seq: None,
             acked_ok: None,
+            ack_durable: 0,
             ack_maybe: false,
         });
     }
@@ -2379,12 +2426,14 @@ impl World {
             _ => vec![None; held.len()],
         };
         let mut keep = Vec::new();
+        let durable = self.mem.durable_count();
         for (h, r) in held.iter().zip(results) {
             let now = d.start_ms;
             let Some(dl) = self.delivery_mut(h) else { continue };
             match (how, r) {
                 (SettleHow::Ack, Some(true)) => {
                     dl.acked_ok = Some(d.end_seq);
+                    dl.ack_durable = durable;
                 }
                 (SettleHow::Ack, None) => {
                     dl.ack_maybe = true;
