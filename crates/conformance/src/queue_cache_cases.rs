@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use sluice_core::queues::{PushSpec, Queues, StartAt, SubscriptionSpec};
+use sluice_core::queues::{PushSpec, Queues, ReceiptError, StartAt, SubscriptionSpec};
 use sluice_core::{Code, Error, Log, LogConfig, ManualClock};
 
 use crate::queue_cases::{ack, new_topic, positions, publish_at, receive, request, spec, START_MS};
@@ -77,6 +77,29 @@ pub async fn given_a_cached_subscription_re_created_elsewhere_then_requests_go_t
     let rest = receive(&cached, &topic, "s", 10).await;
     assert_eq!(positions(&rest), vec![(0, 2), (0, 3)], "the new subscription's, each once");
     assert!(rest.iter().all(|m| m.receive_count == 1));
+}
+
+pub async fn given_a_cached_subscription_re_created_elsewhere_then_acks_riding_on_its_receive_are_invalid(
+    backend: &dyn Backend,
+) {
+    let (_clock, log, cached, _, other) = two_processes(backend).await;
+    let topic = new_topic(&log, "cached-riding", 1).await;
+    other.create(&topic, "s", settings()).await.unwrap();
+    for i in 0..3 {
+        publish_at(&log, &topic, 0, &format!("m{i}"), START_MS).await;
+    }
+    let old = receive(&cached, &topic, "s", 1).await;
+    assert_eq!(old.len(), 1);
+
+    other.delete(&topic, "s").await.unwrap();
+    other.create(&topic, "s", settings()).await.unwrap();
+    // Checked against the stale entry, the receipt looks like this subscription's; the
+    // take's write finds the entry stale and the request goes again on the new one, to
+    // which the receipt is another subscription's, as a plain ack answers.
+    let (acks, got) = cached.ack_and_receive(&topic, "s", &[old[0].receipt.clone()], &request(10)).await.unwrap();
+    assert_eq!(acks, vec![Err(ReceiptError::Invalid)], "a receipt of the subscription deleted");
+    assert_eq!(positions(&got), vec![(0, 0), (0, 1), (0, 2)], "the new subscription starts over");
+    assert_eq!(ack(&cached, &topic, "s", &old[0].receipt).await, Err(ReceiptError::Invalid));
 }
 
 pub async fn given_a_cached_subscriptions_topic_deleted_elsewhere_then_no_write_acts_on_it(backend: &dyn Backend) {

@@ -63,6 +63,7 @@ macro_rules! queue_conformance_suite {
             given_a_receive_answering_after_a_window_ended_then_it_leaves_those_messages_out,
             given_a_cached_subscription_deleted_elsewhere_then_no_write_acts_on_it,
             given_a_cached_subscription_re_created_elsewhere_then_requests_go_to_the_new_one,
+            given_a_cached_subscription_re_created_elsewhere_then_acks_riding_on_its_receive_are_invalid,
             given_a_cached_subscriptions_topic_deleted_elsewhere_then_no_write_acts_on_it,
             given_a_cached_subscription_deleted_elsewhere_then_an_empty_receive_finds_out_within_the_ttl,
             given_a_cached_subscription_re_created_elsewhere_as_push_then_a_client_cannot_receive,

@@ -24,8 +24,9 @@ impl Queues {
         let receipt_key = self.receipt_key().await?;
         let (acks, received) = match Riding::new(&sub, receipts, receipt_key) {
             Some(mut riding) => {
-                let received = on_fresh_sub!(self, sub, pull, self.receive_riding(&sub, req, &mut riding).await);
-                // Counted once written, even if the receive then failed.
+                let received: Result<Vec<Message>, Error> =
+                    async { on_fresh_sub!(self, sub, pull, self.receive_riding(&sub, req, &mut riding).await) }.await;
+                // Counted once written, even if the receive (or a retry's check) then failed.
                 if let Some(results) = &riding.results {
                     sub.count(metrics::ACKED, results.iter().filter(|r| r.is_ok()).count() as u64);
                 }
@@ -47,6 +48,11 @@ impl Queues {
         req: &ReceiveRequest,
         riding: &mut Riding,
     ) -> Result<Vec<Message>, Error> {
+        if riding.results.is_none() && riding.receipts.iter().any(|(_, r)| r.sub_id != sub.record.id) {
+            // Checked against a cached subscription since replaced (this is the request
+            // going again on the fresh one): the receipts are another subscription's.
+            riding.results = Some(vec![Err(ReceiptError::Invalid); riding.receipts.len()]);
+        }
         let messages = self.take_messages(sub, req, Some(riding)).await?;
         sub.count(metrics::RECEIVED, messages.len() as u64);
         Ok(messages)
