@@ -7,7 +7,10 @@
 //! - a map keyed `topic#partition` (zero-padded) is stored as `{topic: [[partition, value]…]}`.
 
 use std::collections::BTreeMap;
+use std::fmt;
 
+use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
+use serde::de::{self, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::groups::TopicPartition;
@@ -15,7 +18,19 @@ use crate::groups::TopicPartition;
 /// `topic#partition` keys as the group records use them (partition zero-padded, so string
 /// order is numeric order).
 pub(crate) fn tp_key(topic: &str, partition: u32) -> String {
-    format!("{topic}#{partition:010}")
+    // What `format!("{topic}#{partition:010}")` writes, without the formatting machinery:
+    // group reads and plans make one per partition they look at.
+    let mut digits = [b'0'; 10];
+    let mut n = partition;
+    for d in digits.iter_mut().rev() {
+        *d = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    let mut key = String::with_capacity(topic.len() + 11);
+    key.push_str(topic);
+    key.push('#');
+    key.extend(digits.iter().map(|&d| char::from(d)));
+    key
 }
 
 fn split_tp_key(key: &str) -> Option<(&str, u32)> {
@@ -37,29 +52,51 @@ pub(crate) mod assignment {
         out.serialize(s)
     }
 
-    #[derive(Deserialize)]
-    #[serde(untagged)]
+    /// A member's entry: `{topic: [partition…]}` (compact) or `[{"topic", "partition"}…]`.
     enum Stored {
-        Compact(BTreeMap<String, BTreeMap<String, Vec<u32>>>),
-        PerPartition(BTreeMap<String, Vec<TopicPartition>>),
+        Compact(BTreeMap<String, Vec<u32>>),
+        PerPartition(Vec<TopicPartition>),
+    }
+
+    impl<'de> Deserialize<'de> for Stored {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct Either;
+            impl<'de> Visitor<'de> for Either {
+                type Value = Stored;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a map of topics to partitions, or a list of topic partitions")
+                }
+                fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Stored, A::Error> {
+                    Deserialize::deserialize(MapAccessDeserializer::new(map)).map(Stored::Compact)
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Stored, A::Error> {
+                    Deserialize::deserialize(SeqAccessDeserializer::new(seq)).map(Stored::PerPartition)
+                }
+            }
+            d.deserialize_any(Either)
+        }
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, Vec<TopicPartition>>, D::Error> {
-        Ok(match Stored::deserialize(d)? {
-            Stored::PerPartition(members) => members,
-            Stored::Compact(members) => members
-                .into_iter()
-                .map(|(member, topics)| {
-                    let mut parts: Vec<TopicPartition> = topics
-                        .into_iter()
-                        .flat_map(|(topic, ps)| ps.into_iter().map(move |partition| (topic.clone(), partition)))
-                        .map(|(topic, partition)| TopicPartition { topic, partition })
-                        .collect();
-                    parts.sort();
-                    (member, parts)
-                })
-                .collect(),
-        })
+        let members: BTreeMap<String, Stored> = Deserialize::deserialize(d)?;
+        Ok(members
+            .into_iter()
+            .map(|(member, stored)| {
+                let parts = match stored {
+                    Stored::PerPartition(parts) => parts,
+                    Stored::Compact(topics) => {
+                        let mut parts: Vec<TopicPartition> = topics
+                            .into_iter()
+                            .flat_map(|(topic, ps)| ps.into_iter().map(move |partition| (topic.clone(), partition)))
+                            .map(|(topic, partition)| TopicPartition { topic, partition })
+                            .collect();
+                        parts.sort();
+                        parts
+                    }
+                };
+                (member, parts)
+            })
+            .collect())
     }
 }
 
@@ -78,21 +115,59 @@ pub(crate) mod by_partition {
         out.serialize(s)
     }
 
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Stored {
-        Compact(BTreeMap<String, Vec<(u32, u64)>>),
-        PerPartition(BTreeMap<String, u64>),
+    /// Reads either form as it goes, without buffering the record (as serde's untagged
+    /// enums do): a topic's entries `[[partition, value]…]`, or one `topic#partition`'s value.
+    struct Either;
+
+    impl<'de> Visitor<'de> for Either {
+        type Value = BTreeMap<String, u64>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a map of topics to [partition, value] pairs, or of topic#partition keys to values")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some(key) = map.next_key::<String>()? {
+                match map.next_value::<Entry>()? {
+                    Entry::One(value) => {
+                        out.insert(key, value);
+                    }
+                    Entry::Many(entries) => {
+                        out.extend(entries.into_iter().map(|(p, value)| (tp_key(&key, p), value)));
+                    }
+                }
+            }
+            Ok(out)
+        }
+    }
+
+    enum Entry {
+        One(u64),
+        Many(Vec<(u32, u64)>),
+    }
+
+    impl<'de> Deserialize<'de> for Entry {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct Value;
+            impl<'de> Visitor<'de> for Value {
+                type Value = Entry;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a value, or a list of [partition, value] pairs")
+                }
+                fn visit_u64<E: de::Error>(self, value: u64) -> Result<Entry, E> {
+                    Ok(Entry::One(value))
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Entry, A::Error> {
+                    Deserialize::deserialize(SeqAccessDeserializer::new(seq)).map(Entry::Many)
+                }
+            }
+            d.deserialize_any(Value)
+        }
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, u64>, D::Error> {
-        Ok(match Stored::deserialize(d)? {
-            Stored::PerPartition(map) => map,
-            Stored::Compact(topics) => topics
-                .into_iter()
-                .flat_map(|(topic, entries)| entries.into_iter().map(move |(p, v)| (tp_key(&topic, p), v)))
-                .collect(),
-        })
+        d.deserialize_map(Either)
     }
 }
 
@@ -135,6 +210,22 @@ mod tests {
         let json = serde_json::to_string(&member).unwrap();
         assert!(json.contains(r#""positions":{"orders":[[1,0],[3,18446744073709551615]]}"#), "{json}");
         assert_eq!(serde_json::from_str::<MemberRecord>(&json).unwrap(), member);
+    }
+
+    #[test]
+    fn keys_are_zero_padded_and_bad_records_are_errors_not_panics() {
+        for p in [0, 7, 1_000, u32::MAX] {
+            assert_eq!(tp_key("t#1", p), format!("t#1#{p:010}"));
+        }
+        for bad in [
+            r#"{"generation":1,"members":{},"topics":{},"since":{"orders":"x"}}"#,
+            r#"{"generation":1,"members":{},"topics":{},"since":{"orders":[[1]]}}"#,
+            r#"{"generation":1,"members":{},"topics":{},"since":[]}"#,
+            r#"{"generation":1,"members":{"m1":7},"topics":{},"since":{}}"#,
+            r#"{"generation":1,"members":{"m1":{"orders":[-1]}},"topics":{},"since":{}}"#,
+        ] {
+            assert!(serde_json::from_str::<GroupRecord>(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
