@@ -301,7 +301,28 @@ pub fn head_key(id: u64, partition: u32) -> Key {
 }
 
 fn partition_sk(partition: u32) -> String {
-    format!("{partition:010}")
+    let mut sk = String::with_capacity(10);
+    push_padded(&mut sk, u64::from(partition), 10);
+    sk
+}
+
+/// Appends `n` in decimal, zero-padded to `width` digits: what `format!("{n:0width$}")`
+/// writes, without the formatting machinery, as keys are made on every request.
+pub(crate) fn push_padded(out: &mut String, n: u64, width: usize) {
+    let mut digits = [b'0'; 20];
+    let (mut n, mut start) = (n, digits.len());
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend(std::iter::repeat_n('0', width.saturating_sub(digits.len())));
+    // The buffer is zeros up to the digits: its tail is the padded number (ASCII).
+    let from = start.min(digits.len().saturating_sub(width));
+    out.push_str(std::str::from_utf8(&digits[from..]).unwrap_or_default());
 }
 
 /// The partition a head's sort key names.
@@ -315,7 +336,9 @@ pub fn segments_pk(id: u64, partition: u32) -> String {
 
 /// Zero-padded so that string order is offset order.
 pub fn offset_sk(offset: u64) -> String {
-    format!("{offset:020}")
+    let mut sk = String::with_capacity(20);
+    push_padded(&mut sk, offset, 20);
+    sk
 }
 
 pub fn offset_of(sk: &str) -> Result<u64, StorageError> {
@@ -383,6 +406,19 @@ pub fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn padded_numbers_are_what_format_writes() {
+        for n in [0, 1, 9, 10, 4_294_967_295, 99_999_999_999, u64::MAX] {
+            for width in [0, 1, 10, 20] {
+                let mut out = String::from("k#");
+                push_padded(&mut out, n, width);
+                assert_eq!(out, format!("k#{n:0width$}"), "{n} in {width}");
+            }
+        }
+        assert_eq!(offset_sk(42), format!("{:020}", 42));
+        assert_eq!(head_key(1, 7).sk, "0000000007");
+    }
 
     #[test]
     fn offset_keys_sort_as_offsets() {

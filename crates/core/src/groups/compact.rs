@@ -18,18 +18,10 @@ use crate::groups::TopicPartition;
 /// `topic#partition` keys as the group records use them (partition zero-padded, so string
 /// order is numeric order).
 pub(crate) fn tp_key(topic: &str, partition: u32) -> String {
-    // What `format!("{topic}#{partition:010}")` writes, without the formatting machinery:
-    // group reads and plans make one per partition they look at.
-    let mut digits = [b'0'; 10];
-    let mut n = partition;
-    for d in digits.iter_mut().rev() {
-        *d = b'0' + (n % 10) as u8;
-        n /= 10;
-    }
     let mut key = String::with_capacity(topic.len() + 11);
     key.push_str(topic);
     key.push('#');
-    key.extend(digits.iter().map(|&d| char::from(d)));
+    crate::layout::push_padded(&mut key, u64::from(partition), 10);
     key
 }
 
