@@ -272,7 +272,10 @@ impl StateStore for MemStore {
 
     async fn delete_many(&self, keys: Vec<Key>) -> Result<(), StorageError> {
         let mut data = lock(&self.data);
-        Self::made_durable(&mut data);
+        // As the SQLite store: no keys, no transaction, nothing synced.
+        if !keys.is_empty() {
+            Self::made_durable(&mut data);
+        }
         for k in keys {
             data.items.remove(&k);
         }

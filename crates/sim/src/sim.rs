@@ -1102,6 +1102,11 @@ impl World {
             victims.len()
         ));
         self.stat("power_cuts");
+        // Nothing undone: every answer stands (the acks carried by durable writes too).
+        if lost == 0 {
+            self.restart_all();
+            return;
+        }
         for s in self.subs.values_mut() {
             for dl in s.msgs.values_mut().flat_map(|m| m.deliveries.iter_mut()) {
                 if dl.acked_ok.is_some() && dl.ack_durable == durable {
@@ -1111,6 +1116,10 @@ impl World {
             }
         }
         self.group.last_seen.clear();
+        self.restart_all();
+    }
+
+    fn restart_all(&mut self) {
         for pid in 0..self.procs.len() {
             self.procs[pid] = self.process(pid);
         }
