@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use sluice_core::queues::{PushSpec, Queues, ReceiptError, StartAt, SubscriptionSpec};
+use sluice_core::queues::{Message, PushSpec, Queues, ReceiptError, StartAt, SubscriptionSpec};
 use sluice_core::{Code, Error, Log, LogConfig, ManualClock};
 
 use crate::queue_cases::{ack, new_topic, positions, publish_at, receive, request, spec, START_MS};
@@ -21,6 +21,25 @@ async fn two_processes(backend: &dyn Backend) -> (Arc<ManualClock>, Log, Queues,
     let (other_log, log) = (logs.pop().unwrap(), logs.pop().unwrap());
     let (cached, other) = (Queues::caching_subscriptions(log.clone()), Queues::new(other_log.clone()));
     (clock, log, cached, other_log, other)
+}
+
+/// Subscription `s`, made by the other process on a new topic of `count` messages, cached
+/// by the caching process's receive of one message (returned) and then deleted elsewhere.
+async fn cached_then_deleted_elsewhere(
+    backend: &dyn Backend,
+    prefix: &str,
+    count: usize,
+) -> (Queues, Queues, String, Vec<Message>) {
+    let (_clock, log, cached, _, other) = two_processes(backend).await;
+    let topic = new_topic(&log, prefix, 1).await;
+    other.create(&topic, "s", settings()).await.unwrap();
+    for i in 0..count {
+        publish_at(&log, &topic, 0, &format!("m{i}"), START_MS).await;
+    }
+    let old = receive(&cached, &topic, "s", 1).await;
+    assert_eq!(old.len(), 1, "the receive that caches it");
+    other.delete(&topic, "s").await.unwrap();
+    (cached, other, topic, old)
 }
 
 fn settings() -> SubscriptionSpec {
@@ -54,16 +73,7 @@ pub async fn given_a_cached_subscription_deleted_elsewhere_then_no_write_acts_on
 }
 
 pub async fn given_a_cached_subscription_re_created_elsewhere_then_requests_go_to_the_new_one(backend: &dyn Backend) {
-    let (_clock, log, cached, _, other) = two_processes(backend).await;
-    let topic = new_topic(&log, "cached-new", 1).await;
-    other.create(&topic, "s", settings()).await.unwrap();
-    for i in 0..4 {
-        publish_at(&log, &topic, 0, &format!("m{i}"), START_MS).await;
-    }
-    let old = receive(&cached, &topic, "s", 1).await;
-    assert_eq!(old.len(), 1);
-
-    other.delete(&topic, "s").await.unwrap();
+    let (cached, other, topic, old) = cached_then_deleted_elsewhere(backend, "cached-new", 4).await;
     other.create(&topic, "s", settings()).await.unwrap();
     // Receipts of the new subscription, acked through the stale entry: they name a
     // subscription the entry does not know, so the ack reads it again.
@@ -82,16 +92,7 @@ pub async fn given_a_cached_subscription_re_created_elsewhere_then_requests_go_t
 pub async fn given_a_cached_subscription_re_created_elsewhere_then_acks_riding_on_its_receive_are_invalid(
     backend: &dyn Backend,
 ) {
-    let (_clock, log, cached, _, other) = two_processes(backend).await;
-    let topic = new_topic(&log, "cached-riding", 1).await;
-    other.create(&topic, "s", settings()).await.unwrap();
-    for i in 0..3 {
-        publish_at(&log, &topic, 0, &format!("m{i}"), START_MS).await;
-    }
-    let old = receive(&cached, &topic, "s", 1).await;
-    assert_eq!(old.len(), 1);
-
-    other.delete(&topic, "s").await.unwrap();
+    let (cached, other, topic, old) = cached_then_deleted_elsewhere(backend, "cached-riding", 3).await;
     other.create(&topic, "s", settings()).await.unwrap();
     // Checked against the stale entry, the receipt looks like this subscription's; the
     // take's write finds the entry stale and the request goes again on the new one, to
@@ -139,15 +140,7 @@ pub async fn given_a_cached_subscription_deleted_elsewhere_then_an_empty_receive
 pub async fn given_a_cached_subscription_re_created_elsewhere_as_push_then_a_client_cannot_receive(
     backend: &dyn Backend,
 ) {
-    let (_clock, log, cached, _, other) = two_processes(backend).await;
-    let topic = new_topic(&log, "cached-push", 1).await;
-    other.create(&topic, "s", settings()).await.unwrap();
-    for i in 0..3 {
-        publish_at(&log, &topic, 0, &format!("m{i}"), START_MS).await;
-    }
-    assert_eq!(receive(&cached, &topic, "s", 1).await.len(), 1, "the receive that caches it");
-
-    other.delete(&topic, "s").await.unwrap();
+    let (cached, other, topic, _) = cached_then_deleted_elsewhere(backend, "cached-push", 3).await;
     let push = SubscriptionSpec { push: Some(PushSpec::url("https://receiver.test/hook", None)), ..settings() };
     other.create(&topic, "s", push).await.unwrap();
     // The cached entry says pull; its write finds it stale, and the fresh read says push.
