@@ -8,10 +8,11 @@
 //! DynamoDB's do. A [`StateStore::write`] checks every condition, then applies
 //! every operation.
 //!
-//! Writes are group-committed: the writes waiting when the writer connection
-//! becomes free run in one `BEGIN IMMEDIATE` transaction, each in a savepoint of
-//! its own (rolled back alone if a condition fails; a write alone in its group
-//! needs none), with one `COMMIT` and so one fsync for all of them. Each is
+//! Writes are group-committed by one thread of the store's own, the writer
+//! thread: the writes waiting when it becomes free run in one `BEGIN IMMEDIATE`
+//! transaction, each in a savepoint of its own (rolled back alone if a condition
+//! fails; a write alone in its group needs none), with one `COMMIT` and so one
+//! fsync for all of them. Each is
 //! still atomic and isolated (they apply one after another), and none is
 //! answered before the commit is on disk, except a group made only of
 //! [`StateStore::write_deferred`]'s writes: it commits with `synchronous=NORMAL`
@@ -25,7 +26,7 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -82,10 +83,27 @@ impl Writer {
     }
 }
 
+/// Writes waiting for the writer thread, which sleeps on `wake` while there are none.
+#[derive(Default)]
+struct Queue {
+    state: Mutex<Waiting>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct Waiting {
+    writes: Vec<PendingWrite>,
+    /// The writer thread waits on the condition variable (so the next write notifies it).
+    asleep: bool,
+    /// The store is dropped: the writer thread commits what is waiting and ends.
+    closed: bool,
+}
+
 /// Every item of the state store, in one SQLite file.
 pub struct SqliteStateStore {
     writer: Arc<Mutex<Writer>>,
-    pending: Arc<Mutex<Vec<PendingWrite>>>,
+    queue: Arc<Queue>,
+    writer_thread: Option<std::thread::JoinHandle<()>>,
     readers: Arc<Vec<Mutex<Connection>>>,
     next_reader: AtomicUsize,
     clock: Arc<dyn Clock>,
@@ -142,9 +160,19 @@ impl SqliteStateStore {
         let readers = (0..READERS)
             .map(|_| connect(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX).map(Mutex::new))
             .collect::<Result<Vec<_>, _>>()?;
+        let writer = Arc::new(Mutex::new(Writer { conn: writer, synced: Some(true) }));
+        let queue = Arc::new(Queue::default());
+        let writer_thread = std::thread::Builder::new()
+            .name("sluice-sqlite-writer".into())
+            .spawn({
+                let (writer, queue) = (writer.clone(), queue.clone());
+                move || commit_until_closed(&writer, &queue)
+            })
+            .map_err(|e| StorageError::unavailable("sqlite writer thread", e))?;
         Ok(Self {
-            writer: Arc::new(Mutex::new(Writer { conn: writer, synced: Some(true) })),
-            pending: Arc::new(Mutex::new(Vec::new())),
+            writer,
+            queue,
+            writer_thread: Some(writer_thread),
             readers: Arc::new(readers),
             next_reader: AtomicUsize::new(0),
             clock,
@@ -159,19 +187,16 @@ impl SqliteStateStore {
         }
         let (done, outcome) = oneshot::channel();
         let now_ms = self.clock.now_ms();
-        lock(&self.pending).push(PendingWrite { ops, now_ms, durable, done });
-        let (writer, pending) = (self.writer.clone(), self.pending.clone());
-        // Whoever holds the writer next commits every write waiting by then, this one
-        // included unless an earlier holder already took it.
-        blocking(move || {
-            let mut writer = lock(&writer);
-            let batch = std::mem::take(&mut *lock(&pending));
-            if !batch.is_empty() {
-                commit_group(&mut writer, batch);
-            }
-            Ok(())
-        })
-        .await?;
+        // One thread commits every write: a write wakes it only if it sleeps, and is
+        // answered (one wake-up of this task) once its group is committed.
+        let wake = {
+            let mut waiting = lock(&self.queue.state);
+            waiting.writes.push(PendingWrite { ops, now_ms, durable, done });
+            std::mem::replace(&mut waiting.asleep, false)
+        };
+        if wake {
+            self.queue.wake.notify_one();
+        }
         outcome.await.map_err(|_| StorageError::Unavailable { message: "write abandoned".into(), source: None })?
     }
 
@@ -294,6 +319,44 @@ fn apply(tx: &Connection, ops: &[WriteOp], now_ms: i64) -> Result<(), StorageErr
         }
     }
     Ok(())
+}
+
+impl Drop for SqliteStateStore {
+    fn drop(&mut self) {
+        lock(&self.queue.state).closed = true;
+        self.queue.wake.notify_one();
+        if let Some(thread) = self.writer_thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The writer thread: commits the writes waiting, as one group, whenever there are
+/// some, until the store is dropped. A write queued while a group commits waits for the
+/// next group, so under load each commit (and its fsync) carries every write that
+/// arrived during the one before.
+fn commit_until_closed(writer: &Mutex<Writer>, queue: &Queue) {
+    loop {
+        let batch = {
+            let mut waiting = lock(&queue.state);
+            while waiting.writes.is_empty() && !waiting.closed {
+                waiting.asleep = true;
+                waiting = queue.wake.wait(waiting).unwrap_or_else(|p| p.into_inner());
+            }
+            waiting.asleep = false;
+            if waiting.writes.is_empty() {
+                return;
+            }
+            std::mem::take(&mut waiting.writes)
+        };
+        // A panic drops the group's answers (each write: "abandoned", outcome unknown);
+        // the thread goes on with the next group.
+        let committed =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| commit_group(&mut lock(writer), batch)));
+        if committed.is_err() {
+            tracing::error!("the SQLite writer thread panicked; the writes of that group are answered unavailable");
+        }
+    }
 }
 
 /// Commits `batch` (see [`commit_writes`]), fsynced unless every write of it is deferred.
@@ -579,6 +642,27 @@ mod tests {
         store.delete_many(vec![Key::new("p", "c")]).await.expect("delete_many");
         assert_eq!(synchronous(&store), 2, "so is a transaction of the store's own");
         assert!(store.get(&Key::new("p", "a")).await.expect("get").is_some());
+    }
+
+    /// The writer thread sleeps between groups: every write of bursts arriving while it commits
+    /// or sleeps is answered, each applied once, and dropping the store ends its thread.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn the_writer_thread_answers_every_write_of_bursts_and_ends_with_the_store() {
+        let (_dir, store) = open();
+        let store = Arc::new(store);
+        for burst in 0..20 {
+            let mut writes = tokio::task::JoinSet::new();
+            for i in 0..16 {
+                let store = store.clone();
+                writes.spawn(async move { store.write(create(&format!("{burst}-{i}"))).await });
+            }
+            while let Some(write) = writes.join_next().await {
+                write.expect("no panic").expect("written");
+            }
+        }
+        assert_eq!(store.query(&Query::all("p", 1000)).await.expect("query").items.len(), 320);
+        // Dropping joins the writer thread: this returns only if the thread ends.
+        drop(Arc::into_inner(store).expect("the only handle"));
     }
 
     #[test]
