@@ -258,6 +258,7 @@ pub struct ScriptedObjects {
     faults: Mutex<std::collections::VecDeque<Fault>>,
     after_list: Mutex<Option<Rival>>,
     reads: AtomicUsize,
+    read_bytes: AtomicUsize,
     puts: Mutex<Vec<BlobRef>>,
 }
 
@@ -268,6 +269,7 @@ impl ScriptedObjects {
             faults: Mutex::new(std::collections::VecDeque::new()),
             after_list: Mutex::new(None),
             reads: AtomicUsize::new(0),
+            read_bytes: AtomicUsize::new(0),
             puts: Mutex::new(Vec::new()),
         })
     }
@@ -280,6 +282,11 @@ impl ScriptedObjects {
     /// Reads made through this store so far.
     pub fn reads(&self) -> usize {
         self.reads.load(Ordering::SeqCst)
+    }
+
+    /// Bytes those reads asked for.
+    pub fn read_bytes(&self) -> usize {
+        self.read_bytes.load(Ordering::SeqCst)
     }
 
     /// Where each put answered so far.
@@ -319,6 +326,7 @@ impl ObjectStore for ScriptedObjects {
 
     async fn read(&self, object: &str, position: u64, len: u64) -> Result<Bytes, StorageError> {
         self.reads.fetch_add(1, Ordering::SeqCst);
+        self.read_bytes.fetch_add(usize::try_from(len).unwrap_or(usize::MAX), Ordering::SeqCst);
         self.inner.read(object, position, len).await
     }
 

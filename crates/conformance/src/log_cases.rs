@@ -38,6 +38,7 @@ macro_rules! log_conformance_suite {
             given_a_reader_long_polling_when_an_event_is_published_then_the_publish_wakes_it,
             given_a_publish_in_flight_when_its_topic_is_deleted_then_it_is_refused_or_committed_before,
             given_small_and_large_commits_then_small_ones_are_inline_and_replay_spans_both,
+            given_a_commit_larger_than_a_part_then_a_read_of_a_few_events_fetches_one_part,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn eight_concurrent_publishers_to_one_partition_get_dense_offsets() {
@@ -603,4 +604,43 @@ pub async fn given_small_and_large_commits_then_small_ones_are_inline_and_replay
 
 fn read_request(topic: &str, offset: u64) -> ReadRequest {
     ReadRequest { topic: topic.to_owned(), partition: 0, offset, max_events: 10_000, max_bytes: 6 << 20, wait_ms: 0 }
+}
+
+/// A partition's share of a large commit is cut into parts of about `PART_BYTES`, listed in
+/// its index item, so a read of a few events (a receive of 10, a small poll) fetches and
+/// decodes the part holding them, not the whole segment; reads across parts see every event.
+pub async fn given_a_commit_larger_than_a_part_then_a_read_of_a_few_events_fetches_one_part(backend: &dyn Backend) {
+    let (store, objects) = backend.open().await;
+    let counted = crate::faults::ScriptedObjects::new(objects);
+    let log = Log::new(store.clone(), counted.clone(), Arc::new(SystemClock), crate::log_config());
+    let topic = unique_topic("parts");
+    let (created, _) = log.create_topic(&topic, spec(1)).await.unwrap();
+    // 700 events of about 1 KiB in one publish: one segment of about 700 KiB, in three parts.
+    let all: Vec<(u64, String)> = (0..700).map(|i| (i, format!("{i}:{}", "p".repeat(1000)))).collect();
+    log.publish(&topic, all.iter().map(|(_, v)| event(v, 0)).collect(), None).await.unwrap();
+    let item = store.get(&layout::segment_key(created.id, 0, 0)).await.unwrap().expect("indexed");
+    let (record, _) = layout::decode_segment_item(&item.value).unwrap();
+    assert_eq!(record.parts.len(), 2, "{record:?}");
+
+    let part = sluice_core::segment::PART_BYTES;
+    for from in [0u64, 300, 600] {
+        let (reads, bytes) = (counted.reads(), counted.read_bytes());
+        let request = ReadRequest { max_events: 10, ..read_request(&topic, from) };
+        let page = log.read(&request).await.unwrap();
+        let got: Vec<(u64, Bytes)> = page.events.into_iter().map(|e| (e.offset, e.record.value)).collect();
+        assert_eq!(values(&got), all[from as usize..from as usize + 10], "from {from}");
+        assert_eq!(counted.reads() - reads, 1, "one part read from {from}");
+        assert!(counted.read_bytes() - bytes <= part + 4096, "one part's bytes from {from}");
+    }
+    // Across the parts' edges, in pages of 97, and from a fresh process.
+    let mut at = 0;
+    while at < 700 {
+        let page = log.read(&ReadRequest { max_events: 97, ..read_request(&topic, at) }).await.unwrap();
+        let got: Vec<(u64, Bytes)> = page.events.into_iter().map(|e| (e.offset, e.record.value)).collect();
+        assert_eq!(values(&got), all[at as usize..(at as usize + 97).min(700)], "from {at}");
+        at = page.next_offset;
+    }
+    let (store2, objects2) = backend.open().await;
+    let other = Log::new(store2, objects2, Arc::new(SystemClock), LogConfig::default());
+    assert_eq!(values(&read_all(&other, &topic, 0).await.unwrap()), all);
 }

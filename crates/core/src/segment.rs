@@ -76,6 +76,43 @@ pub enum CodecError {
     Malformed(&'static str),
 }
 
+/// Bytes of one part of a segment written in parts: the unit a reader fetches and decodes.
+pub const PART_BYTES: usize = 256 << 10;
+
+/// A run of records written as parts (see [`encode_parts`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parts {
+    /// Bytes of every part together.
+    pub len: usize,
+    /// Every part but the first: `[first offset delta, byte position from the first part]`,
+    /// the sparse index a segment's index item keeps.
+    pub starts: Vec<[u64; 2]>,
+    pub max_timestamp_ms: i64,
+}
+
+/// Appends `records` (offset deltas 0, 1, …; not empty) to `out` as parts of about
+/// [`PART_BYTES`], each an encoded segment of its own (a record larger than a part is a part
+/// alone), so a reader of a few records fetches and decodes one part, not the whole run.
+/// A run of at most [`PART_BYTES`] is one part: exactly [`encode_segment`]'s bytes.
+pub fn encode_parts(records: &[&Record], out: &mut Vec<u8>) -> Parts {
+    let start = out.len();
+    let (mut starts, mut max_timestamp_ms, mut i) = (Vec::new(), i64::MIN, 0);
+    while i < records.len() {
+        let (mut j, mut bytes) = (i, 0);
+        while j < records.len() && (j == i || bytes + records[j].approx_size() <= PART_BYTES) {
+            bytes += records[j].approx_size();
+            j += 1;
+        }
+        if i > 0 {
+            starts.push([i as u64, (out.len() - start) as u64]);
+        }
+        let summary = encode_segment(records[i..j].iter().copied(), out);
+        max_timestamp_ms = max_timestamp_ms.max(summary.max_timestamp_ms);
+        i = j;
+    }
+    Parts { len: out.len() - start, starts, max_timestamp_ms }
+}
+
 /// Appends one segment holding `records` (offset deltas 0, 1, …) to `out`.
 ///
 /// `records` must not be empty and must hold fewer than 2^32 records.

@@ -23,12 +23,11 @@ use crate::log::topics;
 use crate::model::TopicConfig;
 use crate::ports::objects::ObjectStore;
 use crate::ports::state::{Expect, Query, StateStore, WriteOp, MAX_WRITE_OPS};
-use crate::segment::{encode_segment, Record};
+pub use crate::segment::PART_BYTES;
+use crate::segment::{encode_parts, Record};
 use crate::upkeep::collect::{object_ops, removing, ObjectChanges};
 use crate::StorageError;
 
-/// Bytes of one part of a merged segment: the unit a reader fetches.
-pub const PART_BYTES: usize = 256 << 10;
 /// Segments merged per swap: each costs its index item, its object's count and perhaps a free-list entry.
 const MAX_RUN: usize = (MAX_WRITE_OPS - 4) / 3;
 /// Index items looked at per step of a partition.
@@ -140,16 +139,17 @@ async fn merge(
             topic.name, first.base, last.record.next
         )));
     }
-    let (blob, parts, max_ts) = encode_parts(&records);
-    let len = blob.len() as u64;
-    let at = objects.put(blob).await?;
+    let mut blob = Vec::new();
+    let parts = encode_parts(&records.iter().map(|(_, r)| r).collect::<Vec<_>>(), &mut blob);
+    let (len, max_ts) = (parts.len as u64, parts.max_timestamp_ms);
+    let at = objects.put(Bytes::from(blob)).await?;
     let merged = SegmentRecord {
         next: last.record.next,
         object: at.object.clone(),
         pos: at.position,
         len,
         max_ts,
-        parts,
+        parts: parts.starts,
         inline: false,
     };
     let mut changes: ObjectChanges = BTreeMap::new();
@@ -189,31 +189,6 @@ async fn merge(
     }
 }
 
-/// Encodes records (offsets dense from the first) as parts of about [`PART_BYTES`]; answers
-/// the blob, the sparse index of parts after the first, and the largest timestamp.
-fn encode_parts(records: &[(u64, Record)]) -> (Bytes, Vec<[u64; 2]>, i64) {
-    let base = records.first().map_or(0, |(o, _)| *o);
-    let mut blob = Vec::new();
-    let mut parts = Vec::new();
-    let mut max_ts = i64::MIN;
-    let mut i = 0;
-    while i < records.len() {
-        let mut j = i;
-        let mut bytes = 0;
-        while j < records.len() && (j == i || bytes + records[j].1.approx_size() <= PART_BYTES) {
-            bytes += records[j].1.approx_size();
-            j += 1;
-        }
-        if i > 0 {
-            parts.push([records[i].0 - base, blob.len() as u64]);
-        }
-        let summary = encode_segment(records[i..j].iter().map(|(_, r)| r), &mut blob);
-        max_ts = max_ts.max(summary.max_timestamp_ms);
-        i = j;
-    }
-    (Bytes::from(blob), parts, max_ts)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,12 +226,15 @@ mod tests {
                 (40 + i as u64, r)
             })
             .collect();
-        let (blob, parts, max_ts) = encode_parts(&records);
-        assert_eq!(max_ts, 6);
+        let mut blob = vec![9u8; 5]; // appended after what `out` already holds
+        let parts = encode_parts(&records.iter().map(|(_, r)| r).collect::<Vec<_>>(), &mut blob);
+        let blob = Bytes::from(blob).slice(5..);
+        assert_eq!((parts.max_timestamp_ms, parts.len), (6, blob.len()));
         // 100 KiB records, 256 KiB parts: two per part.
-        assert_eq!(parts.iter().map(|p| p[0]).collect::<Vec<_>>(), vec![2, 4, 6]);
-        let len = blob.len() as u64;
-        let record = SegmentRecord { next: 47, object: "o".into(), pos: 0, len, max_ts, parts, inline: false };
+        assert_eq!(parts.starts.iter().map(|p| p[0]).collect::<Vec<_>>(), vec![2, 4, 6]);
+        let (len, max_ts) = (blob.len() as u64, parts.max_timestamp_ms);
+        let record =
+            SegmentRecord { next: 47, object: "o".into(), pos: 0, len, max_ts, parts: parts.starts, inline: false };
         let mut offsets = Vec::new();
         for (delta, off, len) in record.pieces() {
             let part = blob.slice(off as usize..(off + len) as usize);

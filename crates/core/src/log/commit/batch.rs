@@ -21,6 +21,9 @@ pub(super) struct SegmentPlan {
     pub(super) len: u64,
     pub(super) records: u64,
     pub(super) max_timestamp_ms: i64,
+    /// The segment's parts after the first (see [`SegmentRecord::parts`]): a partition's
+    /// share of a large group is cut into parts, so a reader of a few events reads one.
+    pub(super) parts: Vec<[u64; 2]>,
 }
 
 /// Where a group's segments are kept: in a blob, or in their index items.
@@ -40,9 +43,11 @@ pub(super) struct Keeper {
 }
 
 impl Keeper {
-    /// Inline if the group is small enough and the committer `idle` (see `write_stage`), else a blob.
+    /// Inline if the group is small enough and the committer `idle` (see `write_stage`), else a
+    /// blob; always a blob for segments in parts (an inline item holds one part).
     pub(super) async fn keep(&self, layout: &Layout, idle: bool) -> Result<Stored, StorageError> {
-        if idle && layout.blob.len() <= self.inline_max {
+        let one_part = || layout.segments.iter().all(|s| s.parts.is_empty());
+        if idle && layout.blob.len() <= self.inline_max && one_part() {
             return Ok(Stored::Inline(format!("inline-{:016x}", self.random.next_u64())));
         }
         self.objects.put(layout.blob.clone()).await.map(Stored::Blob)
@@ -64,8 +69,8 @@ impl Stored {
             Self::Blob(blob) => (blob.object.clone(), blob.position + s.start, false),
             Self::Inline(name) => (name.clone(), 0, true),
         };
-        let entry =
-            SegmentRecord { next, object, pos, len: s.len, max_ts: s.max_timestamp_ms, parts: Vec::new(), inline };
+        let parts = s.parts.clone();
+        let entry = SegmentRecord { next, object, pos, len: s.len, max_ts: s.max_timestamp_ms, parts, inline };
         let bytes = inline.then(|| &layout.blob[s.start as usize..(s.start + s.len) as usize]);
         layout::encode_segment_item(&entry, bytes)
     }
@@ -164,8 +169,8 @@ pub(super) fn layout(group: &[Pending]) -> Layout {
     let mut segments = Vec::with_capacity(by_partition.len());
     for (seg, ((topic, topic_id, partition), members)) in by_partition.into_iter().enumerate() {
         let start = blob.len();
-        let records = members.iter().map(|&(ri, ei)| &group[ri].events[ei].1);
-        let summary = encode_segment(records, &mut blob);
+        let records: Vec<&Record> = members.iter().map(|&(ri, ei)| &group[ri].events[ei].1).collect();
+        let parts = encode_parts(&records, &mut blob);
         for (delta, &(ri, ei)) in members.iter().enumerate() {
             placement[ri][ei] = (seg, delta as u32);
         }
@@ -174,9 +179,10 @@ pub(super) fn layout(group: &[Pending]) -> Layout {
             topic_id,
             partition,
             start: start as u64,
-            len: summary.len as u64,
-            records: u64::from(summary.record_count),
-            max_timestamp_ms: summary.max_timestamp_ms,
+            len: parts.len as u64,
+            records: records.len() as u64,
+            max_timestamp_ms: parts.max_timestamp_ms,
+            parts: parts.starts,
         });
     }
     Layout { blob: Bytes::from(blob), segments, placement }

@@ -32,7 +32,7 @@ use crate::model::{IdempotencyKey, Position, TopicConfig};
 use crate::ports::objects::{BlobRef, ObjectStore, StorageError};
 use crate::ports::state::{Expect, StateStore, WriteOp, MAX_WRITE_OPS};
 use crate::retry::Backoff;
-use crate::segment::{encode_segment, Record};
+use crate::segment::{encode_parts, Record};
 use crate::{Clock, Error, Random};
 
 /// A group stops growing at this many bytes or requests.
