@@ -24,6 +24,7 @@ use crate::openapi::answers::Published;
 use crate::openapi::params::TopicPath;
 use crate::openapi::{errors, examples as ex};
 use crate::path::Path;
+use crate::read::write_int;
 use crate::{metrics, trace, ApiError};
 
 /// A batch of 1 to 1000 events.
@@ -136,16 +137,17 @@ async fn store(
     Ok((results, stored.committed_in(started.elapsed())))
 }
 
-/// `{"results":[{"partition":P,"offset":O},…]}`, written directly: this answers every publish.
-fn render_results(results: &[Position]) -> String {
-    use std::fmt::Write;
-    let mut out = String::with_capacity(16 + 40 * results.len());
-    out.push_str("{\"results\":[");
+/// `{"results":[{"partition":P,"offset":O},…]}`, written directly (numbers through itoa,
+/// not `format!`): this answers every publish.
+fn render_results(results: &[Position]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16 + 40 * results.len());
+    out.extend_from_slice(b"{\"results\":[");
     for (i, p) in results.iter().enumerate() {
-        let sep = if i == 0 { "" } else { "," };
-        let _ = write!(out, "{sep}{{\"partition\":{},\"offset\":{}}}", p.partition, p.offset);
+        write_int(&mut out, if i == 0 { "{\"partition\":" } else { ",{\"partition\":" }, p.partition);
+        write_int(&mut out, ",\"offset\":", p.offset);
+        out.push(b'}');
     }
-    out.push_str("]}");
+    out.extend_from_slice(b"]}");
     out
 }
 
@@ -260,7 +262,8 @@ mod tests {
     #[test]
     fn results_render_as_json() {
         let rendered = render_results(&[Position { partition: 1, offset: 7 }, Position { partition: 0, offset: 0 }]);
-        let v: serde_json::Value = serde_json::from_str(&rendered).unwrap();
+        assert_eq!(rendered, br#"{"results":[{"partition":1,"offset":7},{"partition":0,"offset":0}]}"#);
+        let v: serde_json::Value = serde_json::from_slice(&rendered).unwrap();
         assert_eq!(v, serde_json::json!({"results": [{"partition": 1, "offset": 7}, {"partition": 0, "offset": 0}]}));
     }
 
