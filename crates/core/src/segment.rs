@@ -76,7 +76,8 @@ pub enum CodecError {
     Malformed(&'static str),
 }
 
-/// Bytes of one part of a segment written in parts: the unit a reader fetches and decodes.
+/// Bytes of one part of a segment written in parts, the unit a reader fetches and decodes,
+/// unless configured (`LogConfig::part_bytes`, `JanitorConfig::part_bytes`).
 pub const PART_BYTES: usize = 256 << 10;
 
 /// A run of records written as parts (see [`encode_parts`]).
@@ -91,15 +92,15 @@ pub struct Parts {
 }
 
 /// Appends `records` (offset deltas 0, 1, …; not empty) to `out` as parts of about
-/// [`PART_BYTES`], each an encoded segment of its own (a record larger than a part is a part
+/// `part_bytes` (in production [`PART_BYTES`]), each an encoded segment of its own (a record larger than a part is a part
 /// alone), so a reader of a few records fetches and decodes one part, not the whole run.
-/// A run of at most [`PART_BYTES`] is one part: exactly [`encode_segment`]'s bytes.
-pub fn encode_parts(records: &[&Record], out: &mut Vec<u8>) -> Parts {
+/// A run of at most `part_bytes` is one part: exactly [`encode_segment`]'s bytes.
+pub fn encode_parts(records: &[&Record], part_bytes: usize, out: &mut Vec<u8>) -> Parts {
     let start = out.len();
     let (mut starts, mut max_timestamp_ms, mut i) = (Vec::new(), i64::MIN, 0);
     while i < records.len() {
         let (mut j, mut bytes) = (i, 0);
-        while j < records.len() && (j == i || bytes + records[j].approx_size() <= PART_BYTES) {
+        while j < records.len() && (j == i || bytes + records[j].approx_size() <= part_bytes) {
             bytes += records[j].approx_size();
             j += 1;
         }

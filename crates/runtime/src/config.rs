@@ -96,6 +96,7 @@ impl Config {
             compaction_target_bytes: self.compaction_target_bytes,
             grace_ms: self.gc_grace_ms,
             offsets_retention_ms: self.offsets_retention_ms,
+            ..JanitorConfig::default()
         }
     }
 

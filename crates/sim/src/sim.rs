@@ -546,6 +546,8 @@ impl World {
             compaction_target_bytes: rng.range(600, 4000) as u64,
             grace_ms: rng.range(1000, 20_000),
             offsets_retention_ms: 7 * 24 * 3600 * 1000,
+            // Parts of a few events, so that commits and merges write segments in parts.
+            part_bytes: rng.range(300, 3000) as usize,
         };
         let a = TopicSpec {
             partitions: rng.range(1, 3) as u32,
@@ -648,6 +650,7 @@ impl World {
         let config = LogConfig {
             poll_interval: std::time::Duration::from_millis(50),
             inline_segment_bytes: if pid % 4 < 2 { 4 << 10 } else { 0 },
+            part_bytes: self.jconfig.part_bytes,
             ..LogConfig::default()
         };
         let log = Log::with_random(store.clone(), objects.clone(), clock.clone(), random, config);
@@ -738,6 +741,9 @@ impl World {
                 _ => {}
             }
             expect = Some(seg.next);
+            if !seg.parts.is_empty() {
+                self.stat("checked_segments_in_parts");
+            }
             let Some(bytes) = inline.or_else(|| self.objects.peek(&seg.object)) else {
                 problems.push(format!("segment {base}..{} indexes object {} that is gone", seg.next, seg.object));
                 continue;

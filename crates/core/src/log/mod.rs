@@ -45,6 +45,9 @@ pub struct LogConfig {
     /// items instead of a blob: one durable write instead of two. 0 turns it off (the AWS
     /// functions do: a DynamoDB write unit is 1 KB, where an S3 PUT takes any size).
     pub inline_segment_bytes: usize,
+    /// A partition's segment of a commit larger than this is written in parts of about this
+    /// many bytes ([`crate::segment::PART_BYTES`]; smaller in the simulation).
+    pub part_bytes: usize,
 }
 
 /// [`LogConfig::inline_segment_bytes`] unless configured: a few single-event publishes.
@@ -64,6 +67,7 @@ impl Default for LogConfig {
             topic_cache_ttl: Duration::from_secs(1),
             poll_interval: Duration::from_millis(50),
             inline_segment_bytes: DEFAULT_INLINE_SEGMENT_BYTES,
+            part_bytes: crate::segment::PART_BYTES,
         }
     }
 }
@@ -133,7 +137,12 @@ impl Log {
             heads: HashMap::new(),
             topic_versions: HashMap::new(),
             object: None,
-            inline_max: config.inline_segment_bytes,
+            keeper: commit::Keeper {
+                objects: objects.clone(),
+                random: random.clone(),
+                inline_max: config.inline_segment_bytes,
+                part_bytes: config.part_bytes,
+            },
             committed: committed_tx,
         };
         tokio::spawn(committer.run(rx));

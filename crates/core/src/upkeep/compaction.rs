@@ -45,14 +45,15 @@ pub struct CompactionReport {
 }
 
 /// Merges the first run of small segments of a partition found from its log start, if any.
-/// A segment is small below half of `target_bytes`; a run is at most `target_bytes`.
+/// A segment is small below half of `target_bytes`; a run is at most `target_bytes`, written
+/// in parts of about `part_bytes`.
 pub async fn compact(
     store: &dyn StateStore,
     objects: &dyn ObjectStore,
     topic: &TopicConfig,
     partition: u32,
     now_ms: i64,
-    target_bytes: u64,
+    (target_bytes, part_bytes): (u64, usize),
 ) -> Result<CompactionReport, StorageError> {
     let mut report = CompactionReport::default();
     let (head, version) = topics::head(store, topic.id, partition).await?;
@@ -71,7 +72,7 @@ pub async fn compact(
             segments.pop();
         }
         if let Some(run) = runs(&segments, target_bytes).into_iter().next() {
-            let written = merge(store, objects, topic, partition, &segments[run.clone()], now_ms).await?;
+            let written = merge(store, objects, topic, partition, &segments[run.clone()], now_ms, part_bytes).await?;
             if written {
                 report.segments_merged = run.len();
                 report.segments_written = 1;
@@ -126,6 +127,7 @@ async fn merge(
     partition: u32,
     run: &[Segment],
     now_ms: i64,
+    part_bytes: usize,
 ) -> Result<bool, StorageError> {
     let (first, last) = (&run[0], &run[run.len() - 1]);
     let mut records: Vec<(u64, Record)> = Vec::new();
@@ -140,7 +142,7 @@ async fn merge(
         )));
     }
     let mut blob = Vec::new();
-    let parts = encode_parts(&records.iter().map(|(_, r)| r).collect::<Vec<_>>(), &mut blob);
+    let parts = encode_parts(&records.iter().map(|(_, r)| r).collect::<Vec<_>>(), part_bytes, &mut blob);
     let (len, max_ts) = (parts.len as u64, parts.max_timestamp_ms);
     let at = objects.put(Bytes::from(blob)).await?;
     let merged = SegmentRecord {
@@ -227,7 +229,7 @@ mod tests {
             })
             .collect();
         let mut blob = vec![9u8; 5]; // appended after what `out` already holds
-        let parts = encode_parts(&records.iter().map(|(_, r)| r).collect::<Vec<_>>(), &mut blob);
+        let parts = encode_parts(&records.iter().map(|(_, r)| r).collect::<Vec<_>>(), PART_BYTES, &mut blob);
         let blob = Bytes::from(blob).slice(5..);
         assert_eq!((parts.max_timestamp_ms, parts.len), (6, blob.len()));
         // 100 KiB records, 256 KiB parts: two per part.

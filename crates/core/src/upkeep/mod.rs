@@ -147,6 +147,9 @@ pub struct JanitorConfig {
     pub default_retention_ms: i64,
     /// The size compaction merges small segments up to.
     pub compaction_target_bytes: u64,
+    /// Bytes of a part of a merged segment ([`crate::segment::PART_BYTES`]; smaller in the
+    /// simulation, so that its small worlds have segments in parts).
+    pub part_bytes: usize,
     /// How long an object stays after its last segment went (readers in flight) or, never
     /// indexed, after it was written (commits in flight).
     pub grace_ms: i64,
@@ -159,6 +162,7 @@ impl Default for JanitorConfig {
         Self {
             default_retention_ms: 7 * 24 * 3600 * 1000,
             compaction_target_bytes: 8 << 20,
+            part_bytes: crate::segment::PART_BYTES,
             grace_ms: 10 * 60 * 1000,
             offsets_retention_ms: crate::groups::DEFAULT_OFFSETS_RETENTION_MS,
         }
@@ -393,7 +397,8 @@ impl Janitor {
         left = true;
         for _ in 0..PARTITION_STEPS {
             let target = self.config.compaction_target_bytes;
-            let c = compact(store, self.objects.as_ref(), topic, partition, now, target).await?;
+            let c =
+                compact(store, self.objects.as_ref(), topic, partition, now, (target, self.config.part_bytes)).await?;
             done.segments_merged += c.segments_merged as u64;
             done.segments_written += c.segments_written as u64;
             if !c.more {

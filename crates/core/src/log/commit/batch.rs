@@ -35,11 +35,14 @@ pub(super) enum Stored {
 }
 
 /// Decides where a group's segments go, and writes their blob if they need one.
-pub(super) struct Keeper {
-    pub(super) objects: Arc<dyn ObjectStore>,
-    pub(super) random: Arc<dyn Random>,
+#[derive(Clone)]
+pub(crate) struct Keeper {
+    pub(crate) objects: Arc<dyn ObjectStore>,
+    pub(crate) random: Arc<dyn Random>,
     /// A group of at most this many bytes goes inline.
-    pub(super) inline_max: usize,
+    pub(crate) inline_max: usize,
+    /// Bytes of a part of a large segment.
+    pub(crate) part_bytes: usize,
 }
 
 impl Keeper {
@@ -154,7 +157,7 @@ pub(super) fn positions(layout: &Layout, bases: &[u64]) -> Vec<Vec<Position>> {
 }
 
 /// Groups the events of every request by (topic, partition), in arrival order, into one blob.
-pub(super) fn layout(group: &[Pending]) -> Layout {
+pub(super) fn layout(group: &[Pending], part_bytes: usize) -> Layout {
     // (topic, topic id, partition) → (request, event) indices, in arrival order.
     type Members = Vec<(usize, usize)>;
     let mut by_partition: BTreeMap<(&str, u64, u32), Members> = BTreeMap::new();
@@ -170,7 +173,7 @@ pub(super) fn layout(group: &[Pending]) -> Layout {
     for (seg, ((topic, topic_id, partition), members)) in by_partition.into_iter().enumerate() {
         let start = blob.len();
         let records: Vec<&Record> = members.iter().map(|&(ri, ei)| &group[ri].events[ei].1).collect();
-        let parts = encode_parts(&records, &mut blob);
+        let parts = encode_parts(&records, part_bytes, &mut blob);
         for (delta, &(ri, ei)) in members.iter().enumerate() {
             placement[ri][ei] = (seg, delta as u32);
         }

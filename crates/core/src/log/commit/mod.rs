@@ -17,6 +17,7 @@
 
 mod batch;
 
+pub(crate) use batch::Keeper;
 use batch::*;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
@@ -98,8 +99,8 @@ pub(crate) struct Committer {
     /// The record of the object blobs were last written to, and its version (0: absent): a hint
     /// that spares a read per commit on stores that append many blobs to one object.
     pub object: Option<(String, ObjectRecord, u64)>,
-    /// A group of at most this many bytes goes inline (`LogConfig::inline_segment_bytes`).
-    pub inline_max: usize,
+    /// Where groups' segments go: inline or a blob, in parts or not (`LogConfig`).
+    pub keeper: Keeper,
     /// Bumped after every commit, to wake long polls.
     pub committed: watch::Sender<u64>,
 }
@@ -120,7 +121,7 @@ impl Committer {
     pub async fn run(mut self, rx: mpsc::Receiver<Pending>) {
         let (written_tx, mut written) = mpsc::channel(1);
         let busy = Arc::new(AtomicBool::new(false));
-        tokio::spawn(write_stage(self.keeper(), busy.clone(), self.clock.clone(), rx, written_tx));
+        tokio::spawn(write_stage(self.keeper.clone(), busy.clone(), self.clock.clone(), rx, written_tx));
         while let Some(w) = written.recv().await {
             busy.store(true, Ordering::Relaxed);
             self.commit_group(w).await;
@@ -177,9 +178,9 @@ impl Committer {
     async fn commit_each(&mut self, group: Vec<Pending>) {
         for p in group {
             let single = std::slice::from_ref(&p);
-            let layout = layout(single);
+            let layout = layout(single, self.keeper.part_bytes);
             let written_ms = self.clock.now_ms();
-            let result = match self.keeper().keep(&layout, true).await {
+            let result = match self.keeper.keep(&layout, true).await {
                 Ok(stored) => self.index_fresh(single, &layout, stored, written_ms).await,
                 Err(e) => Err(CommitError::Storage(e)),
             };
@@ -252,13 +253,9 @@ impl Committer {
                 Stored::Blob(_) => {}
             }
             written_ms = self.clock.now_ms();
-            stored = self.keeper().keep(layout, true).await?;
+            stored = self.keeper.keep(layout, true).await?;
         }
         Err(CommitError::Doomed)
-    }
-
-    fn keeper(&self) -> Keeper {
-        Keeper { objects: self.objects.clone(), random: self.random.clone(), inline_max: self.inline_max }
     }
 
     /// Makes a written group visible at each partition's next offset. One atomic
@@ -588,7 +585,7 @@ async fn write_stage(
                 Err(_) => break,
             }
         }
-        let layout = layout(&group);
+        let layout = layout(&group, keeper.part_bytes);
         let idle = !busy.load(Ordering::Relaxed) && written.capacity() == written.max_capacity();
         let stored = keeper.keep(&layout, idle).await;
         let written_ms = clock.now_ms();
