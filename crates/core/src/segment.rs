@@ -92,8 +92,9 @@ pub struct Parts {
 }
 
 /// Appends `records` (offset deltas 0, 1, …; not empty) to `out` as parts of about
-/// `part_bytes` (in production [`PART_BYTES`]), each an encoded segment of its own (a record larger than a part is a part
-/// alone), so a reader of a few records fetches and decodes one part, not the whole run.
+/// `part_bytes` (in production [`PART_BYTES`]), each an encoded segment of its own (a
+/// record larger than a part is a part alone), so a reader of a few records fetches and
+/// decodes one part, not the whole run.
 /// A run of at most `part_bytes` is one part: exactly [`encode_segment`]'s bytes.
 pub fn encode_parts(records: &[&Record], part_bytes: usize, out: &mut Vec<u8>) -> Parts {
     let start = out.len();
@@ -325,6 +326,46 @@ fn unzigzag(v: u64) -> i64 {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn parts_split_at_the_part_size_and_index_their_first_offsets() {
+        let value = Bytes::from(vec![7u8; 100 << 10]);
+        let records: Vec<(u64, Record)> = (0..7)
+            .map(|i| {
+                let r = Record {
+                    timestamp_ms: i,
+                    key: None,
+                    headers: Vec::new(),
+                    value: value.clone(),
+                    value_is_json: false,
+                };
+                (40 + i as u64, r)
+            })
+            .collect();
+        let mut blob = vec![9u8; 5]; // appended after what `out` already holds
+        let parts = encode_parts(&records.iter().map(|(_, r)| r).collect::<Vec<_>>(), PART_BYTES, &mut blob);
+        let blob = Bytes::from(blob).slice(5..);
+        assert_eq!((parts.max_timestamp_ms, parts.len), (6, blob.len()));
+        // 100 KiB records, 256 KiB parts: two per part.
+        assert_eq!(parts.starts.iter().map(|p| p[0]).collect::<Vec<_>>(), vec![2, 4, 6]);
+        let (len, max_ts) = (blob.len() as u64, parts.max_timestamp_ms);
+        let record = crate::layout::SegmentRecord {
+            next: 47,
+            object: "o".into(),
+            pos: 0,
+            len,
+            max_ts,
+            parts: parts.starts,
+            inline: false,
+        };
+        let mut offsets = Vec::new();
+        for (delta, off, len) in record.pieces() {
+            let part = blob.slice(off as usize..(off + len) as usize);
+            let decoded = crate::segment::decode_segment(&part).unwrap();
+            offsets.extend(decoded.iter().map(|d| 40 + delta + u64::from(d.offset_delta)));
+        }
+        assert_eq!(offsets, (40..47).collect::<Vec<_>>());
+    }
 
     fn arb_record() -> impl Strategy<Value = Record> {
         (

@@ -3,7 +3,7 @@
 //! large objects instead of one per publish.
 //!
 //! A merged segment keeps its offsets (the same base, the same events, byte for
-//! byte) and is written as parts of about [`PART_BYTES`], each an encoded segment
+//! byte) and is written as parts of about [`crate::segment::PART_BYTES`], each an encoded segment
 //! of its own, whose positions its index item lists: a reader fetches only the
 //! parts it needs (a sparse offset index). The swap is one atomic write per run:
 //! the first item of the run is replaced by the merged segment and the others are
@@ -23,7 +23,6 @@ use crate::log::topics;
 use crate::model::TopicConfig;
 use crate::ports::objects::ObjectStore;
 use crate::ports::state::{Expect, Query, StateStore, WriteOp, MAX_WRITE_OPS};
-pub use crate::segment::PART_BYTES;
 use crate::segment::{encode_parts, Record};
 use crate::upkeep::collect::{object_ops, removing, ObjectChanges};
 use crate::StorageError;
@@ -211,38 +210,5 @@ mod tests {
         // The target bounds a run's bytes.
         let many: Vec<Segment> = (0..10).map(|i| seg(i, i + 1, 300)).collect();
         assert_eq!(runs(&many, 1000), vec![0..3, 3..6, 6..9]);
-    }
-
-    #[test]
-    fn parts_split_at_the_part_size_and_index_their_first_offsets() {
-        let value = Bytes::from(vec![7u8; 100 << 10]);
-        let records: Vec<(u64, Record)> = (0..7)
-            .map(|i| {
-                let r = Record {
-                    timestamp_ms: i,
-                    key: None,
-                    headers: Vec::new(),
-                    value: value.clone(),
-                    value_is_json: false,
-                };
-                (40 + i as u64, r)
-            })
-            .collect();
-        let mut blob = vec![9u8; 5]; // appended after what `out` already holds
-        let parts = encode_parts(&records.iter().map(|(_, r)| r).collect::<Vec<_>>(), PART_BYTES, &mut blob);
-        let blob = Bytes::from(blob).slice(5..);
-        assert_eq!((parts.max_timestamp_ms, parts.len), (6, blob.len()));
-        // 100 KiB records, 256 KiB parts: two per part.
-        assert_eq!(parts.starts.iter().map(|p| p[0]).collect::<Vec<_>>(), vec![2, 4, 6]);
-        let (len, max_ts) = (blob.len() as u64, parts.max_timestamp_ms);
-        let record =
-            SegmentRecord { next: 47, object: "o".into(), pos: 0, len, max_ts, parts: parts.starts, inline: false };
-        let mut offsets = Vec::new();
-        for (delta, off, len) in record.pieces() {
-            let part = blob.slice(off as usize..(off + len) as usize);
-            let decoded = crate::segment::decode_segment(&part).unwrap();
-            offsets.extend(decoded.iter().map(|d| 40 + delta + u64::from(d.offset_delta)));
-        }
-        assert_eq!(offsets, (40..47).collect::<Vec<_>>());
     }
 }
