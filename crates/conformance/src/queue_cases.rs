@@ -5,7 +5,7 @@
 
 use sluice_core::Code;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -75,6 +75,7 @@ macro_rules! queue_conformance_suite {
             given_ordering_by_key_under_eight_workers_with_nacks_then_one_in_flight_per_key_and_acked_in_offset_order,
             given_concurrent_receives_acks_and_nacks_then_backlog_counts_match_a_model_of_what_happened,
             given_eight_workers_acking_on_their_next_receive_then_every_message_acked_exactly_once,
+            given_sixteen_workers_on_one_partition_then_no_ack_is_refused_for_contention,
         );
     };
     (@cases $backend:expr; $($case:ident),+ $(,)?) => {
@@ -393,6 +394,51 @@ pub async fn given_eight_workers_draining_a_queue_then_every_message_acked_exact
         assert_eq!(p.cursor, p.high_watermark, "partition {}: everything delivered", p.partition);
         assert_eq!(counts(&p.backlog), [0; 4], "partition {}: {:?}", p.partition, p.backlog);
     }
+    assert_nothing(&queues, &topic, &sub, "an acked message came back").await;
+}
+
+/// Sixteen workers on a queue of one partition, each receiving one message at a time and
+/// acking it on its own: every receive and every ack rewrites that partition's cursor.
+/// However hard they contend, no ack is refused as "changing too fast": requests of one
+/// process take turns on a partition instead of racing for its write.
+pub async fn given_sixteen_workers_on_one_partition_then_no_ack_is_refused_for_contention(backend: &dyn Backend) {
+    let (_clock, log, queues) = manual(backend).await;
+    let topic = new_topic(&log, "contended", 1).await;
+    let sub = subscribe(&queues, &topic, spec(StartAt::Earliest)).await;
+    let total = scaled(backend, 1_600);
+    publish(&log, &topic, (0..total).map(|i| event(format!("m{i}"), Some(0), None, None)).collect()).await;
+    // A worker whose ack is refused stops them all: the message it held would never come back.
+    let (acked, stop) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
+    let mut workers = Vec::new();
+    for _ in 0..16 {
+        let (queues, topic, sub) = (queues.clone(), topic.clone(), sub.clone());
+        let (acked, stop) = (acked.clone(), stop.clone());
+        workers.push(tokio::spawn(async move {
+            while acked.load(AtomicOrdering::SeqCst) < total && !stop.load(AtomicOrdering::SeqCst) {
+                let got = receive(&queues, &topic, &sub, 1).await;
+                if got.is_empty() {
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+                let receipts: Vec<String> = got.iter().map(|m| m.receipt.clone()).collect();
+                match queues.ack(&topic, &sub, &receipts).await {
+                    Ok(results) => assert!(results.iter().all(Result::is_ok), "acks in the window: {results:?}"),
+                    Err(e) => {
+                        stop.store(true, AtomicOrdering::SeqCst);
+                        return Err(format!("ack: {e}"));
+                    }
+                }
+                acked.fetch_add(got.len(), AtomicOrdering::SeqCst);
+            }
+            Ok(())
+        }));
+    }
+    let mut refused = Vec::new();
+    for w in workers {
+        refused.extend(w.await.unwrap().err());
+    }
+    assert!(refused.is_empty(), "{} workers' acks refused: {:?}", refused.len(), refused.first());
+    assert_eq!(acked.load(AtomicOrdering::SeqCst), total, "every message acked once");
     assert_nothing(&queues, &topic, &sub, "an acked message came back").await;
 }
 

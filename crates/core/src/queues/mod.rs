@@ -54,6 +54,8 @@ mod state;
 use state::{Lease, QueueState};
 mod subscriptions;
 mod take;
+mod turns;
+use turns::Turn;
 
 pub(crate) use purge::{purge_step, purge_topic_subscriptions};
 pub use push::*;
@@ -427,21 +429,8 @@ struct Local {
     subs: Option<cache::Subs>,
     /// The receipt-signing key, once read (it never changes).
     receipt_key: tokio::sync::OnceCell<ReceiptKey>,
-    /// (subscription id, partition) pairs a receive of this process is taking from.
-    claims: Arc<Mutex<HashSet<(u64, u32)>>>,
-}
-
-/// A receive's claim on one queue partition in this process, released when dropped.
-/// Only steers receives apart: their conditional writes are what keeps them safe.
-struct PartitionClaim {
-    claims: Arc<Mutex<HashSet<(u64, u32)>>>,
-    key: (u64, u32),
-}
-
-impl Drop for PartitionClaim {
-    fn drop(&mut self) {
-        self.claims.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.key);
-    }
+    /// Turns on queue partitions, so this process's receives and settles queue instead of racing.
+    turns: turns::Turns,
 }
 
 impl Queues {
@@ -452,14 +441,6 @@ impl Queues {
     /// The log the queues read.
     pub fn log(&self) -> &Log {
         &self.log
-    }
-
-    /// Claims a queue partition for one receive of this process, unless another has it.
-    fn claim_partition(&self, sub_id: u64, partition: u32) -> Option<PartitionClaim> {
-        let key = (sub_id, partition);
-        let claims = self.local.claims.clone();
-        let fresh = claims.lock().unwrap_or_else(|p| p.into_inner()).insert(key);
-        fresh.then_some(PartitionClaim { claims, key })
     }
 
     fn store(&self) -> &dyn StateStore {

@@ -90,23 +90,28 @@ impl Queues {
             // From the partition of the acks riding, if any: they ride on its write.
             let random = || (self.nonce() % u64::from(partitions.max(1))) as u32;
             let start = riding.as_ref().filter(|r| r.results.is_none()).map_or_else(random, |r| r.partition);
-            // First the partitions no other receive of this process is taking from (two
-            // would only race for one write), then, if more is wanted, the busy ones.
+            // First the partitions nobody in this process has a turn on, then, if more is
+            // wanted, the busy ones, each once its turn comes.
             let mut visits: VecDeque<(u32, bool)> = (0..partitions).map(|i| ((start + i) % partitions, true)).collect();
+            let turns = &self.local.turns;
             while let Some((p, first_pass)) = visits.pop_front() {
                 if messages.len() >= req.max_messages || bytes_left == 0 {
                     break;
                 }
-                let claim = if first_pass { self.claim_partition(sub.record.id, p) } else { None };
-                if first_pass && claim.is_none() {
+                let turn = match first_pass {
+                    true => turns.try_now(sub.record.id, p),
+                    false => Some(turns.wait(sub.record.id, p).await),
+                };
+                let Some(turn) = turn else {
                     visits.push_back((p, false));
                     continue;
-                }
+                };
                 let head = heads.get(p as usize).map(|(h, _)| *h).unwrap_or_default();
                 let want = req.max_messages - messages.len();
                 let first = messages.is_empty();
                 let acks = riding.as_deref_mut().filter(|r| r.partition == p && r.results.is_none());
-                let took = self.take(sub, p, head, want, visibility, receipt_key, &mut bytes_left, first, acks).await;
+                let took =
+                    self.take(sub, &turn, head, want, visibility, receipt_key, &mut bytes_left, first, acks).await;
                 let taken = match took {
                     Ok(taken) => taken,
                     // Messages already taken from other partitions are answered, not stranded.
@@ -116,7 +121,7 @@ impl Queues {
                     }
                     Err(e) => return Err(e),
                 };
-                drop(claim);
+                drop(turn);
                 if !taken.messages.is_empty() {
                     held.push((messages.len() + taken.messages.len(), taken.held_until));
                 }
@@ -130,7 +135,8 @@ impl Queues {
             // Acks that found no write to ride on are written before the answer or a wait; if
             // that fails, so does the receive (what it took comes back when its window ends).
             if let Some(r) = riding.as_deref_mut().filter(|r| r.results.is_none()) {
-                self.settle_riding(sub, r, receipt_key).await?;
+                let turn = self.local.turns.wait(sub.record.id, r.partition).await;
+                self.settle_riding(sub, &turn, r, receipt_key).await?;
             }
             let now = self.now();
             if !messages.is_empty() {
@@ -169,7 +175,7 @@ impl Queues {
         Ok(())
     }
 
-    /// Takes up to `want` messages of one partition: due leases first (dead ones go to the
+    /// Takes up to `want` messages of the partition `turn` is on: due leases first (dead ones go to the
     /// DLQ), then new messages from the log; one atomic write, retried on contention.
     /// `bytes_left` is what the receive's answer may still grow by; `first` says nothing
     /// has been taken yet (the first message is taken whatever its size). The decisions
@@ -179,7 +185,7 @@ impl Queues {
     async fn take(
         &self,
         sub: &Sub,
-        partition: u32,
+        turn: &Turn,
         mut head: HeadRecord,
         want: usize,
         visibility: u64,
@@ -190,9 +196,10 @@ impl Queues {
     ) -> Result<Taken, Error> {
         let (spec, filter) = (&sub.record.spec, sub.filter()?);
         let (mut attempt, mut burials, mut passes) = (0, 0, 0);
+        let partition = turn.partition();
         while attempt < MAX_ATTEMPTS {
             let now = self.now();
-            let read = self.read_take(sub, partition, want, &mut head, &mut riding, receipt_key).await?;
+            let read = self.read_take(sub, turn, want, &mut head, &mut riding, receipt_key).await?;
             let Some((state, carried)) = read else { continue };
             let dead = take::dead_leases(&state, now, spec.max_receive_count);
             if !dead.is_empty() && burials < MAX_BURIALS {
@@ -256,7 +263,7 @@ impl Queues {
         Ok(Taken { blocked: true, ..Taken::default() })
     }
 
-    /// A take's read of its partition: unordered, the cursor and the leases due soonest are
+    /// A take's read of the partition `turn` is on: unordered, the cursor and the leases due soonest are
     /// enough (one past `want` tells when the next one is due); keyed, every lease's keys
     /// matter. With the acks `riding` applied to it (`true`) if their leases are inline; if
     /// not, they are settled on their own and `None` says read again. `head` is read again
@@ -264,17 +271,17 @@ impl Queues {
     async fn read_take(
         &self,
         sub: &Sub,
-        partition: u32,
+        turn: &Turn,
         want: usize,
         head: &mut HeadRecord,
         riding: &mut Option<&mut Riding>,
         receipt_key: &ReceiptKey,
     ) -> Result<Option<(QueueState, bool)>, Error> {
-        let keyed = sub.record.spec.ordering == Ordering::Key;
+        let (keyed, partition) = (sub.record.spec.ordering == Ordering::Key, turn.partition());
         let mut state = self.load(sub, partition, if keyed { None } else { Some(want + 2) }).await?;
         let carried = riding.as_deref().is_some_and(|acks| super::inline::ack(&mut state, &acks.receipts));
         if let Some(acks) = riding.take_if(|_| !carried) {
-            self.settle_riding(sub, acks, receipt_key).await?;
+            self.settle_riding(sub, turn, acks, receipt_key).await?;
             return Ok(None);
         }
         if state.cursor.next > head.next {
@@ -405,6 +412,7 @@ impl Queues {
 
     /// Buries every dead lease of a partition (before the DLQ is listed or redriven).
     pub(super) async fn bury_all(&self, sub: &Sub, partition: u32) -> Result<(), Error> {
+        let _turn = self.local.turns.wait(sub.record.id, partition).await;
         let mut attempt = 0;
         while attempt < MAX_ATTEMPTS {
             let now = self.now();

@@ -92,10 +92,16 @@ impl Riding {
 }
 
 impl Queues {
-    /// Writes `riding`'s acks on their own (the ordinary settle).
-    pub(super) async fn settle_riding(&self, sub: &Sub, riding: &mut Riding, key: &ReceiptKey) -> Result<(), Error> {
+    /// Writes `riding`'s acks on their own (the ordinary settle), in `turn` (on their partition).
+    pub(super) async fn settle_riding(
+        &self,
+        sub: &Sub,
+        turn: &Turn,
+        riding: &mut Riding,
+        key: &ReceiptKey,
+    ) -> Result<(), Error> {
         let mut results = vec![Err(ReceiptError::Invalid); riding.receipts.len()];
-        self.settle_partition(sub, riding.partition, &riding.receipts, Settle::Ack, key, &mut results).await?;
+        self.settle_partition(sub, turn, &riding.receipts, Settle::Ack, key, &mut results).await?;
         riding.results = Some(results);
         Ok(())
     }

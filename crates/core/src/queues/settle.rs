@@ -112,7 +112,8 @@ impl Queues {
         }
         let mut outcome = Ok(());
         for (partition, receipts) in by_partition {
-            outcome = self.settle_partition(sub, partition, &receipts, action, receipt_key, &mut results).await;
+            let turn = self.local.turns.wait(sub.record.id, partition).await;
+            outcome = self.settle_partition(sub, &turn, &receipts, action, receipt_key, &mut results).await;
             if outcome.is_err() {
                 break;
             }
@@ -124,12 +125,12 @@ impl Queues {
         outcome.map(|()| results)
     }
 
-    /// Settles one partition's receipts, a write's worth of leases at a time: reads the
-    /// leases the receipts name, decides in [`settle_round`], writes.
+    /// Settles the receipts of the partition `turn` is on, a write's worth of leases at a
+    /// time: reads the leases the receipts name, decides in [`settle_round`], writes.
     pub(super) async fn settle_partition(
         &self,
         sub: &Sub,
-        partition: u32,
+        turn: &Turn,
         receipts: &[(usize, Receipt)],
         action: Settle,
         receipt_key: &ReceiptKey,
@@ -138,7 +139,7 @@ impl Queues {
         // Keyed, a lease moved to an earlier time could hide from a receiver reading the
         // leases meanwhile: such moves also bump the cursor, which keyed receives check.
         let bump_cursor = sub.record.spec.ordering == Ordering::Key && !matches!(action, Settle::Ack);
-        let mut pending: Vec<(usize, Receipt)> = receipts.to_vec();
+        let (mut pending, partition) = (receipts.to_vec(), turn.partition());
         let mut attempt = 0;
         while !pending.is_empty() {
             if attempt >= MAX_ATTEMPTS {
