@@ -30,8 +30,11 @@ impl Turns {
     /// Waits for a turn on (`sub_id`, `partition`): those asking before go first.
     pub(super) async fn wait(&self, sub_id: u64, partition: u32) -> Turn {
         let key = (sub_id, partition);
-        let guard = self.lock_of(key).lock_owned().await;
-        Turn { table: self.table.clone(), key, guard: Some(guard) }
+        let lock = self.lock_of(key);
+        // A wait dropped before its turn came (its request was) is cleaned up as a turn is.
+        let mut turn = Turn { table: self.table.clone(), key, guard: None };
+        turn.guard = Some(lock.lock_owned().await);
+        turn
     }
 
     /// A turn on (`sub_id`, `partition`) if nobody has one (a receive then looks elsewhere).
@@ -67,6 +70,8 @@ impl Drop for Turn {
 
 #[cfg(test)]
 mod tests {
+    use std::future::Future;
+
     use super::*;
 
     #[tokio::test]
@@ -95,5 +100,15 @@ mod tests {
         assert_eq!(*order.lock().unwrap(), [0, 1, 2]);
         drop(other);
         assert!(turns.table.lock().unwrap().is_empty(), "no partition left in the table");
+
+        // A wait given up before its turn came leaves nothing behind either.
+        let held = turns.wait(2, 0).await;
+        let mut waiting = Box::pin(turns.wait(2, 0));
+        let pending = std::future::poll_fn(|cx| std::task::Poll::Ready(waiting.as_mut().poll(cx).is_pending())).await;
+        assert!(pending, "the partition is held");
+        // The turn passes to the wait, which is then given up without being polled again.
+        drop(held);
+        drop(waiting);
+        assert!(turns.table.lock().unwrap().is_empty(), "no partition left after a wait given up");
     }
 }
