@@ -14,10 +14,9 @@
 //! fails; a write alone in its group needs none), with one `COMMIT` and so one
 //! fsync for all of them. Each is still atomic and isolated (they apply one
 //! after another), and none is answered before the commit is on disk, except a
-//! group made only of
-//! [`StateStore::write_deferred`]'s writes: it commits with `synchronous=NORMAL`
-//! (no fsync of its own), and the next synced commit or checkpoint, which syncs
-//! the whole WAL first, makes it durable.
+//! group made only of [`StateStore::write_deferred`]'s writes: it commits with
+//! `synchronous=NORMAL` (no fsync of its own), and the next synced commit or
+//! checkpoint, which syncs the whole WAL first, makes it durable.
 //!
 //! Expired rows stay until [`StateStore::purge_expired`] removes them; until
 //! then every read and condition treats them as absent. A put under

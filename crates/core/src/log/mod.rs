@@ -131,9 +131,7 @@ impl Log {
         let (committed_tx, committed) = watch::channel(0);
         let committer = Committer {
             store: store.clone(),
-            objects: objects.clone(),
             clock: clock.clone(),
-            random: random.clone(),
             heads: HashMap::new(),
             topic_versions: HashMap::new(),
             object: None,

@@ -98,10 +98,8 @@ impl Queues {
                 if messages.len() >= req.max_messages || bytes_left == 0 {
                     break;
                 }
-                let turn = match first_pass {
-                    true => turns.try_now(sub.record.id, p),
-                    false => Some(turns.wait(sub.record.id, p).await),
-                };
+                let turn =
+                    if first_pass { turns.try_now(sub.record.id, p) } else { Some(turns.wait(sub.record.id, p).await) };
                 let Some(turn) = turn else {
                     visits.push_back((p, false));
                     continue;

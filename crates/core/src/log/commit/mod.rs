@@ -89,9 +89,7 @@ impl From<StorageError> for CommitError {
 
 pub(crate) struct Committer {
     pub store: Arc<dyn StateStore>,
-    pub objects: Arc<dyn ObjectStore>,
     pub clock: Arc<dyn Clock>,
-    pub random: Arc<dyn Random>,
     /// Each partition's head and its version as this process last wrote or read it: a hint, checked by the write.
     pub heads: HashMap<(u64, u32), (HeadRecord, u64)>,
     /// The newest version of each live topic's record (by id) this process has read: a hint too.
@@ -99,7 +97,8 @@ pub(crate) struct Committer {
     /// The record of the object blobs were last written to, and its version (0: absent): a hint
     /// that spares a read per commit on stores that append many blobs to one object.
     pub object: Option<(String, ObjectRecord, u64)>,
-    /// Where groups' segments go: inline or a blob, in parts or not (`LogConfig`).
+    /// Where groups' segments go: inline or a blob, in parts or not (`LogConfig`); the
+    /// object store and the random source the committer uses.
     pub keeper: Keeper,
     /// Bumped after every commit, to wake long polls.
     pub committed: watch::Sender<u64>,
@@ -243,7 +242,7 @@ impl Committer {
                     match self.index(group, layout, &stored).await {
                         Err(CommitError::Doomed) => {
                             tracing::warn!(object = %object, "blob's object doomed by the collector; writing it again");
-                            self.objects.retire(&object);
+                            self.keeper.objects.retire(&object);
                             self.object = None;
                         }
                         other => return other,
@@ -349,7 +348,7 @@ impl Committer {
                 Err(e) => return Err(e.into()),
             };
             if retry {
-                self.clock.sleep(Backoff::CONTENTION.wait_ms(attempt, self.random.next_u64())).await;
+                self.clock.sleep(Backoff::CONTENTION.wait_ms(attempt, self.keeper.random.next_u64())).await;
             }
         }
         Err(StorageError::Throttled { message: "too many concurrent commits to one partition".into(), source: None }
