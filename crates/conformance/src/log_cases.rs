@@ -39,6 +39,7 @@ macro_rules! log_conformance_suite {
             given_a_publish_in_flight_when_its_topic_is_deleted_then_it_is_refused_or_committed_before,
             given_small_and_large_commits_then_small_ones_are_inline_and_replay_spans_both,
             given_a_commit_larger_than_a_part_then_a_read_of_a_few_events_fetches_one_part,
+            given_one_commit_of_equal_inline_segments_on_two_partitions_then_each_partition_reads_its_own,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn eight_concurrent_publishers_to_one_partition_get_dense_offsets() {
@@ -643,4 +644,26 @@ pub async fn given_a_commit_larger_than_a_part_then_a_read_of_a_few_events_fetch
     let (store2, objects2) = backend.open().await;
     let other = Log::new(store2, objects2, Arc::new(SystemClock), LogConfig::default());
     assert_eq!(values(&read_all(&other, &topic, 0).await.unwrap()), all);
+}
+
+/// One commit's inline segments share one name, each at position 0 of its own index item:
+/// two partitions' segments of equal length differ only by partition. A process reading
+/// both (its segment cache keyed by name, position and length alone gave partition 1's
+/// events for partition 0) reads each partition's own, again and again.
+pub async fn given_one_commit_of_equal_inline_segments_on_two_partitions_then_each_partition_reads_its_own(
+    backend: &dyn Backend,
+) {
+    let config = LogConfig { inline_segment_bytes: 4 << 10, ..LogConfig::default() };
+    let (store, objects) = backend.open().await;
+    let log = Log::new(store, objects, Arc::new(SystemClock), config);
+    let topic = unique_topic("inline-twins");
+    log.create_topic(&topic, spec(2)).await.unwrap();
+    let at = log.publish(&topic, vec![event("left", 0), event("rite", 1)], None).await.unwrap();
+    assert_eq!(at, vec![Position { partition: 0, offset: 0 }, Position { partition: 1, offset: 0 }]);
+    for partition in [0, 1, 0, 1] {
+        let page = log.read(&ReadRequest { partition, ..read_request(&topic, 0) }).await.unwrap();
+        let got: Vec<(u32, Bytes)> = page.events.into_iter().map(|e| (e.partition, e.record.value)).collect();
+        let value = if partition == 0 { "left" } else { "rite" };
+        assert_eq!(got, vec![(partition, Bytes::from(value))], "partition {partition}");
+    }
 }

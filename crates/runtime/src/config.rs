@@ -52,6 +52,10 @@ pub struct Config {
     /// 0 (off) on AWS, where DynamoDB bills writes by the KB and S3 by the request).
     #[arg(long, env = "SLUICE_INLINE_SEGMENT_BYTES")]
     pub inline_segment_bytes: Option<usize>,
+    /// Bytes of decoded segments a process keeps for its next reads (queue receives,
+    /// group polls and replays of the same partitions); 0 keeps none.
+    #[arg(long, env = "SLUICE_SEGMENT_CACHE_BYTES", default_value_t = LogConfig::default().segment_cache_bytes)]
+    pub segment_cache_bytes: usize,
     /// How often `serve` runs the janitor (purges, retention, compaction, collection).
     #[arg(long, env = "SLUICE_JANITOR_INTERVAL_MS", default_value_t = 60_000)]
     pub janitor_interval_ms: u64,
@@ -116,6 +120,7 @@ impl Config {
             } else {
                 DEFAULT_INLINE_SEGMENT_BYTES
             }),
+            segment_cache_bytes: self.segment_cache_bytes,
             ..LogConfig::default()
         }
     }

@@ -1,6 +1,7 @@
 //! The log: topics, publish and replay, over an [`ObjectStore`] for segment
 //! bytes and a [`StateStore`] for everything else (see [`crate::layout`]).
 
+mod cache;
 pub(crate) mod commit;
 pub(crate) mod index;
 mod offsets;
@@ -48,10 +49,17 @@ pub struct LogConfig {
     /// A partition's segment of a commit larger than this is written in parts of about this
     /// many bytes ([`crate::segment::PART_BYTES`]; smaller in the simulation).
     pub part_bytes: usize,
+    /// Bytes of decoded segments a process keeps for its next reads ([`cache`]): a work
+    /// queue's receives take a few messages of a segment at a time, groups and replays read
+    /// the same partitions. 0 keeps none.
+    pub segment_cache_bytes: usize,
 }
 
 /// [`LogConfig::inline_segment_bytes`] unless configured: a few single-event publishes.
 pub const DEFAULT_INLINE_SEGMENT_BYTES: usize = 32 << 10;
+
+/// [`LogConfig::segment_cache_bytes`] unless configured.
+pub const DEFAULT_SEGMENT_CACHE_BYTES: usize = 16 << 20;
 
 /// [`LogConfig::inline_segment_bytes`] of the AWS functions: 4 KiB. There it is a matter of
 /// price, not of fsyncs (docs/AWS.md): an inline segment costs 2 write units per started KB of
@@ -68,6 +76,7 @@ impl Default for LogConfig {
             poll_interval: Duration::from_millis(50),
             inline_segment_bytes: DEFAULT_INLINE_SEGMENT_BYTES,
             part_bytes: crate::segment::PART_BYTES,
+            segment_cache_bytes: DEFAULT_SEGMENT_CACHE_BYTES,
         }
     }
 }
@@ -106,6 +115,8 @@ struct Inner {
     /// id, partition): how many index items a read's first query there asks for. A guess of
     /// size, never trusted for what is read.
     spans: Mutex<HashMap<(u64, u32), u64>>,
+    /// Segments recently read, decoded.
+    segments: cache::SegmentCache,
 }
 
 impl Log {
@@ -145,6 +156,7 @@ impl Log {
         };
         tokio::spawn(committer.run(rx));
         let spread = AtomicU32::new(random.next_u64() as u32);
+        let segments = cache::SegmentCache::new(config.segment_cache_bytes);
         let inner = Inner {
             store,
             objects,
@@ -156,6 +168,7 @@ impl Log {
             topics: Mutex::new(HashMap::new()),
             spread,
             spans: Mutex::new(HashMap::new()),
+            segments,
         };
         Self { inner: Arc::new(inner) }
     }

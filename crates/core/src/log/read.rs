@@ -2,6 +2,7 @@
 //! (a torn page or a compaction swap mid-read never skips an offset), and long
 //! polls that wait for the next publish.
 
+use super::cache::{Records, SegmentKey};
 use super::index::{index_page, segments_for_read, segments_from, Piece, Segment};
 use super::{check_partition, topics, Log, ReadRequest, INDEX_PAGE, READ_CONCURRENCY};
 use crate::layout::HeadRecord;
@@ -100,10 +101,10 @@ impl Log {
             }
             // Read only the parts this page can use: every object read is billed.
             page.truncate(acc.needed(&page));
-            let mut data = self.read_pieces(&page);
+            let mut data = self.read_pieces(topic.id, partition, &page);
             for seg in &page {
-                let bytes_read = match data.try_next().await {
-                    Ok(Some(b)) => b,
+                let records = match data.try_next().await {
+                    Ok(Some(records)) => records,
                     Ok(None) => break,
                     // Compaction replaced the segment and its old object went after a grace
                     // period, or retention removed it: look again.
@@ -118,12 +119,12 @@ impl Log {
                         }
                         return Err(StorageError::NotFound(what).into());
                     }
+                    Err(StorageError::Corrupt(what)) => {
+                        return Err(Error::Corrupt(format!("{what} of {}/{}", topic.name, partition)));
+                    }
                     Err(e) => return Err(e.into()),
                 };
-                let records = decode_segment(&bytes_read).map_err(|e| {
-                    Error::Corrupt(format!("segment {}@{} of {}/{}: {e}", seg.object, seg.pos, topic.name, partition))
-                })?;
-                if acc.add(partition, seg, records) {
+                if acc.add(partition, seg, &records) {
                     break 'pages;
                 }
             }
@@ -149,23 +150,40 @@ impl Log {
         Some(seen)
     }
 
-    /// The pieces' bytes, read up to [`READ_CONCURRENCY`] at once, in order.
+    /// The pieces' records, in order: kept from an earlier read ([`super::cache::SegmentCache`]), or read
+    /// (up to [`READ_CONCURRENCY`] at once), checked, decoded and kept.
     fn read_pieces(
         &self,
+        topic_id: u64,
+        partition: u32,
         page: &[Piece],
-    ) -> impl futures_util::Stream<Item = Result<bytes::Bytes, StorageError>> + Unpin + use<> {
-        let reads: Vec<(String, u64, u64, Option<Bytes>)> =
-            page.iter().map(|s| (s.object.clone(), s.pos, s.len, s.data.clone())).collect();
-        let objects = self.inner.objects.clone();
+    ) -> impl futures_util::Stream<Item = Result<Records, StorageError>> + Unpin + use<> {
+        let reads: Vec<(SegmentKey, Option<Bytes>)> = page
+            .iter()
+            .map(|s| {
+                let key =
+                    SegmentKey { topic_id, partition, base: s.base, object: s.object.clone(), pos: s.pos, len: s.len };
+                (key, s.data.clone())
+            })
+            .collect();
+        let inner = self.inner.clone();
         stream::iter(reads)
-            .map(move |(object, pos, len, data)| {
-                let objects = objects.clone();
+            .map(move |(key, data)| {
+                let inner = inner.clone();
                 async move {
-                    match data {
-                        // An inline segment's bytes came with its index item.
-                        Some(data) => Ok(data),
-                        None => objects.read(&object, pos, len).await,
+                    if let Some(records) = inner.segments.get(&key) {
+                        return Ok(records);
                     }
+                    let bytes = match data {
+                        // An inline segment's bytes came with its index item.
+                        Some(data) => data,
+                        None => inner.objects.read(&key.object, key.pos, key.len).await?,
+                    };
+                    let records: Records = decode_segment(&bytes)
+                        .map_err(|e| StorageError::Corrupt(format!("segment {}@{}: {e}", key.object, key.pos)))?
+                        .into();
+                    inner.segments.put(key, records.clone());
+                    Ok(records)
                 }
             })
             .buffered(READ_CONCURRENCY)
@@ -318,7 +336,7 @@ impl Gather {
 
     /// Adds a piece's records from `next` on; `true` when the read is full (`next` then
     /// stays after the last event taken, not at the piece's end).
-    fn add(&mut self, partition: u32, seg: &Piece, records: Vec<crate::segment::DecodedRecord>) -> bool {
+    fn add(&mut self, partition: u32, seg: &Piece, records: &[crate::segment::DecodedRecord]) -> bool {
         for d in records {
             let offset = seg.base + u64::from(d.offset_delta);
             if offset < self.next {
@@ -333,7 +351,7 @@ impl Gather {
             }
             self.bytes += size;
             self.rendered += rendering;
-            self.events.push(Event { partition, offset, record: d.record });
+            self.events.push(Event { partition, offset, record: d.record.clone() });
             self.next = offset + 1;
             if self.events.len() >= self.max_events {
                 return true;
@@ -390,16 +408,16 @@ mod tests {
     fn a_read_takes_from_next_on_within_its_bounds_but_always_one_event() {
         let piece = usable(vec![segment(0, 10)], 0).remove(0);
         let mut g = Gather::new(3, 100, usize::MAX, usize::MAX);
-        assert!(!g.add(0, &piece, records(10, 1)));
+        assert!(!g.add(0, &piece, &records(10, 1)));
         assert_eq!(g.events.iter().map(|e| e.offset).collect::<Vec<_>>(), (3..10).collect::<Vec<_>>());
         assert_eq!(g.next, 10);
 
         let mut g = Gather::new(0, 4, usize::MAX, usize::MAX);
-        assert!(g.add(0, &piece, records(10, 1)), "full at max_events");
+        assert!(g.add(0, &piece, &records(10, 1)), "full at max_events");
         assert_eq!((g.events.len(), g.next), (4, 4));
 
         let mut g = Gather::new(0, 100, 1, usize::MAX);
-        assert!(g.add(0, &piece, records(10, 1000)), "over max_bytes after the first event");
+        assert!(g.add(0, &piece, &records(10, 1000)), "over max_bytes after the first event");
         assert_eq!((g.events.len(), g.next), (1, 1));
     }
 
