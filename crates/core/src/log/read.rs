@@ -120,7 +120,7 @@ impl Log {
                         return Err(StorageError::NotFound(what).into());
                     }
                     Err(StorageError::Corrupt(what)) => {
-                        return Err(Error::Corrupt(format!("{what} of {}/{}", topic.name, partition)));
+                        return Err(Error::Corrupt(format!("{what}, in {}/{}", topic.name, partition)));
                     }
                     Err(e) => return Err(e.into()),
                 };
@@ -150,8 +150,9 @@ impl Log {
         Some(seen)
     }
 
-    /// The pieces' records, in order: kept from an earlier read ([`super::cache::SegmentCache`]), or read
-    /// (up to [`READ_CONCURRENCY`] at once), checked, decoded and kept.
+    /// The pieces' records, in order: kept from an earlier read
+    /// ([`super::cache::SegmentCache`]), or read (up to [`READ_CONCURRENCY`] at once),
+    /// checked, decoded and kept.
     fn read_pieces(
         &self,
         topic_id: u64,
