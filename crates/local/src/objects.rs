@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::ErrorKind;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::UNIX_EPOCH;
@@ -319,11 +319,20 @@ fn read_range(readers: &Readers, path: &Path, object: &str, position: u64, len: 
 /// `len` bytes at `position` of an open blob file.
 fn read_at(file: &File, object: &str, position: u64, len: u64) -> Result<Bytes, StorageError> {
     let len = usize::try_from(len).map_err(|_| StorageError::Corrupt("blob length overflows".into()))?;
-    let mut buf = vec![0; len];
-    file.read_exact_at(&mut buf, position).map_err(|e| match e.kind() {
-        ErrorKind::UnexpectedEof => StorageError::Corrupt(format!("object {object} ends before {position}+{len}")),
-        _ => io("read blob", e),
-    })?;
+    // Read into the buffer's spare capacity: a zeroed buffer (`vec![0; len]`) is written
+    // twice, once by `memset` and once by the kernel's copy.
+    let mut buf = Vec::with_capacity(len);
+    while buf.len() < len {
+        let at = position + buf.len() as u64;
+        match rustix::io::pread(file, rustix::buffer::spare_capacity(&mut buf), at) {
+            Ok(0) => return Err(StorageError::Corrupt(format!("object {object} ends before {position}+{len}"))),
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(io("read blob", e.into())),
+        }
+    }
+    // A capacity larger than asked for may have taken bytes past the range.
+    buf.truncate(len);
     Ok(Bytes::from(buf))
 }
 
