@@ -338,8 +338,10 @@ struct GroupModel {
     max_generation_history: Vec<(u64, u64, u64)>,
     assignments: BTreeMap<(String, u64), Vec<TopicPartition>>,
     left: BTreeMap<String, u64>,
-    /// Commits answered ok: (partition) → list of (value, member, end_seq, touch as it began).
-    commits_ok: BTreeMap<u32, Vec<(u64, String, u64, u64)>>,
+    /// Commits answered ok: (partition) → list of (value, member, end_seq, touch as it began,
+    /// the store's durable-write count when its answer was seen: a power cut before the
+    /// count grows may undo it, as an ack).
+    commits_ok: BTreeMap<u32, Vec<(u64, String, u64, u64, u64)>>,
     last_seen: BTreeMap<u32, (u64, u64)>,
     touch: u64,
     seeks_in_flight: u32,
@@ -1085,10 +1087,11 @@ impl World {
 
     /// A power cut: every process dies at once, and the store loses the deferred writes
     /// (acks, releases, heartbeats) no durable write has followed, or all but a prefix of
-    /// them. What the contract allows then, the checker allows: an ack answered since the
-    /// last durable write becomes unknown (its messages may come back), and a committed
-    /// offset seen may go back (an auto-commit rides on a deferred heartbeat). Nothing
-    /// else: publishes, receives' leases, commit requests and seeks are durable.
+    /// them. What the contract allows then, the checker allows: an ack or a commit answered
+    /// since the last durable write becomes unknown (its messages may come back, its offset
+    /// may be lost), and a committed offset seen may go back (commits and the auto-commits
+    /// riding on heartbeats are deferred). Nothing else: publishes, receives' leases,
+    /// joins and seeks are durable.
     fn power_cut(&mut self) {
         let durable = self.mem.durable_count();
         let at_risk = self.mem.at_risk();
@@ -1120,6 +1123,9 @@ impl World {
                     dl.ack_maybe = true;
                 }
             }
+        }
+        for list in self.group.commits_ok.values_mut() {
+            list.retain(|c| c.4 != durable);
         }
         self.group.last_seen.clear();
         self.restart_all();
@@ -2149,10 +2155,12 @@ impl World {
                 if !problems.is_empty() {
                     self.violate("fenced-commit", format!("commit by {member}: {}", problems.join("; ")));
                 }
+                let durable = self.mem.durable_count();
                 for &(p, v) in offsets {
                     self.check_coverage(p, v, &format!("commit by {member}"));
                     // A seek or delete that began after this commit did may have applied before it.
-                    self.group.commits_ok.entry(p).or_default().push((v, member.to_owned(), d.end_seq, d.touch0));
+                    let answered = (v, member.to_owned(), d.end_seq, d.touch0, durable);
+                    self.group.commits_ok.entry(p).or_default().push(answered);
                 }
             }
             Err(e) if uncertain(e) => {}
@@ -2224,8 +2232,8 @@ impl World {
                 .get(&p)
                 .into_iter()
                 .flatten()
-                .filter(|(v, _, end, touch)| *end < d.start_seq && *touch == self.group.touch && *v > c)
-                .map(|(v, m, _, _)| (*v, m.clone()))
+                .filter(|(v, _, end, touch, _)| *end < d.start_seq && *touch == self.group.touch && *v > c)
+                .map(|(v, m, _, _, _)| (*v, m.clone()))
                 .collect();
             if let Some((v, m)) = lost.first() {
                 self.violate(

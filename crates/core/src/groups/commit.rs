@@ -71,7 +71,10 @@ impl Groups {
     }
 
     /// One fenced commit write: checks the group version and the member's item, puts the
-    /// offsets that advance. `Ok(Err(Raced))`: something it checked changed first.
+    /// offsets that advance. `Ok(Err(Raced))`: something it checked changed first. Written
+    /// deferred, as acks and the auto-commits riding on heartbeats are: durable with the
+    /// store's next durable write, so a power cut can undo only the latest commits, and the
+    /// group then resumes earlier (events delivered again, never skipped).
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn write_commit(
         &self,
@@ -86,7 +89,7 @@ impl Groups {
         let mut ops =
             vec![WriteOp::Check { key: member_key(group, member_id), expect: Expect::Version(member_version) }];
         ops.extend(commit_ops(group, state, member_id, topics, current, offsets)?);
-        match self.store().write(ops).await {
+        match self.store().write_deferred(ops).await {
             Ok(()) => Ok(Ok(())),
             // The group changed, the member's session ended, or an offset moved: the caller
             // re-reads and decides.
