@@ -324,6 +324,19 @@ struct Request {
     floor: BTreeMap<(u64, u32), u64>,
 }
 
+/// A commit answered ok, as the checker saw it.
+struct CommitSeen {
+    value: u64,
+    member: String,
+    /// The seq at which its answer was seen.
+    end: u64,
+    /// The group's touch count as it began (a seek or delete since may undo it).
+    touch: u64,
+    /// The store's durable-write count when its answer was seen: a power cut before the
+    /// count grows may undo it, as an ack.
+    durable: u64,
+}
+
 #[derive(Default)]
 struct GroupModel {
     delivered: BTreeMap<u32, BTreeSet<u64>>,
@@ -338,10 +351,8 @@ struct GroupModel {
     max_generation_history: Vec<(u64, u64, u64)>,
     assignments: BTreeMap<(String, u64), Vec<TopicPartition>>,
     left: BTreeMap<String, u64>,
-    /// Commits answered ok: (partition) → list of (value, member, end_seq, touch as it began,
-    /// the store's durable-write count when its answer was seen: a power cut before the
-    /// count grows may undo it, as an ack).
-    commits_ok: BTreeMap<u32, Vec<(u64, String, u64, u64, u64)>>,
+    /// Commits answered ok, by partition.
+    commits_ok: BTreeMap<u32, Vec<CommitSeen>>,
     last_seen: BTreeMap<u32, (u64, u64)>,
     touch: u64,
     seeks_in_flight: u32,
@@ -1125,7 +1136,7 @@ impl World {
             }
         }
         for list in self.group.commits_ok.values_mut() {
-            list.retain(|c| c.4 != durable);
+            list.retain(|c| c.durable != durable);
         }
         self.group.last_seen.clear();
         self.restart_all();
@@ -2159,8 +2170,9 @@ impl World {
                 for &(p, v) in offsets {
                     self.check_coverage(p, v, &format!("commit by {member}"));
                     // A seek or delete that began after this commit did may have applied before it.
-                    let answered = (v, member.to_owned(), d.end_seq, d.touch0, durable);
-                    self.group.commits_ok.entry(p).or_default().push(answered);
+                    let seen =
+                        CommitSeen { value: v, member: member.to_owned(), end: d.end_seq, touch: d.touch0, durable };
+                    self.group.commits_ok.entry(p).or_default().push(seen);
                 }
             }
             Err(e) if uncertain(e) => {}
@@ -2232,8 +2244,8 @@ impl World {
                 .get(&p)
                 .into_iter()
                 .flatten()
-                .filter(|(v, _, end, touch, _)| *end < d.start_seq && *touch == self.group.touch && *v > c)
-                .map(|(v, m, _, _, _)| (*v, m.clone()))
+                .filter(|s| s.end < d.start_seq && s.touch == self.group.touch && s.value > c)
+                .map(|s| (s.value, s.member.clone()))
                 .collect();
             if let Some((v, m)) = lost.first() {
                 self.violate(
@@ -2269,8 +2281,8 @@ impl World {
             let start = d.start_seq;
             for list in self.group.commits_ok.values_mut() {
                 for c in list.iter_mut() {
-                    if c.2 > start && live.contains(&c.1) && !self.group.left.contains_key(&c.1) {
-                        c.3 = touch;
+                    if c.end > start && live.contains(&c.member) && !self.group.left.contains_key(&c.member) {
+                        c.touch = touch;
                     }
                 }
             }
