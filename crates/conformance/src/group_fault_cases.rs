@@ -265,6 +265,11 @@ pub async fn given_auto_commit_with_events_ready_then_one_write_commits_and_hear
     // Soft state: lost to a power cut, the member resumes earlier (at least once).
     assert_eq!(script.deferred(), 2, "a member's heartbeat and its riding auto-commit are deferred");
     assert_eq!(committed(&groups, &group, 0).await, Some(5));
+    // A commit request is written the same way (docs/API.md, "Commit").
+    let offsets = [crate::group_cases::commit_of(&topic, 0, 10)];
+    groups.commit(&group, &first.member_id, first.generation, &offsets).await.unwrap();
+    assert_eq!(script.deferred(), 3, "a commit request is deferred too");
+    assert_eq!(committed(&groups, &group, 0).await, Some(10), "and seen at once");
 }
 
 /// A poll whose auto-commit confirms everything there is, waiting for more: the commit lands
