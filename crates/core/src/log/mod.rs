@@ -49,7 +49,7 @@ pub struct LogConfig {
     /// A partition's segment of a commit larger than this is written in parts of about this
     /// many bytes ([`crate::segment::PART_BYTES`]; smaller in the simulation).
     pub part_bytes: usize,
-    /// Bytes of decoded segments a process keeps for its next reads ([`cache`]): a work
+    /// Bytes of decoded segments a process keeps for its next reads: a work
     /// queue's receives take a few messages of a segment at a time, groups and replays read
     /// the same partitions. 0 keeps none.
     pub segment_cache_bytes: usize,
