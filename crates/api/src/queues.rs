@@ -361,7 +361,7 @@ pub async fn receive(
     }
     let (acks, messages) = queues.ack_and_receive(&topic, &sub, &req.ack, &request).await?;
     received(&topic, &messages);
-    Ok(json_response(render_messages(&messages, Some(&results(&req.ack, &acks)))))
+    Ok(json_response(render_messages(&messages, Some(&Results { receipts: &req.ack, outcomes: &acks }))))
 }
 
 /// Renders received messages by hand, as replay does: values are copied as stored; with
@@ -393,10 +393,6 @@ fn render_messages(messages: &[Message], acks: Option<&Results<'_>>) -> Vec<u8> 
     out
 }
 
-fn receipt_error(receipt: &str, e: ReceiptError) -> Value {
-    json!({ "receipt": receipt, "ok": false, "error": { "code": e.code().as_str(), "message": e.message() } })
-}
-
 /// Counts the events a receive handed out (the messages themselves are counted by the
 /// queues, for pull and push alike).
 fn received(topic: &str, messages: &[Message]) {
@@ -411,13 +407,15 @@ struct Results<'a> {
     outcomes: &'a [Result<(), ReceiptError>],
 }
 
-/// One receipt's result; the fields in the order `json!` wrote them (sorted).
+/// One receipt's result; the fields in the order `json!` wrote them (sorted). `receipt` is
+/// absent only where a change of visibility made a message visible (nobody holds it now).
 #[derive(Serialize)]
 struct Settled<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<SettleError>,
     ok: bool,
-    receipt: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    receipt: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -426,26 +424,40 @@ struct SettleError {
     message: &'static str,
 }
 
+impl<'a> Settled<'a> {
+    fn ok(receipt: Option<&'a str>) -> Self {
+        Settled { error: None, ok: true, receipt }
+    }
+
+    fn refused(receipt: &'a str, e: ReceiptError) -> Self {
+        Settled {
+            error: Some(SettleError { code: e.code().as_str(), message: e.message() }),
+            ok: false,
+            receipt: Some(receipt),
+        }
+    }
+}
+
 impl Serialize for Results<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.receipts.iter().zip(self.outcomes).map(|(receipt, outcome)| Settled {
-            error: outcome.err().map(|e| SettleError { code: e.code().as_str(), message: e.message() }),
-            ok: outcome.is_ok(),
-            receipt,
+        serializer.collect_seq(self.receipts.iter().zip(self.outcomes).map(|(receipt, outcome)| match outcome {
+            Ok(()) => Settled::ok(Some(receipt)),
+            Err(e) => Settled::refused(receipt, *e),
         }))
     }
 }
 
-fn results<'a>(receipts: &'a [String], outcomes: &'a [Result<(), ReceiptError>]) -> Results<'a> {
-    Results { receipts, outcomes }
+/// `{"results": […]}`, the answer of the routes that settle receipts.
+#[derive(Serialize)]
+struct SettledAnswer<T> {
+    results: T,
 }
 
-/// `{"results": […]}`, an ack's or a nack's answer.
-fn settled_response(receipts: &[String], outcomes: &[Result<(), ReceiptError>]) -> Response {
+/// The answer to settling `receipts`: `results`, one per receipt, under `"results"`.
+fn settled_response(receipts: &[String], results: impl Serialize) -> Response {
     let mut out = Vec::with_capacity(16 + receipts.iter().map(|r| r.len() + 32).sum::<usize>());
-    out.extend_from_slice(b"{\"results\":");
-    write_results(&mut out, &results(receipts, outcomes));
-    out.push(b'}');
+    // Strings and booleans written into a Vec: this cannot fail.
+    let _ = serde_json::to_writer(&mut out, &SettledAnswer { results });
     json_response(out)
 }
 
@@ -462,7 +474,7 @@ fn write_results(out: &mut Vec<u8>, results: &Results<'_>) {
 pub async fn ack(State(queues): State<Queues>, Path((topic, sub)): SubPath, body: Body) -> Result<Response, ApiError> {
     let req: Ack = parse_json_owned(&read_body(body, MAX_BODY).await?)?;
     let outcomes = queues.ack(&topic, &sub, &req.receipts).await?;
-    Ok(settled_response(&req.receipts, &outcomes))
+    Ok(settled_response(&req.receipts, Results { receipts: &req.receipts, outcomes: &outcomes }))
 }
 
 /// Nack received messages: give them back, for redelivery after `delay_ms`.
@@ -473,7 +485,7 @@ pub async fn ack(State(queues): State<Queues>, Path((topic, sub)): SubPath, body
 pub async fn nack(State(queues): State<Queues>, Path((topic, sub)): SubPath, body: Body) -> Result<Response, ApiError> {
     let req: Nack = parse_json_owned(&read_body(body, MAX_BODY).await?)?;
     let outcomes = queues.nack(&topic, &sub, &req.receipts, req.delay_ms).await?;
-    Ok(settled_response(&req.receipts, &outcomes))
+    Ok(settled_response(&req.receipts, Results { receipts: &req.receipts, outcomes: &outcomes }))
 }
 
 /// Change received messages' visibility timeout: each result that is `ok` carries the receipt
@@ -486,21 +498,16 @@ pub async fn visibility(
     State(queues): State<Queues>,
     Path((topic, sub)): SubPath,
     body: Body,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let req: Visibility = parse_json_owned(&read_body(body, MAX_BODY).await?)?;
     let outcomes = queues.change_visibility(&topic, &sub, &req.receipts, req.visibility_timeout_ms).await?;
-    let results: Vec<Value> = req
-        .receipts
-        .iter()
-        .zip(&outcomes)
-        .map(|(sent, outcome)| match outcome {
-            Ok(Some(renewed)) => json!({ "receipt": renewed, "ok": true }),
-            // Made visible: nobody holds it any more, so there is no receipt to renew.
-            Ok(None) => json!({ "ok": true }),
-            Err(e) => receipt_error(sent, *e),
-        })
-        .collect();
-    Ok(Json(json!({ "results": results })))
+    let results = req.receipts.iter().zip(&outcomes).map(|(sent, outcome)| match outcome {
+        Ok(Some(renewed)) => Settled::ok(Some(renewed.as_str())),
+        // Made visible: nobody holds it any more, so there is no receipt to renew.
+        Ok(None) => Settled::ok(None),
+        Err(e) => Settled::refused(sent, *e),
+    });
+    Ok(settled_response(&req.receipts, results.collect::<Vec<_>>()))
 }
 
 /// List the dead-letter queue, a page at a time, in (partition, offset) order.
@@ -670,7 +677,7 @@ mod tests {
         let receipts = vec!["a".to_owned(), "b\"q".to_owned(), "c".to_owned()];
         let outcomes = vec![Ok(()), Err(ReceiptError::Stale), Err(ReceiptError::Invalid)];
         let mut out = Vec::new();
-        write_results(&mut out, &results(&receipts, &outcomes));
+        write_results(&mut out, &Results { receipts: &receipts, outcomes: &outcomes });
         let error = |e: ReceiptError| json!({ "code": e.code().as_str(), "message": e.message() });
         let tree = json!([
             { "receipt": "a", "ok": true },
@@ -1018,6 +1025,13 @@ mod tests {
         assert_eq!(described["backlog"]["visible"], 1, "{described}");
         assert_eq!(described["backlog"]["in_flight"], 1, "{described}");
         assert_eq!(described["partitions"][1]["cursor"], 3, "{described}");
+        // A refused receipt is echoed; one made visible has no receipt (nobody holds it now).
+        let body = json!({ "receipts": ["not-a-receipt", renewed], "visibility_timeout_ms": 0 }).to_string();
+        let released = ok(&app, Method::POST, &format!("{SUB}/visibility"), Some(&body)).await;
+        let invalid = ReceiptError::Invalid;
+        let refused = json!({ "receipt": "not-a-receipt", "ok": false,
+            "error": { "code": invalid.code().as_str(), "message": invalid.message() } });
+        assert_eq!(released["results"], json!([refused, { "ok": true }]), "{released}");
 
         // The released message comes back with its count; at the limit (2) it goes to the DLQ
         // when released again, and a redrive brings it back.
