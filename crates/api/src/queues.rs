@@ -461,6 +461,11 @@ fn settled_response(receipts: &[String], results: impl Serialize) -> Response {
     json_response(out)
 }
 
+/// The answer to an ack or a nack: one result per receipt, settled or refused.
+fn settled(receipts: &[String], outcomes: &[Result<(), ReceiptError>]) -> Response {
+    settled_response(receipts, Results { receipts, outcomes })
+}
+
 fn write_results(out: &mut Vec<u8>, results: &Results<'_>) {
     // Strings and booleans written into a Vec: this cannot fail.
     let _ = serde_json::to_writer(&mut *out, results);
@@ -474,7 +479,7 @@ fn write_results(out: &mut Vec<u8>, results: &Results<'_>) {
 pub async fn ack(State(queues): State<Queues>, Path((topic, sub)): SubPath, body: Body) -> Result<Response, ApiError> {
     let req: Ack = parse_json_owned(&read_body(body, MAX_BODY).await?)?;
     let outcomes = queues.ack(&topic, &sub, &req.receipts).await?;
-    Ok(settled_response(&req.receipts, Results { receipts: &req.receipts, outcomes: &outcomes }))
+    Ok(settled(&req.receipts, &outcomes))
 }
 
 /// Nack received messages: give them back, for redelivery after `delay_ms`.
@@ -485,7 +490,7 @@ pub async fn ack(State(queues): State<Queues>, Path((topic, sub)): SubPath, body
 pub async fn nack(State(queues): State<Queues>, Path((topic, sub)): SubPath, body: Body) -> Result<Response, ApiError> {
     let req: Nack = parse_json_owned(&read_body(body, MAX_BODY).await?)?;
     let outcomes = queues.nack(&topic, &sub, &req.receipts, req.delay_ms).await?;
-    Ok(settled_response(&req.receipts, Results { receipts: &req.receipts, outcomes: &outcomes }))
+    Ok(settled(&req.receipts, &outcomes))
 }
 
 /// Change received messages' visibility timeout: each result that is `ok` carries the receipt
