@@ -15,10 +15,12 @@ use std::sync::Arc;
 pub use blobfs::{BlobFs, OsFs};
 pub use objects::LocalObjectStore;
 use sluice_core::{Clock, StorageError};
-pub use state::SqliteStateStore;
+pub use state::{SqliteStateStore, DEFERRED_SYNC_MS};
 
 /// Opens (creating if needed) the object files and the state store under
-/// `data_dir`; `clock` decides which state items have expired.
+/// `data_dir`; `clock` decides which state items have expired. Called inside a Tokio
+/// runtime, it also starts the store's sync of deferred writes (every
+/// [`DEFERRED_SYNC_MS`] of `clock`, see [`SqliteStateStore::sync_deferred`]).
 pub fn open(
     data_dir: &Path,
     clock: Arc<dyn Clock>,
@@ -50,9 +52,10 @@ fn open_on(
     blobfs::create_dir_durably(fs.as_ref(), data_dir)
         .map_err(|e| StorageError::unavailable(format!("create {}", data_dir.display()), e))?;
     // Not the old `index.sqlite3`: a data directory of the earlier schema is not misread.
-    let state = SqliteStateStore::open(&data_dir.join("state.sqlite3"), clock)?;
+    let state = Arc::new(SqliteStateStore::open(&data_dir.join("state.sqlite3"), clock)?);
     let objects = LocalObjectStore::open_on(&data_dir.join("objects"), roll_bytes, fs)?;
-    Ok((Arc::new(state), Arc::new(objects)))
+    state::spawn_deferred_sync(&state);
+    Ok((state, Arc::new(objects)))
 }
 
 /// Runs blocking file or database work off the async threads.

@@ -16,14 +16,16 @@
 //! after another), and none is answered before the commit is on disk, except a
 //! group made only of [`StateStore::write_deferred`]'s writes: it commits with
 //! `synchronous=NORMAL` (no fsync of its own), and the next synced commit or
-//! checkpoint, which syncs the whole WAL first, makes it durable.
+//! checkpoint, which syncs the whole WAL first, makes it durable. When none comes,
+//! [`SqliteStateStore::sync_deferred`] fsyncs the WAL: [`crate::open`] runs it every
+//! [`DEFERRED_SYNC_MS`] on the store's clock, so a deferred write waits at most that long.
 //!
 //! Expired rows stay until [`StateStore::purge_expired`] removes them; until
 //! then every read and condition treats them as absent. A put under
 //! [`Expect::Any`] over an expired row continues from its version, as
 //! DynamoDB's `ADD` does before TTL removes the item.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -41,6 +43,10 @@ use crate::blocking;
 const READERS: usize = 4;
 /// How long a writer waits for another process's write lock before giving up with `Throttled`.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest a write answered by [`StateStore::write_deferred`] waits for an fsync when no
+/// durable write comes to sync it (Postgres' `wal_writer_delay` with `synchronous_commit=off`).
+pub const DEFERRED_SYNC_MS: u64 = 200;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS items (
@@ -67,6 +73,9 @@ struct Writer {
     /// not (`NORMAL`, for a group of deferred writes only); `None`: unknown after a
     /// failed change, so set again before the next commit.
     synced: Option<bool>,
+    /// A group of deferred writes was committed since the WAL was last synced (by a synced
+    /// commit, or by [`SqliteStateStore::sync_deferred`]).
+    unsynced: bool,
 }
 
 impl Writer {
@@ -106,6 +115,8 @@ pub struct SqliteStateStore {
     readers: Arc<Vec<Mutex<Connection>>>,
     next_reader: AtomicUsize,
     clock: Arc<dyn Clock>,
+    /// The WAL file, which [`SqliteStateStore::sync_deferred`] fsyncs.
+    wal: PathBuf,
 }
 
 fn db(e: rusqlite::Error) -> StorageError {
@@ -159,7 +170,7 @@ impl SqliteStateStore {
         let readers = (0..READERS)
             .map(|_| connect(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX).map(Mutex::new))
             .collect::<Result<Vec<_>, _>>()?;
-        let writer = Arc::new(Mutex::new(Writer { conn: writer, synced: Some(true) }));
+        let writer = Arc::new(Mutex::new(Writer { conn: writer, synced: Some(true), unsynced: false }));
         let queue = Arc::new(Queue::default());
         let writer_thread = std::thread::Builder::new()
             .name("sluice-sqlite-writer".into())
@@ -175,7 +186,35 @@ impl SqliteStateStore {
             readers: Arc::new(readers),
             next_reader: AtomicUsize::new(0),
             clock,
+            wal: wal_path(path),
         })
+    }
+
+    /// Makes every write [`StateStore::write_deferred`] has answered so far durable, by an
+    /// fsync of the WAL, unless a synced commit has done so since: answers whether it synced.
+    pub async fn sync_deferred(&self) -> Result<bool, StorageError> {
+        let (writer, wal) = (self.writer.clone(), self.wal.clone());
+        blocking(move || {
+            // Taken before the fsync: a deferred group committed after this sets it again, and
+            // one committed before wrote its frames first (under the same lock), so they are
+            // in the file the fsync syncs.
+            if !std::mem::take(&mut lock(&writer).unsynced) {
+                return Ok(false);
+            }
+            let started = std::time::Instant::now();
+            match std::fs::File::open(&wal).and_then(|f| f.sync_data()) {
+                Ok(()) => {
+                    metrics::histogram!(sluice_core::metrics::FSYNC, "file" => "state")
+                        .record(started.elapsed().as_secs_f64());
+                    Ok(true)
+                }
+                Err(e) => {
+                    lock(&writer).unsynced = true;
+                    Err(StorageError::unavailable(format!("fsync {}", wal.display()), e))
+                }
+            }
+        })
+        .await
     }
 
     /// Queues a write for the next group commit and waits for its answer.
@@ -231,6 +270,7 @@ impl SqliteStateStore {
             let tx = writer.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db)?;
             let out = f(&tx)?;
             tx.commit().map_err(db)?;
+            writer.unsynced = false; // synced, with every deferred write before it
             Ok(out)
         })
         .await
@@ -371,19 +411,50 @@ fn commit_group(writer: &mut Writer, batch: Vec<PendingWrite>) {
         }
         return;
     }
-    commit_writes(&mut writer.conn, batch, synced);
+    if commit_writes(&mut writer.conn, batch, synced) {
+        // A synced commit syncs the whole WAL, deferred groups before it included.
+        writer.unsynced = !synced;
+    }
+}
+
+/// SQLite's write-ahead log beside the database at `path`: its name with `-wal` appended.
+fn wal_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push("-wal");
+    PathBuf::from(name)
+}
+
+/// Syncs `store`'s deferred writes every [`DEFERRED_SYNC_MS`] of its clock, from a task of
+/// the current Tokio runtime (none outside one), until the store is dropped.
+pub(crate) fn spawn_deferred_sync(store: &Arc<SqliteStateStore>) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let (store, clock) = (Arc::downgrade(store), store.clock.clone());
+    runtime.spawn(async move {
+        loop {
+            clock.sleep(DEFERRED_SYNC_MS).await;
+            let Some(store) = store.upgrade() else {
+                return;
+            };
+            if let Err(e) = store.sync_deferred().await {
+                tracing::warn!(error = %e, "deferred writes not synced; trying again");
+            }
+        }
+    });
 }
 
 /// Applies each write of `batch` in a savepoint of one transaction, commits once, and
-/// answers each: its own condition failure, or the commit's outcome.
-fn commit_writes(conn: &mut Connection, batch: Vec<PendingWrite>, synced: bool) {
+/// answers each: its own condition failure, or the commit's outcome. Answers whether a
+/// `COMMIT` succeeded.
+fn commit_writes(conn: &mut Connection, batch: Vec<PendingWrite>, synced: bool) -> bool {
     let tx = match GroupTx::begin(conn) {
         Ok(tx) => tx,
         Err(e) => {
             for w in batch {
                 let _ = w.done.send(Err(classify(&e)));
             }
-            return;
+            return false;
         }
     };
     // A write alone needs no savepoint: if its condition fails, the whole transaction goes.
@@ -416,7 +487,7 @@ fn commit_writes(conn: &mut Connection, batch: Vec<PendingWrite>, synced: bool) 
                 for w in batch {
                     let _ = w.done.send(Err(StorageError::Unavailable { message: message.clone(), source: None }));
                 }
-                return;
+                return false;
             }
         }
     }
@@ -424,7 +495,7 @@ fn commit_writes(conn: &mut Connection, batch: Vec<PendingWrite>, synced: bool) 
         drop(tx); // rolled back: nothing to make durable
         let refused = outcomes.pop().expect("one outcome");
         let _ = batch.into_iter().next().expect("one write").done.send(refused);
-        return;
+        return false;
     }
     // A synced commit is the fsync of the WAL (`synchronous=FULL`).
     let started = std::time::Instant::now();
@@ -441,6 +512,7 @@ fn commit_writes(conn: &mut Connection, batch: Vec<PendingWrite>, synced: bool) 
         };
         let _ = w.done.send(answer);
     }
+    committed.is_ok()
 }
 
 /// The group commit's `BEGIN IMMEDIATE` transaction, run with cached statements:
@@ -641,6 +713,58 @@ mod tests {
         store.delete_many(vec![Key::new("p", "c")]).await.expect("delete_many");
         assert_eq!(synchronous(&store), 2, "so is a transaction of the store's own");
         assert!(store.get(&Key::new("p", "a")).await.expect("get").is_some());
+    }
+
+    fn unsynced(store: &SqliteStateStore) -> bool {
+        lock(&store.writer).unsynced
+    }
+
+    #[tokio::test]
+    async fn deferred_writes_are_synced_by_the_next_durable_write_or_by_sync_deferred() {
+        let (_dir, store) = open();
+        assert!(!store.sync_deferred().await.expect("sync"), "nothing deferred: no fsync");
+        store.write_deferred(create("a")).await.expect("deferred");
+        assert!(unsynced(&store));
+        assert!(store.sync_deferred().await.expect("sync"), "the WAL fsynced");
+        assert!(!store.sync_deferred().await.expect("sync"), "and only once");
+        store.write_deferred(create("b")).await.expect("deferred");
+        store.write(create("c")).await.expect("durable");
+        assert!(!unsynced(&store), "a synced commit syncs the deferred groups before it");
+        store.write_deferred(create("d")).await.expect("deferred");
+        store.delete_many(vec![Key::new("p", "d")]).await.expect("delete_many");
+        assert!(!unsynced(&store), "so does a transaction of the store's own");
+        assert!(!store.sync_deferred().await.expect("sync"));
+    }
+
+    #[tokio::test]
+    async fn a_deferred_write_waits_for_its_fsync_at_most_the_sync_window_of_the_store_clock() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let clock = Arc::new(sluice_core::ManualClock::new(1_000));
+        let (store, _objects) = crate::open(dir.path(), clock.clone()).expect("open");
+        store.write_deferred(create("a")).await.expect("deferred");
+        clock.advance(DEFERRED_SYNC_MS as i64 - 1);
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        assert!(unsynced(&store), "not synced before the window ends");
+        clock.advance(1);
+        // The fsync runs on the blocking pool: wait for it, the clock standing still.
+        for waited in 0.. {
+            if !unsynced(&store) {
+                break;
+            }
+            assert!(waited < 10_000, "the window ended and the WAL was never synced");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        store.write_deferred(create("b")).await.expect("deferred");
+        clock.advance(DEFERRED_SYNC_MS as i64);
+        for waited in 0.. {
+            if !unsynced(&store) {
+                break;
+            }
+            assert!(waited < 10_000, "the next window's sync never came");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
     }
 
     /// The writer thread sleeps between groups: every write of bursts arriving while it commits
