@@ -111,9 +111,10 @@ enum Workload {
         count: u64,
     },
     /// Members of one fresh consumer group reading the topic end to end, each committing
-    /// after every poll. With `--publishers 0` they drain a backlog of `--count` events
-    /// published first (throughput); with live publishers, each event is timed from its
-    /// publish being sent to its arrival in a poll answer.
+    /// after every poll (with `--riding-commits`, in its next poll instead). With
+    /// `--publishers 0` they drain a backlog of `--count` events published first
+    /// (throughput); with live publishers, each event is timed from its publish being sent
+    /// to its arrival in a poll answer.
     Group {
         /// Members of the group, each with one poll or commit in flight.
         #[arg(long, default_value_t = 4)]
@@ -142,6 +143,11 @@ enum Workload {
         /// Events per publish request (default: 100 for the backlog, 1 for live publishers).
         #[arg(long)]
         batch: Option<usize>,
+        /// Commit as the Rust client's consumer does: each poll carries the member's
+        /// positions with `auto_commit`, committing what the previous polls returned, in
+        /// place of a commit request after every poll (Kafka's `commitSync`).
+        #[arg(long)]
+        riding_commits: bool,
     },
     /// Workers of one fresh subscription (a work queue), each looping: receive up to
     /// `--batch` messages, then ack every receipt it got, each answered once applied. With
@@ -311,7 +317,18 @@ pub async fn run(args: BenchArgs) -> Result<(), BoxError> {
             push::push(&target, push::PushSettings { rate, count, max_batch, max_in_flight, duration, event_size })
                 .await?
         }
-        Workload::Group { members, max_events, max_bytes, wait_ms, publishers, count, duration, event_size, batch } => {
+        Workload::Group {
+            members,
+            max_events,
+            max_bytes,
+            wait_ms,
+            publishers,
+            count,
+            duration,
+            event_size,
+            batch,
+            riding_commits,
+        } => {
             if members == 0 {
                 return Err("--members must be at least 1".into());
             }
@@ -322,6 +339,7 @@ pub async fn run(args: BenchArgs) -> Result<(), BoxError> {
                 // The server counts an event as its value plus 24 bytes, key and headers.
                 max_bytes: max_bytes.unwrap_or((max_events * (event_size + 96)).min(6 << 20)),
                 wait_ms,
+                riding_commits,
             };
             let default_batch = if publishers == 0 { 100 } else { 1 };
             let shape = PublishShape { event_size, batch: batch.unwrap_or(default_batch).max(1), keys: 1000 };
@@ -585,6 +603,8 @@ struct GroupSettings {
     max_events: usize,
     max_bytes: usize,
     wait_ms: u64,
+    /// Commits ride on the next poll (`positions` with `auto_commit`), no commit requests.
+    riding_commits: bool,
 }
 
 /// What feeds the group: a backlog published before the clock starts, or live publishers.
@@ -776,6 +796,9 @@ struct Member {
     id: Option<String>,
     generation: u64,
     assignment: usize,
+    /// With riding commits: per partition, the offset after the last event received in
+    /// this generation, sent (and so committed) with the next poll.
+    positions: BTreeMap<u32, u64>,
     stats: MemberStats,
 }
 
@@ -786,6 +809,7 @@ impl Member {
             id: None,
             generation: 0,
             assignment: 0,
+            positions: BTreeMap::new(),
             stats: MemberStats::new()?,
         })
     }
@@ -802,13 +826,22 @@ impl Member {
         }
     }
 
-    /// One poll (joining first if need be), then one commit of the next offsets of what it got.
+    /// One poll (joining first if need be), then one commit of the next offsets of what it
+    /// got; with riding commits, the poll commits what the previous ones got instead.
     async fn poll_and_commit(&mut self, run: &GroupRun, wait_ms: u64) -> Result<(), BoxError> {
         let s = &run.settings;
         let mut poll =
             json!({ "topics": [run.topic], "max_events": s.max_events, "max_bytes": s.max_bytes, "wait_ms": wait_ms });
         if let Some(id) = &self.id {
             poll["member_id"] = json!(id);
+            if s.riding_commits && !self.positions.is_empty() {
+                let positions: Vec<Value> = (self.positions.iter())
+                    .map(|(p, o)| json!({ "topic": run.topic, "partition": p, "offset": o }))
+                    .collect();
+                poll["positions"] = json!(positions);
+                poll["auto_commit"] = json!(true);
+                self.stats.commits += 1;
+            }
         }
         let t0 = Instant::now();
         let Some((status, body)) = self.send(run, &run.poll_path, poll).await? else { return Ok(()) };
@@ -833,9 +866,22 @@ impl Member {
         if self.id.as_deref() != Some(&answer.member_id) {
             self.id = Some(answer.member_id.clone().into_owned());
         }
+        if answer.generation != self.generation {
+            // A new generation resumes from the committed offsets: positions start over.
+            self.positions.clear();
+        }
         self.generation = answer.generation;
         self.assignment = answer.assignment.len();
         if answer.events.is_empty() {
+            return Ok(());
+        }
+        if s.riding_commits {
+            for e in &answer.events {
+                let next = self.positions.entry(e.partition).or_default();
+                *next = (*next).max(e.offset + 1);
+            }
+            run.deliver(&answer.events, arrived, &mut self.stats.delivery);
+            run.check_done();
             return Ok(());
         }
         // The next offset of each partition the poll returned events of.
@@ -995,6 +1041,7 @@ async fn group(t: &Target, settings: GroupSettings, shape: PublishShape, load: G
     let mut settings = json!({
         "group": s.group, "members": s.members, "partitions": partitions, "max_events": s.max_events,
         "max_bytes": s.max_bytes, "wait_ms": s.wait_ms, "event_size": shape.event_size, "batch": shape.batch,
+        "riding_commits": s.riding_commits,
     });
     let mut counts = vec![
         ("polls", stats.polls),
