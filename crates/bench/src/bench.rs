@@ -835,7 +835,9 @@ impl Member {
         if let Some(id) = &self.id {
             poll["member_id"] = json!(id);
             if s.riding_commits && !self.positions.is_empty() {
-                let positions: Vec<Value> = (self.positions.iter())
+                let positions: Vec<Value> = self
+                    .positions
+                    .iter()
                     .map(|(p, o)| json!({ "topic": run.topic, "partition": p, "offset": o }))
                     .collect();
                 poll["positions"] = json!(positions);

@@ -748,21 +748,19 @@ mod tests {
         }
         assert!(unsynced(&store), "not synced before the window ends");
         clock.advance(1);
-        // The fsync runs on the blocking pool: wait for it, the clock standing still.
-        for waited in 0.. {
-            if !unsynced(&store) {
-                break;
-            }
-            assert!(waited < 10_000, "the window ended and the WAL was never synced");
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        synced_soon(&store, "the window ended and the WAL was never synced").await;
         store.write_deferred(create("b")).await.expect("deferred");
         clock.advance(DEFERRED_SYNC_MS as i64);
+        synced_soon(&store, "the next window's sync never came").await;
+    }
+
+    /// Waits, the clock standing still, for the fsync the tick started on the blocking pool.
+    async fn synced_soon(store: &SqliteStateStore, never: &str) {
         for waited in 0.. {
-            if !unsynced(&store) {
-                break;
+            if !unsynced(store) {
+                return;
             }
-            assert!(waited < 10_000, "the next window's sync never came");
+            assert!(waited < 10_000, "{never}");
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
     }
