@@ -431,15 +431,21 @@ pub(crate) fn spawn_deferred_sync(store: &Arc<SqliteStateStore>) {
         return;
     };
     let (store, clock) = (Arc::downgrade(store), store.clock.clone());
+    // Ticks on a schedule of the clock's, not 200 ms after the last sync ended: a sync that
+    // took a while (or a task polled late) does not push the next tick later.
+    let mut tick = clock.now_ms() + DEFERRED_SYNC_MS as i64;
     runtime.spawn(async move {
         loop {
-            clock.sleep(DEFERRED_SYNC_MS).await;
+            clock.sleep((tick - clock.now_ms()).max(0) as u64).await;
             let Some(store) = store.upgrade() else {
                 return;
             };
             if let Err(e) = store.sync_deferred().await {
                 tracing::warn!(error = %e, "deferred writes not synced; trying again");
             }
+            // After a stall (a suspended laptop) the schedule restarts from now, not one tick
+            // per window missed.
+            tick = (tick + DEFERRED_SYNC_MS as i64).max(clock.now_ms());
         }
     });
 }
