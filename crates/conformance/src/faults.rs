@@ -50,6 +50,9 @@ pub enum QueryAction {
     /// The answer misses the segment index items at these offsets (a query torn by a
     /// compaction's swap), at the query of the collection after `skip` others of it.
     Hide { offsets: Range<u64>, skip: usize },
+    /// The answer misses the items whose sort keys start with this, as a query that sees
+    /// one item a transaction wrote and not yet another can.
+    Miss(&'static str),
     /// The rival runs to its end, then the query reads.
     Before(Rival),
 }
@@ -181,6 +184,11 @@ impl StateStore for Scripted {
             Some(QueryAction::Hide { offsets, .. }) => {
                 let mut page = self.inner.query(query).await?;
                 page.items.retain(|i| layout::offset_of(&i.key.sk).map_or(true, |o| !offsets.contains(&o)));
+                Ok(page)
+            }
+            Some(QueryAction::Miss(prefix)) => {
+                let mut page = self.inner.query(query).await?;
+                page.items.retain(|i| !i.key.sk.starts_with(prefix));
                 Ok(page)
             }
             Some(QueryAction::Before(rival)) => {

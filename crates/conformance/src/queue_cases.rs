@@ -53,6 +53,7 @@ macro_rules! queue_conformance_suite {
             given_long_poll_when_a_delayed_message_comes_due_then_it_returns_the_message,
             given_undelivered_messages_when_the_log_start_passes_them_then_counted_expired_never_delivered_and_the_rest_are,
             given_a_describe_whose_first_read_is_torn_then_its_counts_are_still_exact,
+            given_a_keyed_receive_whose_read_misses_a_moved_lease_then_the_key_still_waits,
             given_retention_passing_a_receive_in_flight_then_it_answers_from_the_new_start,
             given_a_slow_receive_then_the_visibility_window_counts_from_its_write,
             given_receives_acks_nacks_and_visibility_changes_then_only_acks_and_nacks_are_deferred,

@@ -4,12 +4,14 @@
 
 use std::sync::Arc;
 
-use sluice_core::queues::{Queues, ReceiveRequest, StartAt, SubscriptionSpec};
+use sluice_core::queues::{Ordering, Queues, ReceiveRequest, StartAt, SubscriptionSpec};
 use sluice_core::upkeep::JanitorConfig;
 use sluice_core::{layout, Clock, Log, ManualClock, TopicSpec};
 
 use crate::faults::{Action, QueryAction, Scripted};
-use crate::queue_cases::{assert_nothing, manual, new_topic, positions, publish_at, receive, subscribe, START_MS};
+use crate::queue_cases::{
+    assert_nothing, event, manual, new_topic, positions, publish, publish_at, receive, subscribe, START_MS,
+};
 use crate::Backend;
 
 const HOUR: i64 = 3600 * 1000;
@@ -42,6 +44,34 @@ pub async fn given_a_describe_whose_first_read_is_torn_then_its_counts_are_still
     assert_eq!(script.pending(), 0, "the describe's read was torn");
     assert_eq!((d.backlog.visible, d.backlog.in_flight), (2, 1), "{:?}", d.backlog);
     assert!(d.exact);
+}
+
+/// Keyed: a receive whose read sees the cursor a nack rewrote but not yet the lease it
+/// moved (a DynamoDB query is not a snapshot against a transaction): the key's next message
+/// still waits behind it, and other keys flow.
+pub async fn given_a_keyed_receive_whose_read_misses_a_moved_lease_then_the_key_still_waits(backend: &dyn Backend) {
+    let (clock, log, queues) = manual(backend).await;
+    let topic = new_topic(&log, "torn-keyed", 1).await;
+    let keyed = SubscriptionSpec { ordering: Ordering::Key, ..earliest() };
+    let sub = subscribe(&queues, &topic, keyed).await;
+    let keys = ["k", "k", "other"].map(|k| event(format!("to {k}"), None, Some(k.to_owned()), None));
+    publish(&log, &topic, keys.into()).await;
+    let first = receive(&queues, &topic, &sub, 1).await;
+    assert_eq!(positions(&first), vec![(0, 0)]);
+    let nacked = queues.nack(&topic, &sub, &[first[0].receipt.clone()], 60_000).await.unwrap();
+    assert!(nacked[0].is_ok(), "{nacked:?}");
+    let (script, torn) = scripted_queues(backend, &clock).await;
+    script.at_query("q#", QueryAction::Miss("l#"));
+    let got = torn.receive(&topic, &sub, &ReceiveRequest { max_messages: 10, wait_ms: 0, visibility_timeout_ms: None });
+    let got = got.await.unwrap();
+    assert_eq!(script.pending(), 0, "the receive's read missed the lease");
+    assert_eq!(positions(&got), vec![(0, 2)], "0@1 waits behind 0@0, whose lease the read missed");
+    assert!(queues.ack(&topic, &sub, &[got[0].receipt.clone()]).await.unwrap()[0].is_ok());
+    clock.advance(60_000);
+    let again = receive(&queues, &topic, &sub, 10).await;
+    assert_eq!(positions(&again), vec![(0, 0)], "the nacked message first, when its delay ends");
+    assert!(queues.ack(&topic, &sub, &[again[0].receipt.clone()]).await.unwrap()[0].is_ok());
+    assert_eq!(positions(&receive(&queues, &topic, &sub, 10).await), vec![(0, 1)]);
 }
 
 /// Retention moves the log start past where a receive reads, between its look at the head

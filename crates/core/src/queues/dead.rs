@@ -77,10 +77,8 @@ impl Queues {
             };
             let state = self.load(&sub, partition, Some(1)).await?;
             let cursor = CursorRecord { dead: state.cursor.dead.saturating_sub(1), ..state.cursor };
-            let ops = vec![
-                WriteOp::Delete { key: key.clone(), expect: Expect::Version(item.version) },
-                state.cursor_write(sub.record.id, partition, cursor),
-            ];
+            let mut ops = vec![WriteOp::Delete { key: key.clone(), expect: Expect::Version(item.version) }];
+            ops.push(state.cursor_write(sub.record.id, partition, cursor, &ops));
             match self.store().write(ops).await {
                 Ok(()) => return Ok(()),
                 Err(e) => self.lost_race(e, &mut attempt).await?,
@@ -130,8 +128,6 @@ impl Queues {
                     msgs.push(LeaseMsg { offset: layout::offset_of(&item.key.sk)?, first_ms: 0, key: record.key });
                     ops.push(WriteOp::Delete { key: item.key, expect: Expect::Version(item.version) });
                 }
-                let cursor = CursorRecord { dead: state.cursor.dead.saturating_sub(n), ..state.cursor };
-                ops.push(state.cursor_write(sub.record.id, p, cursor));
                 if requeue {
                     let nonce = self.nonce();
                     let lease =
@@ -141,6 +137,8 @@ impl Queues {
                         layout::encode(&lease),
                     ));
                 }
+                let cursor = CursorRecord { dead: state.cursor.dead.saturating_sub(n), ..state.cursor };
+                ops.push(state.cursor_write(sub.record.id, p, cursor, &ops));
                 match self.store().write(ops).await {
                     Ok(()) => {
                         done += n;

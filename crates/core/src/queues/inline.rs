@@ -46,7 +46,9 @@ pub(super) fn fold(
 ) -> Vec<WriteOp> {
     let inline = || state.leases.iter().filter(|l| l.inline);
     if !new_inline && !state.inline_changed && inline().next().is_none() {
-        ops.extend(cursor.map(|c| state.cursor_item_write(sub_id, partition, c, Vec::new())));
+        if let Some(c) = cursor {
+            ops.push(state.cursor_item_write(sub_id, partition, c, Vec::new(), &ops));
+        }
         return ops;
     }
     let pk = queue_pk(sub_id, partition);
@@ -93,7 +95,7 @@ pub(super) fn fold(
     }
     if changed || cursor.is_some() {
         let leases = set.into_values().collect();
-        out.push(state.cursor_item_write(sub_id, partition, cursor.unwrap_or(state.cursor), leases));
+        out.push(state.cursor_item_write(sub_id, partition, cursor.unwrap_or(state.cursor), leases, &out));
     }
     out
 }
@@ -151,7 +153,7 @@ mod tests {
 
     fn state(leases: Vec<Lease>) -> QueueState {
         let cursor = CursorRecord { next: 40, ..CursorRecord::default() };
-        QueueState { cursor, cursor_version: Some(5), leases, inline_changed: false }
+        QueueState { cursor, cursor_version: Some(5), leases, inline_changed: false, keyed: false, written: Vec::new() }
     }
 
     fn create(due: i64, record: &LeaseRecord) -> WriteOp {
@@ -229,10 +231,24 @@ mod tests {
     }
 
     #[test]
+    fn keyed_a_cursor_write_names_the_lease_items_its_write_puts() {
+        let item = lease(300, record(3, true, 5..6), false);
+        let moved = create(900, &record(3, false, 5..6));
+        let ops = vec![WriteOp::Delete { key: item.key.clone(), expect: Expect::Version(2) }, moved.clone()];
+        for keyed in [false, true] {
+            let s = QueueState { keyed, ..state(vec![item.clone()]) };
+            let (cursor, others) = written(&fold(&s, SUB, 0, Some(s.cursor), ops.clone(), false));
+            let named = if keyed { vec![moved.key().sk.clone()] } else { Vec::new() };
+            assert_eq!(cursor.expect("a cursor write").0.written, named, "keyed: {keyed}");
+            assert_eq!(others.len(), 2, "the delete and the put, kept");
+        }
+    }
+
+    #[test]
     fn a_cursor_written_keeps_the_inline_leases_it_read() {
         let a = record(1, true, 0..3);
         let s = state(vec![lease(100, a.clone(), true)]);
-        let op = s.cursor_write(SUB, 0, CursorRecord { dead: 3, ..s.cursor });
+        let op = s.cursor_write(SUB, 0, CursorRecord { dead: 3, ..s.cursor }, &[]);
         let (cursor, _) = written(&[op]);
         assert_eq!(cursor.expect("a cursor write").0.leases, vec![InlineLease { due: 100, record: a.clone() }]);
         let (cursor, others) = written(&fold(&s, SUB, 0, Some(CursorRecord { dead: 3, ..s.cursor }), vec![], false));
@@ -275,9 +291,9 @@ mod tests {
     #[test]
     fn a_cursor_item_with_inline_leases_cannot_be_read_as_a_plain_cursor() {
         let cursor = CursorRecord { next: 12, dead: 1, expired: 2, filtered: 0 };
-        let plain = CursorItem::new(cursor, Vec::new()).encode();
+        let plain = CursorItem::new(cursor, Vec::new(), Vec::new()).encode();
         assert_eq!(layout::decode::<CursorRecord>("cursor", &plain).unwrap(), cursor, "no lease: the old shape");
-        let with = CursorItem::new(cursor, vec![InlineLease { due: 100, record: record(1, true, 0..3) }]);
+        let with = CursorItem::new(cursor, vec![InlineLease { due: 100, record: record(1, true, 0..3) }], Vec::new());
         let bytes = with.encode();
         assert!(
             layout::decode::<CursorRecord>("cursor", &bytes).is_err(),

@@ -42,9 +42,10 @@ fn is_zero(n: &u64) -> bool {
 
 /// The cursor item as stored: the [`CursorRecord`]'s fields, then the leases kept inline
 /// (`inline.rs`): absent in items written before leases were kept there, which decode
-/// with none. Written by [`CursorItem::encode`]: with no inline lease, as a plain
-/// [`CursorRecord`]; with some, `next` is named `n`, so a binary from before inline
-/// leases fails to read the item (an error) instead of writing it back without them.
+/// with none. Written by [`CursorItem::encode`]: with no inline lease (and no lease
+/// named as written), as a plain [`CursorRecord`]; with some, `next` is named `n`, so a
+/// binary from before inline leases fails to read the item (an error) instead of writing
+/// it back without them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CursorItem {
     #[serde(rename = "n", alias = "next")]
@@ -57,12 +58,17 @@ pub struct CursorItem {
     pub filtered: u64,
     #[serde(rename = "l", default, skip_serializing_if = "Vec::is_empty")]
     pub leases: Vec<InlineLease>,
+    /// Under key ordering, the sort keys of the lease items put by the write that wrote
+    /// this item: a read that sees this item but misses one of them was torn
+    /// (`Queues::load`).
+    #[serde(rename = "w", default, skip_serializing_if = "Vec::is_empty")]
+    pub written: Vec<String>,
 }
 
 impl CursorItem {
-    pub fn new(cursor: CursorRecord, leases: Vec<InlineLease>) -> Self {
+    pub fn new(cursor: CursorRecord, leases: Vec<InlineLease>, written: Vec<String>) -> Self {
         let CursorRecord { next, dead, expired, filtered } = cursor;
-        Self { next, dead, expired, filtered, leases }
+        Self { next, dead, expired, filtered, leases, written }
     }
 
     pub fn cursor(&self) -> CursorRecord {
@@ -70,7 +76,7 @@ impl CursorItem {
     }
 
     pub fn encode(&self) -> bytes::Bytes {
-        if self.leases.is_empty() {
+        if self.leases.is_empty() && self.written.is_empty() {
             layout::encode(&self.cursor())
         } else {
             layout::encode(self)
@@ -187,12 +193,15 @@ pub(super) fn push_stats_key(sub_id: u64) -> Key {
     Key::new(queue_pk(sub_id, 0), PUSH_STATS_SK)
 }
 
+/// What every lease item's sort key starts with.
+pub(super) const LEASE_PREFIX: &str = "l#";
+
 pub(super) fn lease_sk(due: i64, nonce: u64) -> String {
-    format!("l#{:020}#{nonce:016x}", due.max(0))
+    format!("{LEASE_PREFIX}{:020}#{nonce:016x}", due.max(0))
 }
 
 pub(super) fn parse_lease_sk(sk: &str) -> Result<i64, StorageError> {
-    sk.strip_prefix("l#")
+    sk.strip_prefix(LEASE_PREFIX)
         .and_then(|rest| rest.split('#').next())
         .and_then(|due| due.parse().ok())
         .ok_or_else(|| StorageError::Corrupt(format!("lease sort key {sk:?}")))

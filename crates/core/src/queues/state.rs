@@ -24,28 +24,47 @@ pub(super) struct QueueState {
     /// The inline leases were changed since read (acks riding on a receive): the next
     /// write on the partition writes the cursor item ([`inline::fold`]).
     pub(super) inline_changed: bool,
+    /// The subscription orders by key: a write of the cursor item names the lease items
+    /// written with it, and a whole read confirms it saw them ([`Queues::load`]).
+    pub(super) keyed: bool,
+    /// The lease items the cursor item's writer put, as the cursor item names them.
+    pub(super) written: Vec<String>,
 }
 
 impl QueueState {
     /// The write of the cursor item as `cursor`, conditional on the version read, keeping
-    /// the inline leases as read: a write that changes them goes through [`inline::fold`].
-    pub(super) fn cursor_write(&self, sub_id: u64, partition: u32, cursor: CursorRecord) -> WriteOp {
+    /// the inline leases as read (a write that changes them goes through [`inline::fold`]);
+    /// `with` are the other ops of its write.
+    pub(super) fn cursor_write(&self, sub_id: u64, partition: u32, cursor: CursorRecord, with: &[WriteOp]) -> WriteOp {
         let leases = self.leases.iter().filter(|l| l.inline).map(Lease::to_inline).collect();
-        self.cursor_item_write(sub_id, partition, cursor, leases)
+        self.cursor_item_write(sub_id, partition, cursor, leases, with)
     }
 
     /// The write of the cursor item as `cursor` holding `leases`, conditional on the
-    /// version read.
+    /// version read; keyed, it names the lease items the other ops of its write (`with`)
+    /// put.
     pub(super) fn cursor_item_write(
         &self,
         sub_id: u64,
         partition: u32,
         cursor: CursorRecord,
         leases: Vec<InlineLease>,
+        with: &[WriteOp],
     ) -> WriteOp {
-        let item = CursorItem::new(cursor, leases);
-        WriteOp::replace(cursor_key(sub_id, partition), item.encode(), self.cursor_version)
+        let key = cursor_key(sub_id, partition);
+        let written = if self.keyed { lease_puts(&key.pk, with) } else { Vec::new() };
+        let item = CursorItem::new(cursor, leases, written);
+        WriteOp::replace(key, item.encode(), self.cursor_version)
     }
+}
+
+/// The sort keys of the lease items of the partition `pk` that `ops` put.
+fn lease_puts(pk: &str, ops: &[WriteOp]) -> Vec<String> {
+    let put = |op: &WriteOp| match op {
+        WriteOp::Put { key, .. } if key.pk == pk && key.sk.starts_with(LEASE_PREFIX) => Some(key.sk.clone()),
+        _ => None,
+    };
+    ops.iter().filter_map(put).collect()
 }
 
 impl Lease {
@@ -55,8 +74,9 @@ impl Lease {
 }
 
 impl Queues {
-    /// One partition's queue: the cursor and leases, all of them (`limit: None`) or the
-    /// first `limit` items, which are the cursor and the leases due soonest.
+    /// One partition's queue: the cursor and leases, all of them (`limit: None`; keyed,
+    /// with every lease the cursor item names as written confirmed) or the first `limit`
+    /// items, which are the cursor and the leases due soonest.
     pub(super) async fn load(
         &self,
         sub: &Sub,
@@ -68,6 +88,8 @@ impl Queues {
             cursor_version: None,
             leases: Vec::new(),
             inline_changed: false,
+            keyed: sub.record.spec.ordering == Ordering::Key,
+            written: Vec::new(),
         };
         let mut query = Query::all(queue_pk(sub.record.id, partition), limit.unwrap_or(PAGE));
         loop {
@@ -77,6 +99,7 @@ impl Queues {
                     let stored: CursorItem = layout::decode("cursor", &item.value)?;
                     state.cursor = stored.cursor();
                     state.cursor_version = Some(item.version);
+                    state.written = stored.written;
                     let pk = &item.key.pk;
                     state.leases.extend(stored.leases.into_iter().map(|l| Lease {
                         key: Key::new(pk.clone(), lease_sk(l.due, l.record.nonce)),
@@ -98,10 +121,36 @@ impl Queues {
                 _ => break,
             }
         }
-        // The inline leases (first, from the cursor item) among the others, in sort-key order.
-        if state.leases.first().is_some_and(|l| l.inline) {
+        let whole = limit.is_none();
+        let confirmed = if state.keyed && whole { self.confirm_written(&query.pk, &mut state).await? } else { 0 };
+        // The inline leases (first, from the cursor item) and those confirmed (last) among
+        // the others, in sort-key order.
+        if confirmed > 0 || state.leases.first().is_some_and(|l| l.inline) {
             state.leases.sort_by(|a, b| a.key.sk.cmp(&b.key.sk));
         }
         Ok(state)
+    }
+
+    /// Keyed, the lease items the cursor item's writer put that a whole read of the
+    /// partition missed. A DynamoDB query is not a snapshot against a transaction: it can
+    /// see the cursor a settle rewrote but not yet the lease it moved, and a receive
+    /// deciding on that read would deliver the next message of the lease's key. Each one
+    /// missed is read on its own (a single-item read sees a transaction whole): found, the
+    /// read was torn, and the lease joins the state; gone, an ack (which leaves the cursor
+    /// alone) removed it since. Answers how many joined.
+    async fn confirm_written(&self, pk: &str, state: &mut QueueState) -> Result<usize, StorageError> {
+        let missed: Vec<String> =
+            state.written.iter().filter(|sk| !state.leases.iter().any(|l| &l.key.sk == *sk)).cloned().collect();
+        let mut joined = 0;
+        for sk in missed {
+            let key = Key::new(pk, sk);
+            if let Some(item) = self.store().get(&key).await? {
+                let due = parse_lease_sk(&key.sk)?;
+                let record = layout::decode("lease", &item.value)?;
+                state.leases.push(Lease { key, due, version: item.version, record, inline: false });
+                joined += 1;
+            }
+        }
+        Ok(joined)
     }
 }
