@@ -8,8 +8,15 @@
 # Idempotent: a second run only checks the pins.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ ! -x .venv/bin/python ]; then
-    python3 -m venv .venv
+# A venv whose creation failed part way (ensurepip, e.g. on a full disk) has a python but
+# no pip: made again from scratch, and a failure says how much room the disk has.
+if [ ! -x .venv/bin/pip ]; then
+    rm -rf .venv
+    if ! python3 -m venv .venv; then
+        echo "error: python3 -m venv .venv failed; free space here:" >&2
+        df -h . >&2
+        exit 1
+    fi
 fi
 .venv/bin/pip install --quiet --disable-pip-version-check -r infra/requirements.txt
 # The functions run on arm64 (template.yaml); sam build cross-compiles them with
