@@ -207,10 +207,9 @@ impl Queues {
             hinted.sort_unstable();
             hinted.dedup();
             for (due, nonce) in hinted {
-                let key = Key::new(pk.clone(), lease_sk(due, nonce));
-                if let Some(item) = self.store().get(&key).await? {
-                    let record: LeaseRecord = layout::decode("lease", &item.value)?;
-                    leases.insert(key.sk.clone(), Lease { key, due, version: item.version, record, inline: false });
+                if let Some(item) = self.store().get(&Key::new(pk.clone(), lease_sk(due, nonce))).await? {
+                    let lease = Lease::from_item(item)?;
+                    leases.insert(lease.key.sk.clone(), lease);
                 }
             }
             everything = pending.iter().any(|(_, r)| holder(&leases, r).is_none());

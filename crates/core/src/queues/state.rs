@@ -68,6 +68,13 @@ fn lease_puts(pk: &str, ops: &[WriteOp]) -> Vec<String> {
 }
 
 impl Lease {
+    /// A lease kept as an item of its own, as stored.
+    pub(super) fn from_item(item: crate::ports::state::Item) -> Result<Self, StorageError> {
+        let due = parse_lease_sk(&item.key.sk)?;
+        let record = layout::decode("lease", &item.value)?;
+        Ok(Self { key: item.key, due, version: item.version, record, inline: false })
+    }
+
     pub(super) fn to_inline(&self) -> InlineLease {
         InlineLease { due: self.due, record: self.record.clone() }
     }
@@ -111,9 +118,7 @@ impl Queues {
                 } else if item.key.sk == PUSH_STATS_SK {
                     continue;
                 } else {
-                    let due = parse_lease_sk(&item.key.sk)?;
-                    let record = layout::decode("lease", &item.value)?;
-                    state.leases.push(Lease { key: item.key, due, version: item.version, record, inline: false });
+                    state.leases.push(Lease::from_item(item)?);
                 }
             }
             match (page.next, limit) {
@@ -121,8 +126,8 @@ impl Queues {
                 _ => break,
             }
         }
-        let whole = limit.is_none();
-        let confirmed = if state.keyed && whole { self.confirm_written(&query.pk, &mut state).await? } else { 0 };
+        let whole = state.keyed && limit.is_none();
+        let confirmed = if whole { self.confirm_written(&query.pk, &mut state).await? } else { 0 };
         // The inline leases (first, from the cursor item) and those confirmed (last) among
         // the others, in sort-key order.
         if confirmed > 0 || state.leases.first().is_some_and(|l| l.inline) {
@@ -143,11 +148,8 @@ impl Queues {
             state.written.iter().filter(|sk| !state.leases.iter().any(|l| &l.key.sk == *sk)).cloned().collect();
         let mut joined = 0;
         for sk in missed {
-            let key = Key::new(pk, sk);
-            if let Some(item) = self.store().get(&key).await? {
-                let due = parse_lease_sk(&key.sk)?;
-                let record = layout::decode("lease", &item.value)?;
-                state.leases.push(Lease { key, due, version: item.version, record, inline: false });
+            if let Some(item) = self.store().get(&Key::new(pk, sk)).await? {
+                state.leases.push(Lease::from_item(item)?);
                 joined += 1;
             }
         }
