@@ -26,7 +26,7 @@
 //! DynamoDB's `ADD` does before TTL removes the item.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -74,8 +74,9 @@ struct Writer {
     /// failed change, so set again before the next commit.
     synced: Option<bool>,
     /// A group of deferred writes was committed since the WAL was last synced (by a synced
-    /// commit, or by [`SqliteStateStore::sync_deferred`]).
-    unsynced: bool,
+    /// commit, or by [`SqliteStateStore::sync_deferred`]). Set and cleared after each commit,
+    /// under this writer's lock; read by [`SqliteStateStore::sync_deferred`] without it.
+    unsynced: Arc<AtomicBool>,
 }
 
 impl Writer {
@@ -117,6 +118,8 @@ pub struct SqliteStateStore {
     clock: Arc<dyn Clock>,
     /// The WAL file, which [`SqliteStateStore::sync_deferred`] fsyncs.
     wal: PathBuf,
+    /// The writer's [`Writer::unsynced`].
+    unsynced: Arc<AtomicBool>,
 }
 
 fn db(e: rusqlite::Error) -> StorageError {
@@ -170,7 +173,8 @@ impl SqliteStateStore {
         let readers = (0..READERS)
             .map(|_| connect(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX).map(Mutex::new))
             .collect::<Result<Vec<_>, _>>()?;
-        let writer = Arc::new(Mutex::new(Writer { conn: writer, synced: Some(true), unsynced: false }));
+        let unsynced = Arc::new(AtomicBool::new(false));
+        let writer = Arc::new(Mutex::new(Writer { conn: writer, synced: Some(true), unsynced: unsynced.clone() }));
         let queue = Arc::new(Queue::default());
         let writer_thread = std::thread::Builder::new()
             .name("sluice-sqlite-writer".into())
@@ -187,18 +191,24 @@ impl SqliteStateStore {
             next_reader: AtomicUsize::new(0),
             clock,
             wal: wal_path(path),
+            unsynced,
         })
     }
 
     /// Makes every write [`StateStore::write_deferred`] has answered so far durable, by an
     /// fsync of the WAL, unless a synced commit has done so since: answers whether it synced.
     pub async fn sync_deferred(&self) -> Result<bool, StorageError> {
-        let (writer, wal) = (self.writer.clone(), self.wal.clone());
+        // Read first, without a hop to the blocking pool or the writer's lock: an idle store's
+        // tick costs this load.
+        if !self.unsynced.load(Ordering::Acquire) {
+            return Ok(false);
+        }
+        let (unsynced, wal) = (self.unsynced.clone(), self.wal.clone());
         blocking(move || {
             // Taken before the fsync: a deferred group committed after this sets it again, and
-            // one committed before wrote its frames first (under the same lock), so they are
-            // in the file the fsync syncs.
-            if !std::mem::take(&mut lock(&writer).unsynced) {
+            // one committed before wrote its frames before it set the flag, so they are in the
+            // file the fsync syncs.
+            if !unsynced.swap(false, Ordering::AcqRel) {
                 return Ok(false);
             }
             let started = std::time::Instant::now();
@@ -209,7 +219,7 @@ impl SqliteStateStore {
                     Ok(true)
                 }
                 Err(e) => {
-                    lock(&writer).unsynced = true;
+                    unsynced.store(true, Ordering::Release);
                     Err(StorageError::unavailable(format!("fsync {}", wal.display()), e))
                 }
             }
@@ -270,7 +280,7 @@ impl SqliteStateStore {
             let tx = writer.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db)?;
             let out = f(&tx)?;
             tx.commit().map_err(db)?;
-            writer.unsynced = false; // synced, with every deferred write before it
+            writer.unsynced.store(false, Ordering::Release); // synced, with every deferred write before it
             Ok(out)
         })
         .await
@@ -411,10 +421,7 @@ fn commit_group(writer: &mut Writer, batch: Vec<PendingWrite>) {
         }
         return;
     }
-    if commit_writes(&mut writer.conn, batch, synced) {
-        // A synced commit syncs the whole WAL, deferred groups before it included.
-        writer.unsynced = !synced;
-    }
+    commit_writes(&mut writer.conn, batch, synced, &writer.unsynced);
 }
 
 /// SQLite's write-ahead log beside the database at `path`: its name with `-wal` appended.
@@ -451,16 +458,17 @@ pub(crate) fn spawn_deferred_sync(store: &Arc<SqliteStateStore>) {
 }
 
 /// Applies each write of `batch` in a savepoint of one transaction, commits once, and
-/// answers each: its own condition failure, or the commit's outcome. Answers whether a
-/// `COMMIT` succeeded.
-fn commit_writes(conn: &mut Connection, batch: Vec<PendingWrite>, synced: bool) -> bool {
+/// answers each: its own condition failure, or the commit's outcome. A `COMMIT` that
+/// succeeds sets `unsynced` (whether the WAL now holds a commit no fsync covers) before
+/// the first answer.
+fn commit_writes(conn: &mut Connection, batch: Vec<PendingWrite>, synced: bool, unsynced: &AtomicBool) {
     let tx = match GroupTx::begin(conn) {
         Ok(tx) => tx,
         Err(e) => {
             for w in batch {
                 let _ = w.done.send(Err(classify(&e)));
             }
-            return false;
+            return;
         }
     };
     // A write alone needs no savepoint: if its condition fails, the whole transaction goes.
@@ -493,7 +501,7 @@ fn commit_writes(conn: &mut Connection, batch: Vec<PendingWrite>, synced: bool) 
                 for w in batch {
                     let _ = w.done.send(Err(StorageError::Unavailable { message: message.clone(), source: None }));
                 }
-                return false;
+                return;
             }
         }
     }
@@ -501,13 +509,18 @@ fn commit_writes(conn: &mut Connection, batch: Vec<PendingWrite>, synced: bool) 
         drop(tx); // rolled back: nothing to make durable
         let refused = outcomes.pop().expect("one outcome");
         let _ = batch.into_iter().next().expect("one write").done.send(refused);
-        return false;
+        return;
     }
     // A synced commit is the fsync of the WAL (`synchronous=FULL`).
     let started = std::time::Instant::now();
     let committed = tx.commit();
     if synced {
         metrics::histogram!(sluice_core::metrics::FSYNC, "file" => "state").record(started.elapsed().as_secs_f64());
+    }
+    if committed.is_ok() {
+        // Before any answer, so a deferred write answered is one the next tick syncs. A
+        // synced commit syncs the whole WAL, deferred groups before it included.
+        unsynced.store(!synced, Ordering::Release);
     }
     for (w, outcome) in batch.into_iter().zip(outcomes) {
         let answer = match (&committed, outcome) {
@@ -518,7 +531,6 @@ fn commit_writes(conn: &mut Connection, batch: Vec<PendingWrite>, synced: bool) 
         };
         let _ = w.done.send(answer);
     }
-    committed.is_ok()
 }
 
 /// The group commit's `BEGIN IMMEDIATE` transaction, run with cached statements:
@@ -722,7 +734,7 @@ mod tests {
     }
 
     fn unsynced(store: &SqliteStateStore) -> bool {
-        lock(&store.writer).unsynced
+        store.unsynced.load(Ordering::Acquire)
     }
 
     #[tokio::test]
@@ -740,6 +752,20 @@ mod tests {
         store.delete_many(vec![Key::new("p", "d")]).await.expect("delete_many");
         assert!(!unsynced(&store), "so does a transaction of the store's own");
         assert!(!store.sync_deferred().await.expect("sync"));
+    }
+
+    /// The tick runs five times a second on an idle store: with nothing deferred it neither
+    /// queues on the blocking pool nor waits for the writer's lock (held here throughout).
+    #[tokio::test]
+    #[allow(clippy::await_holding_lock, reason = "held on purpose: the sync must not wait for it")]
+    async fn an_idle_sync_takes_neither_the_writers_lock_nor_a_blocking_thread() {
+        let (_dir, store) = open();
+        store.write_deferred(create("a")).await.expect("deferred");
+        assert!(store.sync_deferred().await.expect("sync"));
+        let held = lock(&store.writer);
+        let idle = tokio::time::timeout(Duration::from_secs(10), store.sync_deferred()).await;
+        assert!(!idle.expect("answered while the writer's lock is held").expect("sync"));
+        drop(held);
     }
 
     #[tokio::test]
