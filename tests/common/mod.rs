@@ -38,6 +38,8 @@ impl Server {
                 break addr.trim().to_owned();
             }
         };
+        // Read on: with the pipe closed, the server's later log lines would fail ("Broken pipe").
+        std::thread::spawn(move || lines.map_while(Result::ok).for_each(|line| eprintln!("{line}")));
         Self { child, base }
     }
 
