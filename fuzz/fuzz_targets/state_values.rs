@@ -19,8 +19,8 @@ use sluice_core::layout::{
     self, Cursor, FreeRecord, HeadRecord, IdempotencyRecord, ObjectRecord, PurgeRecord, SegmentRecord, TopicRecord,
     UpkeepRecord,
 };
-use sluice_core::queues::{CursorRecord, DeadRecord, LeaseRecord, SubPurgeRecord, SubscriptionRecord};
 use sluice_core::log::timeindex::TimeCursor;
+use sluice_core::queues::{CursorRecord, DeadRecord, LeaseRecord, SubPurgeRecord, SubscriptionRecord};
 use sluice_core::StorageError;
 
 /// Decodes `value` as the record `kind` names. A record that decodes is encoded again:

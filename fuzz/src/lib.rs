@@ -79,7 +79,12 @@ pub fn lasting_scratch_dir() -> PathBuf {
 /// Starts a log on the embedded backend in `dir`, with repeatable ids (`seed`). Call it
 /// inside [`block_on`]: the log spawns its committer on the runtime.
 pub fn open_log(dir: &Path, clock: Arc<dyn Clock>, seed: u64, limits: Limits) -> Log {
-    let (store, objects) = sluice_local::open(dir, clock.clone()).expect("open the embedded backend");
+    // The backend is opened on a thread outside the runtime, so its periodic sync of deferred
+    // writes is not started: under a [`VirtualClock`] that task would move time forward a
+    // tick per turn for as long as the runtime waits on the writer thread. Deferred writes
+    // are synced by the next synced commit instead (and fsyncs in /dev/shm cost nothing).
+    let opened = std::thread::scope(|s| s.spawn(|| sluice_local::open(dir, clock.clone())).join());
+    let (store, objects) = opened.expect("the opening thread").expect("open the embedded backend");
     let config = LogConfig { limits, ..LogConfig::default() };
     Log::with_random(store, objects, clock, Arc::new(SeededRandom::new(seed)), config)
 }

@@ -15,8 +15,8 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
-use sluice_core::queues::{Ordering, Queues, ReceiveRequest, StartAt, SubscriptionRecord, SubscriptionSpec};
 use sluice_core::ports::state::Key;
+use sluice_core::queues::{Ordering, Queues, ReceiveRequest, StartAt, SubscriptionRecord, SubscriptionSpec};
 use sluice_core::{layout, Limits, Log, ManualClock, NewEvent, TopicSpec};
 use tempfile::TempDir;
 

@@ -5,9 +5,9 @@
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
-use sluice_core::upkeep::{Janitor, JanitorConfig};
 use sluice_core::layout::{self, SegmentRecord};
 use sluice_core::ports::state::{Key, Query};
+use sluice_core::upkeep::{Janitor, JanitorConfig};
 use sluice_core::{Limits, Log, NewEvent, TopicConfig, TopicSpec};
 
 pub const TOPIC: &str = "stored";

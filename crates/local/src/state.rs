@@ -450,6 +450,10 @@ pub(crate) fn spawn_deferred_sync(store: &Arc<SqliteStateStore>) {
             if let Err(e) = store.sync_deferred().await {
                 tracing::warn!(error = %e, "deferred writes not synced; trying again");
             }
+            drop(store);
+            // An idle sync answers without waiting: under a clock whose sleeps end at once (a
+            // fuzz target's virtual clock) this loop would otherwise never give the thread back.
+            tokio::task::yield_now().await;
             // After a stall (a suspended laptop) the schedule restarts from now, not one tick
             // per window missed.
             tick = (tick + DEFERRED_SYNC_MS as i64).max(clock.now_ms());
@@ -784,6 +788,39 @@ mod tests {
         store.write_deferred(create("b")).await.expect("deferred");
         clock.advance(DEFERRED_SYNC_MS as i64);
         synced_soon(&store, "the next window's sync never came").await;
+    }
+
+    /// A clock whose sleeps end at once, moving it forward (as the fuzz targets' does).
+    struct RacingClock(std::sync::atomic::AtomicI64);
+
+    impl Clock for RacingClock {
+        fn now_ms(&self) -> i64 {
+            self.0.load(Ordering::Relaxed)
+        }
+
+        fn sleep(&self, ms: u64) -> sluice_core::clock::Sleep {
+            self.0.fetch_add(ms as i64, Ordering::Relaxed);
+            Box::pin(std::future::ready(()))
+        }
+    }
+
+    /// On a current-thread runtime, with a clock whose sleeps never wait, the tick must still
+    /// give the thread back: a write there is answered. (Watched from this thread: a tick that
+    /// never yields would hang the runtime's thread, timers included.)
+    #[test]
+    fn the_tick_yields_the_thread_under_a_clock_that_never_waits() {
+        let (answered, answer) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+            runtime.block_on(async {
+                let dir = tempfile::tempdir().expect("a temporary directory");
+                let clock = Arc::new(RacingClock(std::sync::atomic::AtomicI64::new(1_000)));
+                let (store, _objects) = crate::open(dir.path(), clock).expect("open");
+                store.write(create("a")).await.expect("written");
+                let _ = answered.send(());
+            });
+        });
+        answer.recv_timeout(Duration::from_secs(30)).expect("a write answered while the tick runs");
     }
 
     /// Waits, the clock standing still, for the fsync the tick started on the blocking pool.
