@@ -453,7 +453,8 @@ pub(crate) fn spawn_deferred_sync(store: &Arc<SqliteStateStore>) {
             drop(store);
             // An idle sync answers without waiting: under a clock whose sleeps end at once (a
             // fuzz target's virtual clock) this loop would otherwise never give the thread back.
-            tokio::task::yield_now().await;
+            // It yields once its task's budget is spent, so a real clock's tick never does.
+            tokio::task::coop::consume_budget().await;
             // After a stall (a suspended laptop) the schedule restarts from now, not one tick
             // per window missed.
             tick = (tick + DEFERRED_SYNC_MS as i64).max(clock.now_ms());
