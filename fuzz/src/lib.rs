@@ -8,7 +8,6 @@ pub mod stored;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, Once, OnceLock};
 
 use axum::body::Body;
@@ -17,7 +16,6 @@ use axum::Router;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use serde_json::Value;
-use sluice_core::clock::Sleep;
 use sluice_core::{Clock, Limits, Log, LogConfig, SeededRandom};
 use tempfile::TempDir;
 use tower::ServiceExt;
@@ -89,30 +87,8 @@ pub fn open_log(dir: &Path, clock: Arc<dyn Clock>, seed: u64, limits: Limits) ->
     Log::with_random(store, objects, clock, Arc::new(SeededRandom::new(seed)), config)
 }
 
-/// A clock on which waiting takes no time: `sleep` moves it forward and returns at once.
-/// A long poll under it runs through its wait at full speed, and the same inputs see the
-/// same times.
-#[derive(Debug)]
-pub struct VirtualClock {
-    now_ms: AtomicI64,
-}
-
-impl VirtualClock {
-    pub fn new(now_ms: i64) -> Self {
-        Self { now_ms: AtomicI64::new(now_ms) }
-    }
-}
-
-impl Clock for VirtualClock {
-    fn now_ms(&self) -> i64 {
-        self.now_ms.load(Ordering::Relaxed)
-    }
-
-    fn sleep(&self, ms: u64) -> Sleep {
-        self.now_ms.fetch_add(i64::try_from(ms).unwrap_or(i64::MAX / 4), Ordering::Relaxed);
-        Box::pin(std::future::ready(()))
-    }
-}
+/// The targets' clock, on which waiting takes no time ([`sluice_core::SteppingClock`]).
+pub use sluice_core::SteppingClock as VirtualClock;
 
 /// Sends `request` through `app` and reads the whole answer.
 pub async fn call(app: &Router, request: Request<Body>) -> (StatusCode, Bytes) {

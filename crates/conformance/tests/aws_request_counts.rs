@@ -16,26 +16,11 @@ use sluice_conformance::unique_topic;
 use sluice_core::groups::{CommitOffset, Groups, PollRequest, ResetPolicy, TopicPartition};
 use sluice_core::upkeep;
 use sluice_core::{
-    Clock, IdempotencyKey, Log, LogConfig, NewEvent, ReadRequest, StateStore, SystemClock, TopicSpec,
+    Clock, IdempotencyKey, Log, LogConfig, NewEvent, ReadRequest, StateStore, SteppingClock, SystemClock, TopicSpec,
     AWS_INLINE_SEGMENT_BYTES,
 };
 
 type Counts = BTreeMap<&'static str, u64>;
-
-/// A clock whose sleeps end at once, moving it on by their length: a long poll runs through
-/// its whole wait without waiting.
-struct SteppingClock(std::sync::atomic::AtomicI64);
-
-impl Clock for SteppingClock {
-    fn now_ms(&self) -> i64 {
-        self.0.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    fn sleep(&self, ms: u64) -> sluice_core::clock::Sleep {
-        self.0.fetch_add(ms as i64, std::sync::atomic::Ordering::SeqCst);
-        Box::pin(std::future::ready(()))
-    }
-}
 
 /// The requests sent by operation, and DynamoDB's billed units (`READ_UNITS`, `WRITE_UNITS`).
 fn all_counts(state: &Billed, objects: &S3ObjectStore) -> Counts {
@@ -237,7 +222,7 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
     // An idle long poll: one head read per check interval. Its clock passes each nap at once,
     // so the poll checks exactly at 0, 500, …, 2000 ms of its wait, however slow the machine.
     let hw = log.describe_topic(&topic).await.unwrap().1[0].high_watermark;
-    let stepping = Arc::new(SteppingClock(std::sync::atomic::AtomicI64::new(SystemClock.now_ms())));
+    let stepping = Arc::new(SteppingClock::new(SystemClock.now_ms()));
     let idle_log = Log::new(
         state.clone(),
         objects.clone(),

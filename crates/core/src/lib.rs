@@ -32,7 +32,7 @@ pub mod segment;
 pub mod trace;
 pub mod upkeep;
 
-pub use clock::{Clock, ManualClock, Random, SeededRandom, SystemClock, SystemRandom};
+pub use clock::{Clock, ManualClock, Random, SeededRandom, SteppingClock, SystemClock, SystemRandom};
 pub use error::{Code, Error};
 pub use log::{Log, LogConfig, ReadRequest, AWS_INLINE_SEGMENT_BYTES, DEFAULT_INLINE_SEGMENT_BYTES};
 pub use model::*;

@@ -791,20 +791,6 @@ mod tests {
         synced_soon(&store, "the next window's sync never came").await;
     }
 
-    /// A clock whose sleeps end at once, moving it forward (as the fuzz targets' does).
-    struct RacingClock(std::sync::atomic::AtomicI64);
-
-    impl Clock for RacingClock {
-        fn now_ms(&self) -> i64 {
-            self.0.load(Ordering::Relaxed)
-        }
-
-        fn sleep(&self, ms: u64) -> sluice_core::clock::Sleep {
-            self.0.fetch_add(ms as i64, Ordering::Relaxed);
-            Box::pin(std::future::ready(()))
-        }
-    }
-
     /// On a current-thread runtime, with a clock whose sleeps never wait, the tick must still
     /// give the thread back: a write there is answered. (Watched from this thread: a tick that
     /// never yields would hang the runtime's thread, timers included.)
@@ -815,7 +801,7 @@ mod tests {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
             runtime.block_on(async {
                 let dir = tempfile::tempdir().expect("a temporary directory");
-                let clock = Arc::new(RacingClock(std::sync::atomic::AtomicI64::new(1_000)));
+                let clock = Arc::new(sluice_core::SteppingClock::new(1_000));
                 let (store, _objects) = crate::open(dir.path(), clock).expect("open");
                 store.write(create("a")).await.expect("written");
                 let _ = answered.send(());
