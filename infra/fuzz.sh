@@ -27,6 +27,8 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
 fi
 
 started=$SECONDS
+# fuzz/Cargo.lock is committed and current: a run that would rewrite it stops here instead.
+cargo +"$toolchain" metadata --locked --format-version 1 --manifest-path fuzz/Cargo.toml >/dev/null
 cargo +"$toolchain" fuzz build "${flags[@]}"
 echo "fuzz: built in $((SECONDS - started)) s"
 
