@@ -15,7 +15,10 @@ use axum::http::StatusCode;
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 
-use super::{unique_group_name, BoxError, Report, Target};
+use crate::args::PushArgs;
+use crate::report::Report;
+use crate::target::{unique_group_name, Target};
+use crate::BoxError;
 
 /// How the receiver saw the run.
 #[derive(Default)]
@@ -57,25 +60,23 @@ async fn hook(State(r): State<Arc<Receiver>>, body: Body) -> StatusCode {
 }
 
 /// The settings of one push run.
-pub struct PushSettings {
-    pub rate: u64,
-    pub count: u64,
-    pub max_batch: u32,
-    pub max_in_flight: u32,
-    pub duration: Duration,
-    pub event_size: usize,
+struct PushSettings {
+    rate: u64,
+    count: u64,
+    max_batch: u32,
+    max_in_flight: u32,
+    duration: Duration,
+    event_size: usize,
 }
 
-pub async fn push(target: &Target, s: PushSettings) -> Result<Report, BoxError> {
-    let receiver = Arc::new(Receiver {
-        received: Mutex::default(),
-        latency: Mutex::new(Histogram::new_with_bounds(1, 600_000_000, 3)?),
-    });
-    let app = axum::Router::new().route("/hook", axum::routing::post(hook)).with_state(receiver.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}/hook", listener.local_addr()?);
-    tokio::spawn(async move { axum::serve(listener, app).await });
+pub async fn run(target: &Target, a: PushArgs) -> Result<Report, BoxError> {
+    let PushArgs { rate, count, max_batch, max_in_flight, duration, event_size } = a;
+    let duration = Duration::from_secs_f64(duration);
+    push(target, PushSettings { rate, count, max_batch, max_in_flight, duration, event_size }).await
+}
 
+async fn push(target: &Target, s: PushSettings) -> Result<Report, BoxError> {
+    let (receiver, url) = serve_receiver().await?;
     let start_ms = now_ms();
     let value = json!("x".repeat(s.event_size.saturating_sub(2)));
     let events_url = format!("{}/v1/topics/{}/events", target.base, target.topic);
@@ -126,17 +127,7 @@ pub async fn push(target: &Target, s: PushSettings) -> Result<Report, BoxError> 
             }
         }
     }
-    // Every message arrives, or the run stops 30 s after the last arrival.
-    loop {
-        let (got, last) = {
-            let r = receiver.received.lock().unwrap_or_else(|p| p.into_inner());
-            (r.ids.len() as u64, r.last_ms)
-        };
-        if got >= published || (now_ms() - last.max(start_ms)) > 30_000 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_arrivals(&receiver, published, start_ms).await;
     let latency = receiver.latency.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let received = std::mem::take(&mut *receiver.received.lock().unwrap_or_else(|p| p.into_inner()));
     // From the first publish (live) or the subscription's creation (backlog) to the last arrival.
@@ -159,4 +150,31 @@ pub async fn push(target: &Target, s: PushSettings) -> Result<Report, BoxError> 
         extra: Vec::new(),
         failure,
     })
+}
+
+/// Starts the webhook receiver on a free loopback port; answers it and its URL.
+async fn serve_receiver() -> Result<(Arc<Receiver>, String), BoxError> {
+    let receiver = Arc::new(Receiver {
+        received: Mutex::default(),
+        latency: Mutex::new(Histogram::new_with_bounds(1, 600_000_000, 3)?),
+    });
+    let app = axum::Router::new().route("/hook", axum::routing::post(hook)).with_state(receiver.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/hook", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok((receiver, url))
+}
+
+/// Waits until every one of `published` messages arrived, or 30 s after the last arrival.
+async fn wait_for_arrivals(receiver: &Receiver, published: u64, start_ms: i64) {
+    loop {
+        let (got, last) = {
+            let r = receiver.received.lock().unwrap_or_else(|p| p.into_inner());
+            (r.ids.len() as u64, r.last_ms)
+        };
+        if got >= published || (now_ms() - last.max(start_ms)) > 30_000 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
