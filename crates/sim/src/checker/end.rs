@@ -1,8 +1,12 @@
 //! The end: once all is quiet, replay equals the model, offsets by time equal a brute-force
 //! search, what is committed was delivered, and nothing of what was deleted is left.
 
+use std::collections::BTreeMap;
+
+use sluice_core::layout::HeadRecord;
+use sluice_core::segment::Record;
 use sluice_core::upkeep::Janitor;
-use sluice_core::{OffsetQuery, ReadRequest};
+use sluice_core::{Log, OffsetQuery, ReadRequest};
 
 use crate::world::{code, event_id, World, GROUP, SUB_Q, TOPIC_A, TOPIC_B};
 
@@ -24,79 +28,8 @@ impl World {
             let Some(tid) = self.live_topic_id(name) else { continue };
             for p in 0..self.topic_specs[name].partitions {
                 let (head, truth) = self.true_log(tid, p);
-                let mut got = Vec::new();
-                let mut offset = head.start;
-                while offset < head.next {
-                    let req = ReadRequest {
-                        topic: name.into(),
-                        partition: p,
-                        offset,
-                        max_events: 7,
-                        max_bytes: 1 << 20,
-                        wait_ms: 0,
-                    };
-                    match log.read(&req).await {
-                        Ok(b) if !b.events.is_empty() => {
-                            offset = b.next_offset;
-                            got.extend(b.events);
-                        }
-                        other => {
-                            self.violate(
-                                "replay-equals-model",
-                                format!(
-                                    "{name}/{p} at {offset}: {:?}",
-                                    other.map(|b| b.events.len()).map_err(|e| code(&e))
-                                ),
-                            );
-                            break;
-                        }
-                    }
-                }
-                let model: Vec<(u64, u64)> =
-                    truth.range(head.start..).filter_map(|(o, r)| event_id(&r.value).map(|e| (*o, e))).collect();
-                let replay: Vec<(u64, u64)> =
-                    got.iter().filter_map(|e| event_id(&e.record.value).map(|x| (e.offset, x))).collect();
-                if model != replay {
-                    self.violate(
-                        "replay-equals-model",
-                        format!("{name}/{p}: replay of {} events differs from the log's {}", replay.len(), model.len()),
-                    );
-                }
-                let known: Vec<(u64, u64)> =
-                    self.facts.range((tid, p, head.start)..(tid, p, u64::MAX)).map(|(k, e)| (k.2, *e)).collect();
-                for (o, e) in known {
-                    if !model.contains(&(o, e)) {
-                        self.violate(
-                            "replay-equals-model",
-                            format!("{name}/{p}: event {e} was seen at {o}, not there now"),
-                        );
-                        break;
-                    }
-                }
-                let mut times: Vec<i64> = truth.values().map(|r| r.timestamp_ms).collect();
-                times.sort_unstable();
-                times.dedup();
-                let mut probes: Vec<i64> = times.iter().flat_map(|t| [t - 1, *t, t + 1]).collect();
-                probes.dedup();
-                for ts in probes.into_iter().step_by(3.max(times.len() / 40)) {
-                    let brute = truth
-                        .range(head.start..head.next)
-                        .find(|(_, r)| r.timestamp_ms >= ts)
-                        .map_or(head.next, |(o, _)| *o);
-                    match log.offset(name, p, OffsetQuery::Timestamp(ts)).await {
-                        Ok(o) if o == brute => {}
-                        other => {
-                            self.violate(
-                                "offset-by-time",
-                                format!(
-                                    "{name}/{p} quiet: ts {ts} answered {:?}, brute force {brute}",
-                                    other.map_err(|e| code(&e))
-                                ),
-                            );
-                            break;
-                        }
-                    }
-                }
+                self.check_replay(&log, name, tid, p, &head, &truth).await;
+                self.check_offsets_by_time(&log, name, p, &head, &truth).await;
             }
         }
         // Groups: what is committed was delivered.
@@ -109,6 +42,88 @@ impl World {
         }
         self.drain_queues(&queues).await;
         self.check_purges(&janitor).await;
+    }
+
+    /// Replay of a quiet partition equals its true log, which holds every event seen in it.
+    async fn check_replay(
+        &mut self,
+        log: &Log,
+        name: &'static str,
+        tid: u64,
+        p: u32,
+        head: &HeadRecord,
+        truth: &BTreeMap<u64, Record>,
+    ) {
+        let mut got = Vec::new();
+        let mut offset = head.start;
+        while offset < head.next {
+            let req =
+                ReadRequest { topic: name.into(), partition: p, offset, max_events: 7, max_bytes: 1 << 20, wait_ms: 0 };
+            match log.read(&req).await {
+                Ok(b) if !b.events.is_empty() => {
+                    offset = b.next_offset;
+                    got.extend(b.events);
+                }
+                other => {
+                    self.violate(
+                        "replay-equals-model",
+                        format!("{name}/{p} at {offset}: {:?}", other.map(|b| b.events.len()).map_err(|e| code(&e))),
+                    );
+                    break;
+                }
+            }
+        }
+        let model: Vec<(u64, u64)> =
+            truth.range(head.start..).filter_map(|(o, r)| event_id(&r.value).map(|e| (*o, e))).collect();
+        let replay: Vec<(u64, u64)> =
+            got.iter().filter_map(|e| event_id(&e.record.value).map(|x| (e.offset, x))).collect();
+        if model != replay {
+            self.violate(
+                "replay-equals-model",
+                format!("{name}/{p}: replay of {} events differs from the log's {}", replay.len(), model.len()),
+            );
+        }
+        let known: Vec<(u64, u64)> =
+            self.facts.range((tid, p, head.start)..(tid, p, u64::MAX)).map(|(k, e)| (k.2, *e)).collect();
+        for (o, e) in known {
+            if !model.contains(&(o, e)) {
+                self.violate("replay-equals-model", format!("{name}/{p}: event {e} was seen at {o}, not there now"));
+                break;
+            }
+        }
+    }
+
+    /// Offsets by time on a quiet partition equal a brute-force search of its true log.
+    async fn check_offsets_by_time(
+        &mut self,
+        log: &Log,
+        name: &'static str,
+        p: u32,
+        head: &HeadRecord,
+        truth: &BTreeMap<u64, Record>,
+    ) {
+        let mut times: Vec<i64> = truth.values().map(|r| r.timestamp_ms).collect();
+        times.sort_unstable();
+        times.dedup();
+        let mut probes: Vec<i64> = times.iter().flat_map(|t| [t - 1, *t, t + 1]).collect();
+        probes.dedup();
+        for ts in probes.into_iter().step_by(3.max(times.len() / 40)) {
+            let brute =
+                truth.range(head.start..head.next).find(|(_, r)| r.timestamp_ms >= ts).map_or(head.next, |(o, _)| *o);
+            match log.offset(name, p, OffsetQuery::Timestamp(ts)).await {
+                Ok(o) if o == brute => {}
+                other => {
+                    self.violate(
+                        "offset-by-time",
+                        format!(
+                            "{name}/{p} quiet: ts {ts} answered {:?}, brute force {brute}",
+                            other.map_err(|e| code(&e))
+                        ),
+                    );
+                    break;
+                }
+            }
+        }
     }
 
     /// After a full janitor run, nothing of a deleted topic or subscription is left in the store.

@@ -12,7 +12,7 @@ use sluice_core::queues::Ordering as KeyOrdering;
 use sluice_core::segment::{decode_segment, Record};
 use sluice_core::Clock;
 
-use crate::model::{Delivery, SimFilter};
+use crate::model::{Delivery, SimFilter, SubModel};
 use crate::world::{event_id, Done, World, SUB_Q, T0, TOPIC_A, TOPIC_B};
 
 impl World {
@@ -281,30 +281,8 @@ impl World {
         // Key order: every earlier message of its key is done (acked, or dead) first.
         if ordered {
             if let Some((tid, _)) = facts_key {
-                let key = self.facts.get(&(tid, p, o)).and_then(|e| self.events[e].key.clone());
-                let log_start = self.head_now(tid, p).start;
-                if let Some(key) = key {
-                    let from = start.max(log_start).min(o);
-                    let earlier: Vec<u64> = self
-                        .facts
-                        .range((tid, p, from)..(tid, p, o))
-                        .filter(|(_, e)| self.events[e].key.as_ref() == Some(&key))
-                        .map(|(k, _)| k.2)
-                        .collect();
-                    for o1 in earlier {
-                        let m = s.msgs.get(&(p, o1));
-                        let acked =
-                            m.is_some_and(|m| m.deliveries.iter().any(|x| x.ack_seq.is_some_and(|r| r < d.end_seq)));
-                        // Deliveries nobody saw (lost receives) count towards the dead letter too.
-                        let (count, since) =
-                            m.and_then(|m| m.deliveries.last()).map_or((0, 0), |x| (x.count, x.start_seq));
-                        let unseen = s.lost_receives.iter().filter(|e| **e > since && **e < d.end_seq).count() as u32;
-                        let done = acked || count + unseen >= max;
-                        if !done {
-                            problems
-                                .push(("key-order", format!("{p}@{o} delivered before {o1} of the same key was done")));
-                        }
-                    }
+                for o1 in self.key_undone(s, d, tid, p, o) {
+                    problems.push(("key-order", format!("{p}@{o} delivered before {o1} of the same key was done")));
                 }
             }
         }
@@ -324,5 +302,33 @@ impl World {
             ack_durable: 0,
             ack_maybe: false,
         });
+    }
+
+    /// The earlier offsets of the key of `p@o` not done (acked, or dead) when its delivery was seen.
+    fn key_undone(&self, s: &SubModel, d: &Done, tid: u64, p: u32, o: u64) -> Vec<u64> {
+        let max = s.record.spec.max_receive_count;
+        let start = s.record.starts.get(p as usize).copied().unwrap_or(0);
+        let key = self.facts.get(&(tid, p, o)).and_then(|e| self.events[e].key.clone());
+        let log_start = self.head_now(tid, p).start;
+        let Some(key) = key else { return Vec::new() };
+        let from = start.max(log_start).min(o);
+        let earlier: Vec<u64> = self
+            .facts
+            .range((tid, p, from)..(tid, p, o))
+            .filter(|(_, e)| self.events[e].key.as_ref() == Some(&key))
+            .map(|(k, _)| k.2)
+            .collect();
+        earlier
+            .into_iter()
+            .filter(|o1| {
+                let m = s.msgs.get(&(p, *o1));
+                let acked = m.is_some_and(|m| m.deliveries.iter().any(|x| x.ack_seq.is_some_and(|r| r < d.end_seq)));
+                // Deliveries nobody saw (lost receives) count towards the dead letter too.
+                let (count, since) = m.and_then(|m| m.deliveries.last()).map_or((0, 0), |x| (x.count, x.start_seq));
+                let unseen = s.lost_receives.iter().filter(|e| **e > since && **e < d.end_seq).count() as u32;
+                let done = acked || count + unseen >= max;
+                !done
+            })
+            .collect()
     }
 }

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use sluice_core::layout::HeadRecord;
-use sluice_core::{Clock, Error, IdempotencyKey, Log, NewEvent, OffsetQuery, ReadRequest};
+use sluice_core::{Clock, Error, IdempotencyKey, Log, NewEvent, OffsetQuery, Position, ReadRequest};
 
 use crate::model::{EventInfo, Request};
 use crate::world::{code, uncertain, Act, Done, Kind, Res, World, TOPIC_B};
@@ -171,98 +171,7 @@ impl World {
             _ => return self.publish_uncertain(d.client, req, d.end_ms),
         };
         match r {
-            Ok(positions) => {
-                self.stat("publishes_acked");
-                let request = &self.requests[&req];
-                let events = request.events.clone();
-                if positions.len() != events.len() {
-                    return self.violate(
-                        "publish-answer",
-                        format!("request {req}: {} results for {} events", positions.len(), events.len()),
-                    );
-                }
-                if let Some((first_tid, first)) = &request.first_answer {
-                    if Some(*first_tid) == tid && first != positions {
-                        self.violate(
-                            "idempotent-once",
-                            format!("request {req} answered {positions:?}, first {first:?}"),
-                        );
-                    }
-                }
-                // Where the events landed: per partition consecutive, in request order, after every
-                // offset acknowledged before this request began.
-                let mut last: BTreeMap<u32, u64> = BTreeMap::new();
-                let mut unkeyed: Option<u32> = None;
-                for (e, pos) in events.iter().zip(positions) {
-                    let info = &self.events[e];
-                    if let Some(want) = info.partition {
-                        if want != pos.partition {
-                            self.violate("publish-answer", format!("event {e} landed on {} not {want}", pos.partition));
-                        }
-                    } else if info.key.is_none() {
-                        if unkeyed.is_some_and(|u| u != pos.partition) {
-                            self.violate("publish-answer", format!("request {req}: unkeyed events on two partitions"));
-                        }
-                        unkeyed = Some(pos.partition);
-                    }
-                    if let Some(prev) = last.get(&pos.partition) {
-                        if pos.offset != prev + 1 {
-                            self.violate(
-                                "publish-answer",
-                                format!("request {req}: offsets {prev} then {} on {}", pos.offset, pos.partition),
-                            );
-                        }
-                    }
-                    last.insert(pos.partition, pos.offset);
-                }
-                let fresh = self.requests[&req].first_answer.is_none() && !self.requests[&req].uncertain;
-                if let Some(tid) = tid {
-                    if fresh {
-                        for (p, o) in positions.iter().map(|p| (p.partition, p.offset)) {
-                            // Commit order: after every offset acknowledged before this request began.
-                            if let Some(&max) = self.requests[&req].floor.get(&(tid, p)) {
-                                if o <= max {
-                                    self.violate(
-                                        "commit-order",
-                                        format!("{topic}/{p}: request {req} got {o}, after {max} was acked"),
-                                    );
-                                }
-                            }
-                        }
-                    }
-                    for (e, pos) in events.iter().zip(positions) {
-                        self.acked.insert((tid, pos.partition, pos.offset), *e);
-                        match self.facts.get(&(tid, pos.partition, pos.offset)) {
-                            Some(other) if other != e => self.violate(
-                                "offset-unique",
-                                format!("{topic}/{}@{}: acked for event {e}, held {other}", pos.partition, pos.offset),
-                            ),
-                            _ => {
-                                self.facts.insert((tid, pos.partition, pos.offset), *e);
-                            }
-                        }
-                        match self.placed.get(&(tid, *e)) {
-                            Some(&(p2, o2)) if (p2, o2) != (pos.partition, pos.offset) => {
-                                let property = if self.events[e].idempotent { "idempotent-once" } else { "event-once" };
-                                self.violate(
-                                    property,
-                                    format!("event {e} acked at {}@{}, seen at {p2}@{o2}", pos.partition, pos.offset),
-                                );
-                            }
-                            _ => {
-                                self.placed.insert((tid, *e), (pos.partition, pos.offset));
-                            }
-                        }
-                    }
-                    for (p, o) in &last {
-                        let m = self.acked_max.entry((tid, *p)).or_insert(0);
-                        *m = (*m).max(*o);
-                    }
-                    let request = self.requests.get_mut(&req).unwrap();
-                    request.first_answer.get_or_insert((tid, positions.clone()));
-                }
-                self.finish_request(d.client, req, d.end_ms);
-            }
+            Ok(positions) => self.on_publish_ok(d, topic, req, tid, positions),
             Err(e) if uncertain(e) => self.publish_uncertain(d.client, req, d.end_ms),
             Err(Error::TopicNotFound(_)) if topic == TOPIC_B => {
                 self.stat("publishes_404");
@@ -274,6 +183,117 @@ impl World {
                 self.refuse(req);
                 self.finish_request(d.client, req, d.end_ms);
             }
+        }
+    }
+
+    /// A publish answered ok: as many positions as events, the same as any earlier answer of
+    /// the request, where its events may land, and in the model from now on.
+    fn on_publish_ok(&mut self, d: &Done, topic: &'static str, req: u64, tid: Option<u64>, positions: &[Position]) {
+        self.stat("publishes_acked");
+        let request = &self.requests[&req];
+        let events = request.events.clone();
+        if positions.len() != events.len() {
+            return self.violate(
+                "publish-answer",
+                format!("request {req}: {} results for {} events", positions.len(), events.len()),
+            );
+        }
+        if let Some((first_tid, first)) = &request.first_answer {
+            if Some(*first_tid) == tid && first != positions {
+                self.violate("idempotent-once", format!("request {req} answered {positions:?}, first {first:?}"));
+            }
+        }
+        let last = self.check_landing(req, &events, positions);
+        self.record_acked(topic, req, tid, &events, positions, &last);
+        self.finish_request(d.client, req, d.end_ms);
+    }
+
+    /// Where the events landed: per partition consecutive, in request order, after every
+    /// offset acknowledged before this request began.
+    fn check_landing(&mut self, req: u64, events: &[u64], positions: &[Position]) -> BTreeMap<u32, u64> {
+        let mut last: BTreeMap<u32, u64> = BTreeMap::new();
+        let mut unkeyed: Option<u32> = None;
+        for (e, pos) in events.iter().zip(positions) {
+            let info = &self.events[e];
+            if let Some(want) = info.partition {
+                if want != pos.partition {
+                    self.violate("publish-answer", format!("event {e} landed on {} not {want}", pos.partition));
+                }
+            } else if info.key.is_none() {
+                if unkeyed.is_some_and(|u| u != pos.partition) {
+                    self.violate("publish-answer", format!("request {req}: unkeyed events on two partitions"));
+                }
+                unkeyed = Some(pos.partition);
+            }
+            if let Some(prev) = last.get(&pos.partition) {
+                if pos.offset != prev + 1 {
+                    self.violate(
+                        "publish-answer",
+                        format!("request {req}: offsets {prev} then {} on {}", pos.offset, pos.partition),
+                    );
+                }
+            }
+            last.insert(pos.partition, pos.offset);
+        }
+        last
+    }
+
+    /// The acked events into the model (facts, placements, the highest offsets acked), checked
+    /// against what it knew: a fresh request lands after every offset acked before it began.
+    fn record_acked(
+        &mut self,
+        topic: &'static str,
+        req: u64,
+        tid: Option<u64>,
+        events: &[u64],
+        positions: &[Position],
+        last: &BTreeMap<u32, u64>,
+    ) {
+        let fresh = self.requests[&req].first_answer.is_none() && !self.requests[&req].uncertain;
+        if let Some(tid) = tid {
+            if fresh {
+                for (p, o) in positions.iter().map(|p| (p.partition, p.offset)) {
+                    // Commit order: after every offset acknowledged before this request began.
+                    if let Some(&max) = self.requests[&req].floor.get(&(tid, p)) {
+                        if o <= max {
+                            self.violate(
+                                "commit-order",
+                                format!("{topic}/{p}: request {req} got {o}, after {max} was acked"),
+                            );
+                        }
+                    }
+                }
+            }
+            for (e, pos) in events.iter().zip(positions) {
+                self.acked.insert((tid, pos.partition, pos.offset), *e);
+                match self.facts.get(&(tid, pos.partition, pos.offset)) {
+                    Some(other) if other != e => self.violate(
+                        "offset-unique",
+                        format!("{topic}/{}@{}: acked for event {e}, held {other}", pos.partition, pos.offset),
+                    ),
+                    _ => {
+                        self.facts.insert((tid, pos.partition, pos.offset), *e);
+                    }
+                }
+                match self.placed.get(&(tid, *e)) {
+                    Some(&(p2, o2)) if (p2, o2) != (pos.partition, pos.offset) => {
+                        let property = if self.events[e].idempotent { "idempotent-once" } else { "event-once" };
+                        self.violate(
+                            property,
+                            format!("event {e} acked at {}@{}, seen at {p2}@{o2}", pos.partition, pos.offset),
+                        );
+                    }
+                    _ => {
+                        self.placed.insert((tid, *e), (pos.partition, pos.offset));
+                    }
+                }
+            }
+            for (p, o) in last {
+                let m = self.acked_max.entry((tid, *p)).or_insert(0);
+                *m = (*m).max(*o);
+            }
+            let request = self.requests.get_mut(&req).unwrap();
+            request.first_answer.get_or_insert((tid, positions.to_vec()));
         }
     }
 

@@ -25,6 +25,7 @@ use crate::model::{Delivery, EventInfo, GroupModel, Request, SimFilter, SubModel
 use crate::rng::Rng;
 use crate::trace::Trace;
 
+/// The clock's start (2026-01-01); the topics, the group and the subscriptions every run uses.
 pub(crate) const T0: i64 = 1_767_225_600_000;
 pub(crate) const TOPIC_A: &str = "a";
 pub(crate) const TOPIC_B: &str = "b";
@@ -128,55 +129,10 @@ impl World {
         let dyn_clock: Arc<dyn Clock> = clock.clone();
         let mem = MemStore::new(dyn_clock.clone());
         let objects = MemObjects::new(dyn_clock);
-        let mut frng = rng.fork();
-        let intensity = frng.below(4) as f64 / 3.0;
-        let faults = FaultConfig {
-            enabled: false,
-            fail_before: 0.03 * intensity,
-            throttle: 0.02 * intensity,
-            lost_answer: 0.04 * intensity,
-            torn_query: 0.1 + 0.4 * intensity,
-            object_read: 0.03 * intensity,
-            max_yields: frng.below(5) as u32,
-        };
-        let chaos = Arc::new(Chaos::new(frng.next_u64(), faults, trace.clone()));
-        chaos.set_verbose(std::env::var_os("SLUICE_SIM_CALLS").is_some());
-        let jconfig = JanitorConfig {
-            default_retention_ms: 7 * 24 * 3600 * 1000,
-            compaction_target_bytes: rng.range(600, 4000) as u64,
-            grace_ms: rng.range(1000, 20_000),
-            offsets_retention_ms: 7 * 24 * 3600 * 1000,
-            // Parts of a few events, so that commits and merges write segments in parts.
-            part_bytes: rng.range(300, 3000) as usize,
-        };
-        let a = TopicSpec {
-            partitions: rng.range(1, 3) as u32,
-            retention_ms: Some(rng.range(30_000, 300_000)),
-            retention_bytes: rng.chance(0.3).then(|| rng.range(2000, 8000)),
-        };
-        let b = TopicSpec { partitions: rng.range(1, 2) as u32, retention_ms: None, retention_bytes: None };
-        let backoff = rng.chance(0.3).then(|| Backoff::Steps(vec![300, 1000]));
-        let q_filter = SimFilter::draw(&mut Rng::new(seed.rotate_left(29) ^ 0x51f7_e12a_0b1d));
-        let q = SubscriptionSpec {
-            start: StartAt::Earliest,
-            visibility_timeout_ms: rng.range(1000, 6000) as u64,
-            max_receive_count: rng.range(1, 4) as u32,
-            ordering: KeyOrdering::None,
-            delay_ms: if rng.chance(0.2) { rng.range(200, 2000) as u64 } else { 0 },
-            redelivery_backoff: backoff,
-            filter: q_filter.pattern(),
-            push: None,
-        };
-        let qk = SubscriptionSpec {
-            start: StartAt::Earliest,
-            visibility_timeout_ms: rng.range(1000, 5000) as u64,
-            max_receive_count: rng.range(2, 4) as u32,
-            ordering: KeyOrdering::Key,
-            delay_ms: 0,
-            redelivery_backoff: None,
-            filter: None,
-            push: None,
-        };
+        let (chaos, intensity) = draw_chaos(&mut rng, &trace);
+        let jconfig = draw_janitor(&mut rng);
+        let (a, b) = draw_topics(&mut rng);
+        let (q_filter, q, qk) = draw_subscriptions(seed, &mut rng);
         let mut world = Self {
             seed,
             options,
@@ -356,4 +312,71 @@ impl World {
             .iter_mut()
             .find(|d| d.nonce == h.nonce)
     }
+}
+
+/// The fault layer of a seed, from a generator forked off the seed's, and its intensity.
+fn draw_chaos(rng: &mut Rng, trace: &Trace) -> (Arc<Chaos>, f64) {
+    let mut frng = rng.fork();
+    let intensity = frng.below(4) as f64 / 3.0;
+    let faults = FaultConfig {
+        enabled: false,
+        fail_before: 0.03 * intensity,
+        throttle: 0.02 * intensity,
+        lost_answer: 0.04 * intensity,
+        torn_query: 0.1 + 0.4 * intensity,
+        object_read: 0.03 * intensity,
+        max_yields: frng.below(5) as u32,
+    };
+    let chaos = Arc::new(Chaos::new(frng.next_u64(), faults, trace.clone()));
+    chaos.set_verbose(std::env::var_os("SLUICE_SIM_CALLS").is_some());
+    (chaos, intensity)
+}
+
+fn draw_janitor(rng: &mut Rng) -> JanitorConfig {
+    JanitorConfig {
+        default_retention_ms: 7 * 24 * 3600 * 1000,
+        compaction_target_bytes: rng.range(600, 4000) as u64,
+        grace_ms: rng.range(1000, 20_000),
+        offsets_retention_ms: 7 * 24 * 3600 * 1000,
+        // Parts of a few events, so that commits and merges write segments in parts.
+        part_bytes: rng.range(300, 3000) as usize,
+    }
+}
+
+/// TOPIC_A's spec (retention by time, sometimes by bytes too) and TOPIC_B's (none).
+fn draw_topics(rng: &mut Rng) -> (TopicSpec, TopicSpec) {
+    let a = TopicSpec {
+        partitions: rng.range(1, 3) as u32,
+        retention_ms: Some(rng.range(30_000, 300_000)),
+        retention_bytes: rng.chance(0.3).then(|| rng.range(2000, 8000)),
+    };
+    let b = TopicSpec { partitions: rng.range(1, 2) as u32, retention_ms: None, retention_bytes: None };
+    (a, b)
+}
+
+/// SUB_Q's filter (from a generator of its own), SUB_Q's spec and SUB_QK's (key-ordered).
+fn draw_subscriptions(seed: u64, rng: &mut Rng) -> (SimFilter, SubscriptionSpec, SubscriptionSpec) {
+    let backoff = rng.chance(0.3).then(|| Backoff::Steps(vec![300, 1000]));
+    let q_filter = SimFilter::draw(&mut Rng::new(seed.rotate_left(29) ^ 0x51f7_e12a_0b1d));
+    let q = SubscriptionSpec {
+        start: StartAt::Earliest,
+        visibility_timeout_ms: rng.range(1000, 6000) as u64,
+        max_receive_count: rng.range(1, 4) as u32,
+        ordering: KeyOrdering::None,
+        delay_ms: if rng.chance(0.2) { rng.range(200, 2000) as u64 } else { 0 },
+        redelivery_backoff: backoff,
+        filter: q_filter.pattern(),
+        push: None,
+    };
+    let qk = SubscriptionSpec {
+        start: StartAt::Earliest,
+        visibility_timeout_ms: rng.range(1000, 5000) as u64,
+        max_receive_count: rng.range(2, 4) as u32,
+        ordering: KeyOrdering::Key,
+        delay_ms: 0,
+        redelivery_backoff: None,
+        filter: None,
+        push: None,
+    };
+    (q_filter, q, qk)
 }
