@@ -16,7 +16,17 @@ fn usage() -> ! {
     std::process::exit(2)
 }
 
-fn main() -> ExitCode {
+/// What the command line asks for.
+struct Args {
+    seeds: std::ops::Range<u64>,
+    options: Options,
+    trace: bool,
+    keep_going: bool,
+    quiet: bool,
+    xfail: BTreeSet<(u64, String)>,
+}
+
+fn parse_args() -> Args {
     let mut seeds = 1000..1200u64;
     let mut options = Options::default();
     let mut trace = false;
@@ -58,6 +68,11 @@ fn main() -> ExitCode {
         }
     }
     options.keep_trace = trace;
+    Args { seeds, options, trace, keep_going, quiet, xfail }
+}
+
+fn main() -> ExitCode {
+    let Args { seeds, options, trace, keep_going, quiet, xfail } = parse_args();
     let started = Instant::now();
     let (mut failed, mut expected, mut ran) = (0u64, 0u64, 0u64);
     let mut first: Option<String> = None;

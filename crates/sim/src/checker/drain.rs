@@ -1,0 +1,220 @@
+//! The queues drained at the end: every message of each live subscription acked,
+//! dead-lettered or expired, exactly once, and counted so.
+
+use std::collections::BTreeSet;
+
+use sluice_core::queues::{Message, Queues, ReceiveRequest, SubscriptionDescription};
+use sluice_core::Clock;
+
+use crate::model::SimFilter;
+use crate::world::{code, receipt_parts, Act, Done, Held, Res, World, SUB_Q, SUB_QK, TOPIC_A};
+
+/// Messages by (partition, offset).
+type Offsets = BTreeSet<(u32, u64)>;
+
+impl World {
+    /// Receives and acks everything left, then checks that every message of each live
+    /// subscription was acked, dead-lettered or expired, exactly once, and that the counts say so.
+    pub(crate) async fn drain_queues(&mut self, queues: &Queues) {
+        for sub in [SUB_Q, SUB_QK] {
+            let Some(sub_id) = self.learn_sub(sub) else { continue };
+            if !self.drain_sub(queues, sub, sub_id).await {
+                return;
+            }
+            // Everything is settled now: acked, dead, or expired, each message once.
+            let described = match queues.describe(TOPIC_A, sub).await {
+                Ok(s) => s,
+                Err(e) => return self.violate("queue-drain", code(&e)),
+            };
+            let Some(dead) = self.dead_listed(queues, sub).await else { return };
+            self.check_settled(sub, sub_id, described, &dead);
+        }
+    }
+
+    /// Receives and acks until the subscription is empty; false if that failed (a violation).
+    async fn drain_sub(&mut self, queues: &Queues, sub: &'static str, sub_id: u64) -> bool {
+        let mut rounds = 0;
+        loop {
+            rounds += 1;
+            let req = ReceiveRequest { max_messages: 10, wait_ms: 0, visibility_timeout_ms: Some(60_000) };
+            self.seq += 1;
+            let start_seq = self.seq;
+            let start_ms = self.clock.now_ms();
+            let got = queues.receive(TOPIC_A, sub, &req).await;
+            self.seq += 1;
+            let d = Done {
+                client: 0,
+                act: Act::Receive { sub, visibility: 60_000 },
+                start_seq,
+                end_seq: self.seq,
+                start_ms,
+                end_ms: self.clock.now_ms(),
+                topic0: None,
+                touch0: 0,
+                res: Res::Crashed,
+            };
+            match got {
+                Ok(ms) if ms.is_empty() => {
+                    let described = queues.describe(TOPIC_A, sub).await;
+                    match described {
+                        Ok(s) if s.backlog.visible + s.backlog.in_flight + s.backlog.delayed == 0 => return true,
+                        Ok(_) => self.clock.advance(1000),
+                        Err(e) => {
+                            self.violate("queue-drain", format!("{sub}: describe {}", code(&e)));
+                            return false;
+                        }
+                    }
+                }
+                Ok(ms) => self.ack_drained(queues, sub, sub_id, &d, ms).await,
+                Err(e) => {
+                    self.violate("queue-drain", format!("{sub}: receive {}", code(&e)));
+                    return false;
+                }
+            }
+            if rounds > 500 {
+                self.violate("queue-drain", format!("{sub}: still not empty after 500 rounds"));
+                return false;
+            }
+        }
+    }
+
+    /// The messages a drain received, checked as deliveries and acked.
+    async fn ack_drained(&mut self, queues: &Queues, sub: &'static str, sub_id: u64, d: &Done, ms: Vec<Message>) {
+        let tid = self.live_topic_id(TOPIC_A).unwrap_or(0);
+        let mut receipts = Vec::new();
+        for m in &ms {
+            let (sid, p, o, nonce, count) = receipt_parts(&m.receipt).unwrap();
+            self.check_event(TOPIC_A, tid, p, o, &m.event.record, "drain");
+            if sid == sub_id {
+                self.check_delivery(d, sid, p, o, nonce, count, 60_000);
+            }
+            receipts.push(m.receipt.clone());
+        }
+        if let Ok(results) = queues.ack(TOPIC_A, sub, &receipts).await {
+            for (m, r) in ms.iter().zip(results) {
+                let (sid, p, o, nonce, _) = receipt_parts(&m.receipt).unwrap();
+                if r.is_err() {
+                    self.violate("queue-drain", format!("{sub}: ack of {p}@{o} in a quiet queue refused"));
+                }
+                let h = Held { receipt: String::new(), sub_id: sid, partition: p, offset: o, nonce, count: 0 };
+                let seq = self.seq;
+                if let Some(dl) = self.delivery_mut(&h) {
+                    dl.acked_ok = Some(seq);
+                    dl.ack_seq.get_or_insert(seq);
+                }
+            }
+        }
+    }
+
+    /// Every dead letter of the subscription, each listed once; None if listing failed.
+    async fn dead_listed(&mut self, queues: &Queues, sub: &'static str) -> Option<Offsets> {
+        let mut dead = BTreeSet::new();
+        let mut after: Option<String> = None;
+        loop {
+            match queues.dead_letters(TOPIC_A, sub, after.as_deref(), 1000).await {
+                Ok(page) => {
+                    for e in &page.entries {
+                        if !dead.insert((e.partition, e.offset)) {
+                            self.violate("dlq-once", format!("{sub}: {} listed twice", e.id));
+                        }
+                    }
+                    match page.next {
+                        Some(n) => after = Some(n),
+                        None => break,
+                    }
+                }
+                Err(e) => {
+                    self.violate("queue-drain", format!("dead letters: {}", code(&e)));
+                    return None;
+                }
+            }
+        }
+        Some(dead)
+    }
+
+    /// Once drained, every message of the subscription was acked, dead-lettered, expired or
+    /// filtered, exactly once, and the backlog's counts say so.
+    fn check_settled(&mut self, sub: &'static str, sub_id: u64, described: SubscriptionDescription, dead: &Offsets) {
+        let tid = self.live_topic_id(TOPIC_A).unwrap_or(0);
+        let s = &self.subs[&sub_id];
+        let (total, acked, maybe, mut problems) = self.tally_settled(tid, sub_id, dead);
+        let b = described.backlog;
+        let filter = if sub == SUB_Q { self.q_filter } else { SimFilter::None };
+        // One pass over the subscription's range. An event the model never learned (its
+        // publish's answer lost, nobody read it) may fail the filter, unless there is none.
+        // The totals below could balance with a passing event filtered and a failing one
+        // expired instead, so each event still in the log that passes must have been
+        // delivered and settled (it cannot have expired).
+        let mut failing = 0u64;
+        for (p, start) in s.record.starts.iter().enumerate() {
+            let p = p as u32;
+            let head = self.head_now(tid, p);
+            for o in *start..head.next {
+                let passes = match self.facts.get(&(tid, p, o)) {
+                    Some(e) => filter.passes(&self.events[e]),
+                    None => filter == SimFilter::None,
+                };
+                let settled = acked.contains(&(p, o)) || dead.contains(&(p, o)) || maybe.contains(&(p, o));
+                if !passes {
+                    failing += 1;
+                } else if o >= head.start && !settled {
+                    problems.push(format!("{p}@{o} passes {filter:?} and is in the log, but was never settled"));
+                }
+            }
+        }
+        if b.filtered > failing {
+            problems.push(format!("{} filtered, but only {failing} events fail {filter:?}", b.filtered));
+        }
+        if b.visible + b.in_flight + b.delayed != 0 {
+            problems.push(format!("backlog not empty: {b:?}"));
+        }
+        if b.dead != dead.len() as u64 {
+            problems.push(format!("dead counted {} but {} listed", b.dead, dead.len()));
+        }
+        let accounted =
+            acked.iter().filter(|k| !dead.contains(k)).count() as u64 + dead.len() as u64 + b.expired + b.filtered;
+        if accounted > total || accounted + (maybe.len() as u64) < total {
+            problems.push(format!(
+                "{} acked (+{} perhaps) + {} dead + {} expired + {} filtered = {accounted}, but {total} messages were published",
+                acked.len(),
+                maybe.len(),
+                dead.len(),
+                b.expired,
+                b.filtered
+            ));
+        }
+        *self.stats.entry("messages_filtered").or_default() += b.filtered;
+        if !problems.is_empty() {
+            self.violate("queue-exactly-once", format!("{sub}: {}", problems.join("; ")));
+        }
+    }
+
+    /// The messages published to the subscription, and those acked (some also dead: a
+    /// problem) or perhaps acked, by what the model saw.
+    fn tally_settled(&self, tid: u64, sub_id: u64, dead: &Offsets) -> (u64, Offsets, Offsets, Vec<String>) {
+        let s = &self.subs[&sub_id];
+        let mut total = 0;
+        let mut acked = BTreeSet::new();
+        let mut maybe = BTreeSet::new();
+        let mut problems = Vec::new();
+        for (p, start) in s.record.starts.iter().enumerate() {
+            let p = p as u32;
+            let head = self.head_now(tid, p);
+            total += head.next.saturating_sub(*start);
+            for o in *start..head.next {
+                let Some(m) = s.msgs.get(&(p, o)) else { continue };
+                let last = m.deliveries.last().unwrap();
+                if m.deliveries.iter().any(|d| d.acked_ok.is_some()) {
+                    acked.insert((p, o));
+                    if dead.contains(&(p, o)) && last.acked_ok.is_some() {
+                        problems.push(format!("{p}@{o} acked and dead"));
+                    }
+                } else if last.ack_maybe && !dead.contains(&(p, o)) {
+                    // Acked, or (the ack lost) expired since: one or the other.
+                    maybe.insert((p, o));
+                }
+            }
+        }
+        (total, acked, maybe, problems)
+    }
+}

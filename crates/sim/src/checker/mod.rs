@@ -1,0 +1,334 @@
+//! The checker: the log's invariants over the stored truth, every event seen held against
+//! the model, and the group and queue promises that answers of several capabilities share.
+
+mod drain;
+mod end;
+
+use bytes::Bytes;
+use std::collections::BTreeMap;
+
+use sluice_core::layout::{self, HeadRecord};
+use sluice_core::queues::Ordering as KeyOrdering;
+use sluice_core::segment::{decode_segment, Record};
+use sluice_core::Clock;
+
+use crate::model::{Delivery, SimFilter, SubModel};
+use crate::world::{event_id, Done, World, SUB_Q, T0, TOPIC_A, TOPIC_B};
+
+impl World {
+    /// The partition's true log: every event from the segment holding the log start to the head,
+    /// checking on the way that the index tiles it and every indexed object exists.
+    pub(crate) fn true_log(&mut self, topic_id: u64, partition: u32) -> (HeadRecord, BTreeMap<u64, Record>) {
+        let head = self.head_now(topic_id, partition);
+        let mut out = BTreeMap::new();
+        let items = self.mem.peek_all(&layout::segments_pk(topic_id, partition));
+        let mut expect: Option<u64> = None;
+        let mut problems = Vec::new();
+        for item in items {
+            let Ok(base) = layout::offset_of(&item.key.sk) else { continue };
+            let Ok((seg, inline)) = layout::decode_segment_item(&item.value) else {
+                problems.push(format!("undecodable segment item at {base}"));
+                continue;
+            };
+            if seg.next <= head.start {
+                continue;
+            }
+            match expect {
+                None if base > head.start => {
+                    problems.push(format!("first segment at {base} above start {}", head.start))
+                }
+                Some(e) if e != base => problems.push(format!("segment at {base} where {e} was expected")),
+                _ => {}
+            }
+            expect = Some(seg.next);
+            if !seg.parts.is_empty() {
+                self.stat("checked_segments_in_parts");
+            }
+            let Some(bytes) = inline.or_else(|| self.objects.peek(&seg.object)) else {
+                problems.push(format!("segment {base}..{} indexes object {} that is gone", seg.next, seg.object));
+                continue;
+            };
+            for (delta, off, len) in seg.pieces() {
+                let start = (seg.pos + off) as usize;
+                let Some(part) = bytes.get(start..start + len as usize) else {
+                    problems.push(format!("segment {base} reaches past its object"));
+                    continue;
+                };
+                match decode_segment(&Bytes::copy_from_slice(part)) {
+                    Ok(records) => {
+                        for d in records {
+                            out.insert(base + delta + u64::from(d.offset_delta), d.record);
+                        }
+                    }
+                    Err(e) => problems.push(format!("segment {base} part {delta}: {e}")),
+                }
+            }
+        }
+        if head.next > head.start && expect != Some(head.next) {
+            problems.push(format!("index ends at {expect:?}, head at {}", head.next));
+        }
+        let dense = out.range(head.start..).map(|(o, _)| *o).eq(head.start..head.next.max(head.start));
+        if !dense {
+            problems.push(format!("events of {}..{} not dense", head.start, head.next));
+        }
+        if !problems.is_empty() {
+            self.violate("index-tiles", format!("topic {topic_id:x}/{partition}: {}", problems.join("; ")));
+        }
+        (head, out)
+    }
+
+    /// Every invariant of the stored log, and every acknowledged event still in it.
+    pub(crate) fn check_truth(&mut self) {
+        // Every key the core wrote is one the registry knows (crates/core/src/keys.rs).
+        if let Some(key) = self.mem.keys().into_iter().find(|k| sluice_core::keys::kind_of(k).is_none()) {
+            self.violate("unregistered-key", format!("{}/{} is no kind of item in the registry", key.pk, key.sk));
+        }
+        for name in [TOPIC_A, TOPIC_B] {
+            let Some(tid) = self.live_topic_id(name) else { continue };
+            for p in 0..self.topic_specs[name].partitions {
+                let (head, log) = self.true_log(tid, p);
+                for (o, record) in log.range(head.start..head.next) {
+                    self.check_event(name, tid, p, *o, record, "truth");
+                }
+                let lost: Vec<(u64, u64)> = self
+                    .acked
+                    .range((tid, p, head.start)..(tid, p, head.next))
+                    .filter(|(k, _)| !log.contains_key(&k.2))
+                    .map(|(k, e)| (k.2, *e))
+                    .collect();
+                if let Some((o, e)) = lost.first() {
+                    self.violate("never-lost", format!("{name}/{p}: acked event {e} at {o} is not in the log"));
+                }
+                let gone_too_far: Vec<u64> =
+                    self.acked.range((tid, p, head.next)..(tid, p, u64::MAX)).map(|(k, _)| k.2).collect();
+                if let Some(o) = gone_too_far.first() {
+                    self.violate("never-lost", format!("{name}/{p}: acked offset {o} is past the head {}", head.next));
+                }
+                // Time retention takes only segments whose newest event is past it.
+                if let (Some(ms), None) = (self.topic_specs[name].retention_ms, self.topic_specs[name].retention_bytes)
+                {
+                    let now = self.clock.now_ms();
+                    let early: Vec<(u64, i64)> = self
+                        .facts
+                        .range((tid, p, 0)..(tid, p, head.start))
+                        .filter_map(|(k, e)| self.event_ts(*e).map(|ts| (k.2, ts)))
+                        .filter(|(_, ts)| *ts >= now - ms)
+                        .collect();
+                    if let Some((o, ts)) = early.first() {
+                        self.violate(
+                            "retention-early",
+                            format!(
+                                "{name}/{p}: offset {o} (ts {ts}) removed before its time (now {now}, retention {ms})"
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    pub(crate) fn event_ts(&self, e: u64) -> Option<i64> {
+        self.events.get(&e).and_then(|i| i.ts)
+    }
+
+    /// An event seen at (topic id, partition, offset): it must be one that was published to
+    /// this topic, to a partition it may land on, with its content, never refused, and the
+    /// only one ever seen at this offset; and (idempotent or not) seen at one offset only.
+    pub(crate) fn check_event(
+        &mut self,
+        topic: &'static str,
+        tid: u64,
+        p: u32,
+        offset: u64,
+        record: &Record,
+        source: &str,
+    ) {
+        let Some(e) = event_id(&record.value) else {
+            self.violate("replay-content", format!("{source}: {topic}/{p}@{offset}: not an event of the sim"));
+            return;
+        };
+        let Some(info) = self.events.get(&e) else {
+            self.violate("replay-content", format!("{source}: {topic}/{p}@{offset}: unknown event {e}"));
+            return;
+        };
+        let mut problems = Vec::new();
+        if info.topic != topic {
+            problems.push(format!("published to {}", info.topic));
+        }
+        if info.key != record.key || info.value != record.value {
+            problems.push("content differs".to_owned());
+        }
+        match info.ts {
+            Some(ts) if ts != record.timestamp_ms => {
+                problems.push(format!("timestamp {} != {ts}", record.timestamp_ms))
+            }
+            None if record.timestamp_ms < info.ts_window.0 || record.timestamp_ms > info.ts_window.1 => problems
+                .push(format!("default timestamp {} outside the publish {:?}", record.timestamp_ms, info.ts_window)),
+            _ => {}
+        }
+        if let Some(want) = info.partition {
+            if want != p {
+                problems.push(format!("belongs on partition {want}"));
+            }
+        }
+        let refused = info.refused;
+        let idempotent = info.idempotent;
+        if !problems.is_empty() {
+            self.violate(
+                "replay-content",
+                format!("{source}: {topic}/{p}@{offset}: event {e}: {}", problems.join(", ")),
+            );
+        }
+        if refused {
+            self.violate("refused-applied", format!("{source}: {topic}/{p}@{offset}: event {e} of a refused publish"));
+        }
+        if self.events.get(&e).is_some_and(|i| i.ts.is_none()) {
+            self.events.get_mut(&e).unwrap().ts = Some(record.timestamp_ms);
+        }
+        match self.facts.get(&(tid, p, offset)) {
+            Some(&other) if other != e => self
+                .violate("offset-unique", format!("{source}: {topic}/{p}@{offset} holds event {e}, earlier {other}")),
+            Some(_) => {}
+            None => {
+                self.facts.insert((tid, p, offset), e);
+            }
+        }
+        match self.placed.get(&(tid, e)) {
+            Some(&(p2, o2)) if (p2, o2) != (p, offset) => {
+                let property = if idempotent { "idempotent-once" } else { "event-once" };
+                self.violate(property, format!("{source}: event {e} at {topic}/{p}@{offset} and at {p2}@{o2}"))
+            }
+            Some(_) => {}
+            None => {
+                self.placed.insert((tid, e), (p, offset));
+            }
+        }
+    }
+
+    /// Every offset below `value` on `partition` was delivered to a member, excused by a seek,
+    /// or removed by retention: a committed offset never skips an event (at least once).
+    pub(crate) fn check_coverage(&mut self, partition: u32, value: u64, what: &str) {
+        let tid = self.live_topic_id(TOPIC_A).unwrap_or(0);
+        let start = self.head_now(tid, partition).start;
+        let floor = start.max(self.group.excused_below.get(&partition).copied().unwrap_or(0));
+        let delivered = self.group.delivered.get(&partition);
+        let missing: Vec<u64> = (floor..value).filter(|o| delivered.is_none_or(|s| !s.contains(o))).take(8).collect();
+        if !missing.is_empty() {
+            let property = if self.group.lossy_polls > 0 { "group-skip-documented" } else { "group-at-least-once" };
+            self.violate(
+                property,
+                format!("{what}: committed {value} on {partition}, never delivered: {missing:?} (log start {start})"),
+            );
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn check_delivery(
+        &mut self,
+        d: &Done,
+        sub_id: u64,
+        p: u32,
+        o: u64,
+        nonce: u64,
+        count: u32,
+        visibility: u64,
+    ) {
+        let facts_key = self.live_topic_id(TOPIC_A).map(|tid| (tid, p));
+        let s = self.subs.get(&sub_id).unwrap();
+        let max = s.record.spec.max_receive_count;
+        let ordered = s.record.spec.ordering == KeyOrdering::Key;
+        let start = s.record.starts.get(p as usize).copied().unwrap_or(0);
+        let redriven = s.redrives_in_flight > 0 || s.redrive_seqs.iter().any(|r| *r < d.end_seq);
+        let mut problems: Vec<(&'static str, String)> = Vec::new();
+        if o < start {
+            problems.push(("queue-range", format!("offset {o} below the start {start}")));
+        }
+        if count == 0 || count > max {
+            problems.push(("receive-count", format!("receive count {count} (max {max})")));
+        }
+        let filter = if s.name == SUB_Q { self.q_filter } else { SimFilter::None };
+        if let Some(event) = facts_key.and_then(|(tid, _)| self.facts.get(&(tid, p, o))).map(|e| &self.events[e]) {
+            if !filter.passes(event) {
+                problems.push(("filtered-delivered", format!("delivered, but {filter:?} does not pass it")));
+            }
+        }
+        if let Some(m) = s.msgs.get(&(p, o)) {
+            for prev in &m.deliveries {
+                if prev.nonce == nonce {
+                    problems.push(("two-holders", format!("delivery {nonce:x} handed out twice")));
+                    continue;
+                }
+                // One holder per window: the earlier delivery's window surely outlasts this receive.
+                if d.end_ms < prev.until_lo && prev.release_seq.is_none_or(|r| r > d.end_seq) {
+                    problems.push((
+                        "two-holders",
+                        format!(
+                            "delivered #{count} while #{} holds it until at least {} (now {})",
+                            prev.count,
+                            prev.until_lo - T0,
+                            d.end_ms - T0
+                        ),
+                    ));
+                }
+                if prev.acked_ok.is_some() {
+                    problems.push(("acked-redelivered", format!("delivered #{count} after #{} was acked", prev.count)));
+                }
+                if !redriven && count <= prev.count && prev.end_seq < d.start_seq {
+                    problems.push(("receive-count", format!("delivered #{count} after #{}", prev.count)));
+                }
+            }
+        }
+        // Key order: every earlier message of its key is done (acked, or dead) first.
+        if ordered {
+            if let Some((tid, _)) = facts_key {
+                for o1 in self.key_undone(s, d, tid, p, o) {
+                    problems.push(("key-order", format!("{p}@{o} delivered before {o1} of the same key was done")));
+                }
+            }
+        }
+        for (property, detail) in problems {
+            self.violate(property, format!("sub {sub_id:x} {p}@{o}: {detail}"));
+        }
+        let s = self.subs.get_mut(&sub_id).unwrap();
+        s.msgs.entry((p, o)).or_default().deliveries.push(Delivery {
+            nonce,
+            count,
+            start_seq: d.start_seq,
+            end_seq: d.end_seq,
+            until_lo: d.start_ms + visibility as i64,
+            release_seq: None,
+            ack_seq: None,
+            acked_ok: None,
+            ack_durable: 0,
+            ack_maybe: false,
+        });
+    }
+
+    /// The earlier offsets of the key of `p@o` not done (acked, or dead) when its delivery was seen.
+    fn key_undone(&self, s: &SubModel, d: &Done, tid: u64, p: u32, o: u64) -> Vec<u64> {
+        let max = s.record.spec.max_receive_count;
+        let start = s.record.starts.get(p as usize).copied().unwrap_or(0);
+        let key = self.facts.get(&(tid, p, o)).and_then(|e| self.events[e].key.clone());
+        let log_start = self.head_now(tid, p).start;
+        let Some(key) = key else { return Vec::new() };
+        let from = start.max(log_start).min(o);
+        let earlier: Vec<u64> = self
+            .facts
+            .range((tid, p, from)..(tid, p, o))
+            .filter(|(_, e)| self.events[e].key.as_ref() == Some(&key))
+            .map(|(k, _)| k.2)
+            .collect();
+        earlier
+            .into_iter()
+            .filter(|o1| {
+                let m = s.msgs.get(&(p, *o1));
+                let acked = m.is_some_and(|m| m.deliveries.iter().any(|x| x.ack_seq.is_some_and(|r| r < d.end_seq)));
+                // Deliveries nobody saw (lost receives) count towards the dead letter too.
+                let (count, since) = m.and_then(|m| m.deliveries.last()).map_or((0, 0), |x| (x.count, x.start_seq));
+                let unseen = s.lost_receives.iter().filter(|e| **e > since && **e < d.end_seq).count() as u32;
+                let done = acked || count + unseen >= max;
+                !done
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,168 @@
+//! The model: what the checker knows of the events, requests, group and subscriptions the
+//! clients published and used, and the model's own answer to SUB_Q's content filter.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+use sluice_core::groups::TopicPartition;
+use sluice_core::queues::SubscriptionRecord;
+use sluice_core::Position;
+
+use crate::rng::Rng;
+
+pub(crate) struct EventInfo {
+    pub(crate) topic: &'static str,
+    pub(crate) key: Option<Bytes>,
+    pub(crate) ts: Option<i64>,
+    pub(crate) ts_window: (i64, i64),
+    pub(crate) value: Bytes,
+    pub(crate) partition: Option<u32>,
+    pub(crate) idempotent: bool,
+    /// Refused with a 4xx: must never appear.
+    pub(crate) refused: bool,
+}
+
+pub(crate) struct Request {
+    pub(crate) events: Vec<u64>,
+    pub(crate) idem: Option<String>,
+    pub(crate) first_answer: Option<(u64, Vec<Position>)>,
+    /// An attempt's answer was lost: it may have landed.
+    pub(crate) uncertain: bool,
+    /// The highest offsets acknowledged (by topic id and partition) when the latest attempt began.
+    pub(crate) floor: BTreeMap<(u64, u32), u64>,
+}
+
+/// A commit answered ok, as the checker saw it.
+pub(crate) struct CommitSeen {
+    pub(crate) value: u64,
+    pub(crate) member: String,
+    /// The seq at which its answer was seen.
+    pub(crate) end: u64,
+    /// The group's touch count as it began (a seek or delete since may undo it).
+    pub(crate) touch: u64,
+    /// The store's durable-write count when its answer was seen: a power cut before the
+    /// count grows may undo it, as an ack.
+    pub(crate) durable: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct GroupModel {
+    pub(crate) delivered: BTreeMap<u32, BTreeSet<u64>>,
+    pub(crate) excused_below: BTreeMap<u32, u64>,
+    pub(crate) max_generation: u64,
+    /// Polls of members that keep no positions whose answers were lost: those may skip
+    /// events, as documented.
+    pub(crate) lossy_polls: u64,
+    /// End seqs of group deletes answered ok.
+    pub(crate) resets: Vec<u64>,
+    /// (start and end seq of a poll answered, its generation).
+    pub(crate) max_generation_history: Vec<(u64, u64, u64)>,
+    pub(crate) assignments: BTreeMap<(String, u64), Vec<TopicPartition>>,
+    pub(crate) left: BTreeMap<String, u64>,
+    /// Commits answered ok, by partition.
+    pub(crate) commits_ok: BTreeMap<u32, Vec<CommitSeen>>,
+    pub(crate) last_seen: BTreeMap<u32, (u64, u64)>,
+    pub(crate) touch: u64,
+    pub(crate) seeks_in_flight: u32,
+    pub(crate) deletes_in_flight: u32,
+}
+
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Delivery {
+    pub(crate) nonce: u64,
+    pub(crate) count: u32,
+    pub(crate) start_seq: u64,
+    pub(crate) end_seq: u64,
+    /// A lower bound of when its window ends (clock ms).
+    pub(crate) until_lo: i64,
+    /// The start seq of the first release-like op on it (ack, nack, visibility 0), if any.
+    pub(crate) release_seq: Option<u64>,
+    /// The start seq of the first ack of it, whatever its answer.
+    pub(crate) ack_seq: Option<u64>,
+    pub(crate) acked_ok: Option<u64>,
+    /// The store's durable-write count when its ack was seen answered ok: a power cut
+    /// before the count grows may undo that ack (`MemStore::power_cut`).
+    pub(crate) ack_durable: u64,
+    pub(crate) ack_maybe: bool,
+}
+
+#[derive(Default)]
+pub(crate) struct MsgModel {
+    pub(crate) deliveries: Vec<Delivery>,
+}
+
+pub(crate) struct SubModel {
+    pub(crate) name: &'static str,
+    pub(crate) record: SubscriptionRecord,
+    pub(crate) msgs: BTreeMap<(u32, u64), MsgModel>,
+    pub(crate) redrive_seqs: Vec<u64>,
+    pub(crate) redrives_in_flight: u32,
+    /// End seqs of receives whose answer was lost: each may have delivered (to nobody) any message.
+    pub(crate) lost_receives: Vec<u64>,
+}
+
+/// A content filter on SUB_Q, and the model's own answer to whether an event passes it
+/// (written out, not by asking `sluice_core::filter`: the filter's semantics have tests of
+/// their own; here the queue's use of it is under test, under faults).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum SimFilter {
+    None,
+    /// `{"key": ["k1", "k3"]}`: keyed events of two keys; unkeyed ones never.
+    Keys,
+    /// Key `k4`, or a value whose pad is at least `PAD` characters long.
+    KeyOrLongPad,
+}
+
+impl SimFilter {
+    const PAD: usize = 100;
+
+    pub(crate) fn draw(rng: &mut Rng) -> Self {
+        match rng.weighted(&[50, 25, 25]) {
+            0 => SimFilter::None,
+            1 => SimFilter::Keys,
+            _ => SimFilter::KeyOrLongPad,
+        }
+    }
+
+    pub(crate) fn pattern(self) -> Option<serde_json::Value> {
+        let long_pad = format!("*{}", "x".repeat(Self::PAD));
+        match self {
+            SimFilter::None => None,
+            SimFilter::Keys => Some(serde_json::json!({"key": ["k1", "k3"]})),
+            SimFilter::KeyOrLongPad => Some(serde_json::json!({"$or": [
+                {"key": [{"prefix": "k4"}]},
+                {"value": {"pad": [{"wildcard": long_pad}]}},
+            ]})),
+        }
+    }
+
+    pub(crate) fn passes(self, event: &EventInfo) -> bool {
+        let key = event.key.as_deref();
+        match self {
+            SimFilter::None => true,
+            SimFilter::Keys => matches!(key, Some(b"k1" | b"k3")),
+            SimFilter::KeyOrLongPad => {
+                let pad = serde_json::from_slice::<serde_json::Value>(&event.value)
+                    .ok()
+                    .and_then(|v| v["pad"].as_str().map(str::len));
+                key == Some(b"k4") || pad.is_some_and(|n| n >= Self::PAD)
+            }
+        }
+    }
+}
+
+impl GroupModel {
+    /// The highest generation any poll answer that returned before `seq` had shown.
+    /// The highest generation answered before `seq` since the group was last deleted (a
+    /// deleted group starts again at generation 1).
+    pub(crate) fn max_generation_at(&self, seq: u64) -> u64 {
+        // A poll that overlapped a delete may have answered the deleted group's generation.
+        let reset = self.resets.iter().filter(|r| **r < seq).max().copied().unwrap_or(0);
+        self.max_generation_history
+            .iter()
+            .filter(|(start, end, _)| *end < seq && *start > reset)
+            .map(|(_, _, g)| *g)
+            .max()
+            .unwrap_or(0)
+    }
+}

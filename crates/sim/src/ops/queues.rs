@@ -1,0 +1,276 @@
+//! The work queues' operations: workers' receives, acks, nacks and visibility changes, and
+//! the admin's describes, redrives, dead letters and subscription changes.
+
+use std::collections::BTreeSet;
+
+use sluice_core::queues::{Queues, ReceiveRequest};
+use sluice_core::{Clock, Error};
+
+use crate::world::{
+    code, receipt_parts, uncertain, Act, Done, Held, Kind, Res, SettleHow, World, SUB_Q, SUB_QK, TOPIC_A,
+};
+
+impl World {
+    pub(crate) fn start_queue_admin(&mut self, c: usize, queues: Queues) {
+        let sub = if self.rng.chance(0.7) { SUB_Q } else { SUB_QK };
+        match self.rng.weighted(&[5, 2, 2, 1, 1]) {
+            0 => self.spawn(c, Act::QDescribe { sub }, Some(TOPIC_A), async move {
+                Res::QDescribe(queues.describe(TOPIC_A, sub).await)
+            }),
+            1 if sub == SUB_Q => {
+                self.redrive_started(sub);
+                self.spawn(c, Act::Redrive { sub }, Some(TOPIC_A), async move {
+                    Res::Count(queues.redrive(TOPIC_A, sub, None).await)
+                })
+            }
+            2 => self.spawn(c, Act::DeadLetters { sub }, Some(TOPIC_A), async move {
+                Res::Dlq(queues.dead_letters(TOPIC_A, sub, None, 1000).await)
+            }),
+            3 => self.spawn(c, Act::SubDelete { sub: SUB_Q }, Some(TOPIC_A), async move {
+                Res::Unit(queues.delete(TOPIC_A, SUB_Q).await)
+            }),
+            _ => {
+                let spec = self.sub_specs[SUB_Q].clone();
+                self.spawn(c, Act::SubCreate { sub: SUB_Q }, Some(TOPIC_A), async move {
+                    Res::SubCreate(queues.create(TOPIC_A, SUB_Q, spec).await)
+                })
+            }
+        }
+    }
+
+    pub(crate) fn on_redrive(&mut self, sub: &'static str) {
+        for s in self.subs.values_mut().filter(|s| s.name == sub) {
+            s.redrives_in_flight = s.redrives_in_flight.saturating_sub(1);
+        }
+    }
+
+    pub(crate) fn on_sub_create(&mut self, d: &Done, sub: &'static str) {
+        if matches!(&d.res, Res::SubCreate(Ok(_))) {
+            self.learn_sub(sub);
+        }
+    }
+
+    pub(crate) fn redrive_started(&mut self, sub: &'static str) {
+        let seq = self.seq + 1;
+        for s in self.subs.values_mut().filter(|s| s.name == sub) {
+            s.redrives_in_flight += 1;
+            s.redrive_seqs.push(seq);
+        }
+    }
+
+    pub(crate) fn start_worker(
+        &mut self,
+        c: usize,
+        sub: &'static str,
+        holding: &mut Vec<Held>,
+        slow: bool,
+        queues: Queues,
+    ) {
+        let busy_hands = holding.len();
+        let choice =
+            if busy_hands == 0 { 0 } else { self.rng.weighted(&[if busy_hands < 6 { 3 } else { 0 }, 5, 1, 1]) };
+        if slow && choice != 0 && self.rng.chance(0.5) {
+            return; // a slow handler: still working on what it holds
+        }
+        if choice == 0 {
+            let (req, visibility) = self.receive_request(c, sub);
+            self.spawn(c, Act::Receive { sub, visibility }, Some(TOPIC_A), async move {
+                Res::Receive(queues.receive(TOPIC_A, sub, &req).await)
+            });
+            return;
+        }
+        let n = self.rng.range(1, holding.len() as i64) as usize;
+        let mut held = Vec::new();
+        for _ in 0..n {
+            let i = self.rng.below(holding.len() as u64) as usize;
+            held.push(holding.remove(i));
+        }
+        let receipts: Vec<String> = held.iter().map(|h| h.receipt.clone()).collect();
+        let how = match choice {
+            1 => SettleHow::Ack,
+            2 => SettleHow::Nack(if self.rng.chance(0.5) { 0 } else { self.rng.range(1, 2000) as u64 }),
+            _ => SettleHow::Visibility(if self.rng.chance(0.2) { 0 } else { self.rng.range(500, 8000) as u64 }),
+        };
+        // The release-like ops mark their deliveries before they start.
+        let seq = self.seq + 1;
+        for h in &held {
+            if let Some(d) = self.delivery_mut(h) {
+                if matches!(how, SettleHow::Ack | SettleHow::Nack(_) | SettleHow::Visibility(0)) {
+                    d.release_seq.get_or_insert(seq);
+                }
+                if how == SettleHow::Ack {
+                    d.ack_seq.get_or_insert(seq);
+                }
+            }
+        }
+        if let SettleHow::Visibility(v) = how {
+            let lo = self.clock.now_ms() + v as i64;
+            for h in &held {
+                if let Some(d) = self.delivery_mut(h) {
+                    // The new window ends at least here, but the change may not apply at all.
+                    d.until_lo = d.until_lo.min(lo);
+                }
+            }
+        }
+        if how == SettleHow::Ack && self.rng.chance(0.4) {
+            let (req, visibility) = self.receive_request(c, sub);
+            self.spawn(c, Act::AckNext { sub, visibility, held }, Some(TOPIC_A), async move {
+                Res::AckNext(queues.ack_and_receive(TOPIC_A, sub, &receipts, &req).await)
+            });
+            return;
+        }
+        let act = Act::Settle { sub, how, held };
+        self.spawn(c, act, Some(TOPIC_A), async move {
+            match how {
+                SettleHow::Ack => Res::Acks(queues.ack(TOPIC_A, sub, &receipts).await),
+                SettleHow::Nack(d) => Res::Acks(queues.nack(TOPIC_A, sub, &receipts, d).await),
+                SettleHow::Visibility(v) => Res::Vis(queues.change_visibility(TOPIC_A, sub, &receipts, v).await),
+            }
+        });
+    }
+
+    /// A worker's receive: up to 5 messages, a long poll now and then, its own visibility
+    /// timeout now and then; with the window it asks for.
+    pub(crate) fn receive_request(&mut self, c: usize, sub: &'static str) -> (ReceiveRequest, u64) {
+        let visibility = if self.rng.chance(0.3) { self.rng.range(500, 6000) as u64 } else { 0 };
+        let req = ReceiveRequest {
+            max_messages: self.rng.range(1, 5) as usize,
+            wait_ms: self.long_wait(c, 0.3, 1500),
+            visibility_timeout_ms: (visibility > 0).then_some(visibility),
+        };
+        (req, if visibility > 0 { visibility } else { self.sub_specs[sub].visibility_timeout_ms })
+    }
+
+    pub(crate) fn receive_lost(&mut self, sub: &'static str, end_seq: u64) {
+        for s in self.subs.values_mut().filter(|s| s.name == sub) {
+            s.lost_receives.push(end_seq);
+        }
+    }
+
+    pub(crate) fn on_receive(&mut self, d: &Done, sub: &'static str, visibility: u64) {
+        let Res::Receive(r) = &d.res else { return self.receive_lost(sub, d.end_seq) };
+        match r {
+            Ok(messages) => {
+                if d.end_ms - d.start_ms >= visibility as i64 {
+                    // Takes whose window ended before the answer are left out of it: deliveries
+                    // nobody saw, which count towards a dead letter as a lost receive's do.
+                    self.receive_lost(sub, d.end_seq);
+                }
+                let tid = self.live_topic_id(TOPIC_A).unwrap_or(0);
+                for m in messages {
+                    self.stat("messages_received");
+                    let Some((sub_id, p, o, nonce, count)) = receipt_parts(&m.receipt) else {
+                        self.violate("receive-answer", "a receipt that does not decode".into());
+                        continue;
+                    };
+                    if p != m.event.partition || o != m.event.offset || count != m.receive_count {
+                        self.violate(
+                            "receive-answer",
+                            format!(
+                                "receipt names {p}@{o}#{count}, message {}@{}#{}",
+                                m.event.partition, m.event.offset, m.receive_count
+                            ),
+                        );
+                    }
+                    self.check_event(TOPIC_A, tid, p, o, &m.event.record, "receive");
+                    if !self.subs.contains_key(&sub_id) && self.learn_sub(sub).is_none_or(|id| id != sub_id) {
+                        // A subscription deleted meanwhile that we never described: nothing to hold it to.
+                        continue;
+                    }
+                    self.check_delivery(d, sub_id, p, o, nonce, count, visibility);
+                    if let Kind::Worker { holding, .. } = &mut self.clients[d.client].kind {
+                        holding.push(Held {
+                            receipt: m.receipt.clone(),
+                            sub_id,
+                            partition: p,
+                            offset: o,
+                            nonce,
+                            count,
+                        });
+                    }
+                }
+            }
+            Err(Error::OffsetOutOfRange { .. }) => {
+                self.violate("transient-416", format!("receive on {sub}: {}", code(r.as_ref().unwrap_err())))
+            }
+            Err(e) if uncertain(e) => self.receive_lost(sub, d.end_seq),
+            Err(Error::SubscriptionNotFound { .. }) => {}
+            Err(e) => {
+                let c = code(e);
+                if !c.contains("busy") && !c.contains("contended") {
+                    self.violate("receive-refused", c);
+                }
+            }
+        }
+    }
+
+    pub(crate) fn on_settle(&mut self, d: &Done, _sub: &'static str, how: SettleHow, held: &[Held]) {
+        let results: Vec<Option<bool>> = match &d.res {
+            Res::Acks(Ok(rs)) => rs.iter().map(|r| Some(r.is_ok())).collect(),
+            Res::Vis(Ok(rs)) => rs.iter().map(|r| Some(r.is_ok())).collect(),
+            Res::Acks(Err(Error::SubscriptionNotFound { .. })) | Res::Vis(Err(Error::SubscriptionNotFound { .. })) => {
+                vec![Some(false); held.len()]
+            }
+            // Unknown: may or may not have applied.
+            _ => vec![None; held.len()],
+        };
+        let mut keep = Vec::new();
+        let durable = self.mem.durable_count();
+        for (h, r) in held.iter().zip(results) {
+            let now = d.start_ms;
+            let Some(dl) = self.delivery_mut(h) else { continue };
+            match (how, r) {
+                (SettleHow::Ack, Some(true)) => {
+                    dl.acked_ok = Some(d.end_seq);
+                    dl.ack_durable = durable;
+                }
+                (SettleHow::Ack, None) => {
+                    dl.ack_maybe = true;
+                    keep.push(h.clone());
+                }
+                (SettleHow::Visibility(v), Some(true)) if v > 0 => {
+                    dl.until_lo = now + v as i64;
+                    keep.push(h.clone());
+                }
+                (SettleHow::Visibility(v), None) if v > 0 => keep.push(h.clone()),
+                (SettleHow::Nack(_) | SettleHow::Visibility(_), None) => keep.push(h.clone()),
+                _ => {}
+            }
+        }
+        // What it still holds (or may): it retries those later.
+        if let Kind::Worker { holding, .. } = &mut self.clients[d.client].kind {
+            if how != SettleHow::Ack || self.rng.chance(0.8) {
+                holding.extend(keep);
+            }
+        }
+    }
+
+    /// Acks riding on a receive: checked as an ack and a receive over the same span, the
+    /// acks applied no later than the receive's write. A failure leaves both unknown (the
+    /// acks may have ridden on a write, or not), but for a subscription not found.
+    pub(crate) fn on_ack_next(&mut self, d: Done, sub: &'static str, visibility: u64, held: &[Held]) {
+        let Done { client, act, start_seq, end_seq, start_ms, end_ms, topic0, touch0, res } = d;
+        let (acks, received) = match res {
+            Res::AckNext(Ok((acks, messages))) => (Res::Acks(Ok(acks)), Res::Receive(Ok(messages))),
+            Res::AckNext(Err(e @ Error::SubscriptionNotFound { .. })) => {
+                let again = Error::SubscriptionNotFound { topic: TOPIC_A.into(), subscription: sub.into() };
+                (Res::Acks(Err(again)), Res::Receive(Err(e)))
+            }
+            Res::AckNext(Err(e)) => (Res::Crashed, Res::Receive(Err(e))),
+            _ => (Res::Crashed, Res::Crashed),
+        };
+        let part = |res| Done { client, act: act.clone(), start_seq, end_seq, start_ms, end_ms, topic0, touch0, res };
+        self.on_settle(&part(acks), sub, SettleHow::Ack, held);
+        self.on_receive(&part(received), sub, visibility);
+    }
+
+    pub(crate) fn on_dead_letters(&mut self, d: &Done, sub: &'static str) {
+        let Res::Dlq(Ok(page)) = &d.res else { return };
+        let mut seen = BTreeSet::new();
+        for e in &page.entries {
+            if !seen.insert((e.partition, e.offset)) {
+                self.violate("dlq-once", format!("{sub}: dead letter {} listed twice", e.id));
+            }
+        }
+    }
+}
