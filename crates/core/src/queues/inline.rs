@@ -147,7 +147,7 @@ mod tests {
     }
 
     fn lease(due: i64, record: LeaseRecord, inline: bool) -> Lease {
-        let key = Key::new(queue_pk(SUB, 0), lease_sk(due, record.nonce));
+        let key = lease_key(SUB, 0, due, record.nonce);
         Lease { key, due, version: if inline { 5 } else { 2 }, record, inline }
     }
 
@@ -157,7 +157,7 @@ mod tests {
     }
 
     fn create(due: i64, record: &LeaseRecord) -> WriteOp {
-        WriteOp::create(Key::new(queue_pk(SUB, 0), lease_sk(due, record.nonce)), layout::encode(record))
+        WriteOp::create(lease_key(SUB, 0, due, record.nonce), layout::encode(record))
     }
 
     /// The cursor item the ops write (its version condition), and the other ops' sort keys.

@@ -194,7 +194,6 @@ impl Queues {
         pending: &[(usize, Receipt)],
         mut everything: bool,
     ) -> Result<Option<(BTreeMap<String, Lease>, QueueState)>, Error> {
-        let pk = queue_pk(sub.record.id, partition);
         let mut leases: BTreeMap<String, Lease> = BTreeMap::new();
         let mut state = None;
         if !everything {
@@ -207,7 +206,7 @@ impl Queues {
             hinted.sort_unstable();
             hinted.dedup();
             for (due, nonce) in hinted {
-                if let Some(item) = self.store().get(&Key::new(pk.clone(), lease_sk(due, nonce))).await? {
+                if let Some(item) = self.store().get(&lease_key(sub.record.id, partition, due, nonce)).await? {
                     let lease = Lease::from_item(item)?;
                     leases.insert(lease.key.sk.clone(), lease);
                 }
@@ -327,7 +326,7 @@ mod tests {
             msgs: offsets.iter().map(|&offset| LeaseMsg { offset, first_ms: 0, key: None }).collect(),
             redriven: false,
         };
-        Lease { key: Key::new(queue_pk(7, 0), lease_sk(due, nonce)), due, version: 4, record, inline: false }
+        Lease { key: lease_key(7, 0, due, nonce), due, version: 4, record, inline: false }
     }
 
     fn receipt(offset: u64, due: i64, nonce: u64) -> Receipt {
