@@ -110,7 +110,7 @@ pub(super) fn ack(state: &mut QueueState, receipts: &[(usize, Receipt)]) -> bool
         state.leases.iter().filter(|l| l.inline).map(|l| (l.key.sk.clone(), l.clone())).collect();
     let mut removed: BTreeMap<&str, HashSet<u64>> = BTreeMap::new();
     for (_, r) in receipts {
-        let Some((sk, msg)) = super::settle::holder(&inline, r) else { return false };
+        let Some((sk, msg)) = holder(&inline, r) else { return false };
         removed.entry(sk).or_default().insert(msg.offset);
     }
     state.leases.retain_mut(|lease| match removed.get(lease.key.sk.as_str()).filter(|_| lease.inline) {

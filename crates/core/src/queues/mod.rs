@@ -51,7 +51,7 @@ use riding::{written, Riding};
 mod records;
 mod settle;
 mod state;
-use state::{Lease, QueueState};
+use state::{holder, Lease, QueueState};
 mod subscriptions;
 mod take;
 mod turns;

@@ -4,19 +4,6 @@
 use super::*;
 use crate::Code;
 
-/// The lease holding a receipt's message under the receipt's delivery (same nonce and
-/// receive count), by sort key, with the message.
-pub(super) fn holder<'a>(leases: &'a BTreeMap<String, Lease>, r: &Receipt) -> Option<(&'a str, LeaseMsg)> {
-    let holds = |l: &'a Lease| {
-        let same_delivery = l.record.nonce == r.nonce && l.record.receives == r.receives;
-        let msg = l.record.msgs.iter().find(|m| same_delivery && m.offset == r.offset);
-        msg.map(|m| (l.key.sk.as_str(), *m))
-    };
-    // The lease the receipt names first (its due time, without formatting its sort key):
-    // it is where the message is unless it moved.
-    leases.values().filter(|l| l.due == r.due).chain(leases.values()).find_map(holds)
-}
-
 impl Queues {
     /// Acks: each message is removed for good, unless its receipt is stale.
     pub async fn ack(
