@@ -17,23 +17,26 @@
 //!
 //! A topic's heads share one collection, so describing a topic is one query;
 //! each partition's index is a collection of its own, so partitions never share
-//! a hot key; idempotency records are spread over [`IDEMPOTENCY_SHARDS`] keys.
+//! a hot key; idempotency records are spread over
+//! [`IDEMPOTENCY_SHARDS`](crate::keys::IDEMPOTENCY_SHARDS) keys. [`crate::keys`] builds
+//! every key.
 
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{PartitionState, Position, TopicConfig, TopicSpec};
-use crate::ports::state::Key;
 use crate::StorageError;
 
-/// Collections a topic's idempotency records are spread over.
-pub const IDEMPOTENCY_SHARDS: u32 = 16;
+// The keys of these records are built in `keys`; the log's constructors are named here
+// too, for the tools and tests outside the core that reach them through `layout`.
+pub use crate::keys::{
+    free_pk, head_key, heads_pk, object_key, offset_of, purge_key, purge_pk, segment_key, segments_pk, topic_key,
+    topics_pk, upkeep_record_key, FREE_SHARDS,
+};
+
 /// How long an idempotency record is kept (the contract promises at least 24 h).
 pub const IDEMPOTENCY_TTL_MS: i64 = 48 * 3600 * 1000;
-
-const TOPICS_PK: &str = "topics";
-const PURGE_PK: &str = "purge";
 
 /// A topic by name. A deleted topic leaves a tombstone (`deleted_ms` set) rather
 /// than no item, so the record's version only ever grows: a commit that checks the
@@ -215,10 +218,6 @@ pub struct UpkeepRecord {
     pub last_change_ms: i64,
 }
 
-pub fn upkeep_record_key(id: u64) -> Key {
-    Key::new(format!("upkeep#{id:016x}"), "-")
-}
-
 /// Where a resumable pass of the upkeep stands.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cursor {
@@ -231,25 +230,6 @@ pub struct Cursor {
 /// applied this long after the blob was written to slip past (committers re-put blobs they
 /// have held for an hour, and a signed DynamoDB request expires after 15 minutes).
 pub const DOOMED_TTL_MS: i64 = 30 * 24 * 3600 * 1000;
-/// Collections the free list is spread over.
-pub const FREE_SHARDS: u32 = 8;
-const UPKEEP_PK: &str = "upkeep";
-
-pub fn object_key(object: &str) -> Key {
-    Key::new(format!("obj#{object}"), "-")
-}
-
-pub fn free_pk(shard: u32) -> String {
-    format!("free#{shard}")
-}
-
-pub fn free_key(object: &str) -> Key {
-    Key::new(free_pk(crate::hash::fnv1a_32(object.as_bytes()) % FREE_SHARDS), object)
-}
-
-pub fn upkeep_key(what: &str) -> Key {
-    Key::new(UPKEEP_PK, what)
-}
 
 /// The stored answer of a publish made under an `Idempotency-Key`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -259,102 +239,12 @@ pub struct IdempotencyRecord {
     pub results: Vec<Position>,
 }
 
-pub fn topic_key(name: &str) -> Key {
-    Key::new(TOPICS_PK, name)
-}
-
 /// A write's condition that `topic` is still the live topic of its name, as read.
 pub fn topic_check(topic: &TopicConfig) -> crate::ports::state::WriteOp {
     crate::ports::state::WriteOp::Check {
         key: topic_key(&topic.name),
         expect: crate::ports::state::Expect::Version(topic.version),
     }
-}
-
-pub fn topics_pk() -> &'static str {
-    TOPICS_PK
-}
-
-pub fn purge_key(id: u64) -> Key {
-    Key::new(PURGE_PK, format!("{id:016x}"))
-}
-
-pub fn purge_pk() -> &'static str {
-    PURGE_PK
-}
-
-pub fn heads_pk(id: u64) -> String {
-    format!("{HEADS_PREFIX}{id:016x}")
-}
-
-/// What every [`heads_pk`] starts with (the table stream's filter in template.yaml passes these).
-pub const HEADS_PREFIX: &str = "head#";
-
-/// The topic id of a [`heads_pk`], `None` for any other partition key.
-pub fn topic_of_heads_pk(pk: &str) -> Option<u64> {
-    let hex = pk.strip_prefix(HEADS_PREFIX)?;
-    (hex.len() == 16).then(|| u64::from_str_radix(hex, 16).ok()).flatten()
-}
-
-pub fn head_key(id: u64, partition: u32) -> Key {
-    Key::new(heads_pk(id), partition_sk(partition))
-}
-
-fn partition_sk(partition: u32) -> String {
-    let mut sk = String::with_capacity(10);
-    push_padded(&mut sk, u64::from(partition), 10);
-    sk
-}
-
-/// Appends `n` in decimal, zero-padded to `width` digits: what `format!("{n:0width$}")`
-/// writes, without the formatting machinery, as keys are made on every request.
-pub(crate) fn push_padded(out: &mut String, n: u64, width: usize) {
-    let mut digits = [b'0'; 20];
-    let (mut n, mut start) = (n, digits.len());
-    loop {
-        start -= 1;
-        digits[start] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend(std::iter::repeat_n('0', width.saturating_sub(digits.len())));
-    // The buffer is zeros up to the digits: its tail is the padded number (ASCII).
-    let from = start.min(digits.len().saturating_sub(width));
-    out.push_str(std::str::from_utf8(&digits[from..]).unwrap_or_default());
-}
-
-/// The partition a head's sort key names.
-pub fn partition_of(sk: &str) -> Result<u32, StorageError> {
-    sk.parse().map_err(|_| StorageError::Corrupt(format!("head sort key {sk:?} is not a partition")))
-}
-
-pub fn segments_pk(id: u64, partition: u32) -> String {
-    format!("seg#{id:016x}#{partition}")
-}
-
-/// Zero-padded so that string order is offset order.
-pub fn offset_sk(offset: u64) -> String {
-    let mut sk = String::with_capacity(20);
-    push_padded(&mut sk, offset, 20);
-    sk
-}
-
-pub fn offset_of(sk: &str) -> Result<u64, StorageError> {
-    sk.parse().map_err(|_| StorageError::Corrupt(format!("segment sort key {sk:?} is not an offset")))
-}
-
-pub fn segment_key(id: u64, partition: u32, base: u64) -> Key {
-    Key::new(segments_pk(id, partition), offset_sk(base))
-}
-
-pub fn idempotency_pk_shard(id: u64, shard: u32) -> String {
-    format!("idem#{id:016x}#{shard:02}")
-}
-
-pub fn idempotency_key(id: u64, key: &str) -> Key {
-    Key::new(idempotency_pk_shard(id, crate::hash::fnv1a_32(key.as_bytes()) % IDEMPOTENCY_SHARDS), key)
 }
 
 pub fn encode<T: Serialize>(record: &T) -> Bytes {
@@ -406,37 +296,6 @@ pub fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn padded_numbers_are_what_format_writes() {
-        for n in [0, 1, 9, 10, 4_294_967_295, 99_999_999_999, u64::MAX] {
-            for width in [0, 1, 10, 20] {
-                let mut out = String::from("k#");
-                push_padded(&mut out, n, width);
-                assert_eq!(out, format!("k#{n:0width$}"), "{n} in {width}");
-            }
-        }
-        assert_eq!(offset_sk(42), format!("{:020}", 42));
-        assert_eq!(head_key(1, 7).sk, "0000000007");
-    }
-
-    #[test]
-    fn offset_keys_sort_as_offsets() {
-        let mut offsets = [0u64, 9, 10, 99, 100, 12_345, u64::MAX];
-        let mut keys: Vec<String> = offsets.iter().map(|&o| offset_sk(o)).collect();
-        keys.sort();
-        offsets.sort_unstable();
-        assert_eq!(keys, offsets.iter().map(|&o| offset_sk(o)).collect::<Vec<_>>());
-        assert_eq!(offset_of(&offset_sk(12_345)).unwrap(), 12_345);
-    }
-
-    #[test]
-    fn idempotency_shards_are_stable_and_spread() {
-        assert_eq!(idempotency_key(7, "abc"), idempotency_key(7, "abc"));
-        let shards: std::collections::HashSet<String> =
-            (0..200).map(|i| idempotency_key(7, &format!("key-{i}")).pk).collect();
-        assert_eq!(shards.len(), IDEMPOTENCY_SHARDS as usize);
-    }
 
     #[test]
     fn records_round_trip_and_garbage_is_corrupt_not_a_panic() {

@@ -3,7 +3,7 @@
 //! change durable. Production always uses [`OsFs`], which is `std::fs` and
 //! nothing more (one indirect call next to an `fdatasync`). A power-loss test
 //! wraps it to learn what the disk holds for certain at every moment, and then
-//! rewrites the directory as a power cut would leave it (`tests/power_loss.rs`).
+//! rewrites the directory as a power cut would leave it (`tests/power_loss/`).
 //!
 //! Why a trait object and not `cfg(test)`: the test that needs it is an
 //! integration test (it drives a whole `Log` and then reopens the directory

@@ -6,7 +6,7 @@
 //! file, after the directory holding the new file's name was synced); a crash or a
 //! power cut mid-write leaves a torn tail that no index entry points at. Every
 //! change to the directory goes through [`BlobFs`] (`crate::blobfs`), the seam
-//! that the power-loss test (`tests/power_loss.rs`) hooks.
+//! that the power-loss test (`tests/power_loss/`) hooks.
 //!
 //! File names start with their creation time in ms (13 digits), so name order is
 //! age order. `retire` and `delete` stop appends to the active file, so the next

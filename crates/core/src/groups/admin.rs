@@ -7,7 +7,7 @@ impl Groups {
     /// Every group, by name.
     pub async fn list(&self) -> Result<Vec<String>, Error> {
         let mut names = Vec::new();
-        let mut query = Query::all("groups", 1000);
+        let mut query = Query::all(groups_pk(), 1000);
         loop {
             let page = self.store().query(&query).await?;
             names.extend(page.items.into_iter().map(|i| i.key.sk));
@@ -104,7 +104,7 @@ impl Groups {
                 None => WriteOp::Check { key, expect: Expect::Absent },
             };
             let mut ops = vec![
-                at(meta_key(group), Some(state.version).filter(|v| *v > 0)),
+                at(group_meta_key(group), Some(state.version).filter(|v| *v > 0)),
                 at(registry_key(group), registry),
                 at(activity_key(group), state.activity.map(|(_, v)| v)),
             ];

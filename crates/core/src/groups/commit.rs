@@ -112,7 +112,7 @@ pub(super) fn commit_ops(
     offsets: &[CommitOffset],
 ) -> Result<Vec<WriteOp>, Error> {
     let owned: BTreeSet<&TopicPartition> = state.record.members.get(member_id).into_iter().flatten().collect();
-    let mut ops = vec![WriteOp::Check { key: meta_key(group), expect: Expect::Version(state.version) }];
+    let mut ops = vec![WriteOp::Check { key: group_meta_key(group), expect: Expect::Version(state.version) }];
     let mut seen = BTreeSet::new();
     for o in offsets {
         let tp = TopicPartition { topic: o.topic.clone(), partition: o.partition };

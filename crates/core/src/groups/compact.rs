@@ -15,20 +15,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::groups::TopicPartition;
 
-/// `topic#partition` keys as the group records use them (partition zero-padded, so string
-/// order is numeric order).
-pub(crate) fn tp_key(topic: &str, partition: u32) -> String {
-    let mut key = String::with_capacity(topic.len() + 11);
-    key.push_str(topic);
-    key.push('#');
-    crate::layout::push_padded(&mut key, u64::from(partition), 10);
-    key
-}
-
-fn split_tp_key(key: &str) -> Option<(&str, u32)> {
-    let (topic, partition) = key.rsplit_once('#')?;
-    Some((topic, partition.parse().ok()?))
-}
+use crate::keys::{split_tp_key, tp_key};
 
 pub(crate) mod assignment {
     use super::*;

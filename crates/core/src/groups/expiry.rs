@@ -1,6 +1,7 @@
 //! The janitor's expiry of the offsets of groups without members.
 
 use super::*;
+use crate::keys::{expiry_entry_of, expiry_pk, expiry_sk_upto};
 use crate::ports::state::Item;
 
 /// The janitor's step of offsets expiry: removes the offsets, record, registry entry and
@@ -27,7 +28,7 @@ pub(crate) async fn expire_step(
         if left == 0 {
             break;
         }
-        let (until, group) = parse_entry(&entry.key)?;
+        let (until, group) = expiry_entry_of(&entry.key)?;
         let state = read_state(store, &group).await?;
         // The write, whether its deletes count against the budget, whether it ends the group.
         let (ops, counted, last) = match judge(&state, &entry, &group, until) {
@@ -63,20 +64,13 @@ pub(crate) async fn expire_step(
 /// The entries of the expiry index whose time is at most `threshold`, oldest first.
 fn expiry_query(threshold: i64) -> Query {
     Query {
-        pk: EXPIRY_PK.to_owned(),
+        pk: expiry_pk().to_owned(),
         from: None,
-        // Every entry of a time up to the threshold ('$' sorts right after '#').
-        to: Some(format!("{threshold:020}$")),
+        to: Some(expiry_sk_upto(threshold)),
         forward: true,
         limit: EXPIRY_ENTRIES_PER_STEP,
         after: None,
     }
-}
-
-/// An expiry entry's time and group.
-fn parse_entry(key: &Key) -> Result<(i64, String), StorageError> {
-    let parsed = key.sk.split_once('#').and_then(|(t, g)| Some((t.parse::<i64>().ok()?, g.to_owned())));
-    parsed.ok_or_else(|| StorageError::Corrupt(format!("offsets expiry entry {:?}", key.sk)))
 }
 
 /// What to do with a group whose expiry entry came due.
@@ -146,7 +140,7 @@ fn removal(state: &GroupState, group: &str, entry: &Key, version: u64) -> Vec<Wr
         WriteOp::Delete { key: registry_key(group), expect: Expect::Any },
     ];
     if state.version > 0 {
-        ops.push(WriteOp::Delete { key: meta_key(group), expect: Expect::Version(state.version) });
+        ops.push(WriteOp::Delete { key: group_meta_key(group), expect: Expect::Version(state.version) });
     }
     ops
 }
@@ -176,7 +170,7 @@ mod tests {
         // A live member: the activity is moved to cover it, nothing is deleted.
         match judge(&state(Some(100), Some(700)), &entry(100), "g", 100) {
             Verdict::Cover(ops) => {
-                assert!(ops.iter().all(|op| !matches!(op, WriteOp::Delete { key, .. } if key == &meta_key("g"))))
+                assert!(ops.iter().all(|op| !matches!(op, WriteOp::Delete { key, .. } if key == &group_meta_key("g"))))
             }
             v => panic!("{v:?}"),
         }
@@ -186,12 +180,12 @@ mod tests {
     fn the_last_write_checks_the_activity_and_the_records_version() {
         let ops = removal(&state(Some(100), None), "g", &expiry_key(100, "g"), 3);
         assert_eq!(ops[0], WriteOp::Delete { key: activity_key("g"), expect: Expect::Version(3) });
-        assert_eq!(ops.last(), Some(&WriteOp::Delete { key: meta_key("g"), expect: Expect::Version(2) }));
+        assert_eq!(ops.last(), Some(&WriteOp::Delete { key: group_meta_key("g"), expect: Expect::Version(2) }));
     }
 
     #[test]
     fn entries_parse_and_a_bad_one_is_corrupt() {
-        assert_eq!(parse_entry(&expiry_key(42, "g#x")).unwrap(), (42, "g#x".to_owned()));
-        assert!(parse_entry(&Key::new(EXPIRY_PK, "nope")).is_err());
+        assert_eq!(expiry_entry_of(&expiry_key(42, "g#x")).unwrap(), (42, "g#x".to_owned()));
+        assert!(expiry_entry_of(&Key::new(expiry_pk(), "nope")).is_err());
     }
 }

@@ -120,7 +120,11 @@ impl Groups {
             let (assignment, topic_ids) = assignment(&state.record, &subscriptions, &all_topics);
             let record = next_generation(&state.record, state.version + 1, assignment, topic_ids);
             let mut ops = vec![
-                WriteOp::replace(meta_key(group), layout::encode(&record), Some(state.version).filter(|v| *v > 0)),
+                WriteOp::replace(
+                    group_meta_key(group),
+                    layout::encode(&record),
+                    Some(state.version).filter(|v| *v > 0),
+                ),
                 WriteOp::Delete { key: member_key(group, member_id), expect: Expect::Any },
             ];
             // The last member leaving: the group's offsets expire counting from now.

@@ -53,6 +53,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::keys::{
+    activity_key, expiry_key, group_meta_key, group_pk, groups_pk, member_key, member_of, offset_key, offsets_pk,
+    registry_key, tp_key, ACTIVITY_SK, GROUP_META_SK,
+};
 use crate::layout::{self, HeadRecord};
 use crate::log::topics;
 use crate::log::Log;
@@ -86,8 +90,6 @@ const MAX_ACTIVITY_SLACK_MS: i64 = 3600 * 1000;
 const SEEK_OFFSETS_PER_WRITE: usize = MAX_WRITE_OPS - 5;
 /// Entries of the offsets expiry index one janitor step looks at.
 const EXPIRY_ENTRIES_PER_STEP: usize = 16;
-const ACTIVITY_SK: &str = "active";
-const EXPIRY_PK: &str = "goff-expiry";
 
 /// How groups behave, beyond the log they read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -264,26 +266,6 @@ pub struct ActivityRecord {
     pub until: i64,
 }
 
-fn group_pk(group: &str) -> String {
-    format!("group#{group}")
-}
-
-fn meta_key(group: &str) -> Key {
-    Key::new(group_pk(group), "meta")
-}
-
-fn member_key(group: &str, member: &str) -> Key {
-    Key::new(group_pk(group), format!("member#{member}"))
-}
-
-fn activity_key(group: &str) -> Key {
-    Key::new(group_pk(group), ACTIVITY_SK)
-}
-
-fn expiry_key(until: i64, group: &str) -> Key {
-    Key::new(EXPIRY_PK, format!("{:020}#{group}", until.max(0)))
-}
-
 /// The writes that make the activity item say `until`, conditional on the version read
 /// (or on its absence), and move its index entry with it.
 fn activity_ops(group: &str, current: Option<&(ActivityRecord, u64)>, until: i64) -> Vec<WriteOp> {
@@ -299,20 +281,6 @@ fn activity_ops(group: &str, current: Option<&(ActivityRecord, u64)>, until: i64
         expect: Expect::Any,
     });
     ops
-}
-
-fn registry_key(group: &str) -> Key {
-    Key::new("groups", group)
-}
-
-fn offsets_pk(group: &str) -> String {
-    format!("goff#{group}")
-}
-
-use crate::groups::compact::tp_key;
-
-fn offset_key(group: &str, topic: &str, partition: u32) -> Key {
-    Key::new(offsets_pk(group), tp_key(topic, partition))
 }
 
 /// Conditional writes kept losing to other members: the client should retry later.
@@ -342,12 +310,12 @@ async fn read_state(store: &dyn StateStore, group: &str) -> Result<GroupState, S
     loop {
         let page = store.query(&query).await?;
         for item in page.items {
-            if item.key.sk == "meta" {
+            if item.key.sk == GROUP_META_SK {
                 state.record = layout::decode("group", &item.value)?;
                 state.version = item.version;
             } else if item.key.sk == ACTIVITY_SK {
                 state.activity = Some((layout::decode("group activity", &item.value)?, item.version));
-            } else if let Some(id) = item.key.sk.strip_prefix("member#") {
+            } else if let Some(id) = member_of(&item.key.sk) {
                 let member: MemberRecord = layout::decode("member", &item.value)?;
                 state.members.insert(id.to_owned(), (member, item.version, item.expires_at_ms.unwrap_or(i64::MAX)));
             }

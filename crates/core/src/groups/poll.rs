@@ -148,7 +148,7 @@ impl Groups {
         let expires = self.now() + session as i64;
         let mut ops = vec![
             WriteOp::replace(
-                meta_key(group),
+                group_meta_key(group),
                 layout::encode(&generation.record),
                 (state.version > 0).then_some(state.version),
             ),

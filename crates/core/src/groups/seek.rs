@@ -77,7 +77,7 @@ fn seek_ops(group: &str, topic: &TopicConfig, state: &GroupState, chunk: &[(u32,
         record.since.insert(tp_key(&topic.name, p), state.version + 1);
     }
     let mut ops =
-        vec![WriteOp::replace(meta_key(group), layout::encode(&record), Some(state.version).filter(|v| *v > 0))];
+        vec![WriteOp::replace(group_meta_key(group), layout::encode(&record), Some(state.version).filter(|v| *v > 0))];
     if state.activity.is_none_or(|(a, _)| a.until < now) {
         ops.extend(activity_ops(group, state.activity.as_ref(), now));
     }

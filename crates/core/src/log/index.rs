@@ -4,6 +4,7 @@
 
 use bytes::Bytes;
 
+use crate::keys;
 use crate::layout::{self, SegmentRecord};
 use crate::ports::objects::{ObjectStore, StorageError};
 use crate::ports::state::{Query, StateStore};
@@ -80,7 +81,7 @@ pub(crate) async fn segments_from(
     offset: u64,
     limit: usize,
 ) -> Result<Vec<Segment>, StorageError> {
-    let pk = layout::segments_pk(topic_id, partition);
+    let pk = keys::segments_pk(topic_id, partition);
     let mut found = decode_segments(store.query(&from_offset(pk.clone(), offset, limit)).await?.items)?;
     if found.first().is_some_and(|s| s.base == offset) {
         return Ok(found);
@@ -117,7 +118,7 @@ pub(crate) async fn segments_for_read(
     want: u64,
     limit: usize,
 ) -> Result<Vec<Segment>, StorageError> {
-    let pk = layout::segments_pk(topic_id, partition);
+    let pk = keys::segments_pk(topic_id, partition);
     let at_or_before = last_at_or_before(pk.clone(), offset);
     let holder = decode_segments(store.query(&at_or_before).await?.items)?.pop().filter(|h| h.record.next > offset);
     let Some(holder) = holder else {
@@ -130,7 +131,7 @@ pub(crate) async fn segments_for_read(
         return Ok(vec![holder]);
     }
     let mut forward = Query::all(pk, index_page(rest, Some(holder.record.next - holder.base), limit - 1));
-    forward.after = Some(layout::offset_sk(holder.base));
+    forward.after = Some(keys::offset_sk(holder.base));
     let mut found = vec![holder];
     found.extend(decode_segments(store.query(&forward).await?.items)?);
     Ok(found)
@@ -138,19 +139,19 @@ pub(crate) async fn segments_for_read(
 
 /// The index items of up to `limit` segments starting at or after `offset`.
 fn from_offset(pk: String, offset: u64, limit: usize) -> Query {
-    Query { from: Some(layout::offset_sk(offset)), ..Query::all(pk, limit) }
+    Query { from: Some(keys::offset_sk(offset)), ..Query::all(pk, limit) }
 }
 
 /// The index item of the last segment starting at or before `offset`.
 fn last_at_or_before(pk: String, offset: u64) -> Query {
-    Query { pk, from: None, to: Some(layout::offset_sk(offset)), forward: false, limit: 1, after: None }
+    Query { pk, from: None, to: Some(keys::offset_sk(offset)), forward: false, limit: 1, after: None }
 }
 
 pub(crate) fn decode_segments(items: Vec<crate::ports::state::Item>) -> Result<Vec<Segment>, StorageError> {
     items
         .into_iter()
         .map(|i| {
-            let base = layout::offset_of(&i.key.sk)?;
+            let base = keys::offset_of(&i.key.sk)?;
             let (record, data) = layout::decode_segment_item(&i.value)?;
             record.check(base)?;
             Ok(Segment { base, record, version: i.version, data })

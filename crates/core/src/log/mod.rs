@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::keys;
 use crate::layout::{self, IdempotencyRecord};
 use crate::log::commit::{Committer, Pending, MAX_IDEMPOTENT_PARTITIONS};
 use crate::model::{IdempotencyKey, Limits, NewEvent, PartitionState, Position, TopicConfig, TopicSize, TopicSpec};
@@ -248,7 +249,7 @@ impl Log {
 
     /// What the janitor has done to the topic so far (retention, compaction), if anything.
     pub async fn upkeep_of(&self, topic: &TopicConfig) -> Result<layout::UpkeepRecord, Error> {
-        let item = self.inner.store.get(&layout::upkeep_record_key(topic.id)).await?;
+        let item = self.inner.store.get(&keys::upkeep_record_key(topic.id)).await?;
         Ok(item.map(|i| layout::decode("upkeep", &i.value)).transpose()?.unwrap_or_default())
     }
 
@@ -317,7 +318,7 @@ impl Log {
         topic: &TopicConfig,
         idem: &IdempotencyKey,
     ) -> Result<Option<Vec<Position>>, Error> {
-        let Some(item) = self.inner.store.get(&layout::idempotency_key(topic.id, &idem.key)).await? else {
+        let Some(item) = self.inner.store.get(&keys::idempotency_key(topic.id, &idem.key)).await? else {
             return Ok(None);
         };
         let record: IdempotencyRecord = layout::decode("idempotency", &item.value)?;

@@ -16,9 +16,10 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::keys::{time_cursor_key, time_entries_pk, time_entry_key, time_sk};
 use crate::layout;
 use crate::log::index::segments_from;
-use crate::ports::state::{Expect, Key, Query, StateStore, WriteOp};
+use crate::ports::state::{Expect, Query, StateStore, WriteOp};
 use crate::{StorageError, TopicConfig};
 
 /// Segments indexed per write, entries looked at per page.
@@ -41,28 +42,9 @@ struct TimeEntry {
     next: u64,
 }
 
-fn pk(topic_id: u64, partition: u32) -> String {
-    format!("time#{topic_id:016x}#{partition}")
-}
-
-/// The collection of a topic's time cursors (one item per partition).
-pub fn cursors_pk(topic_id: u64) -> String {
-    format!("tcur#{topic_id:016x}")
-}
-
-/// Every time-index collection of a topic's partition, for the purge of a deleted topic.
-pub fn entries_pk(topic_id: u64, partition: u32) -> String {
-    pk(topic_id, partition)
-}
-
-fn cursor_key(topic_id: u64, partition: u32) -> Key {
-    Key::new(cursors_pk(topic_id), format!("{partition:010}"))
-}
-
-/// A time as a key whose string order is the time's order, negative times included.
-fn ts_key(ts: i64) -> String {
-    format!("{:020}", (ts as u64) ^ (1 << 63))
-}
+/// The collections of a topic's time index, for the tools and tests outside the core
+/// that name them here.
+pub use crate::keys::{time_cursors_pk as cursors_pk, time_entries_pk as entries_pk};
 
 /// What the index says about a time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,13 +63,13 @@ pub(crate) async fn lookup(
     partition: u32,
     ts: i64,
 ) -> Result<Lookup, StorageError> {
-    let mut query = Query::all(pk(topic_id, partition), 1);
-    query.from = Some(ts_key(ts));
+    let mut query = Query::all(time_entries_pk(topic_id, partition), 1);
+    query.from = Some(time_sk(ts));
     if let Some(item) = store.query(&query).await?.items.pop() {
         let entry: TimeEntry = layout::decode("time entry", &item.value)?;
         return Ok(Lookup::At(entry.base));
     }
-    let Some(item) = store.get(&cursor_key(topic_id, partition)).await? else { return Ok(Lookup::After(0)) };
+    let Some(item) = store.get(&time_cursor_key(topic_id, partition)).await? else { return Ok(Lookup::After(0)) };
     let cursor: TimeCursor = layout::decode("time cursor", &item.value)?;
     if cursor.run_max < ts {
         return Ok(Lookup::After(cursor.upto));
@@ -110,7 +92,7 @@ pub(crate) async fn extend(
     settled_bytes: u64,
 ) -> Result<usize, StorageError> {
     let topic_id = topic.id;
-    let key = cursor_key(topic_id, partition);
+    let key = time_cursor_key(topic_id, partition);
     let (mut cursor, version) = match store.get(&key).await? {
         Some(item) => (layout::decode::<TimeCursor>("time cursor", &item.value)?, Some(item.version)),
         None => (TimeCursor { upto: log_start, run_max: i64::MIN }, None),
@@ -130,9 +112,8 @@ pub(crate) async fn extend(
         }
         let run_max = cursor.run_max.max(seg.record.max_ts);
         let entry = TimeEntry { base: seg.base, next: seg.record.next };
-        let sk = format!("{}#{}", ts_key(run_max), layout::offset_sk(seg.base));
         ops.push(WriteOp::Put {
-            key: Key::new(pk(topic_id, partition), sk),
+            key: time_entry_key(topic_id, partition, run_max, seg.base),
             value: layout::encode(&entry),
             expires_at_ms: None,
             expect: Expect::Any,
@@ -167,7 +148,7 @@ pub(crate) async fn trim(
 ) -> Result<usize, StorageError> {
     let mut removed = 0;
     for _ in 0..TRIM_PAGES {
-        let page = store.query(&Query::all(pk(topic_id, partition), BATCH)).await?;
+        let page = store.query(&Query::all(time_entries_pk(topic_id, partition), BATCH)).await?;
         let full = page.next.is_some();
         let mut dead = Vec::new();
         for item in page.items {

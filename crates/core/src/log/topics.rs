@@ -1,6 +1,7 @@
 //! The topic catalog and partition heads, on the [`StateStore`]: create, look up,
 //! list and delete topics, and read the heads of their partitions.
 
+use crate::keys;
 use crate::layout::{self, HeadRecord, PurgeRecord, TopicRecord};
 use crate::model::{PartitionState, TopicConfig, TopicSpec};
 use crate::ports::state::{Expect, Query, StateStore, WriteOp};
@@ -11,7 +12,7 @@ pub(crate) const PAGE: usize = 1000;
 
 /// The topic record under `name`, live or tombstone, with its version.
 pub(crate) async fn record(store: &dyn StateStore, name: &str) -> Result<Option<(TopicRecord, u64)>, StorageError> {
-    let Some(item) = store.get(&layout::topic_key(name)).await? else { return Ok(None) };
+    let Some(item) = store.get(&keys::topic_key(name)).await? else { return Ok(None) };
     Ok(Some((layout::decode_topic(&item.value)?, item.version)))
 }
 
@@ -51,7 +52,7 @@ pub(crate) async fn create(
             created_ms: now_ms,
             version: read_version.map_or(1, |v| v + 1),
         };
-        let put = WriteOp::replace(layout::topic_key(name), layout::encode(&TopicRecord::live(&topic)), read_version);
+        let put = WriteOp::replace(keys::topic_key(name), layout::encode(&TopicRecord::live(&topic)), read_version);
         match store.write(vec![put]).await {
             Ok(()) => return Ok((topic, true)),
             Err(StorageError::ConditionFailed { .. }) => continue,
@@ -67,7 +68,7 @@ pub(crate) async fn create(
 /// Every live topic, by name.
 pub(crate) async fn list(store: &dyn StateStore) -> Result<Vec<TopicConfig>, StorageError> {
     let mut topics = Vec::new();
-    let mut query = Query::all(layout::topics_pk(), PAGE);
+    let mut query = Query::all(keys::topics_pk(), PAGE);
     loop {
         let page = store.query(&query).await?;
         for item in &page.items {
@@ -95,9 +96,9 @@ pub(crate) async fn delete(store: &dyn StateStore, name: &str, now_ms: i64) -> R
         let purge =
             PurgeRecord { name: name.to_owned(), partitions: r.partitions, deleted_ms: now_ms, done_partitions: 0 };
         let ops = vec![
-            WriteOp::replace(layout::topic_key(name), layout::encode(&r), Some(version)),
+            WriteOp::replace(keys::topic_key(name), layout::encode(&r), Some(version)),
             WriteOp::Put {
-                key: layout::purge_key(r.id),
+                key: keys::purge_key(r.id),
                 value: layout::encode(&purge),
                 expires_at_ms: None,
                 expect: Expect::Any,
@@ -117,7 +118,7 @@ pub(crate) async fn delete(store: &dyn StateStore, name: &str, now_ms: i64) -> R
 
 /// A partition's head and its version (0: absent, an empty partition).
 pub(crate) async fn head(store: &dyn StateStore, id: u64, partition: u32) -> Result<(HeadRecord, u64), StorageError> {
-    match store.get(&layout::head_key(id, partition)).await? {
+    match store.get(&keys::head_key(id, partition)).await? {
         Some(item) => Ok((layout::decode("head", &item.value)?, item.version)),
         None => Ok((HeadRecord::default(), 0)),
     }
@@ -126,11 +127,11 @@ pub(crate) async fn head(store: &dyn StateStore, id: u64, partition: u32) -> Res
 /// The heads of every partition of a topic, with their versions, by partition: one query.
 pub(crate) async fn heads(store: &dyn StateStore, topic: &TopicConfig) -> Result<Vec<(HeadRecord, u64)>, StorageError> {
     let mut heads = vec![(HeadRecord::default(), 0); topic.spec.partitions as usize];
-    let mut query = Query::all(layout::heads_pk(topic.id), PAGE);
+    let mut query = Query::all(keys::heads_pk(topic.id), PAGE);
     loop {
         let page = store.query(&query).await?;
         for item in &page.items {
-            let p = layout::partition_of(&item.key.sk)? as usize;
+            let p = keys::partition_of(&item.key.sk)? as usize;
             if let Some(slot) = heads.get_mut(p) {
                 *slot = (layout::decode("head", &item.value)?, item.version);
             }

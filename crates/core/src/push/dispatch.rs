@@ -46,7 +46,7 @@ impl Topics {
     /// The topics of the partition heads among the partition keys of changed items; other
     /// keys are ignored.
     pub fn of_changed<'a>(pks: impl IntoIterator<Item = &'a str>) -> Self {
-        Self::Ids(pks.into_iter().filter_map(crate::layout::topic_of_heads_pk).collect())
+        Self::Ids(pks.into_iter().filter_map(crate::keys::topic_of_heads_pk).collect())
     }
 }
 

@@ -30,13 +30,13 @@ impl Queues {
             self.bury_all(&sub, p).await?;
             let mut query = Query::all(dlq_pk(sub.record.id, p), limit - entries.len());
             if let Some((_, offset)) = after.filter(|(after_p, _)| *after_p == p) {
-                query.after = Some(layout::offset_sk(offset));
+                query.after = Some(keys::offset_sk(offset));
             }
             let page = self.store().query(&query).await?;
             let mut found = Vec::with_capacity(page.items.len());
             for item in &page.items {
                 let record: DeadRecord = layout::decode("dead letter", &item.value)?;
-                found.push((layout::offset_of(&item.key.sk)?, record));
+                found.push((keys::offset_of(&item.key.sk)?, record));
             }
             let head = heads.get(p as usize).map(|(h, _)| *h).unwrap_or_default();
             let offsets: Vec<u64> = found.iter().map(|(o, _)| *o).collect();
@@ -66,7 +66,7 @@ impl Queues {
     pub async fn delete_dead_letter(&self, topic: &str, name: &str, id: &str) -> Result<(), Error> {
         let sub = self.sub(topic, name).await?;
         let (partition, offset) = parse_dead_id(id, sub.topic.spec.partitions)?;
-        let key = Key::new(dlq_pk(sub.record.id, partition), layout::offset_sk(offset));
+        let key = dead_key(sub.record.id, partition, offset);
         let mut attempt = 0;
         while attempt < MAX_ATTEMPTS {
             let Some(item) = self.store().get(&key).await? else {
@@ -125,17 +125,14 @@ impl Queues {
                 let mut ops = Vec::with_capacity(page.items.len() + 2);
                 for item in page.items {
                     let record: DeadRecord = layout::decode("dead letter", &item.value)?;
-                    msgs.push(LeaseMsg { offset: layout::offset_of(&item.key.sk)?, first_ms: 0, key: record.key });
+                    msgs.push(LeaseMsg { offset: keys::offset_of(&item.key.sk)?, first_ms: 0, key: record.key });
                     ops.push(WriteOp::Delete { key: item.key, expect: Expect::Version(item.version) });
                 }
                 if requeue {
                     let nonce = self.nonce();
                     let lease =
                         LeaseRecord { nonce, receives: 0, held_until: None, delivered_ms: now, msgs, redriven: true };
-                    ops.push(WriteOp::create(
-                        Key::new(queue_pk(sub.record.id, p), lease_sk(now, nonce)),
-                        layout::encode(&lease),
-                    ));
+                    ops.push(WriteOp::create(lease_key(sub.record.id, p, now, nonce), layout::encode(&lease)));
                 }
                 let cursor = CursorRecord { dead: state.cursor.dead.saturating_sub(n), ..state.cursor };
                 ops.push(state.cursor_write(sub.record.id, p, cursor, &ops));

@@ -110,7 +110,7 @@ pub(super) fn ack(state: &mut QueueState, receipts: &[(usize, Receipt)]) -> bool
         state.leases.iter().filter(|l| l.inline).map(|l| (l.key.sk.clone(), l.clone())).collect();
     let mut removed: BTreeMap<&str, HashSet<u64>> = BTreeMap::new();
     for (_, r) in receipts {
-        let Some((sk, msg)) = super::settle::holder(&inline, r) else { return false };
+        let Some((sk, msg)) = holder(&inline, r) else { return false };
         removed.entry(sk).or_default().insert(msg.offset);
     }
     state.leases.retain_mut(|lease| match removed.get(lease.key.sk.as_str()).filter(|_| lease.inline) {
@@ -147,7 +147,7 @@ mod tests {
     }
 
     fn lease(due: i64, record: LeaseRecord, inline: bool) -> Lease {
-        let key = Key::new(queue_pk(SUB, 0), lease_sk(due, record.nonce));
+        let key = lease_key(SUB, 0, due, record.nonce);
         Lease { key, due, version: if inline { 5 } else { 2 }, record, inline }
     }
 
@@ -157,7 +157,7 @@ mod tests {
     }
 
     fn create(due: i64, record: &LeaseRecord) -> WriteOp {
-        WriteOp::create(Key::new(queue_pk(SUB, 0), lease_sk(due, record.nonce)), layout::encode(record))
+        WriteOp::create(lease_key(SUB, 0, due, record.nonce), layout::encode(record))
     }
 
     /// The cursor item the ops write (its version condition), and the other ops' sort keys.

@@ -51,7 +51,7 @@ use riding::{written, Riding};
 mod records;
 mod settle;
 mod state;
-use state::{Lease, QueueState};
+use state::{holder, Lease, QueueState};
 mod subscriptions;
 mod take;
 mod turns;
@@ -299,6 +299,10 @@ use base64::Engine;
 use sha2::Sha256;
 
 use crate::filter::Filter;
+use crate::keys::{
+    self, cursor_key, dead_key, dlq_pk, lease_key, lease_sk, parse_lease_sk, push_stats_key, queue_pk,
+    receipt_signing_key, sub_purge_key, sub_purge_pk, subs_pk, CURSOR_SK, LEASE_PREFIX, PUSH_STATS_SK,
+};
 use crate::layout::{self, HeadRecord};
 use crate::log::read::rendered_size;
 use crate::log::topics;
@@ -325,10 +329,6 @@ const MAX_DELAY_LEASES: usize = 8;
 const PAGE: usize = 1000;
 /// Reads of a partition's queue one describe makes at most, looking for two that agree.
 const SNAPSHOT_READS: usize = 4;
-const CURSOR_SK: &str = "c";
-/// Sorts after the cursor and every lease: a partition's first items are still those.
-const PUSH_STATS_SK: &str = "s";
-const SUB_PURGE_PK: &str = "purge-subs";
 const DEAD_REASON: &str = "max_receive_count_exceeded";
 
 /// A subscription read for one request, or from this process's cache.
@@ -467,7 +467,7 @@ impl Queues {
 
     /// The subscription's item, a tombstone included.
     async fn sub_item(&self, topic: &TopicConfig, name: &str) -> Result<Option<Sub>, Error> {
-        let Some(item) = self.store().get(&sub_key(topic.id, name)).await? else { return Ok(None) };
+        let Some(item) = self.store().get(&subscription_key(topic.id, name)).await? else { return Ok(None) };
         let record = layout::decode("subscription", &item.value)?;
         Ok(Some(Sub { topic: topic.clone(), name: name.to_owned(), record, version: item.version, guarded: false }))
     }
@@ -519,7 +519,7 @@ struct Target<'a> {
 
 /// The item of a new lease, due at `due`.
 fn new_lease(sub: &Sub, partition: u32, due: i64, lease: LeaseRecord) -> WriteOp {
-    WriteOp::create(Key::new(queue_pk(sub.record.id, partition), lease_sk(due, lease.nonce)), layout::encode(&lease))
+    WriteOp::create(lease_key(sub.record.id, partition, due, lease.nonce), layout::encode(&lease))
 }
 
 /// Subscription `s` (id 7, default settings) of topic `t` (id 1, one partition), its item at

@@ -10,7 +10,7 @@ use crate::ports::drain::drain;
 pub(crate) async fn purge_step(store: &dyn StateStore, budget: usize) -> Result<(usize, bool), StorageError> {
     let mut left = budget.max(1);
     let mut deleted = 0;
-    let orders = store.query(&Query::all(SUB_PURGE_PK, 16)).await?;
+    let orders = store.query(&Query::all(sub_purge_pk(), 16)).await?;
     let more = orders.next.is_some();
     for item in orders.items {
         let mut order: SubPurgeRecord = layout::decode("subscription purge", &item.value)?;

@@ -81,7 +81,7 @@ impl Queues {
             .local
             .receipt_key
             .get_or_try_init(|| async {
-                let item_key = Key::new("queues", "receipt-key");
+                let item_key = receipt_signing_key();
                 for _ in 0..MAX_ATTEMPTS {
                     if let Some(item) = self.store().get(&item_key).await? {
                         let text = std::str::from_utf8(&item.value).unwrap_or_default();

@@ -391,10 +391,7 @@ impl Queues {
                     dead_ms: now,
                     key: m.key,
                 };
-                ops.push(WriteOp::create(
-                    Key::new(dlq_pk(sub.record.id, partition), layout::offset_sk(m.offset)),
-                    layout::encode(&dead),
-                ));
+                ops.push(WriteOp::create(dead_key(sub.record.id, partition, m.offset), layout::encode(&dead)));
             }
             buried += msgs.len() as u64;
         }

@@ -1,5 +1,6 @@
 //! What the queues keep in the state store: the subscription record, the cursor and the
-//! lease items of each partition, dead letters, purge orders, and their keys.
+//! lease items of each partition, dead letters, purge orders (their keys are built in
+//! [`crate::keys`]).
 
 use super::*;
 
@@ -158,58 +159,9 @@ pub struct SubPurgeRecord {
     pub done_partitions: u32,
 }
 
-pub(super) fn subs_pk(topic_id: u64) -> String {
-    format!("subs#{topic_id:016x}")
-}
-
-pub(super) fn sub_key(topic_id: u64, name: &str) -> Key {
-    Key::new(subs_pk(topic_id), name)
-}
-
-pub(super) fn queue_pk(sub_id: u64, partition: u32) -> String {
-    format!("q#{sub_id:016x}#{partition}")
-}
-
-pub(super) fn dlq_pk(sub_id: u64, partition: u32) -> String {
-    format!("dlq#{sub_id:016x}#{partition}")
-}
-
-/// Where a subscription's record is (layout, for tools and tests).
-pub fn subscription_key(topic_id: u64, name: &str) -> Key {
-    sub_key(topic_id, name)
-}
-
-/// The collections holding a subscription's state on one partition: its cursor and
-/// leases, and its dead letters (layout, for tools and tests).
-pub fn queue_collections(sub_id: u64, partition: u32) -> [String; 2] {
-    [queue_pk(sub_id, partition), dlq_pk(sub_id, partition)]
-}
-
-pub(super) fn cursor_key(sub_id: u64, partition: u32) -> Key {
-    Key::new(queue_pk(sub_id, partition), CURSOR_SK)
-}
-
-pub(super) fn push_stats_key(sub_id: u64) -> Key {
-    Key::new(queue_pk(sub_id, 0), PUSH_STATS_SK)
-}
-
-/// What every lease item's sort key starts with.
-pub(super) const LEASE_PREFIX: &str = "l#";
-
-pub(super) fn lease_sk(due: i64, nonce: u64) -> String {
-    format!("{LEASE_PREFIX}{:020}#{nonce:016x}", due.max(0))
-}
-
-pub(super) fn parse_lease_sk(sk: &str) -> Result<i64, StorageError> {
-    sk.strip_prefix(LEASE_PREFIX)
-        .and_then(|rest| rest.split('#').next())
-        .and_then(|due| due.parse().ok())
-        .ok_or_else(|| StorageError::Corrupt(format!("lease sort key {sk:?}")))
-}
-
-pub(super) fn sub_purge_key(sub_id: u64) -> Key {
-    Key::new(SUB_PURGE_PK, format!("{sub_id:016x}"))
-}
+/// Where a subscription's record is, and the collections of its state on one partition
+/// (built in `keys`; named here for tools and tests).
+pub use crate::keys::{queue_collections, subscription_key};
 
 /// A stable 64-bit hash of an event key (FNV-1a): equal keys, equal hashes. A collision
 /// only makes two keys wait for each other.

@@ -4,19 +4,6 @@
 use super::*;
 use crate::Code;
 
-/// The lease holding a receipt's message under the receipt's delivery (same nonce and
-/// receive count), by sort key, with the message.
-pub(super) fn holder<'a>(leases: &'a BTreeMap<String, Lease>, r: &Receipt) -> Option<(&'a str, LeaseMsg)> {
-    let holds = |l: &'a Lease| {
-        let same_delivery = l.record.nonce == r.nonce && l.record.receives == r.receives;
-        let msg = l.record.msgs.iter().find(|m| same_delivery && m.offset == r.offset);
-        msg.map(|m| (l.key.sk.as_str(), *m))
-    };
-    // The lease the receipt names first (its due time, without formatting its sort key):
-    // it is where the message is unless it moved.
-    leases.values().filter(|l| l.due == r.due).chain(leases.values()).find_map(holds)
-}
-
 impl Queues {
     /// Acks: each message is removed for good, unless its receipt is stale.
     pub async fn ack(
@@ -194,7 +181,6 @@ impl Queues {
         pending: &[(usize, Receipt)],
         mut everything: bool,
     ) -> Result<Option<(BTreeMap<String, Lease>, QueueState)>, Error> {
-        let pk = queue_pk(sub.record.id, partition);
         let mut leases: BTreeMap<String, Lease> = BTreeMap::new();
         let mut state = None;
         if !everything {
@@ -207,7 +193,7 @@ impl Queues {
             hinted.sort_unstable();
             hinted.dedup();
             for (due, nonce) in hinted {
-                if let Some(item) = self.store().get(&Key::new(pk.clone(), lease_sk(due, nonce))).await? {
+                if let Some(item) = self.store().get(&lease_key(sub.record.id, partition, due, nonce)).await? {
                     let lease = Lease::from_item(item)?;
                     leases.insert(lease.key.sk.clone(), lease);
                 }
@@ -327,7 +313,7 @@ mod tests {
             msgs: offsets.iter().map(|&offset| LeaseMsg { offset, first_ms: 0, key: None }).collect(),
             redriven: false,
         };
-        Lease { key: Key::new(queue_pk(7, 0), lease_sk(due, nonce)), due, version: 4, record, inline: false }
+        Lease { key: lease_key(7, 0, due, nonce), due, version: 4, record, inline: false }
     }
 
     fn receipt(offset: u64, due: i64, nonce: u64) -> Receipt {

@@ -1,5 +1,6 @@
 //! One partition's queue as read: its cursor and its leases, those kept inline in the
-//! cursor item (`inline.rs`) among those kept as items of their own.
+//! cursor item (`inline.rs`) among those kept as items of their own, and the lease that
+//! holds a receipt's message (what settling and acks riding on a receive both look for).
 
 use super::*;
 
@@ -155,4 +156,17 @@ impl Queues {
         }
         Ok(joined)
     }
+}
+
+/// The lease holding a receipt's message under the receipt's delivery (same nonce and
+/// receive count), by sort key, with the message.
+pub(super) fn holder<'a>(leases: &'a BTreeMap<String, Lease>, r: &Receipt) -> Option<(&'a str, LeaseMsg)> {
+    let holds = |l: &'a Lease| {
+        let same_delivery = l.record.nonce == r.nonce && l.record.receives == r.receives;
+        let msg = l.record.msgs.iter().find(|m| same_delivery && m.offset == r.offset);
+        msg.map(|m| (l.key.sk.as_str(), *m))
+    };
+    // The lease the receipt names first (its due time, without formatting its sort key):
+    // it is where the message is unless it moved.
+    leases.values().filter(|l| l.due == r.due).chain(leases.values()).find_map(holds)
 }

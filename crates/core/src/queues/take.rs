@@ -343,7 +343,10 @@ pub(super) fn write(
         // The partition's first items: created on absence, so only while the subscription
         // lives (a receive racing its delete would otherwise leave items its purge missed).
         // Later writes need no such check: the purge deletes the cursor they are conditional on.
-        ops.push(WriteOp::Check { key: sub_key(sub.topic.id, &sub.name), expect: Expect::Version(sub.version) });
+        ops.push(WriteOp::Check {
+            key: subscription_key(sub.topic.id, &sub.name),
+            expect: Expect::Version(sub.version),
+        });
     }
     let mut cursor = None;
     if pick.cursor_next > state.cursor.next || !pick.gone.is_empty() {
@@ -405,7 +408,7 @@ mod tests {
 
     fn lease(due: i64, receives: u32, held: bool, msgs: &[(u64, Option<u64>)]) -> Lease {
         Lease {
-            key: Key::new("q", lease_sk(due, 1)),
+            key: lease_key(7, 0, due, 1),
             due,
             version: 1,
             record: LeaseRecord {

@@ -18,7 +18,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::layout::{self, Cursor, FreeRecord, ObjectRecord, SegmentRecord, DOOMED_TTL_MS, FREE_SHARDS};
+use crate::keys::{self, FREE_SHARDS};
+use crate::layout::{self, Cursor, FreeRecord, ObjectRecord, SegmentRecord, DOOMED_TTL_MS};
 use crate::ports::objects::ObjectStore;
 use crate::ports::state::{Expect, Query, StateStore, WriteOp};
 use crate::StorageError;
@@ -63,7 +64,7 @@ pub(crate) async fn object_ops(
         if refs == 0 && bytes == 0 {
             continue;
         }
-        let key = layout::object_key(object);
+        let key = keys::object_key(object);
         let item = store.get(&key).await?;
         let Some(item) = item else {
             if refs < 0 {
@@ -85,7 +86,7 @@ pub(crate) async fn object_ops(
         if record.refs == 0 && !record.doomed {
             let free = FreeRecord { freed_ms: now_ms };
             ops.push(WriteOp::Put {
-                key: layout::free_key(object),
+                key: keys::free_key(object),
                 value: layout::encode(&free),
                 expires_at_ms: None,
                 expect: Expect::Any,
@@ -107,7 +108,7 @@ pub async fn step(
     let mut report = GcReport::default();
     let mut left = budget.max(1);
     for shard in 0..FREE_SHARDS {
-        let page = store.query(&Query::all(layout::free_pk(shard), left.min(LIST_PAGE))).await?;
+        let page = store.query(&Query::all(keys::free_pk(shard), left.min(LIST_PAGE))).await?;
         report.more |= page.next.is_some();
         for item in page.items {
             left = left.saturating_sub(1);
@@ -148,7 +149,7 @@ async fn collect(
     object: &str,
     now_ms: i64,
 ) -> Result<bool, StorageError> {
-    let key = layout::object_key(object);
+    let key = keys::object_key(object);
     let Some(item) = store.get(&key).await? else { return Ok(false) };
     let record: ObjectRecord = layout::decode("object", &item.value)?;
     if record.refs > 0 {
@@ -182,7 +183,7 @@ async fn orphan(
     info: &crate::ports::objects::ObjectInfo,
     now_ms: i64,
 ) -> Result<bool, StorageError> {
-    let key = layout::object_key(&info.name);
+    let key = keys::object_key(&info.name);
     if let Some(item) = store.get(&key).await? {
         let record: ObjectRecord = layout::decode("object", &item.value)?;
         if !(record.doomed && record.refs == 0) {
@@ -218,7 +219,7 @@ async fn orphans(
     budget: usize,
     report: &mut GcReport,
 ) -> Result<(), StorageError> {
-    let cursor_key = layout::upkeep_key("gc");
+    let cursor_key = keys::collector_cursor_key();
     let (mut cursor, version) = match store.get(&cursor_key).await? {
         Some(item) => (layout::decode::<Cursor>("cursor", &item.value)?, Some(item.version)),
         None => (Cursor::default(), None),

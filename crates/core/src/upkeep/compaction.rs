@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
+use crate::keys;
 use crate::layout::{self, SegmentRecord};
 use crate::log::index::{decode_segments, segment_records, Segment};
 use crate::log::topics;
@@ -59,8 +60,8 @@ pub async fn compact(
     if version == 0 {
         return Ok(report);
     }
-    let mut query = Query::all(layout::segments_pk(topic.id, partition), PAGE);
-    query.from = Some(layout::offset_sk(head.start));
+    let mut query = Query::all(keys::segments_pk(topic.id, partition), PAGE);
+    query.from = Some(keys::offset_sk(head.start));
     loop {
         let page = store.query(&query).await?;
         let more_pages = page.next.is_some();
@@ -166,13 +167,13 @@ async fn merge(
         return Ok(false);
     };
     let mut ops = vec![WriteOp::replace(
-        layout::segment_key(topic.id, partition, first.base),
+        keys::segment_key(topic.id, partition, first.base),
         layout::encode(&merged),
         Some(first.version),
     )];
     for seg in &run[1..] {
         ops.push(WriteOp::Delete {
-            key: layout::segment_key(topic.id, partition, seg.base),
+            key: keys::segment_key(topic.id, partition, seg.base),
             expect: Expect::Version(seg.version),
         });
     }

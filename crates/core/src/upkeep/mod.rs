@@ -14,7 +14,8 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::layout::{self, Cursor, PurgeRecord, UpkeepRecord, IDEMPOTENCY_SHARDS};
+use crate::keys::{self, IDEMPOTENCY_SHARDS};
+use crate::layout::{self, Cursor, PurgeRecord, UpkeepRecord};
 use crate::log::index::decode_segments;
 use crate::log::topics;
 use crate::ports::drain::drain;
@@ -53,7 +54,7 @@ pub async fn step(store: &dyn StateStore, budget: usize, now_ms: i64) -> Result<
         report.more = true;
         return Ok(report);
     }
-    let orders = store.query(&Query::all(layout::purge_pk(), ORDERS_PER_STEP)).await?;
+    let orders = store.query(&Query::all(keys::purge_pk(), ORDERS_PER_STEP)).await?;
     report.more = orders.next.is_some();
     for item in orders.items {
         let mut order: PurgeRecord = layout::decode("purge", &item.value)?;
@@ -68,7 +69,7 @@ pub async fn step(store: &dyn StateStore, budget: usize, now_ms: i64) -> Result<
                 return Ok(report);
             }
             let p = order.done_partitions;
-            let page = store.query(&Query::all(layout::segments_pk(id, p), (SEGMENTS_PER_WRITE * 4).min(left))).await?;
+            let page = store.query(&Query::all(keys::segments_pk(id, p), (SEGMENTS_PER_WRITE * 4).min(left))).await?;
             left = left.saturating_sub(page.items.len().max(1));
             if page.items.is_empty() {
                 order.done_partitions += 1;
@@ -83,10 +84,9 @@ pub async fn step(store: &dyn StateStore, budget: usize, now_ms: i64) -> Result<
         if crate::queues::purge_topic_subscriptions(store, id, order.partitions).await? > 0 {
             report.more = true;
         }
-        let mut rest =
-            vec![layout::heads_pk(id), layout::upkeep_record_key(id).pk, crate::log::timeindex::cursors_pk(id)];
-        rest.extend((0..order.partitions).map(|p| crate::log::timeindex::entries_pk(id, p)));
-        rest.extend((0..IDEMPOTENCY_SHARDS).map(|shard| layout::idempotency_pk_shard(id, shard)));
+        let mut rest = vec![keys::heads_pk(id), keys::upkeep_record_key(id).pk, keys::time_cursors_pk(id)];
+        rest.extend((0..order.partitions).map(|p| keys::time_entries_pk(id, p)));
+        rest.extend((0..IDEMPOTENCY_SHARDS).map(|shard| keys::idempotency_pk_shard(id, shard)));
         for pk in rest {
             let (deleted, emptied) = drain(store, &pk, left).await?;
             report.items_deleted += deleted;
@@ -110,7 +110,7 @@ async fn record_upkeep(
     done: UpkeepRecord,
     now: i64,
 ) -> Result<(), StorageError> {
-    let key = layout::upkeep_record_key(topic.id);
+    let key = keys::upkeep_record_key(topic.id);
     let (mut total, version) = match store.get(&key).await? {
         Some(item) => (layout::decode::<UpkeepRecord>("upkeep", &item.value)?, Some(item.version)),
         None => (UpkeepRecord::default(), None),
@@ -304,7 +304,7 @@ impl Janitor {
     /// (a step cut short resumes after the last topic done); answers whether the pass is done.
     async fn pass(&self, report: &mut UpkeepReport, now: i64, pass: &mut Pass) -> Result<bool, StorageError> {
         let store = self.store.as_ref();
-        let key = layout::upkeep_key("pass");
+        let key = keys::pass_cursor_key();
         let (mut cursor, mut version) = match pass {
             Pass::Stored => match store.get(&key).await? {
                 Some(item) => (layout::decode::<Cursor>("cursor", &item.value)?, Some(item.version)),

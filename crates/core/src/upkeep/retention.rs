@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::keys;
 use crate::layout;
 use crate::log::index::{decode_segments, Segment};
 use crate::log::topics;
@@ -54,7 +55,7 @@ pub async fn retain(
         return Ok(report);
     }
     report.log_start = head.start;
-    let pk = layout::segments_pk(topic.id, partition);
+    let pk = keys::segments_pk(topic.id, partition);
     let page = store.query(&Query::all(pk, PAGE)).await?;
     let full = page.next.is_some();
     let segments = decode_segments(page.items)?;
@@ -80,7 +81,7 @@ pub async fn retain(
         report.bytes_expired += seg.record.len;
     }
     if after.start > head.start {
-        let op = WriteOp::replace(layout::head_key(topic.id, partition), layout::encode(&after), Some(version));
+        let op = WriteOp::replace(keys::head_key(topic.id, partition), layout::encode(&after), Some(version));
         match store.write(vec![op]).await {
             Ok(()) => tracing::info!(
                 topic = %topic.name, partition, log_start = after.start, segments = report.segments_expired,
@@ -119,7 +120,7 @@ pub(crate) async fn remove_segments(
         for s in chunk {
             removing(&mut changes, &s.record);
             ops.push(WriteOp::Delete {
-                key: layout::segment_key(topic_id, partition, s.base),
+                key: keys::segment_key(topic_id, partition, s.base),
                 expect: Expect::Version(s.version),
             });
         }

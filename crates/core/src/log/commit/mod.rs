@@ -27,6 +27,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::keys;
 use crate::layout::{self, HeadRecord, IdempotencyRecord, ObjectRecord, SegmentRecord, IDEMPOTENCY_TTL_MS};
 use crate::log::topics;
 use crate::model::{IdempotencyKey, Position, TopicConfig};
@@ -199,7 +200,7 @@ impl Committer {
                 let Some(idem) = &p.idempotency else {
                     return Err(StorageError::Corrupt("a key was taken by a request without one".into()).into());
                 };
-                let key = layout::idempotency_key(p.topic.id, &idem.key);
+                let key = keys::idempotency_key(p.topic.id, &idem.key);
                 match self.store.get(&key).await? {
                     Some(item) => {
                         let rec: IdempotencyRecord = layout::decode("idempotency", &item.value)?;
@@ -398,7 +399,7 @@ impl Committer {
         };
         let expect = if version == 0 { Expect::Absent } else { Expect::Version(version) };
         let op = WriteOp::Put {
-            key: layout::object_key(&blob.object),
+            key: keys::object_key(&blob.object),
             value: layout::encode(&after),
             expires_at_ms: None,
             expect,
@@ -409,7 +410,7 @@ impl Committer {
     /// After the object record's condition failed: another commit added to it, retention or
     /// compaction took from it, or the collector doomed (or deleted) it.
     async fn reread_object(&mut self, object: &str) -> Result<(), CommitError> {
-        let item = self.store.get(&layout::object_key(object)).await?;
+        let item = self.store.get(&keys::object_key(object)).await?;
         let record = match &item {
             Some(item) => layout::decode::<ObjectRecord>("object", &item.value)?,
             None => ObjectRecord::default(),
@@ -454,7 +455,7 @@ impl Committer {
             checked.push(s.topic_id);
             let read = group.iter().find(|p| p.topic.id == s.topic_id).map_or(0, |p| p.topic.version);
             let version = self.topic_versions.get(&s.topic_id).copied().unwrap_or(0).max(read);
-            plan.ops.push(WriteOp::Check { key: layout::topic_key(&s.topic), expect: Expect::Version(version) });
+            plan.ops.push(WriteOp::Check { key: keys::topic_key(&s.topic), expect: Expect::Version(version) });
             plan.kinds.push(OpKind::Topic(s.topic_id));
         }
         for (seg, s) in layout.segments.iter().enumerate().take(chunk.end).skip(chunk.start) {
@@ -468,14 +469,14 @@ impl Committer {
             };
             let expect = if version == 0 { Expect::Absent } else { Expect::Version(version) };
             plan.ops.push(WriteOp::Put {
-                key: layout::head_key(s.topic_id, s.partition),
+                key: keys::head_key(s.topic_id, s.partition),
                 value: layout::encode(&after),
                 expires_at_ms: None,
                 expect,
             });
             plan.kinds.push(OpKind::Head(seg));
             let item = stored.index_item(layout, s, after.next);
-            plan.ops.push(WriteOp::create(layout::segment_key(s.topic_id, s.partition, head.next), item));
+            plan.ops.push(WriteOp::create(keys::segment_key(s.topic_id, s.partition, head.next), item));
             plan.kinds.push(OpKind::Segment(seg));
             plan.heads.push((after, version + 1));
         }
@@ -486,7 +487,7 @@ impl Committer {
                 let Some(idem) = &p.idempotency else { continue };
                 let record = IdempotencyRecord { fp: layout::hex(&idem.fingerprint), results: r };
                 plan.ops.push(WriteOp::Put {
-                    key: layout::idempotency_key(p.topic.id, &idem.key),
+                    key: keys::idempotency_key(p.topic.id, &idem.key),
                     value: layout::encode(&record),
                     expires_at_ms: Some(expires),
                     expect: Expect::Absent,
@@ -523,7 +524,7 @@ impl Committer {
         let segments = &layout.segments[chunk.clone()];
         'attempts: for attempt in unknown {
             for (s, base) in segments.iter().zip(attempt) {
-                let key = layout::segment_key(s.topic_id, s.partition, *base);
+                let key = keys::segment_key(s.topic_id, s.partition, *base);
                 let Some(item) = self.store.get(&key).await? else { continue 'attempts };
                 let (seg, _) = layout::decode_segment_item(&item.value)?;
                 if !stored.wrote(s, &seg) {

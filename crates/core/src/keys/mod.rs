@@ -1,8 +1,9 @@
 //! The registry of stored items: every kind of item the core keeps in the state store,
 //! with the shape of its keys, the record it holds, who writes it and who deletes it.
 //! One list, so a reader (and DynamoDB's operator) sees the whole layout in one place;
-//! [`kind_of`] parses a key back to its kind, and the simulation checks that every key the
-//! core writes is one of these. docs/DESIGN.md and docs/AWS.md carry [`table`]'s output
+//! the constructors beside it ([`topic_key`], [`cursor_key`], …, one module per
+//! capability) build every key of these shapes; [`kind_of`] parses a key back to its
+//! kind, and the simulation checks that every key the core writes is one of these. docs/DESIGN.md and docs/AWS.md carry [`table`]'s output
 //! (a test keeps them equal).
 //!
 //! Placeholders in the shapes: `<topic>`/`<sub>` are ids in 16 hex digits, `<p>` a
@@ -292,10 +293,39 @@ pub fn table() -> String {
     out
 }
 
+// Every key is built by the constructors of these modules, one per shape listed above (a
+// test pins each to its shape): key literals live nowhere else in the core or its adapters.
+mod groups;
+mod log;
+mod queues;
+
+pub use self::groups::*;
+pub use self::log::*;
+pub use self::queues::*;
+
+/// Appends `n` in decimal, zero-padded to `width` digits: what `format!("{n:0width$}")`
+/// writes, without the formatting machinery, as keys are made on every request.
+fn push_padded(out: &mut String, n: u64, width: usize) {
+    let mut digits = [b'0'; 20];
+    let (mut n, mut start) = (n, digits.len());
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend(std::iter::repeat_n('0', width.saturating_sub(digits.len())));
+    // The buffer is zeros up to the digits: its tail is the padded number (ASCII).
+    let from = start.min(digits.len().saturating_sub(width));
+    out.push_str(std::str::from_utf8(&digits[from..]).unwrap_or_default());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout;
+    use crate::ports::objects::StorageError;
 
     fn name(key: Key) -> &'static str {
         kind_of(&key).map_or("none", |k| k.name)
@@ -303,15 +333,128 @@ mod tests {
 
     #[test]
     fn the_log_s_keys_parse_as_their_kinds() {
-        assert_eq!(name(layout::topic_key("orders")), ITEM_KINDS[0].name);
-        assert_eq!(name(layout::purge_key(7)), ITEM_KINDS[1].name);
-        assert_eq!(name(layout::head_key(7, 3)), ITEM_KINDS[2].name);
-        assert_eq!(name(layout::segment_key(7, 3, 42)), ITEM_KINDS[3].name);
-        assert_eq!(name(layout::idempotency_key(7, "a#b")), ITEM_KINDS[4].name);
-        assert_eq!(name(layout::object_key("segments/1-ab")), ITEM_KINDS[5].name);
-        assert_eq!(name(layout::free_key("segments/1-ab")), ITEM_KINDS[6].name);
-        assert_eq!(name(layout::upkeep_key("gc")), ITEM_KINDS[7].name);
-        assert_eq!(name(layout::upkeep_record_key(7)), ITEM_KINDS[8].name);
+        assert_eq!(name(topic_key("orders")), ITEM_KINDS[0].name);
+        assert_eq!(name(purge_key(7)), ITEM_KINDS[1].name);
+        assert_eq!(name(head_key(7, 3)), ITEM_KINDS[2].name);
+        assert_eq!(name(segment_key(7, 3, 42)), ITEM_KINDS[3].name);
+        assert_eq!(name(idempotency_key(7, "a#b")), ITEM_KINDS[4].name);
+        assert_eq!(name(object_key("segments/1-ab")), ITEM_KINDS[5].name);
+        assert_eq!(name(free_key("segments/1-ab")), ITEM_KINDS[6].name);
+        assert_eq!(name(collector_cursor_key()), ITEM_KINDS[7].name);
+        assert_eq!(name(upkeep_record_key(7)), ITEM_KINDS[8].name);
+    }
+
+    /// Every constructor against the literal key it writes (stored data: these bytes must
+    /// never change) and the kind it is listed as; every kind has one.
+    #[test]
+    fn every_constructor_writes_the_shape_listed() {
+        let cases: Vec<(Key, (&str, &str), usize)> = vec![
+            (topic_key("orders"), ("topics", "orders"), 0),
+            (purge_key(0x7a), ("purge", "000000000000007a"), 1),
+            (head_key(0x7a, 3), ("head#000000000000007a", "0000000003"), 2),
+            (segment_key(0x7a, 3, 42), ("seg#000000000000007a#3", "00000000000000000042"), 3),
+            (idempotency_key(0x7a, "k"), ("idem#000000000000007a#10", "k"), 4),
+            (object_key("segments/1-ab"), ("obj#segments/1-ab", "-"), 5),
+            (free_key("segments/1-ab"), ("free#1", "segments/1-ab"), 6),
+            (collector_cursor_key(), ("upkeep", "gc"), 7),
+            (pass_cursor_key(), ("upkeep", "pass"), 7),
+            (upkeep_record_key(0x7a), ("upkeep#000000000000007a", "-"), 8),
+            (
+                time_entry_key(0x7a, 3, 5, 42),
+                ("time#000000000000007a#3", "09223372036854775813#00000000000000000042"),
+                9,
+            ),
+            (time_cursor_key(0x7a, 3), ("tcur#000000000000007a", "0000000003"), 10),
+            (group_meta_key("g#1"), ("group#g#1", "meta"), 11),
+            (member_key("g#1", "m-1"), ("group#g#1", "member#m-1"), 12),
+            (activity_key("g#1"), ("group#g#1", "active"), 13),
+            (registry_key("g#1"), ("groups", "g#1"), 14),
+            (offset_key("g#1", "orders", 3), ("goff#g#1", "orders#0000000003"), 15),
+            (expiry_key(5, "g#1"), ("goff-expiry", "00000000000000000005#g#1"), 16),
+            (expiry_key(-5, "g"), ("goff-expiry", "00000000000000000000#g"), 16),
+            (subscription_key(0x7a, "s"), ("subs#000000000000007a", "s"), 17),
+            (cursor_key(0x7b, 3), ("q#000000000000007b#3", "c"), 18),
+            (lease_key(0x7b, 3, 5, 0x1f), ("q#000000000000007b#3", "l#00000000000000000005#000000000000001f"), 19),
+            (push_stats_key(0x7b), ("q#000000000000007b#0", "s"), 20),
+            (dead_key(0x7b, 3, 42), ("dlq#000000000000007b#3", "00000000000000000042"), 21),
+            (sub_purge_key(0x7b), ("purge-subs", "000000000000007b"), 22),
+            (receipt_signing_key(), ("queues", "receipt-key"), 23),
+        ];
+        for (key, (pk, sk), kind) in &cases {
+            assert_eq!(key, &Key::new(*pk, *sk));
+            assert_eq!(kind_of(key).map(|k| k.name), Some(ITEM_KINDS[*kind].name), "{key:?}");
+        }
+        let covered: std::collections::BTreeSet<usize> = cases.iter().map(|(_, _, kind)| *kind).collect();
+        assert_eq!(covered.len(), ITEM_KINDS.len(), "every kind has a constructor");
+    }
+
+    /// The collections and sort keys the core queries by, against their literal shapes.
+    #[test]
+    fn collections_and_sort_keys_are_their_literal_shapes() {
+        assert_eq!((topics_pk(), purge_pk(), groups_pk(), expiry_pk()), ("topics", "purge", "groups", "goff-expiry"));
+        assert_eq!(sub_purge_pk(), "purge-subs");
+        assert_eq!(heads_pk(0x7a), "head#000000000000007a");
+        assert_eq!(segments_pk(0x7a, 3), "seg#000000000000007a#3");
+        assert_eq!(idempotency_pk_shard(0x7a, 3), "idem#000000000000007a#03");
+        assert_eq!(free_pk(5), "free#5");
+        assert_eq!(time_entries_pk(0x7a, 3), "time#000000000000007a#3");
+        assert_eq!(time_cursors_pk(0x7a), "tcur#000000000000007a");
+        assert_eq!(time_sk(-1), "09223372036854775807");
+        assert_eq!((group_pk("g"), offsets_pk("g")), ("group#g".to_owned(), "goff#g".to_owned()));
+        assert_eq!(expiry_sk_upto(5), "00000000000000000005$");
+        assert_eq!(subs_pk(0x7a), "subs#000000000000007a");
+        assert_eq!(
+            queue_collections(0x7b, 3),
+            ["q#000000000000007b#3".to_owned(), "dlq#000000000000007b#3".to_owned()]
+        );
+        assert_eq!(lease_sk(-5, 0x1f), "l#00000000000000000000#000000000000001f");
+        assert_eq!(tp_key("my#topic", 12), "my#topic#0000000012");
+        assert_eq!((CURSOR_SK, PUSH_STATS_SK, LEASE_PREFIX), ("c", "s", "l#"));
+        assert_eq!((GROUP_META_SK, ACTIVITY_SK), ("meta", "active"));
+    }
+
+    #[test]
+    fn parsers_read_back_what_the_constructors_write() {
+        assert_eq!(topic_of_heads_pk(&heads_pk(0x7a)), Some(0x7a));
+        assert_eq!(topic_of_heads_pk("head#7"), None);
+        assert_eq!(partition_of(&head_key(1, 7).sk).unwrap(), 7);
+        assert_eq!(member_of(&member_key("g", "m#1").sk), Some("m#1"));
+        assert_eq!(member_of(GROUP_META_SK), None);
+        assert_eq!(split_tp_key(&tp_key("my#topic", 12)), Some(("my#topic", 12)));
+        assert_eq!(parse_lease_sk(&lease_sk(5, 9)).unwrap(), 5);
+        assert!(matches!(parse_lease_sk("c"), Err(StorageError::Corrupt(_))));
+        assert_eq!(expiry_entry_of(&expiry_key(42, "g#x")).unwrap(), (42, "g#x".to_owned()));
+    }
+
+    #[test]
+    fn padded_numbers_are_what_format_writes() {
+        for n in [0, 1, 9, 10, 4_294_967_295, 99_999_999_999, u64::MAX] {
+            for width in [0, 1, 10, 20] {
+                let mut out = String::from("k#");
+                push_padded(&mut out, n, width);
+                assert_eq!(out, format!("k#{n:0width$}"), "{n} in {width}");
+            }
+        }
+        assert_eq!(offset_sk(42), format!("{:020}", 42));
+        assert_eq!(head_key(1, 7).sk, "0000000007");
+    }
+
+    #[test]
+    fn offset_keys_sort_as_offsets() {
+        let mut offsets = [0u64, 9, 10, 99, 100, 12_345, u64::MAX];
+        let mut keys: Vec<String> = offsets.iter().map(|&o| offset_sk(o)).collect();
+        keys.sort();
+        offsets.sort_unstable();
+        assert_eq!(keys, offsets.iter().map(|&o| offset_sk(o)).collect::<Vec<_>>());
+        assert_eq!(offset_of(&offset_sk(12_345)).unwrap(), 12_345);
+    }
+
+    #[test]
+    fn idempotency_shards_are_stable_and_spread() {
+        assert_eq!(idempotency_key(7, "abc"), idempotency_key(7, "abc"));
+        let shards: std::collections::HashSet<String> =
+            (0..200).map(|i| idempotency_key(7, &format!("key-{i}")).pk).collect();
+        assert_eq!(shards.len(), IDEMPOTENCY_SHARDS as usize);
     }
 
     #[test]

@@ -1,0 +1,322 @@
+//! The group commit: writes queue for the store's writer thread, which applies each
+//! group in one transaction (each write in a savepoint of its own) and commits it once.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use rusqlite::{params, Connection, OptionalExtension};
+use sluice_core::ports::state::{Expect, Key, WriteOp};
+use sluice_core::StorageError;
+use tokio::sync::oneshot;
+
+use super::sqlite::{classify, db, lock};
+use super::SqliteStateStore;
+
+/// A write waiting for the writer connection, and where its outcome goes.
+pub(super) struct PendingWrite {
+    pub(super) ops: Vec<WriteOp>,
+    pub(super) now_ms: i64,
+    /// Answered only once fsynced ([`StateStore::write`](super::StateStore::write)), or
+    /// before ([`StateStore::write_deferred`](super::StateStore::write_deferred)).
+    pub(super) durable: bool,
+    pub(super) done: oneshot::Sender<Result<(), StorageError>>,
+}
+
+/// The one connection that writes, and how its next commit is made durable.
+pub(super) struct Writer {
+    pub(super) conn: Connection,
+    /// `Some(true)`: commits are fsynced (`synchronous=FULL`, as opened); `Some(false)`:
+    /// not (`NORMAL`, for a group of deferred writes only); `None`: unknown after a
+    /// failed change, so set again before the next commit.
+    pub(super) synced: Option<bool>,
+    /// A group of deferred writes was committed since the WAL was last synced (by a synced
+    /// commit, or by [`SqliteStateStore::sync_deferred`]). Set and cleared after each commit,
+    /// under this writer's lock; read by [`SqliteStateStore::sync_deferred`] without it.
+    pub(super) unsynced: Arc<AtomicBool>,
+}
+
+impl Writer {
+    /// Makes the connection's next commits fsynced or not, unless they already are.
+    pub(super) fn sync_commits(&mut self, synced: bool) -> rusqlite::Result<()> {
+        if self.synced != Some(synced) {
+            self.synced = None;
+            let sql = if synced { "PRAGMA synchronous = FULL" } else { "PRAGMA synchronous = NORMAL" };
+            self.conn.prepare_cached(sql)?.execute([])?;
+            self.synced = Some(synced);
+        }
+        Ok(())
+    }
+}
+
+/// Writes waiting for the writer thread, which sleeps on `wake` while there are none.
+#[derive(Default)]
+pub(super) struct Queue {
+    pub(super) state: Mutex<Waiting>,
+    pub(super) wake: Condvar,
+}
+
+#[derive(Default)]
+pub(super) struct Waiting {
+    writes: Vec<PendingWrite>,
+    /// The writer thread waits on the condition variable (so the next write notifies it).
+    asleep: bool,
+    /// The store is dropped: the writer thread commits what is waiting and ends.
+    pub(super) closed: bool,
+}
+
+impl SqliteStateStore {
+    /// Queues a write for the next group commit and waits for its answer.
+    pub(super) async fn group_write(&self, ops: Vec<WriteOp>, durable: bool) -> Result<(), StorageError> {
+        sluice_core::ports::state::validate(&ops)?;
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let (done, outcome) = oneshot::channel();
+        let now_ms = self.clock.now_ms();
+        // One thread commits every write: a write wakes it only if it sleeps, and is
+        // answered (one wake-up of this task) once its group is committed.
+        let wake = {
+            let mut waiting = lock(&self.queue.state);
+            waiting.writes.push(PendingWrite { ops, now_ms, durable, done });
+            std::mem::replace(&mut waiting.asleep, false)
+        };
+        if wake {
+            self.queue.wake.notify_one();
+        }
+        outcome.await.map_err(|_| StorageError::Unavailable { message: "write abandoned".into(), source: None })?
+    }
+}
+
+/// The writer thread: commits the writes waiting, as one group, whenever there are
+/// some, until the store is dropped. A write queued while a group commits waits for the
+/// next group, so under load each commit (and its fsync) carries every write that
+/// arrived during the one before.
+pub(super) fn commit_until_closed(writer: &Mutex<Writer>, queue: &Queue) {
+    loop {
+        let batch = {
+            let mut waiting = lock(&queue.state);
+            while waiting.writes.is_empty() && !waiting.closed {
+                waiting.asleep = true;
+                waiting = queue.wake.wait(waiting).unwrap_or_else(|p| p.into_inner());
+            }
+            waiting.asleep = false;
+            if waiting.writes.is_empty() {
+                return;
+            }
+            std::mem::take(&mut waiting.writes)
+        };
+        // A panic drops the group's answers (each write: "abandoned", outcome unknown);
+        // the thread goes on with the next group.
+        let committed =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| commit_group(&mut lock(writer), batch)));
+        if committed.is_err() {
+            tracing::error!("the SQLite writer thread panicked; the writes of that group are answered unavailable");
+        }
+    }
+}
+
+/// Commits `batch` (see [`commit_writes`]), fsynced unless every write of it is deferred.
+pub(super) fn commit_group(writer: &mut Writer, batch: Vec<PendingWrite>) {
+    // A group of deferred writes only is committed without an fsync of its own. In WAL
+    // mode every synced commit (and every checkpoint) syncs the whole log first, so what
+    // survives a power cut is a prefix of the commits: a deferred write is lost only with
+    // every commit after it, and is durable once the next synced one returns.
+    let synced = batch.iter().any(|w| w.durable);
+    if let Err(e) = writer.sync_commits(synced) {
+        for w in batch {
+            let _ = w.done.send(Err(classify(&e)));
+        }
+        return;
+    }
+    commit_writes(&mut writer.conn, batch, synced, &writer.unsynced);
+}
+
+/// Applies each write of `batch` in a savepoint of one transaction, commits once, and
+/// answers each: its own condition failure, or the commit's outcome. A `COMMIT` that
+/// succeeds sets `unsynced` (whether the WAL now holds a commit no fsync covers) before
+/// the first answer.
+fn commit_writes(conn: &mut Connection, batch: Vec<PendingWrite>, synced: bool, unsynced: &AtomicBool) {
+    let tx = match GroupTx::begin(conn) {
+        Ok(tx) => tx,
+        Err(e) => {
+            for w in batch {
+                let _ = w.done.send(Err(classify(&e)));
+            }
+            return;
+        }
+    };
+    // A write alone needs no savepoint: if its condition fails, the whole transaction goes.
+    let alone = batch.len() == 1;
+    let mut outcomes = Vec::with_capacity(batch.len());
+    for w in &batch {
+        // Only a failed condition is rolled back alone (to its savepoint). Any other error
+        // may have ended the whole transaction: then nothing of the group is committed,
+        // and every write of it is answered "unavailable" (outcome unknown to the caller).
+        let outcome = if alone {
+            apply(tx.conn, &w.ops, w.now_ms).map(|()| None).or_else(|e| match e {
+                e @ StorageError::ConditionFailed { .. } => Ok(Some(e)),
+                e => Err(e),
+            })
+        } else {
+            tx.exec("SAVEPOINT w").map_err(db).and_then(|()| match apply(tx.conn, &w.ops, w.now_ms) {
+                Ok(()) => tx.exec("RELEASE w").map_err(db).map(|()| None),
+                Err(e @ StorageError::ConditionFailed { .. }) => {
+                    tx.exec("ROLLBACK TO w").and_then(|()| tx.exec("RELEASE w")).map_err(db).map(|()| Some(e))
+                }
+                Err(e) => Err(e),
+            })
+        };
+        match outcome {
+            Ok(None) => outcomes.push(Ok(())),
+            Ok(Some(refused)) => outcomes.push(Err(refused)),
+            Err(e) => {
+                drop(tx);
+                let message = e.to_string();
+                for w in batch {
+                    let _ = w.done.send(Err(StorageError::Unavailable { message: message.clone(), source: None }));
+                }
+                return;
+            }
+        }
+    }
+    if alone && outcomes[0].is_err() {
+        drop(tx); // rolled back: nothing to make durable
+        let refused = outcomes.pop().expect("one outcome");
+        let _ = batch.into_iter().next().expect("one write").done.send(refused);
+        return;
+    }
+    // A synced commit is the fsync of the WAL (`synchronous=FULL`).
+    let started = std::time::Instant::now();
+    let committed = tx.commit();
+    if synced {
+        metrics::histogram!(sluice_core::metrics::FSYNC, "file" => "state").record(started.elapsed().as_secs_f64());
+    }
+    if committed.is_ok() {
+        // Before any answer, so a deferred write answered is one the next tick syncs. A
+        // synced commit syncs the whole WAL, deferred groups before it included.
+        unsynced.store(!synced, Ordering::Release);
+    }
+    for (w, outcome) in batch.into_iter().zip(outcomes) {
+        let answer = match (&committed, outcome) {
+            (Ok(()), outcome) => outcome,
+            (Err(e), Ok(())) => Err(classify(e)),
+            // Nothing of a write whose condition failed was applied either way.
+            (Err(_), Err(e)) => Err(e),
+        };
+        let _ = w.done.send(answer);
+    }
+}
+
+/// The group commit's `BEGIN IMMEDIATE` transaction, run with cached statements:
+/// rusqlite's `Transaction` and `Savepoint` parse their SQL text on every use, which was
+/// a tenth of a one-event publish's instructions. Rolled back when dropped uncommitted.
+struct GroupTx<'a> {
+    conn: &'a Connection,
+}
+
+impl<'a> GroupTx<'a> {
+    fn begin(conn: &'a Connection) -> rusqlite::Result<Self> {
+        let tx = Self { conn };
+        tx.exec("BEGIN IMMEDIATE")?;
+        Ok(tx)
+    }
+
+    fn exec(&self, sql: &str) -> rusqlite::Result<()> {
+        self.conn.prepare_cached(sql)?.execute([]).map(drop)
+    }
+
+    fn commit(self) -> rusqlite::Result<()> {
+        self.exec("COMMIT")
+    }
+}
+
+impl Drop for GroupTx<'_> {
+    fn drop(&mut self) {
+        // Uncommitted, or a COMMIT that failed and left the transaction open.
+        if !self.conn.is_autocommit() {
+            let _ = self.exec("ROLLBACK");
+        }
+    }
+}
+
+/// Whether `expect` holds for an item at `current` (its live version, `None` if absent or expired).
+fn holds(expect: Expect, current: Option<u64>) -> bool {
+    match expect {
+        Expect::Any => true,
+        Expect::Absent => current.is_none(),
+        Expect::Version(n) => current == Some(n),
+    }
+}
+
+/// Applies `ops` in order inside `tx`, each with its condition folded into its
+/// statement (one statement per op: the commit path's cost). The first op whose
+/// condition fails ends it with [`StorageError::ConditionFailed`]; the caller then
+/// drops `tx`, which rolls back the ops already applied.
+fn apply(tx: &Connection, ops: &[WriteOp], now_ms: i64) -> Result<(), StorageError> {
+    for (i, op) in ops.iter().enumerate() {
+        let held = match op {
+            WriteOp::Put { key, value, expires_at_ms, expect: Expect::Absent } => {
+                // Inserts, or replaces an expired row (which counts as absent).
+                tx.prepare_cached(
+                    "INSERT INTO items (pk, sk, value, version, expires_ms) VALUES (?1, ?2, ?3, 1, ?4)
+                     ON CONFLICT (pk, sk) DO UPDATE SET
+                        value = excluded.value, version = 1, expires_ms = excluded.expires_ms
+                     WHERE items.expires_ms IS NOT NULL AND items.expires_ms <= ?5",
+                )
+                .and_then(|mut s| s.execute(params![key.pk, key.sk, value.as_ref(), expires_at_ms, now_ms]))
+                .map_err(db)?
+                    == 1
+            }
+            WriteOp::Put { key, value, expires_at_ms, expect: Expect::Version(n) } => {
+                tx.prepare_cached(
+                    "UPDATE items SET value = ?3, version = ?4 + 1, expires_ms = ?5
+                     WHERE pk = ?1 AND sk = ?2 AND version = ?4 AND (expires_ms IS NULL OR expires_ms > ?6)",
+                )
+                .and_then(|mut s| s.execute(params![key.pk, key.sk, value.as_ref(), *n as i64, expires_at_ms, now_ms]))
+                .map_err(db)?
+                    == 1
+            }
+            WriteOp::Put { key, value, expires_at_ms, expect: Expect::Any } => {
+                tx.prepare_cached(
+                    "INSERT INTO items (pk, sk, value, version, expires_ms) VALUES (?1, ?2, ?3, 1, ?4)
+                     ON CONFLICT (pk, sk) DO UPDATE SET
+                        value = excluded.value, version = items.version + 1, expires_ms = excluded.expires_ms",
+                )
+                .and_then(|mut s| s.execute(params![key.pk, key.sk, value.as_ref(), expires_at_ms]))
+                .map_err(db)?;
+                true
+            }
+            WriteOp::Delete { key, expect: Expect::Version(n) } => {
+                tx.prepare_cached(
+                    "DELETE FROM items
+                     WHERE pk = ?1 AND sk = ?2 AND version = ?3 AND (expires_ms IS NULL OR expires_ms > ?4)",
+                )
+                .and_then(|mut s| s.execute(params![key.pk, key.sk, *n as i64, now_ms]))
+                .map_err(db)?
+                    == 1
+            }
+            WriteOp::Delete { key, expect } => {
+                let ok = *expect == Expect::Any || live_version(tx, key, now_ms)?.is_none();
+                if ok {
+                    tx.prepare_cached("DELETE FROM items WHERE pk = ?1 AND sk = ?2")
+                        .and_then(|mut s| s.execute([&key.pk, &key.sk]))
+                        .map_err(db)?;
+                }
+                ok
+            }
+            WriteOp::Check { key, expect } => holds(*expect, live_version(tx, key, now_ms)?),
+        };
+        if !held {
+            return Err(StorageError::ConditionFailed { op: i });
+        }
+    }
+    Ok(())
+}
+
+/// The version of the unexpired item at `key`, if any.
+fn live_version(tx: &Connection, key: &Key, now_ms: i64) -> Result<Option<u64>, StorageError> {
+    tx.prepare_cached("SELECT version FROM items WHERE pk = ?1 AND sk = ?2 AND (expires_ms IS NULL OR expires_ms > ?3)")
+        .and_then(|mut s| s.query_row(params![key.pk, key.sk, now_ms], |r| r.get::<_, i64>(0)).optional())
+        .map(|v| v.map(|v| v as u64))
+        .map_err(db)
+}

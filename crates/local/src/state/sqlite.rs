@@ -1,0 +1,79 @@
+//! What every part of the store shares with SQLite: connections, the errors it answers
+//! and what they mean to a caller, rows as items, and range queries as SQL.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use rusqlite::{Connection, ErrorCode, OpenFlags, Row};
+use sluice_core::ports::state::{Item, Key, Query};
+use sluice_core::StorageError;
+
+use super::BUSY_TIMEOUT;
+
+pub(super) fn db(e: rusqlite::Error) -> StorageError {
+    match classify(&e) {
+        StorageError::Throttled { message, .. } => StorageError::Throttled { message, source: Some(Box::new(e)) },
+        _ => StorageError::unavailable("sqlite", e),
+    }
+}
+
+/// What an SQLite error means to a caller, without its source: another writer's lock is
+/// throttling (safe to retry), anything else leaves the outcome unknown.
+pub(super) fn classify(e: &rusqlite::Error) -> StorageError {
+    let busy = matches!(e.sqlite_error_code(), Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked));
+    if busy {
+        StorageError::Throttled { message: "state store is locked by another writer".into(), source: None }
+    } else {
+        StorageError::Unavailable { message: format!("sqlite: {e}"), source: None }
+    }
+}
+
+pub(super) fn connect(path: &Path, flags: OpenFlags) -> Result<Connection, StorageError> {
+    let conn = Connection::open_with_flags(path, flags).map_err(db)?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(db)?;
+    conn.pragma_update(None, "journal_mode", "WAL").map_err(db)?;
+    conn.pragma_update(None, "synchronous", "FULL").map_err(db)?;
+    Ok(conn)
+}
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub(super) fn item_from_row(row: &Row<'_>) -> rusqlite::Result<Item> {
+    Ok(Item {
+        key: Key { pk: row.get(0)?, sk: row.get(1)? },
+        value: Bytes::from(row.get::<_, Vec<u8>>(2)?),
+        version: row.get::<_, i64>(3)? as u64,
+        expires_at_ms: row.get(4)?,
+    })
+}
+
+/// The `WHERE` clause and its parameters for `query` at `now_ms`, and its order.
+pub(super) fn query_sql(query: &Query, now_ms: i64) -> (String, Vec<rusqlite::types::Value>) {
+    use rusqlite::types::Value;
+    let mut sql = String::from(
+        "SELECT pk, sk, value, version, expires_ms FROM items
+         WHERE pk = ?1 AND (expires_ms IS NULL OR expires_ms > ?2)",
+    );
+    let mut values = vec![Value::Text(query.pk.clone()), Value::Integer(now_ms)];
+    let mut bound = |sql: &mut String, op: &str, sk: &str| {
+        values.push(Value::Text(sk.to_owned()));
+        sql.push_str(&format!(" AND sk {op} ?{}", values.len()));
+    };
+    if let Some(from) = &query.from {
+        bound(&mut sql, ">=", from);
+    }
+    if let Some(to) = &query.to {
+        bound(&mut sql, "<=", to);
+    }
+    if let Some(after) = &query.after {
+        bound(&mut sql, if query.forward { ">" } else { "<" }, after);
+    }
+    // One row more than asked for, to know whether the range holds more.
+    let limit = i64::try_from(query.limit.max(1)).map_or(i64::MAX, |l| l.saturating_add(1));
+    values.push(Value::Integer(limit));
+    sql.push_str(&format!(" ORDER BY sk {} LIMIT ?{}", if query.forward { "ASC" } else { "DESC" }, values.len()));
+    (sql, values)
+}
