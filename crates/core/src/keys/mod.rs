@@ -497,6 +497,6 @@ mod tests {
         }
     }
 
-    const BEGIN: &str = "<!-- stored-items:begin (crates/core/src/keys.rs) -->\n";
+    const BEGIN: &str = "<!-- stored-items:begin (crates/core/src/keys/mod.rs) -->\n";
     const END: &str = "<!-- stored-items:end -->";
 }
