@@ -47,7 +47,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sluice_core::ports::state::{Item, Key, Page, Query, StateStore, WriteOp};
 use sluice_core::{Clock, Log, LogConfig, NewEvent, ObjectStore, ReadRequest, StorageError, SystemClock, TopicSpec};
-use sluice_local::{BlobFs, OsFs, SqliteStateStore};
+use sluice_local::{BlobFs, OsFs};
+use sluice_testkit::{Layered, StateLayer};
 
 const TOPIC: &str = "volts";
 const PARTITIONS: u32 = 4;
@@ -394,9 +395,8 @@ fn copy_tree(
 // The state store of a process that dies with the power.
 
 /// The real SQLite store, refusing everything once the power is off; its writes count as steps.
-/// A write already running at the cut completes: its commit came first.
+/// A write already running at the cut completes: its commit came first. A layer over the store.
 struct CutState {
-    inner: Arc<SqliteStateStore>,
     power: Arc<Power>,
 }
 
@@ -426,27 +426,32 @@ impl CutState {
 }
 
 #[async_trait]
-impl StateStore for CutState {
-    async fn get(&self, key: &Key) -> Result<Option<Item>, StorageError> {
+impl StateLayer for CutState {
+    async fn get(&self, inner: &dyn StateStore, key: &Key) -> Result<Option<Item>, StorageError> {
         self.alive()?;
-        self.inner.get(key).await
+        inner.get(key).await
     }
 
-    async fn query(&self, query: &Query) -> Result<Page, StorageError> {
+    async fn query(&self, inner: &dyn StateStore, query: &Query) -> Result<Page, StorageError> {
         self.alive()?;
-        self.inner.query(query).await
+        inner.query(query).await
     }
 
-    async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
-        self.step(self.inner.write(ops)).await
+    async fn write(&self, inner: &dyn StateStore, ops: Vec<WriteOp>) -> Result<(), StorageError> {
+        self.step(inner.write(ops)).await
     }
 
-    async fn delete_many(&self, keys: Vec<Key>) -> Result<(), StorageError> {
-        self.step(self.inner.delete_many(keys)).await
+    /// A durable write, as the port's default made it before this was a layer.
+    async fn write_deferred(&self, inner: &dyn StateStore, ops: Vec<WriteOp>) -> Result<(), StorageError> {
+        self.write(inner, ops).await
     }
 
-    async fn purge_expired(&self, limit: usize) -> Result<usize, StorageError> {
-        self.step(self.inner.purge_expired(limit)).await
+    async fn delete_many(&self, inner: &dyn StateStore, keys: Vec<Key>) -> Result<(), StorageError> {
+        self.step(inner.delete_many(keys)).await
+    }
+
+    async fn purge_expired(&self, inner: &dyn StateStore, limit: usize) -> Result<usize, StorageError> {
+        self.step(inner.purge_expired(limit)).await
     }
 }
 
@@ -507,7 +512,7 @@ fn power_cut(seed: u64, tally: &mut Tally) {
     // The process's own handles, dropped only after the image is taken (as a dead process's are
     // never closed: SQLite does not checkpoint away its WAL first).
     let (state, objects) = sluice_local::open_with_fs(&work, clock.clone(), power.clone(), ROLL_BYTES).unwrap();
-    let store = Arc::new(CutState { inner: state.clone(), power: power.clone() });
+    let store = Arc::new(Layered::new(state.clone(), CutState { power: power.clone() }));
     let run = rt.block_on(async {
         // Odd seeds keep small groups' segments inline (in the state store's commit), even
         // seeds write every group's blob first: both ways, a blob must be durable before its index.
