@@ -14,6 +14,7 @@ use bytes::Bytes;
 use sluice_core::ports::objects::ObjectInfo;
 use sluice_core::ports::state::{Item, Key, Page, Query, StateStore, WriteOp};
 use sluice_core::{BlobRef, ObjectStore, StorageError};
+use sluice_testkit::{ObjectLayer, StateLayer};
 
 use crate::rng::Rng;
 use crate::trace::Trace;
@@ -132,21 +133,26 @@ fn keys_of(ops: &[WriteOp]) -> String {
     s
 }
 
-/// A process's state store: the shared one behind faults.
+/// A process's faults on the state store: the shared one behind them is a
+/// [`sluice_testkit::Layered`] of this.
 pub struct FaultyStore {
-    inner: Arc<dyn StateStore>,
     chaos: Arc<Chaos>,
     life: Arc<Life>,
 }
 
 impl FaultyStore {
-    pub fn new(inner: Arc<dyn StateStore>, chaos: Arc<Chaos>, life: Arc<Life>) -> Self {
-        Self { inner, chaos, life }
+    pub fn new(chaos: Arc<Chaos>, life: Arc<Life>) -> Self {
+        Self { chaos, life }
     }
 
     /// A write (`deferred`: [`StateStore::write_deferred`]) with this process's faults: a
     /// crash before or after it applies, or its answer lost.
-    async fn write_faulty(&self, ops: Vec<WriteOp>, deferred: bool) -> Result<(), StorageError> {
+    async fn write_faulty(
+        &self,
+        inner: &dyn StateStore,
+        ops: Vec<WriteOp>,
+        deferred: bool,
+    ) -> Result<(), StorageError> {
         sluice_core::ports::state::validate(&ops)?;
         if self.chaos.verbose() {
             let detail: Vec<String> = ops
@@ -165,7 +171,7 @@ impl FaultyStore {
         }
         self.before("write").await?;
         let keys = keys_of(&ops);
-        let out = if deferred { self.inner.write_deferred(ops).await } else { self.inner.write(ops).await };
+        let out = if deferred { inner.write_deferred(ops).await } else { inner.write(ops).await };
         if self.chaos.verbose() {
             self.note(&format!("write applied? {:?} [{keys}]", out.as_ref().map_err(|e| e.to_string())));
         }
@@ -220,13 +226,13 @@ impl FaultyStore {
     /// A query read item by item, each at its own moment: what DynamoDB's non-snapshot
     /// queries can show (an item a concurrent transaction deletes and another it creates
     /// seen as neither or both, in scan order).
-    async fn torn_query(&self, query: &Query) -> Result<Page, StorageError> {
+    async fn torn_query(&self, inner: &dyn StateStore, query: &Query) -> Result<Page, StorageError> {
         let limit = query.limit.max(1);
         let mut q = query.clone();
         q.limit = 1;
         let mut items: Vec<Item> = Vec::new();
         loop {
-            let page = self.inner.query(&q).await?;
+            let page = inner.query(&q).await?;
             let more = page.next.is_some();
             if let Some(item) = page.items.into_iter().next() {
                 q.after = Some(item.key.sk.clone());
@@ -252,39 +258,39 @@ impl FaultyStore {
 }
 
 #[async_trait]
-impl StateStore for FaultyStore {
-    async fn get(&self, key: &Key) -> Result<Option<Item>, StorageError> {
+impl StateLayer for FaultyStore {
+    async fn get(&self, inner: &dyn StateStore, key: &Key) -> Result<Option<Item>, StorageError> {
         self.before("get").await?;
-        let out = self.inner.get(key).await;
+        let out = inner.get(key).await;
         self.after().await?;
         out
     }
 
-    async fn query(&self, query: &Query) -> Result<Page, StorageError> {
+    async fn query(&self, inner: &dyn StateStore, query: &Query) -> Result<Page, StorageError> {
         self.before("query").await?;
         let c = self.chaos.config();
         let out = if query.limit > 1 && self.chaos.chance(c.torn_query) {
-            self.torn_query(query).await
+            self.torn_query(inner, query).await
         } else {
-            self.inner.query(query).await
+            inner.query(query).await
         };
         self.after().await?;
         out
     }
 
-    async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
-        self.write_faulty(ops, false).await
+    async fn write(&self, inner: &dyn StateStore, ops: Vec<WriteOp>) -> Result<(), StorageError> {
+        self.write_faulty(inner, ops, false).await
     }
 
-    async fn write_deferred(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
-        self.write_faulty(ops, true).await
+    async fn write_deferred(&self, inner: &dyn StateStore, ops: Vec<WriteOp>) -> Result<(), StorageError> {
+        self.write_faulty(inner, ops, true).await
     }
 
-    async fn delete_many(&self, keys: Vec<Key>) -> Result<(), StorageError> {
+    async fn delete_many(&self, inner: &dyn StateStore, keys: Vec<Key>) -> Result<(), StorageError> {
         self.before("delete_many").await?;
         // Not atomic as a whole: each delete on its own, a crash or a lost answer part way.
         for chunk in keys.chunks(8) {
-            self.inner.delete_many(chunk.to_vec()).await?;
+            inner.delete_many(chunk.to_vec()).await?;
             self.chaos.pause().await;
             if self.life.dead() {
                 return Err(unavailable("process crashed during delete_many"));
@@ -297,24 +303,24 @@ impl StateStore for FaultyStore {
         Ok(())
     }
 
-    async fn purge_expired(&self, limit: usize) -> Result<usize, StorageError> {
+    async fn purge_expired(&self, inner: &dyn StateStore, limit: usize) -> Result<usize, StorageError> {
         self.before("purge_expired").await?;
-        let out = self.inner.purge_expired(limit).await;
+        let out = inner.purge_expired(limit).await;
         self.after().await?;
         out
     }
 }
 
-/// A process's object store: the shared one behind faults.
+/// A process's faults on the object store: the shared one behind them is a
+/// [`sluice_testkit::LayeredObjects`] of this.
 pub struct FaultyObjects {
-    inner: Arc<dyn ObjectStore>,
     chaos: Arc<Chaos>,
     life: Arc<Life>,
 }
 
 impl FaultyObjects {
-    pub fn new(inner: Arc<dyn ObjectStore>, chaos: Arc<Chaos>, life: Arc<Life>) -> Self {
-        Self { inner, chaos, life }
+    pub fn new(chaos: Arc<Chaos>, life: Arc<Life>) -> Self {
+        Self { chaos, life }
     }
 
     fn note(&self, what: &str) {
@@ -343,11 +349,11 @@ impl FaultyObjects {
 }
 
 #[async_trait]
-impl ObjectStore for FaultyObjects {
-    async fn put(&self, bytes: Bytes) -> Result<BlobRef, StorageError> {
+impl ObjectLayer for FaultyObjects {
+    async fn put(&self, inner: &dyn ObjectStore, bytes: Bytes) -> Result<BlobRef, StorageError> {
         let c = self.chaos.config();
         self.before("put", c.fail_before).await?;
-        let out = self.inner.put(bytes).await;
+        let out = inner.put(bytes).await;
         if out.is_ok() && self.chaos.chance(c.lost_answer) {
             self.note("lost the answer of an object put");
             return Err(unavailable("answer of an object put lost"));
@@ -356,35 +362,42 @@ impl ObjectStore for FaultyObjects {
         out
     }
 
-    async fn read(&self, object: &str, position: u64, len: u64) -> Result<Bytes, StorageError> {
+    async fn read(
+        &self,
+        inner: &dyn ObjectStore,
+        object: &str,
+        position: u64,
+        len: u64,
+    ) -> Result<Bytes, StorageError> {
         let c = self.chaos.config();
         self.before("read", c.object_read).await?;
-        let out = self.inner.read(object, position, len).await;
+        let out = inner.read(object, position, len).await;
         self.after().await?;
         out
     }
 
-    async fn list(&self, after: Option<&str>, limit: usize) -> Result<Vec<ObjectInfo>, StorageError> {
+    async fn list(
+        &self,
+        inner: &dyn ObjectStore,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<ObjectInfo>, StorageError> {
         let c = self.chaos.config();
         self.before("list", c.fail_before).await?;
-        let out = self.inner.list(after, limit).await;
+        let out = inner.list(after, limit).await;
         self.after().await?;
         out
     }
 
-    async fn delete(&self, object: &str) -> Result<(), StorageError> {
+    async fn delete(&self, inner: &dyn ObjectStore, object: &str) -> Result<(), StorageError> {
         let c = self.chaos.config();
         self.before("delete", c.fail_before).await?;
-        let out = self.inner.delete(object).await;
+        let out = inner.delete(object).await;
         if out.is_ok() && self.chaos.chance(c.lost_answer) {
             self.note("lost the answer of an object delete");
             return Err(unavailable("answer of an object delete lost"));
         }
         self.after().await?;
         out
-    }
-
-    fn retire(&self, object: &str) {
-        self.inner.retire(object)
     }
 }

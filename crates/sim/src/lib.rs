@@ -1,15 +1,13 @@
 //! Deterministic simulation of the Sluice core (FoundationDB's simulation, TigerBeetle's
 //! VOPR, slatedb's DST): the real log, group commit, consumer groups, work queues and
-//! janitor run over in-memory stores ([`mem`]) behind a seeded fault layer ([`fault`]),
-//! driven by many logical clients on one single-threaded scheduler and a manual clock
-//! ([`sim`], the driver), with every answer checked (`checker`, `ops`) against a model
-//! (`model`) of what the API promises.
-//! A seed decides everything, so a failing seed replays byte for byte.
+//! janitor run over in-memory stores (`sluice_testkit`'s `MemStore` and `MemObjects`)
+//! behind a seeded fault layer ([`fault`]), driven by many logical clients on one
+//! single-threaded scheduler and a manual clock (`SimClock`; [`sim`], the driver), with
+//! every answer checked (`checker`, `ops`) against a model (`model`) of what the API
+//! promises. A seed decides everything, so a failing seed replays byte for byte.
 
 mod checker;
-pub mod clock;
 pub mod fault;
-pub mod mem;
 mod model;
 mod ops;
 pub mod rng;

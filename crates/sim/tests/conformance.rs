@@ -7,7 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use sluice_conformance::{Backend, Stores};
 use sluice_core::Clock;
-use sluice_sim::mem::{MemObjects, MemStore};
+use sluice_testkit::{MemObjects, MemStore};
 
 /// One in-memory backend: every `open_with` is another handle on the same data.
 pub struct Memory {

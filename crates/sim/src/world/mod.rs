@@ -17,10 +17,9 @@ use sluice_core::ports::state::StateStore;
 use sluice_core::queues::{Backoff, Ordering as KeyOrdering, Queues, StartAt, SubscriptionSpec};
 use sluice_core::upkeep::{Janitor, JanitorConfig};
 use sluice_core::{Clock, Log, LogConfig, ObjectStore, SeededRandom, TopicSpec};
+use sluice_testkit::{Layered, LayeredObjects, MemObjects, MemStore, SimClock};
 
-use crate::clock::SimClock;
 use crate::fault::{Chaos, FaultConfig, FaultyObjects, FaultyStore, Life};
-use crate::mem::{MemObjects, MemStore};
 use crate::model::{Delivery, EventInfo, GroupModel, Request, SimFilter, SubModel};
 use crate::rng::Rng;
 use crate::trace::Trace;
@@ -197,9 +196,10 @@ impl World {
         let clock: Arc<dyn Clock> = self.clock.clone();
         let inner_store: Arc<dyn StateStore> = Arc::new(self.mem.handle(clock.clone()));
         let inner_objects: Arc<dyn ObjectStore> = Arc::new(self.objects.handle(clock.clone()));
-        let store: Arc<dyn StateStore> = Arc::new(FaultyStore::new(inner_store, self.chaos.clone(), life.clone()));
-        let objects: Arc<dyn ObjectStore> =
-            Arc::new(FaultyObjects::new(inner_objects, self.chaos.clone(), life.clone()));
+        let faults = FaultyStore::new(self.chaos.clone(), life.clone());
+        let store: Arc<dyn StateStore> = Arc::new(Layered::new(inner_store, faults));
+        let faults = FaultyObjects::new(self.chaos.clone(), life.clone());
+        let objects: Arc<dyn ObjectStore> = Arc::new(LayeredObjects::new(inner_objects, faults));
         let random = Arc::new(SeededRandom::new(self.rng.next_u64()));
         // Half the processes keep small groups' segments inline (a low bound, so that they
         // write blobs too), half always write blobs, as the AWS functions do.

@@ -35,13 +35,14 @@ impl QueueBackend {
     /// Opens the embedded log in `dir`, its stores wrapped to count calls, and creates the topic.
     pub async fn embedded(dir: &std::path::Path, topic: &str, partitions: u32, cache: bool) -> Result<Self, BoxError> {
         use sluice_core::{Clock, ObjectStore, StateStore, SystemClock};
+        use sluice_testkit::{Layered, LayeredObjects};
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let (store, objects) = sluice_local::open(dir, clock.clone())?;
         let profile = Arc::new(Profile::default());
-        let store: Arc<dyn StateStore> =
-            Arc::new(CountingStore { inner: store, profile: profile.clone(), cache: cache.then(Mutex::default) });
-        let objects: Arc<dyn ObjectStore> =
-            Arc::new(CountingObjects { inner: objects, profile: profile.clone(), cache: cache.then(Mutex::default) });
+        let counting = CountingStore { profile: profile.clone(), cache: cache.then(Mutex::default) };
+        let store: Arc<dyn StateStore> = Arc::new(Layered::new(store, counting));
+        let counting = CountingObjects { profile: profile.clone(), cache: cache.then(Mutex::default) };
+        let objects: Arc<dyn ObjectStore> = Arc::new(LayeredObjects::new(objects, counting));
         let log = sluice_core::Log::new(store, objects, clock, sluice_core::LogConfig::default());
         let spec = sluice_core::TopicSpec { partitions, retention_ms: None, retention_bytes: None };
         log.create_topic(topic, spec).await?;

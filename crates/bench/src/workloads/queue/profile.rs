@@ -4,12 +4,16 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use async_trait::async_trait;
 use bytes::Bytes;
 use serde_json::{json, Value};
+use sluice_core::ports::objects::ObjectInfo;
+use sluice_core::ports::state::{Item, Key, Page, Query, StateStore, WriteOp};
+use sluice_core::{BlobRef, ObjectStore, StorageError};
+use sluice_testkit::{ObjectLayer, StateLayer};
 
 tokio::task_local! {
     /// What the calling task is doing: `receive`, `ack`; anything else is `other`.
@@ -30,8 +34,6 @@ struct CallStats {
     nanos: u64,
 }
 
-type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, sluice_core::StorageError>> + Send + 'a>>;
-
 impl Profile {
     pub fn reset(&self) {
         self.calls.lock().unwrap_or_else(|p| p.into_inner()).clear();
@@ -41,9 +43,9 @@ impl Profile {
         &self,
         call: &'static str,
         kind: String,
-        fut: impl Future<Output = Result<T, sluice_core::StorageError>>,
+        fut: impl Future<Output = Result<T, StorageError>>,
         items: impl FnOnce(&T) -> u64,
-    ) -> Result<T, sluice_core::StorageError> {
+    ) -> Result<T, StorageError> {
         let op = OP.try_with(|o| *o).unwrap_or("other");
         let t0 = Instant::now();
         let result = fut.await;
@@ -107,7 +109,7 @@ impl Profile {
 }
 
 /// What an item is, from its key (the layouts of `sluice_core::layout` and `queues`).
-fn key_kind(key: &sluice_core::ports::state::Key) -> String {
+fn key_kind(key: &Key) -> String {
     let kind = match key.pk.split('#').next().unwrap_or_default() {
         "q" if key.sk == "c" => "queue cursor",
         "q" => "queue lease",
@@ -124,19 +126,18 @@ fn key_kind(key: &sluice_core::ports::state::Key) -> String {
 }
 
 /// A write's kinds of items, e.g. `queue cursor+queue lease`.
-fn write_kind(ops: &[sluice_core::ports::state::WriteOp]) -> String {
+fn write_kind(ops: &[WriteOp]) -> String {
     let mut kinds: Vec<String> = ops.iter().map(|op| key_kind(op.key())).collect();
     kinds.sort();
     kinds.dedup();
     kinds.join("+")
 }
 
-/// The local state store, its calls counted into a [`Profile`].
+/// The local state store's calls, counted into a [`Profile`]: a layer over it.
 pub struct CountingStore {
-    pub inner: Arc<sluice_local::SqliteStateStore>,
     pub profile: Arc<Profile>,
     /// `--cache-immutable`: items of the kinds a run never changes, once read.
-    pub cache: Option<Mutex<HashMap<sluice_core::ports::state::Key, sluice_core::ports::state::Item>>>,
+    pub cache: Option<Mutex<HashMap<Key, Item>>>,
 }
 
 /// Kinds of items `--cache-immutable` serves from memory: a queue run never writes them.
@@ -144,51 +145,30 @@ fn cacheable(kind: &str) -> bool {
     matches!(kind, "topic" | "subscription" | "receipt key")
 }
 
-// `async_trait`'s expansion, by hand: the bench does not depend on the macro.
-impl sluice_core::StateStore for CountingStore {
-    fn get<'a, 'b, 'c>(
-        &'a self,
-        key: &'b sluice_core::ports::state::Key,
-    ) -> StoreFuture<'c, Option<sluice_core::ports::state::Item>>
-    where
-        'a: 'c,
-        'b: 'c,
-        Self: 'c,
-    {
+#[async_trait]
+impl StateLayer for CountingStore {
+    async fn get(&self, inner: &dyn StateStore, key: &Key) -> Result<Option<Item>, StorageError> {
         let kind = key_kind(key);
         let Some(cache) = self.cache.as_ref().filter(|_| cacheable(&kind)) else {
-            return Box::pin(self.profile.time("get", kind, self.inner.get(key), |i| u64::from(i.is_some())));
+            return self.profile.time("get", kind, inner.get(key), |i| u64::from(i.is_some())).await;
         };
-        if let Some(item) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(key).cloned() {
-            return Box::pin(self.profile.time("get.cached", kind, async { Ok(Some(item)) }, |_| 1));
+        let cached = cache.lock().unwrap_or_else(|p| p.into_inner()).get(key).cloned();
+        if let Some(item) = cached {
+            return self.profile.time("get.cached", kind, async { Ok(Some(item)) }, |_| 1).await;
         }
-        Box::pin(async move {
-            let item = self.profile.time("get", kind, self.inner.get(key), |i| u64::from(i.is_some())).await?;
-            if let Some(item) = &item {
-                cache.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone(), item.clone());
-            }
-            Ok(item)
-        })
+        let item = self.profile.time("get", kind, inner.get(key), |i| u64::from(i.is_some())).await?;
+        if let Some(item) = &item {
+            cache.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone(), item.clone());
+        }
+        Ok(item)
     }
 
-    fn query<'a, 'b, 'c>(
-        &'a self,
-        query: &'b sluice_core::ports::state::Query,
-    ) -> StoreFuture<'c, sluice_core::ports::state::Page>
-    where
-        'a: 'c,
-        'b: 'c,
-        Self: 'c,
-    {
-        let kind = key_kind(&sluice_core::ports::state::Key::new(query.pk.clone(), ""));
-        Box::pin(self.profile.time("query", kind, self.inner.query(query), |p| p.items.len() as u64))
+    async fn query(&self, inner: &dyn StateStore, query: &Query) -> Result<Page, StorageError> {
+        let kind = key_kind(&Key::new(query.pk.clone(), ""));
+        self.profile.time("query", kind, inner.query(query), |p| p.items.len() as u64).await
     }
 
-    fn write<'a, 'c>(&'a self, ops: Vec<sluice_core::ports::state::WriteOp>) -> StoreFuture<'c, ()>
-    where
-        'a: 'c,
-        Self: 'c,
-    {
+    async fn write(&self, inner: &dyn StateStore, ops: Vec<WriteOp>) -> Result<(), StorageError> {
         let (kind, n) = (write_kind(&ops), ops.len() as u64);
         if let Some(cache) = &self.cache {
             let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
@@ -196,103 +176,78 @@ impl sluice_core::StateStore for CountingStore {
                 cache.remove(op.key());
             }
         }
-        Box::pin(self.profile.time("write", kind, self.inner.write(ops), move |_| n))
+        self.profile.time("write", kind, inner.write(ops), move |_| n).await
     }
 
-    fn delete_many<'a, 'c>(&'a self, keys: Vec<sluice_core::ports::state::Key>) -> StoreFuture<'c, ()>
-    where
-        'a: 'c,
-        Self: 'c,
-    {
+    /// A deferred write (an ack's) is counted, and made, as a durable one: what this store
+    /// did when it took the port's default `write_deferred`.
+    async fn write_deferred(&self, inner: &dyn StateStore, ops: Vec<WriteOp>) -> Result<(), StorageError> {
+        self.write(inner, ops).await
+    }
+
+    async fn delete_many(&self, inner: &dyn StateStore, keys: Vec<Key>) -> Result<(), StorageError> {
         let n = keys.len() as u64;
-        Box::pin(self.profile.time("delete_many", String::new(), self.inner.delete_many(keys), move |_| n))
+        self.profile.time("delete_many", String::new(), inner.delete_many(keys), move |_| n).await
     }
 
-    fn purge_expired<'a, 'c>(&'a self, limit: usize) -> StoreFuture<'c, usize>
-    where
-        'a: 'c,
-        Self: 'c,
-    {
-        Box::pin(self.profile.time("purge_expired", String::new(), self.inner.purge_expired(limit), |n| *n as u64))
+    async fn purge_expired(&self, inner: &dyn StateStore, limit: usize) -> Result<usize, StorageError> {
+        self.profile.time("purge_expired", String::new(), inner.purge_expired(limit), |n| *n as u64).await
     }
 }
 
 /// An object, a position in it and a length.
 type BlobRange = (String, u64, u64);
 
-/// The local object store, its calls counted into a [`Profile`].
+/// The local object store's calls, counted into a [`Profile`]: a layer over it.
 pub struct CountingObjects {
-    pub inner: Arc<sluice_local::LocalObjectStore>,
     pub profile: Arc<Profile>,
     /// `--cache-immutable`: blob ranges once read (blobs never change), at most 1 GiB.
     pub cache: Option<Mutex<HashMap<BlobRange, Bytes>>>,
 }
 
-impl sluice_core::ObjectStore for CountingObjects {
-    fn put<'a, 'c>(&'a self, bytes: Bytes) -> StoreFuture<'c, sluice_core::BlobRef>
-    where
-        'a: 'c,
-        Self: 'c,
-    {
+#[async_trait]
+impl ObjectLayer for CountingObjects {
+    async fn put(&self, inner: &dyn ObjectStore, bytes: Bytes) -> Result<BlobRef, StorageError> {
         let n = bytes.len() as u64;
-        Box::pin(self.profile.time("object.put", "blob".to_owned(), self.inner.put(bytes), move |_| n))
+        self.profile.time("object.put", "blob".to_owned(), inner.put(bytes), move |_| n).await
     }
 
-    fn read<'a, 'b, 'c>(&'a self, object: &'b str, position: u64, len: u64) -> StoreFuture<'c, Bytes>
-    where
-        'a: 'c,
-        'b: 'c,
-        Self: 'c,
-    {
+    async fn read(
+        &self,
+        inner: &dyn ObjectStore,
+        object: &str,
+        position: u64,
+        len: u64,
+    ) -> Result<Bytes, StorageError> {
         let kind = "blob (items: bytes)".to_owned();
         let Some(cache) = &self.cache else {
-            return Box::pin(
-                self.profile.time("object.read", kind, self.inner.read(object, position, len), |b| b.len() as u64),
-            );
+            return self.profile.time("object.read", kind, inner.read(object, position, len), |b| b.len() as u64).await;
         };
         let at = (object.to_owned(), position, len);
-        if let Some(bytes) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&at).cloned() {
-            return Box::pin(self.profile.time("object.read.cached", kind, async { Ok(bytes) }, |b| b.len() as u64));
+        let cached = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&at).cloned();
+        if let Some(bytes) = cached {
+            return self.profile.time("object.read.cached", kind, async { Ok(bytes) }, |b| b.len() as u64).await;
         }
-        Box::pin(async move {
-            let bytes = self
-                .profile
-                .time("object.read", kind, self.inner.read(object, position, len), |b| b.len() as u64)
-                .await?;
-            let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
-            if cache.values().map(Bytes::len).sum::<usize>() > 1 << 30 {
-                cache.clear();
-            }
-            cache.insert(at, bytes.clone());
-            Ok(bytes)
-        })
+        let bytes =
+            self.profile.time("object.read", kind, inner.read(object, position, len), |b| b.len() as u64).await?;
+        let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.values().map(Bytes::len).sum::<usize>() > 1 << 30 {
+            cache.clear();
+        }
+        cache.insert(at, bytes.clone());
+        Ok(bytes)
     }
 
-    fn list<'a, 'b, 'c>(
-        &'a self,
-        after: Option<&'b str>,
+    async fn list(
+        &self,
+        inner: &dyn ObjectStore,
+        after: Option<&str>,
         limit: usize,
-    ) -> StoreFuture<'c, Vec<sluice_core::ports::objects::ObjectInfo>>
-    where
-        'a: 'c,
-        'b: 'c,
-        Self: 'c,
-    {
-        Box::pin(
-            self.profile.time("object.list", "objects".to_owned(), self.inner.list(after, limit), |l| l.len() as u64),
-        )
+    ) -> Result<Vec<ObjectInfo>, StorageError> {
+        self.profile.time("object.list", "objects".to_owned(), inner.list(after, limit), |l| l.len() as u64).await
     }
 
-    fn delete<'a, 'b, 'c>(&'a self, object: &'b str) -> StoreFuture<'c, ()>
-    where
-        'a: 'c,
-        'b: 'c,
-        Self: 'c,
-    {
-        Box::pin(self.profile.time("object.delete", "object".to_owned(), self.inner.delete(object), |()| 1))
-    }
-
-    fn retire(&self, object: &str) {
-        self.inner.retire(object);
+    async fn delete(&self, inner: &dyn ObjectStore, object: &str) -> Result<(), StorageError> {
+        self.profile.time("object.delete", "object".to_owned(), inner.delete(object), |()| 1).await
     }
 }
