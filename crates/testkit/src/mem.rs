@@ -1,7 +1,7 @@
 //! In-memory implementations of both ports, honouring their contracts exactly: the
 //! simulator's ground truth (the checker reads them directly, without faults).
 //!
-//! [`MemStore`] follows the SQLite adapter (`crates/local/src/state.rs`): versions start at
+//! [`MemStore`] follows the SQLite adapter (`crates/local/src/state/`): versions start at
 //! 1 and grow by one per put; an expired item reads as absent and counts as absent in
 //! conditions, but a put under [`Expect::Any`] over it continues from its version (as
 //! DynamoDB's `ADD` does before TTL removes the item); reads are snapshots (the fault layer

@@ -79,7 +79,7 @@ impl World {
 
     /// Every invariant of the stored log, and every acknowledged event still in it.
     pub(crate) fn check_truth(&mut self) {
-        // Every key the core wrote is one the registry knows (crates/core/src/keys.rs).
+        // Every key the core wrote is one the registry knows (crates/core/src/keys/mod.rs).
         if let Some(key) = self.mem.keys().into_iter().find(|k| sluice_core::keys::kind_of(k).is_none()) {
             self.violate("unregistered-key", format!("{}/{} is no kind of item in the registry", key.pk, key.sk));
         }
