@@ -1,4 +1,4 @@
-//! The [`StateStore`] port's conformance cases, written once: a backend's test
+//! The [`StateStore`](sluice_core::ports::state::StateStore) port's conformance cases, written once: a backend's test
 //! file invokes [`store_conformance_suite!`](crate::store_conformance_suite),
 //! which makes one `#[tokio::test]` of each case.
 //!
@@ -16,7 +16,7 @@ pub use expiry::*;
 pub use queries::*;
 pub use writes::*;
 
-/// What a backend's [`StateStore::purge_expired`] does.
+/// What a backend's [`StateStore::purge_expired`](sluice_core::ports::state::StateStore::purge_expired) does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Purge {
     /// Deletes expired items and counts them (SQLite).
@@ -26,7 +26,7 @@ pub enum Purge {
 }
 
 /// Generates one `#[tokio::test]` per state-store case. `$backend` is an async
-/// expression yielding a [`Backend`]; `$purge` is the backend's [`Purge`].
+/// expression yielding a [`Backend`](crate::Backend); `$purge` is the backend's [`Purge`].
 #[macro_export]
 macro_rules! store_conformance_suite {
     (@cases $backend:expr; $($case:ident),+ $(,)?) => {

@@ -1,5 +1,5 @@
 //! Lost answers on every write path: the write is applied, then its answer is lost
-//! ([`Fault::LoseAnswer`]: the store says `Unavailable`, the outcome unknown), and the
+//! ([`Fault::LoseAnswer`](crate::cases::support::faults::Fault::LoseAnswer): the store says `Unavailable`, the outcome unknown), and the
 //! client retries as a client would (or the next step runs). Each case names the path and
 //! the promise a user relies on after the retry: nothing applied twice, nothing lost,
 //! counts right, one holder per message, offsets that never regress. Two cases put a
@@ -21,7 +21,7 @@ pub use janitor::*;
 pub use log::*;
 pub use queues::*;
 
-/// Generates one `#[tokio::test]` per lost-answer case; `$backend` is an async expression yielding a [`Backend`].
+/// Generates one `#[tokio::test]` per lost-answer case; `$backend` is an async expression yielding a [`Backend`](crate::Backend).
 #[macro_export]
 macro_rules! lost_answer_conformance_suite {
     ($backend:expr) => {

@@ -1,4 +1,4 @@
-//! Consumer group conformance cases, on every backend, with a [`ManualClock`]:
+//! Consumer group conformance cases, on every backend, with a [`ManualClock`](sluice_core::ManualClock):
 //! session timeouts pass by advancing it, never by sleeping.
 
 mod assignment;
@@ -19,7 +19,7 @@ pub use membership::*;
 pub use offsets::*;
 pub use polls::*;
 
-/// Generates one `#[tokio::test]` per group case; `$backend` is an async expression yielding a [`Backend`].
+/// Generates one `#[tokio::test]` per group case; `$backend` is an async expression yielding a [`Backend`](crate::Backend).
 #[macro_export]
 macro_rules! group_conformance_suite {
     ($backend:expr) => {

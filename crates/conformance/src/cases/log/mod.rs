@@ -1,6 +1,6 @@
 //! The log's conformance cases: the promises of the contract (dense offsets,
 //! acknowledged events never lost, deletes that take effect at once), checked
-//! through the real [`Log`] on each backend, with other "processes" (separate
+//! through the real [`Log`](sluice_core::Log) on each backend, with other "processes" (separate
 //! handles with their own caches) and injected storage faults.
 
 mod faults;
@@ -16,7 +16,7 @@ pub use reads::*;
 pub use segments::*;
 pub use topics::*;
 
-/// Generates one `#[tokio::test]` per log case; `$backend` is an async expression yielding a [`Backend`].
+/// Generates one `#[tokio::test]` per log case; `$backend` is an async expression yielding a [`Backend`](crate::Backend).
 #[macro_export]
 macro_rules! log_conformance_suite {
     ($backend:expr) => {

@@ -1,6 +1,6 @@
 //! Push delivery and content filter conformance cases, on every backend, with a
-//! [`ManualClock`]: the dispatcher (`sluice_core::push`) drives a scripted receiver (a
-//! [`Deliver`] that answers as a flaky webhook or Lambda function would), so failures,
+//! [`ManualClock`](sluice_core::ManualClock): the dispatcher (`sluice_core::push`) drives a scripted receiver (a
+//! [`Deliver`](sluice_core::ports::deliver::Deliver) that answers as a flaky webhook or Lambda function would), so failures,
 //! timeouts, partial batches and backoffs are exact and repeatable; the HTTP adapter is
 //! tested against a real server in sluice-runtime and end to end against `serve`.
 
@@ -11,7 +11,7 @@ mod receiver;
 pub use delivery::*;
 pub use filters::*;
 
-/// Generates one `#[tokio::test]` per push case; `$backend` is an async expression yielding a [`Backend`].
+/// Generates one `#[tokio::test]` per push case; `$backend` is an async expression yielding a [`Backend`](crate::Backend).
 #[macro_export]
 macro_rules! push_conformance_suite {
     ($backend:expr) => {

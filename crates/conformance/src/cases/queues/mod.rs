@@ -1,4 +1,4 @@
-//! Work queue conformance cases, on every backend, with a [`ManualClock`]:
+//! Work queue conformance cases, on every backend, with a [`ManualClock`](sluice_core::ManualClock):
 //! visibility timeouts, delays and backoffs pass by advancing it, never by sleeping.
 //! Where a case runs concurrent workers, the clock stays put while they run, so any
 //! second delivery of a message within a case's run is a bug, not a timeout.
@@ -25,7 +25,7 @@ pub use settings::*;
 pub use start::*;
 pub use workers::*;
 
-/// Generates one `#[tokio::test]` per queue case; `$backend` is an async expression yielding a [`Backend`].
+/// Generates one `#[tokio::test]` per queue case; `$backend` is an async expression yielding a [`Backend`](crate::Backend).
 #[macro_export]
 macro_rules! queue_conformance_suite {
     ($backend:expr) => {

@@ -1,4 +1,4 @@
-//! Retention, compaction and the collector, through the real [`Log`] and [`Janitor`]
+//! Retention, compaction and the collector, through the real [`Log`](sluice_core::Log) and [`Janitor`](sluice_core::upkeep::Janitor)
 //! on each backend, with a fake clock: what the policy removes and only that, readers
 //! that never see a gap while segments are merged and removed under them, and objects
 //! deleted only when nothing indexed needs them.
@@ -16,7 +16,7 @@ pub use janitor::*;
 pub use limits::*;
 pub use torn::*;
 
-/// Generates one `#[tokio::test]` per retention case; `$backend` is an async expression yielding a [`Backend`].
+/// Generates one `#[tokio::test]` per retention case; `$backend` is an async expression yielding a [`Backend`](crate::Backend).
 #[macro_export]
 macro_rules! retention_conformance_suite {
     ($backend:expr) => {
