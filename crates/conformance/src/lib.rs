@@ -7,20 +7,10 @@
 //! one moto server or one data directory and run in parallel.
 
 pub mod billed;
+pub mod cases;
 pub mod embedded;
-pub mod faults;
-pub mod group_cases;
-mod group_fault_cases;
-pub mod log_cases;
-pub mod lost_answer_cases;
 pub mod moto;
 pub mod objects;
-pub mod push_cases;
-mod queue_cache_cases;
-pub mod queue_cases;
-mod queue_fault_cases;
-mod queue_riding_cases;
-pub mod retention_cases;
 pub mod store;
 pub mod watch;
 

@@ -65,17 +65,19 @@ fn substitute(v: Value, vars: &HashMap<String, String>) -> Value {
     }
 }
 
-/// Runs the same requests against `base(path)` and records each answer.
-async fn script(client: &reqwest::Client, base: &dyn Fn(&str) -> String, topic: &str) -> Vec<(String, u16, Value)> {
+/// One request of the script: method, path, body.
+type Step = (Method, String, Option<Value>);
+
+/// The script's topic and consumer group requests, and a topic deleted and re-created.
+fn topic_and_group_steps(topic: &str) -> Vec<Step> {
     let t = format!("/v1/topics/{topic}");
     let g = format!("/v1/groups/{topic}-readers");
-    let q = format!("{t}/subscriptions/workers");
     let publish = json!({"events": [
         {"key": "customer-42", "value": {"n": 1}, "timestamp_ms": 1_700_000_000_000_i64},
         {"value": "plain", "partition": 1, "headers": {"h": "v"}, "timestamp_ms": 1_700_000_000_001_i64},
         {"value_base64": "AAEC", "partition": 1, "timestamp_ms": 1_700_000_000_002_i64},
     ]});
-    let steps: Vec<(Method, String, Option<Value>)> = vec![
+    vec![
         (Method::PUT, t.clone(), Some(json!({"partitions": 2}))),
         (Method::PUT, t.clone(), Some(json!({"partitions": 2}))),
         (Method::PUT, t.clone(), Some(json!({"partitions": 3}))),
@@ -112,6 +114,14 @@ async fn script(client: &reqwest::Client, base: &dyn Fn(&str) -> String, topic: 
             Some(json!({"events": [{"value": "reborn", "partition": 1, "timestamp_ms": 1_700_000_000_003_i64}]})),
         ),
         (Method::GET, format!("{t}/partitions/1/events?offset=0&limit=10"), None),
+    ]
+}
+
+/// The script's work queue requests, on the re-created topic.
+fn queue_steps(topic: &str) -> Vec<Step> {
+    let t = format!("/v1/topics/{topic}");
+    let q = format!("{t}/subscriptions/workers");
+    vec![
         // A work queue on the new topic, from its start (index 23 on).
         (
             Method::PUT,
@@ -151,7 +161,13 @@ async fn script(client: &reqwest::Client, base: &dyn Fn(&str) -> String, topic: 
         (Method::POST, format!("{q}/receive"), Some(json!({"max_messages": 101}))),
         (Method::DELETE, q.clone(), None),
         (Method::GET, q.clone(), None),
-    ];
+    ]
+}
+
+/// Runs the same requests against `base(path)` and records each answer.
+async fn script(client: &reqwest::Client, base: &dyn Fn(&str) -> String, topic: &str) -> Vec<(String, u16, Value)> {
+    let mut steps = topic_and_group_steps(topic);
+    steps.extend(queue_steps(topic));
     let mut answers = Vec::new();
     // What earlier answers gave, for the steps after them (it differs between runs): the
     // member id a poll answered (`$member`), the receipts of the last receive (`$receipt0`, …).
@@ -213,7 +229,18 @@ async fn given_functions_under_cargo_lambda_watch_on_moto_then_answers_match_ser
     for (got, want) in routed.iter().zip(&expected) {
         assert_eq!(got, want, "cargo lambda watch on moto and serve disagree on {}", want.0);
     }
-    // The answers say something: the publish landed, the replay found it, the delete took hold.
+    assert_answers_say_something(&expected);
+
+    // And they ran on moto, not on a local fallback: the table holds the topic they created.
+    let (state, _) = adapters(&moto().settings, Arc::new(SystemClock)).await;
+    let item = state.get(&layout::topic_key(&topic)).await.unwrap();
+    assert!(item.is_some_and(|i| i.version >= 3), "created, deleted and re-created on moto's table");
+}
+
+/// The script's answers say something: the publish landed, the replay found it, the delete
+/// took hold, and the work queue was created once, delivered each event once, acked, released
+/// and extended.
+fn assert_answers_say_something(expected: &[(String, u16, Value)]) {
     assert_eq!(expected[4].1, 200);
     assert!(expected[6].2["events"].as_array().map_or(0, Vec::len) >= 4, "{}", expected[6].2);
     assert_eq!(
@@ -254,9 +281,4 @@ async fn given_functions_under_cargo_lambda_watch_on_moto_then_answers_match_ser
     assert_eq!((&backlog["visible"], &backlog["in_flight"], &backlog["dead"]), (&json!(0), &json!(2), &json!(0)));
     assert_eq!(expected[35].2, json!({"dead_letters": [], "next": null}));
     assert_eq!(expected[38].2["error"]["code"], "subscription_not_found", "{:?}", expected[38]);
-
-    // And they ran on moto, not on a local fallback: the table holds the topic they created.
-    let (state, _) = adapters(&moto().settings, Arc::new(SystemClock)).await;
-    let item = state.get(&layout::topic_key(&topic)).await.unwrap();
-    assert!(item.is_some_and(|i| i.version >= 3), "created, deleted and re-created on moto's table");
 }

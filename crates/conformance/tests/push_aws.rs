@@ -136,33 +136,7 @@ async fn given_the_dispatcher_function_woken_by_the_stream_then_commits_are_push
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 
-    let (state, objects) = adapters(&moto().settings, Arc::new(SystemClock)).await;
-    let log = Log::new(state, objects, Arc::new(SystemClock), LogConfig::default());
-    let queues = Queues::new(log.clone());
-    let topic = unique_topic("push-aws");
-    log.create_topic(&topic, TopicSpec { partitions: 2, retention_ms: None, retention_bytes: None }).await.unwrap();
-    let spec = SubscriptionSpec {
-        start: StartAt::Earliest,
-        redelivery_backoff: Some(Backoff::Steps(vec![200])),
-        push: Some(PushSpec::url(&hook_url, Some(SECRET.into()))),
-        ..SubscriptionSpec::default()
-    };
-    queues.create(&topic, "hook", spec).await.unwrap();
-    let mut published = Vec::new();
-    for round in 0..4 {
-        let events = (0..5)
-            .map(|i| NewEvent {
-                key: Some(format!("k{i}").into()),
-                headers: Vec::new(),
-                value: format!("{{\"n\": {}}}", round * 5 + i).into(),
-                value_is_json: true,
-                timestamp_ms: None,
-                partition: None,
-            })
-            .collect();
-        let at = log.publish(&topic, events, None).await.unwrap();
-        published.extend(at.iter().map(|p| webhook::message_id(&topic, p.partition, p.offset)));
-    }
+    let (log, queues, topic, published) = hooked_topic(&hook_url).await;
     // What the receiver acknowledged (every attempt but the first), and the first's ids.
     let acked = || -> (HashSet<String>, Vec<String>) {
         let seen = seen.lock().unwrap();
@@ -209,6 +183,40 @@ async fn given_the_dispatcher_function_woken_by_the_stream_then_commits_are_push
     assert_eq!(described.backlog.visible + described.backlog.in_flight, 0, "{:?}", described.backlog);
 
     kill_9_mid_delivery(&queues, &log, watch, port, &mut trigger).await;
+}
+
+/// A topic on moto with a push subscription to `hook_url` (signed with `SECRET`, redelivered
+/// after 200 ms), and 20 keyed events published to it in four commits: the log, its queues,
+/// the topic, and the published messages' ids.
+async fn hooked_topic(hook_url: &str) -> (Log, Queues, String, Vec<String>) {
+    let (state, objects) = adapters(&moto().settings, Arc::new(SystemClock)).await;
+    let log = Log::new(state, objects, Arc::new(SystemClock), LogConfig::default());
+    let queues = Queues::new(log.clone());
+    let topic = unique_topic("push-aws");
+    log.create_topic(&topic, TopicSpec { partitions: 2, retention_ms: None, retention_bytes: None }).await.unwrap();
+    let spec = SubscriptionSpec {
+        start: StartAt::Earliest,
+        redelivery_backoff: Some(Backoff::Steps(vec![200])),
+        push: Some(PushSpec::url(hook_url, Some(SECRET.into()))),
+        ..SubscriptionSpec::default()
+    };
+    queues.create(&topic, "hook", spec).await.unwrap();
+    let mut published = Vec::new();
+    for round in 0..4 {
+        let events = (0..5)
+            .map(|i| NewEvent {
+                key: Some(format!("k{i}").into()),
+                headers: Vec::new(),
+                value: format!("{{\"n\": {}}}", round * 5 + i).into(),
+                value_is_json: true,
+                timestamp_ms: None,
+                partition: None,
+            })
+            .collect();
+        let at = log.publish(&topic, events, None).await.unwrap();
+        published.extend(at.iter().map(|p| webhook::message_id(&topic, p.partition, p.offset)));
+    }
+    (log, queues, topic, published)
 }
 
 /// An attempt as the hanging receiver saw it: when it arrived, its webhook-id, and its

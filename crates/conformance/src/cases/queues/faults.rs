@@ -8,8 +8,8 @@ use sluice_core::queues::{Ordering, Queues, ReceiveRequest, StartAt, Subscriptio
 use sluice_core::upkeep::JanitorConfig;
 use sluice_core::{layout, Clock, Log, ManualClock, TopicSpec};
 
-use crate::faults::{Action, QueryAction, Scripted};
-use crate::queue_cases::{
+use crate::cases::support::faults::{Action, QueryAction, Scripted};
+use crate::cases::support::queues::{
     assert_nothing, event, manual, new_topic, positions, publish, publish_at, receive, subscribe, START_MS,
 };
 use crate::Backend;

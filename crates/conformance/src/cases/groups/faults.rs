@@ -10,9 +10,10 @@ use bytes::Bytes;
 use sluice_core::groups::{Groups, PollRequest, TopicPartition};
 use sluice_core::{Log, ManualClock, NewEvent, TopicSpec};
 
-use crate::faults::{deletes, puts, Action, Scripted};
-use crate::group_cases::{commit_of, committed, groups_on, offsets_of, poll, publish, request, START_MS};
-use crate::log_cases::Fault;
+use crate::cases::support::clock::WatchedClock;
+use crate::cases::support::faults::Fault;
+use crate::cases::support::faults::{deletes, puts, Action, Scripted};
+use crate::cases::support::groups::{commit_of, committed, groups_on, offsets_of, poll, publish, request, START_MS};
 use crate::{unique_topic, Backend};
 
 /// The log and groups of `backend` beside a second pair whose writes meet `script`.
@@ -266,7 +267,7 @@ pub async fn given_auto_commit_with_events_ready_then_one_write_commits_and_hear
     assert_eq!(script.deferred(), 2, "a member's heartbeat and its riding auto-commit are deferred");
     assert_eq!(committed(&groups, &group, 0).await, Some(5));
     // A commit request is written the same way (docs/API.md, "Commit").
-    let offsets = [crate::group_cases::commit_of(&topic, 0, 10)];
+    let offsets = [crate::cases::support::groups::commit_of(&topic, 0, 10)];
     groups.commit(&group, &first.member_id, first.generation, &offsets).await.unwrap();
     assert_eq!(script.deferred(), 3, "a commit request is deferred too");
     assert_eq!(committed(&groups, &group, 0).await, Some(10), "and seen at once");
@@ -275,7 +276,7 @@ pub async fn given_auto_commit_with_events_ready_then_one_write_commits_and_hear
 /// A poll whose auto-commit confirms everything there is, waiting for more: the commit lands
 /// before the wait, not when the wait ends.
 pub async fn given_auto_commit_and_nothing_new_then_it_commits_before_the_long_poll_waits(backend: &dyn Backend) {
-    let clock = Arc::new(crate::queue_cases::WatchedClock::new(START_MS));
+    let clock = Arc::new(WatchedClock::new(START_MS));
     let (store, objects) = backend.open_with(clock.clone()).await;
     let log = Log::new(store, objects, clock.clone(), crate::log_config());
     let groups = Groups::new(log.clone());

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use sluice_core::queues::{Message, PushSpec, Queues, ReceiptError, StartAt, SubscriptionSpec};
 use sluice_core::{Code, Error, Log, LogConfig, ManualClock};
 
-use crate::queue_cases::{ack, new_topic, positions, publish_at, receive, request, spec, START_MS};
+use crate::cases::support::queues::{ack, new_topic, positions, publish_at, receive, request, spec, START_MS};
 use crate::Backend;
 
 /// A process whose queues cache subscriptions, and another process on the same storage.

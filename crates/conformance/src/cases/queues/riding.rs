@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use sluice_core::queues::{Message, Queues, ReceiptError, StartAt, SubscriptionSpec};
 
-use crate::queue_cases::{
+use crate::cases::support::queues::{
     ack, assert_nothing, at, change_visibility, event, manual, new_topic, positions, publish, publish_at, request,
     scaled, spec, subscribe, START_MS,
 };

@@ -19,7 +19,16 @@ use sluice_core::ports::state::{Item, Key, Page, Query, StateStore, WriteOp};
 use sluice_core::{layout, BlobRef, ObjectStore, StorageError};
 use tokio::sync::Notify;
 
-use crate::log_cases::Fault;
+/// What an injected fault does to the next commit write (a write that indexes a segment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The write is applied, then its answer is lost.
+    LoseAnswer,
+    /// The write is not applied and its answer is lost.
+    FailBefore,
+    /// The store refuses it before doing anything (throttling, a transaction conflict).
+    Throttle,
+}
 
 /// Work a rule runs beside the write it matched.
 pub type Rival = Pin<Box<dyn Future<Output = ()> + Send>>;

@@ -1,0 +1,41 @@
+//! Push delivery and content filter conformance cases, on every backend, with a
+//! [`ManualClock`](sluice_core::ManualClock): the dispatcher (`sluice_core::push`) drives a scripted receiver (a
+//! [`Deliver`](sluice_core::ports::deliver::Deliver) that answers as a flaky webhook or Lambda function would), so failures,
+//! timeouts, partial batches and backoffs are exact and repeatable; the HTTP adapter is
+//! tested against a real server in sluice-runtime and end to end against `serve`.
+
+mod delivery;
+mod filters;
+mod receiver;
+
+pub use delivery::*;
+pub use filters::*;
+
+/// Generates one `#[tokio::test]` per push case; `$backend` is an async expression yielding a [`Backend`](crate::Backend).
+#[macro_export]
+macro_rules! push_conformance_suite {
+    ($backend:expr) => {
+        $crate::push_conformance_suite!(@cases $backend;
+            given_a_flaky_receiver_then_every_matching_event_is_pushed_at_least_once_never_after_its_ack_and_poison_dead_letters_once,
+            given_signed_deliveries_then_they_verify_the_id_is_stable_across_retries_and_retry_after_is_honoured,
+            given_a_push_subscription_then_clients_cannot_receive_it_and_an_idle_one_sends_nothing,
+            given_a_dispatcher_that_dies_mid_delivery_then_its_batch_is_pushed_again_after_the_window,
+            given_a_filter_on_a_pull_subscription_then_only_matching_events_are_received_and_the_rest_counted,
+            given_events_with_a_trace_context_then_a_delivery_carries_the_one_its_batch_shares,
+        );
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn given_ordering_by_key_under_four_pushers_then_per_key_in_offset_order_and_never_two_at_once() {
+            let backend = $backend.await;
+            $crate::cases::push::given_ordering_by_key_under_four_pushers_then_per_key_in_offset_order_and_never_two_at_once(&backend).await;
+        }
+    };
+    (@cases $backend:expr; $($case:ident),+ $(,)?) => {
+        $(
+            #[tokio::test]
+            async fn $case() {
+                let backend = $backend.await;
+                $crate::cases::push::$case(&backend).await;
+            }
+        )+
+    };
+}

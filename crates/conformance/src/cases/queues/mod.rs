@@ -1,0 +1,101 @@
+//! Work queue conformance cases, on every backend, with a [`ManualClock`](sluice_core::ManualClock):
+//! visibility timeouts, delays and backoffs pass by advancing it, never by sleeping.
+//! Where a case runs concurrent workers, the clock stays put while they run, so any
+//! second delivery of a message within a case's run is a bug, not a timeout.
+
+mod cache;
+mod delays;
+mod faults;
+mod long_poll;
+mod lost_answers;
+mod messages;
+mod riding;
+mod settings;
+mod start;
+mod workers;
+
+pub use cache::*;
+pub use delays::*;
+pub use faults::*;
+pub use long_poll::*;
+pub use lost_answers::*;
+pub use messages::*;
+pub use riding::*;
+pub use settings::*;
+pub use start::*;
+pub use workers::*;
+
+/// Generates one `#[tokio::test]` per queue case; `$backend` is an async expression yielding a [`Backend`](crate::Backend).
+#[macro_export]
+macro_rules! queue_conformance_suite {
+    ($backend:expr) => {
+        $crate::queue_conformance_suite!(@cases $backend;
+            given_a_worker_that_never_acks_then_redelivered_after_the_timeout_extended_by_a_visibility_change_and_released_by_nack,
+            given_a_poison_message_then_dead_lettered_once_after_max_receives_and_redrive_delivers_it_fresh,
+            given_dead_letters_then_listed_in_pages_deleted_one_by_one_redriven_partly_and_purged,
+            given_start_earliest_after_1000_events_on_four_partitions_then_each_received_exactly_once,
+            given_start_timestamp_then_exactly_the_events_at_or_after_it_are_received,
+            given_start_latest_then_only_events_published_after_creation_are_received,
+            given_start_offsets_then_named_partitions_start_there_and_others_at_latest,
+            given_delay_then_new_messages_visible_at_their_timestamp_plus_delay_and_not_before,
+            given_out_of_order_timestamps_in_one_partition_when_delay_then_each_visible_at_its_own_time,
+            given_an_event_stamped_in_the_future_then_the_events_after_it_are_not_held_behind_it,
+            given_redelivery_backoff_then_the_nth_redelivery_waits_the_nth_step,
+            given_create_twice_then_idempotent_with_same_settings_and_conflict_with_others_and_invalid_settings_refused,
+            given_unknown_subscription_then_not_found_for_every_operation,
+            given_tampered_or_foreign_receipts_then_invalid_and_nothing_changes,
+            given_subscription_deleted_and_recreated_under_the_same_name_then_it_starts_fresh,
+            given_a_deleted_subscription_and_a_deleted_topic_then_the_janitor_removes_every_queue_item,
+            given_receive_applied_but_answer_lost_then_nobody_holds_it_until_the_timeout_and_it_comes_back_once,
+            given_receive_failed_before_applying_then_the_message_is_still_visible,
+            given_ack_applied_but_answer_lost_then_the_retry_is_stale_and_the_message_never_comes_back,
+            given_long_poll_on_an_empty_queue_when_a_message_is_published_then_it_returns_the_message,
+            given_long_poll_on_an_empty_queue_when_the_clock_passes_the_wait_then_it_returns_empty_not_before,
+            given_long_poll_when_a_delayed_message_comes_due_then_it_returns_the_message,
+            given_undelivered_messages_when_the_log_start_passes_them_then_counted_expired_never_delivered_and_the_rest_are,
+            given_a_describe_whose_first_read_is_torn_then_its_counts_are_still_exact,
+            given_a_keyed_receive_whose_read_misses_a_moved_lease_then_the_key_still_waits,
+            given_retention_passing_a_receive_in_flight_then_it_answers_from_the_new_start,
+            given_a_slow_receive_then_the_visibility_window_counts_from_its_write,
+            given_receives_acks_nacks_and_visibility_changes_then_only_acks_and_nacks_are_deferred,
+            given_a_stale_delete_after_the_subscription_was_re_created_then_the_new_one_stays,
+            given_a_receive_racing_its_subscriptions_purge_then_no_item_is_left_behind,
+            given_a_moved_lease_hidden_by_a_torn_read_then_its_receipt_still_acks,
+            given_a_dead_message_not_yet_buried_when_the_dlq_is_purged_then_it_is_purged,
+            given_a_receive_answering_after_a_window_ended_then_it_leaves_those_messages_out,
+            given_a_cached_subscription_deleted_elsewhere_then_no_write_acts_on_it,
+            given_a_cached_subscription_re_created_elsewhere_then_requests_go_to_the_new_one,
+            given_a_cached_subscription_re_created_elsewhere_then_acks_riding_on_its_receive_are_invalid,
+            given_a_cached_subscriptions_topic_deleted_elsewhere_then_no_write_acts_on_it,
+            given_a_cached_subscription_deleted_elsewhere_then_an_empty_receive_finds_out_within_the_ttl,
+            given_a_cached_subscription_re_created_elsewhere_as_push_then_a_client_cannot_receive,
+            given_acks_riding_on_receives_then_stale_ones_refused_and_acked_messages_never_come_back,
+            given_two_messages_of_a_lease_held_longer_to_the_same_time_then_each_settles_alone,
+        );
+        $crate::queue_conformance_suite!(@concurrent $backend;
+            given_eight_workers_draining_a_queue_then_every_message_acked_exactly_once_and_backlog_ends_empty,
+            given_ordering_by_key_under_eight_workers_with_nacks_then_one_in_flight_per_key_and_acked_in_offset_order,
+            given_concurrent_receives_acks_and_nacks_then_backlog_counts_match_a_model_of_what_happened,
+            given_eight_workers_acking_on_their_next_receive_then_every_message_acked_exactly_once,
+            given_sixteen_workers_on_one_partition_then_no_ack_is_refused_for_contention,
+        );
+    };
+    (@cases $backend:expr; $($case:ident),+ $(,)?) => {
+        $(
+            #[tokio::test]
+            async fn $case() {
+                let backend = $backend.await;
+                $crate::cases::queues::$case(&backend).await;
+            }
+        )+
+    };
+    (@concurrent $backend:expr; $($case:ident),+ $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                let backend = $backend.await;
+                $crate::cases::queues::$case(&backend).await;
+            }
+        )+
+    };
+}

@@ -1,0 +1,55 @@
+//! What push delivery costs per message, and a sweep with nothing due.
+
+use super::*;
+
+/// Acknowledges every delivery, as a healthy webhook does.
+struct AckAll;
+
+#[async_trait::async_trait]
+impl sluice_core::ports::deliver::Deliver for AckAll {
+    async fn deliver(&self, _: &sluice_core::ports::deliver::Delivery) -> sluice_core::ports::deliver::Answer {
+        sluice_core::ports::deliver::Answer::Status { status: 200, retry_after_ms: None, body: b"{}".to_vec() }
+    }
+}
+
+#[tokio::test]
+async fn push_requests_per_message_are_what_the_cost_model_says() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    use sluice_core::push::{Dispatcher, Topics};
+    use sluice_core::queues::{PushSpec, Queues, StartAt, SubscriptionSpec};
+    let (state, objects, log) = counted_log().await;
+    let queues = Queues::new(log.clone());
+    let dispatcher = Dispatcher::new(queues.clone(), Arc::new(AckAll));
+    const EVENTS: usize = 200;
+    for batch in [1u32, 10, 100] {
+        let topic = unique_topic("push-costs");
+        log.create_topic(&topic, TopicSpec { partitions: 8, retention_ms: None, retention_bytes: None }).await.unwrap();
+        let push = PushSpec { max_batch: batch, ..PushSpec::url("https://example.com/hook", None) };
+        let spec = SubscriptionSpec { start: StartAt::Earliest, push: Some(push), ..SubscriptionSpec::default() };
+        queues.create(&topic, "hook", spec).await.unwrap();
+        log.publish(&topic, (0..EVENTS).map(|i| kib_event(i, true)).collect(), None).await.unwrap();
+        let id = log.describe_topic(&topic).await.unwrap().0.id;
+        // One wake from the stream, as a batch of commits sends it: every event delivered.
+        let wake = Topics::Ids([id].into());
+        // (moto answers slowly: a deadline no delivery reaches here, as a Lambda run's would not.)
+        let deadline = || SystemClock.now_ms() + 600_000;
+        let (drained, counts) = counted!(state, objects, dispatcher.drain(&wake, deadline()).await.unwrap());
+        assert_eq!(drained.messages, EVENTS as u64, "{drained:?}");
+        per_request(&format!("push, batch {batch}, per message"), &counts, EVENTS);
+        let sent: u64 = requests(&counts).values().sum();
+        // Per receive: the subscription, cursors and leases of the partitions it visits
+        // (reads), one write, the segments' bytes; per delivery an ack; per wake the topic
+        // list, the subscriptions, the workers' empty receives and the counts.
+        let most = match batch {
+            1 => 14.0,
+            10 => 2.5,
+            _ => 1.5,
+        };
+        assert!(sent as f64 <= most * EVENTS as f64, "{sent} requests for {EVENTS} messages: {counts:?}");
+    }
+    // A sweep with nothing due: what the schedule costs while nothing is published.
+    let (drained, sweep) =
+        counted!(state, objects, dispatcher.drain(&Topics::All, SystemClock.now_ms() + 60_000).await);
+    drained.unwrap();
+    per_request("push sweep, nothing due", &sweep, 1);
+}

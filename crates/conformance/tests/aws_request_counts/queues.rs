@@ -1,0 +1,141 @@
+//! What a work queue costs: receives, acks, releases, dead letters, an empty receive.
+
+use sluice_core::queues::{Message, Queues, ReceiveRequest, StartAt, SubscriptionSpec};
+
+use super::*;
+
+fn receive(max_messages: usize) -> ReceiveRequest {
+    ReceiveRequest { max_messages, wait_ms: 0, visibility_timeout_ms: None }
+}
+
+fn receipts(got: &[Message]) -> Vec<String> {
+    got.iter().map(|m| m.receipt.clone()).collect()
+}
+
+#[tokio::test]
+async fn queue_requests_per_receive_and_ack_are_what_the_cost_model_says() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let counted = counted_log().await;
+    let (state, objects, log) = &counted;
+    let topic = unique_topic("queue-costs");
+    log.create_topic(&topic, TopicSpec { partitions: 8, retention_ms: None, retention_bytes: None }).await.unwrap();
+    // Published as batches of 100 keyed events over 8 partitions: ~12 events per segment.
+    for batch in 0..20 {
+        log.publish(&topic, (0..100).map(|i| kib_event(batch * 100 + i, true)).collect(), None).await.unwrap();
+    }
+    let queues = Queues::new(log.clone());
+    let spec = SubscriptionSpec { start: StartAt::Earliest, ..SubscriptionSpec::default() };
+    let (_, create) = counted!(state, objects, queues.create(&topic, "work", spec).await.unwrap());
+    per_request("create subscription", &create, 1);
+    // The receipt key is read (or made) once per process.
+    let first = queues.receive(&topic, "work", &receive(10)).await.unwrap();
+    queues.ack(&topic, "work", &first.iter().map(|m| m.receipt.clone()).collect::<Vec<_>>()).await.unwrap();
+
+    receives_and_acks(&counted, &queues, &topic).await;
+    settles(&counted, &queues, &topic).await;
+    dead_letters(&counted, &queues, &topic).await;
+
+    // Drain, then an empty receive reads and writes nothing.
+    loop {
+        let got = queues.receive(&topic, "work", &receive(100)).await.unwrap();
+        if got.is_empty() {
+            break;
+        }
+        queues.ack(&topic, "work", &got.iter().map(|m| m.receipt.clone()).collect::<Vec<_>>()).await.unwrap();
+    }
+    let (_, empty) =
+        counted!(state, objects, assert!(queues.receive(&topic, "work", &receive(10)).await.unwrap().is_empty()));
+    per_request("queue receive, empty queue (8 partitions)", &empty, 1);
+    for op in ["dynamodb:UpdateItem", "dynamodb:TransactWriteItems", "dynamodb:DeleteItem", "s3:GetObject"] {
+        assert!(!empty.contains_key(op), "an empty receive writes nothing and reads no object: {empty:?}");
+    }
+    let (d, describe) = counted!(state, objects, queues.describe(&topic, "work").await.unwrap());
+    per_request("describe subscription (8 partitions)", &describe, 1);
+    assert_eq!((d.backlog.visible, d.backlog.in_flight), (0, 0));
+}
+
+/// Receives of batch 10 and 100, then their acks: about one write each.
+async fn receives_and_acks((state, objects, _): &Counted, queues: &Queues, topic: &str) {
+    for batch in [10, 100] {
+        const ROUNDS: usize = 5;
+        let mut received = Vec::new();
+        let (_, receives) = counted!(state, objects, {
+            for _ in 0..ROUNDS {
+                received.push(queues.receive(topic, "work", &receive(batch)).await.unwrap());
+            }
+        });
+        let messages: usize = received.iter().map(Vec::len).sum();
+        per_request(&format!("queue receive, batch {batch} ({messages} messages)"), &receives, ROUNDS);
+        assert_eq!(messages, ROUNDS * batch);
+        let (_, acks) = counted!(state, objects, {
+            for got in &received {
+                let receipts: Vec<String> = got.iter().map(|m| m.receipt.clone()).collect();
+                assert!(queues.ack(topic, "work", &receipts).await.unwrap().iter().all(Result::is_ok));
+            }
+        });
+        per_request(&format!("queue ack, batch {batch}"), &acks, ROUNDS);
+        // A receive's messages usually come from one partition: one write takes them.
+        let writes = receives.get("dynamodb:TransactWriteItems").copied().unwrap_or(0);
+        assert!(writes as usize <= 2 * ROUNDS, "about one write per receive: {receives:?}");
+        let ack_writes: u64 = ["dynamodb:DeleteItem", "dynamodb:UpdateItem", "dynamodb:TransactWriteItems"]
+            .iter()
+            .map(|op| acks.get(op).copied().unwrap_or(0))
+            .sum();
+        assert!(ack_writes as usize <= 2 * ROUNDS, "about one write per ack: {acks:?}");
+    }
+}
+
+/// Release, extend and ack-next: each settles one lease with one write.
+async fn settles((state, objects, _): &Counted, queues: &Queues, topic: &str) {
+    let got = queues.receive(topic, "work", &receive(10)).await.unwrap();
+    let (_, nack) = counted!(state, objects, queues.nack(topic, "work", &receipts(&got), 0).await.unwrap());
+    per_request("queue nack, batch 10", &nack, 1);
+    let got = queues.receive(topic, "work", &receive(10)).await.unwrap();
+    let (renewed, visibility) =
+        counted!(state, objects, queues.change_visibility(topic, "work", &receipts(&got), 60_000).await.unwrap());
+    per_request("queue visibility change, batch 10", &visibility, 1);
+    let renewed: Vec<String> = renewed.into_iter().map(|r| r.unwrap().unwrap()).collect();
+    queues.ack(topic, "work", &renewed).await.unwrap();
+    let held = queues.receive(topic, "work", &receive(10)).await.unwrap();
+    let ((acks, next), ack_next) =
+        counted!(state, objects, queues.ack_and_receive(topic, "work", &receipts(&held), &receive(10)).await.unwrap());
+    per_request("queue receive carrying the previous batch's acks, batch 10", &ack_next, 1);
+    assert!(acks.iter().all(Result::is_ok) && next.len() == 10);
+    queues.ack(topic, "work", &receipts(&next)).await.unwrap();
+    // A release or a move is one write: the lease out of the cursor item, the moved messages
+    // into a lease item of their own.
+    assert_eq!(nack.get("dynamodb:TransactWriteItems"), Some(&1), "{nack:?}");
+    assert_eq!(visibility.get("dynamodb:TransactWriteItems"), Some(&1), "{visibility:?}");
+    // The acks ride on the receive's one write: the cursor item, with the leases in it.
+    assert_eq!(ack_next.get("dynamodb:GetItem"), Some(&2), "topic and subscription read once: {ack_next:?}");
+    assert_eq!(ack_next.get("dynamodb:UpdateItem"), Some(&1), "one write: {ack_next:?}");
+    assert_eq!(ack_next.get("dynamodb:TransactWriteItems"), None, "one write: {ack_next:?}");
+}
+
+/// Dead letters: a queue whose messages die at their first expiry, listed, redriven, purged,
+/// and the subscription deleted and purged by the janitor.
+async fn dead_letters((state, objects, _): &Counted, queues: &Queues, topic: &str) {
+    let dying = SubscriptionSpec {
+        start: StartAt::Earliest,
+        visibility_timeout_ms: 0,
+        max_receive_count: 1,
+        ..SubscriptionSpec::default()
+    };
+    queues.create(topic, "dying", dying).await.unwrap();
+    queues.receive(topic, "dying", &receive(10)).await.unwrap();
+    let (page, list) = counted!(state, objects, queues.dead_letters(topic, "dying", None, 100).await.unwrap());
+    per_request("dead letters listed, first time (10 buried, 8 partitions)", &list, 1);
+    assert_eq!(page.entries.len(), 10);
+    let (_, redrive) = counted!(state, objects, queues.redrive(topic, "dying", None).await.unwrap());
+    per_request("redrive 10 dead letters (8 partitions)", &redrive, 1);
+    queues.receive(topic, "dying", &receive(10)).await.unwrap();
+    queues.dead_letters(topic, "dying", None, 100).await.unwrap();
+    let (_, purge) = counted!(state, objects, queues.purge_dead_letters(topic, "dying").await.unwrap());
+    per_request("purge 10 dead letters (8 partitions)", &purge, 1);
+    let (_, delete) = counted!(state, objects, queues.delete(topic, "dying").await.unwrap());
+    per_request("delete subscription", &delete, 1);
+    assert_eq!(delete.get("dynamodb:TransactWriteItems"), Some(&1), "one write: {delete:?}");
+    let (_, purge) =
+        counted!(state, objects, { while upkeep::step(state.as_ref(), upkeep::STEP_BUDGET, 0).await.unwrap().more {} });
+    per_request("janitor: purge the deleted subscription (8 partitions)", &purge, 1);
+}
