@@ -191,7 +191,7 @@ impl From {
 }
 
 /// A partition of a topic (the server's own type: the client reads it as the API writes it).
-pub use sluice_core::groups::TopicPartition;
+pub use sluice_wire::TopicPartition;
 
 /// An offset of a partition (a position, a commit, a seek's result).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
