@@ -1,8 +1,11 @@
-//! What the derives cannot say about the answers in the server's OpenAPI document.
+//! What the derives cannot say in the server's OpenAPI document: that the answers' schemas
+//! are closed, and a name's pattern.
 
 use std::borrow::Cow;
 
-use utoipa::ToSchema;
+use utoipa::openapi::schema::{ObjectBuilder, Type};
+use utoipa::openapi::{RefOr, Schema};
+use utoipa::{PartialSchema, ToSchema};
 
 use crate::groups::{
     GroupDescription, GroupEvent, GroupList, GroupPartition, Member, Moved, Polled, Sought, TopicPartition,
@@ -59,3 +62,18 @@ pub fn closed_schemas() -> Vec<Cow<'static, str>> {
         Exponential::name(),
     ]
 }
+
+/// A name of a topic, group or subscription: `[A-Za-z0-9._-]{1,249}`, neither `.` nor `..`.
+pub struct Name;
+
+impl PartialSchema for Name {
+    fn schema() -> RefOr<Schema> {
+        // Three ways not to be `.` nor `..`: no leading dot, one dot then another character, two then anything.
+        let pattern =
+            r"^(?:[A-Za-z0-9_-][A-Za-z0-9._-]{0,248}|\.[A-Za-z0-9_-][A-Za-z0-9._-]{0,247}|\.\.[A-Za-z0-9._-]{1,247})$";
+        let description = "`[A-Za-z0-9._-]{1,249}`, neither `.` nor `..`";
+        ObjectBuilder::new().schema_type(Type::String).pattern(Some(pattern)).description(Some(description)).into()
+    }
+}
+
+impl ToSchema for Name {}

@@ -34,3 +34,12 @@ pub struct ReadPage {
     pub high_watermark: u64,
     pub log_start_offset: u64,
 }
+
+/// One end of a partition's log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum End {
+    Earliest,
+    Latest,
+}

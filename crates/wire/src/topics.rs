@@ -78,3 +78,24 @@ pub struct Position {
 pub struct Published {
     pub results: Vec<Position>,
 }
+
+/// A topic's settings; an empty body means all defaults.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct CreateTopic {
+    /// 1 to 1024.
+    #[serde(default = "one")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1024, default = 1))]
+    pub partitions: u32,
+    /// How long events are kept, by their timestamps; the server's default (7 days) if absent.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    pub retention_ms: Option<i64>,
+    /// The most bytes each partition keeps; no bound if absent.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    pub retention_bytes: Option<i64>,
+}
+
+fn one() -> u32 {
+    1
+}
