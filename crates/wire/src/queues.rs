@@ -1,4 +1,4 @@
-//! Work queues on the wire: subscriptions, received messages, settlements and dead letters.
+//! Work queues on the wire: subscriptions, receives, settlements and dead letters.
 
 use std::collections::BTreeMap;
 
@@ -276,4 +276,114 @@ pub struct Exponential {
     pub initial_ms: u64,
     pub max_ms: u64,
     pub multiplier: Option<u32>,
+}
+
+/// A subscription's settings; an empty body means all defaults.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct CreateSubscription {
+    /// `"latest"` (default), `"earliest"`, `{"timestamp_ms": N}` or `{"offsets": {"0": 5}}`.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Start>))]
+    pub start: Option<Value>,
+    /// How long a received message stays hidden: 0 to 12 h (default 30000).
+    #[cfg_attr(feature = "openapi", schema(maximum = 43200000))]
+    pub visibility_timeout_ms: Option<u64>,
+    /// Deliveries before a message goes to the dead-letter queue: 1 to 1000 (default 5).
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1000))]
+    pub max_receive_count: Option<u32>,
+    pub ordering: Option<Ordering>,
+    /// How long a new message waits before its first delivery (default 0).
+    pub delay_ms: Option<u64>,
+    /// `[ms, …]` or `{"initial_ms", "max_ms", "multiplier"}` (default: none, at once).
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Backoff>))]
+    pub redelivery_backoff_ms: Option<Value>,
+    /// An event pattern: only matching events become messages.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Value>))]
+    pub filter: Option<Value>,
+    /// A push target: `{"url", "secret"?, …}` or `{"lambda", …}`.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<PushTarget>))]
+    pub push: Option<Value>,
+}
+
+/// A push target as requested: one of `url` and `lambda`.
+/// A push target as requested: exactly one of `url` and `lambda`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct PushTarget {
+    pub url: Option<String>,
+    pub secret: Option<String>,
+    pub lambda: Option<String>,
+    pub max_batch: Option<u32>,
+    pub timeout_ms: Option<u64>,
+    pub max_in_flight: Option<u32>,
+}
+
+/// A receive; an empty body means all defaults.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ReceiveRequest {
+    /// 1 to 100.
+    #[serde(default = "one")]
+    #[cfg_attr(feature = "openapi", schema(value_type = u32, minimum = 1, maximum = 100))]
+    pub max_messages: usize,
+    /// Long poll: up to 20 s.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 20000))]
+    pub wait_ms: u64,
+    /// This receive's visibility timeout, in place of the subscription's.
+    #[cfg_attr(feature = "openapi", schema(maximum = 43200000))]
+    pub visibility_timeout_ms: Option<u64>,
+    /// Receipts to ack before receiving (the previous batch's).
+    #[serde(default)]
+    pub ack: Vec<String>,
+}
+
+impl Default for ReceiveRequest {
+    fn default() -> Self {
+        Self { max_messages: 1, wait_ms: 0, visibility_timeout_ms: None, ack: Vec::new() }
+    }
+}
+
+/// Receipts of messages done with (at most 100).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct AckRequest {
+    pub receipts: Vec<String>,
+}
+
+/// Receipts of messages to give back (at most 100), visible again after `delay_ms` (up to 12 h).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct NackRequest {
+    pub receipts: Vec<String>,
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 43200000))]
+    pub delay_ms: u64,
+}
+
+/// Receipts of messages to hold for `visibility_timeout_ms` from now (0: visible at once).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct VisibilityRequest {
+    pub receipts: Vec<String>,
+    #[cfg_attr(feature = "openapi", schema(maximum = 43200000))]
+    pub visibility_timeout_ms: u64,
+}
+
+/// How many dead letters to send back (default: all).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RedriveRequest {
+    pub max_messages: Option<u64>,
+}
+
+fn one() -> usize {
+    1
 }
