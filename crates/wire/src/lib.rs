@@ -4,11 +4,13 @@
 //! - [`Code`]: every error code, its name and HTTP status;
 //! - [`partitioner`]: key → partition, as Kafka's default partitioner (a stored-data
 //!   contract: a key's partition never changes);
-//! - the answers of each route, by capability ([`topics`], [`read`], [`groups`], [`queues`]).
+//! - the request bodies and the answers of each route, by capability ([`topics`], [`read`],
+//!   [`groups`], [`queues`]), under the names the OpenAPI document gives them.
 //!
-//! The server renders its answers by hand (values are copied as stored, see
-//! `sluice-api`'s `read::render`), so there these types describe and are never built; the
-//! client reads answers with them. A field that is always there but may be `null` is
+//! Requests deny unknown fields (the server refuses them); answers do not (the client
+//! ignores what a newer server adds). The server renders its answers by hand (values are
+//! copied as stored, see `sluice-api`'s `read::render`), so there these types describe and
+//! are never built; the client reads answers with them. A field that is always there but may be `null` is
 //! `required` in the document; one that may be absent is not.
 //!
 //! With the `openapi` feature each type derives utoipa's `ToSchema`, for the server's
