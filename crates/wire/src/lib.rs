@@ -14,8 +14,8 @@
 //! `required` in the document; one that may be absent is not.
 //!
 //! With the `openapi` feature each type derives utoipa's `ToSchema`, for the server's
-//! OpenAPI document ([`openapi`]). It is off for the client: utoipa and its derive macros
-//! would be compiled by every client user for a document it never builds.
+//! OpenAPI document (and its `openapi` module). It is off for the client: utoipa and its
+//! derive macros would be compiled by every client user for a document it never builds.
 
 mod code;
 pub mod groups;
