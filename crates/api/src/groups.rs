@@ -9,15 +9,16 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
 use serde_json::{json, Value};
 use sluice_core::groups::{CommitOffset, Groups, PollAnswer, PollRequest, ResetPolicy, SeekTarget, TopicPartition};
+use sluice_wire::groups::{
+    CommitRequest as Commit, LeaveRequest as Leave, PollRequest as Poll, Reset, SeekRequest as Seek,
+};
 
 use crate::body::{parse_json_owned, read_body};
-use utoipa::ToSchema;
 
-use crate::openapi::answers::{GroupDescription, GroupList, Polled, Reset, Sought};
-use crate::openapi::params::{End, GroupPath, Name};
+use crate::openapi::answers::{GroupDescription, GroupList, Polled, Sought};
+use crate::openapi::params::GroupPath;
 use crate::openapi::{errors, examples as ex};
 use crate::path::Path;
 use crate::read::write_record;
@@ -27,101 +28,6 @@ use crate::ApiError;
 const MAX_BODY: usize = 256 << 10;
 const DEFAULT_MAX_EVENTS: usize = 500;
 const DEFAULT_MAX_BYTES: usize = 1 << 20;
-
-/// A poll: joins without `member_id`, then heartbeats and fetches with it.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(as = PollRequest)]
-pub(crate) struct Poll {
-    /// The id the first poll answered; absent to join.
-    member_id: Option<String>,
-    /// The topics the group reads.
-    #[schema(value_type = Vec<Name>, min_items = 1)]
-    topics: Vec<String>,
-    /// Default 500.
-    #[schema(value_type = Option<u32>, minimum = 1)]
-    max_events: Option<usize>,
-    /// Default 1 MiB.
-    #[schema(value_type = Option<u32>, minimum = 1)]
-    max_bytes: Option<usize>,
-    /// Long poll, up to 20 s and half the session timeout.
-    #[serde(default)]
-    #[schema(maximum = 20000)]
-    wait_ms: u64,
-    /// Where a partition without a usable committed offset starts (default `earliest`).
-    #[serde(default = "earliest")]
-    #[schema(value_type = Reset)]
-    reset: ResetPolicy,
-    /// 6000 to 300000 (default 45000).
-    #[schema(minimum = 6000, maximum = 300000)]
-    session_timeout_ms: Option<u64>,
-    /// Commit the `positions` (or what the previous poll returned) before fetching.
-    #[serde(default)]
-    auto_commit: bool,
-    /// The next offset the client expects per partition it has received events of.
-    positions: Option<Vec<Position>>,
-    /// A static member's stable name (Kafka's `group.instance.id`): its member id is `i.<instance_id>`.
-    instance_id: Option<String>,
-}
-
-/// The next offset the client expects on a partition.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(as = FetchPosition)]
-pub(crate) struct Position {
-    topic: String,
-    partition: u32,
-    offset: u64,
-}
-
-fn earliest() -> ResetPolicy {
-    ResetPolicy::Earliest
-}
-
-/// Offsets to commit, fenced by the member's generation and partitions (at most 98).
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(as = CommitRequest)]
-pub(crate) struct Commit {
-    member_id: String,
-    generation: u64,
-    offsets: Vec<Offset>,
-}
-
-/// One committed offset: the next offset to consume.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(as = CommitOffset)]
-pub(crate) struct Offset {
-    topic: String,
-    partition: u32,
-    offset: u64,
-    metadata: Option<String>,
-}
-
-/// The member that leaves.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(as = LeaveRequest)]
-pub(crate) struct Leave {
-    member_id: String,
-}
-
-/// Where to move committed offsets: exactly one of `to`, `offset` and `timestamp_ms`.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(as = SeekRequest)]
-pub(crate) struct Seek {
-    /// One topic; every topic the group reads if absent.
-    #[schema(value_type = Option<Name>)]
-    topic: Option<String>,
-    partitions: Option<Vec<u32>>,
-    /// `earliest` or `latest`.
-    #[schema(value_type = Option<End>)]
-    to: Option<String>,
-    offset: Option<u64>,
-    timestamp_ms: Option<i64>,
-}
 
 /// Join a consumer group or heartbeat, and fetch events of the member's partitions.
 #[utoipa::path(post, path = "/v1/groups/{group}/poll", tag = "groups", operation_id = "poll", params(GroupPath),
@@ -161,7 +67,11 @@ pub async fn poll(
         max_events,
         max_bytes,
         wait_ms: req.wait_ms,
-        reset: req.reset,
+        reset: match req.reset {
+            Reset::Earliest => ResetPolicy::Earliest,
+            Reset::Latest => ResetPolicy::Latest,
+            Reset::None => ResetPolicy::None,
+        },
         session_timeout_ms: req.session_timeout_ms,
         auto_commit: req.auto_commit,
         positions,

@@ -21,8 +21,11 @@ use sluice_core::Code;
 
 use crate::body::{parse_json_owned, read_body};
 use crate::metrics;
-use utoipa::ToSchema;
 
+use crate::openapi::answers::{
+    AckRequest as Ack, CreateSubscription as Create, NackRequest as Nack, PushTarget as Push,
+    ReceiveRequest as Receive, RedriveRequest as Redrive, VisibilityRequest as Visibility,
+};
 use crate::openapi::params::{DeadLetterPath, DeadLettersQuery, SubPath as SubParams, TopicPath};
 use crate::openapi::{answers, errors, examples as ex};
 use crate::path::Path;
@@ -37,49 +40,6 @@ const DEFAULT_DLQ_LIMIT: usize = 100;
 /// `{topic}` and `{sub}`.
 type SubPath = Path<(String, String)>;
 
-/// A subscription's settings; an empty body means all defaults.
-#[derive(Deserialize, Default, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(as = CreateSubscription)]
-pub(crate) struct Create {
-    /// `"latest"` (default), `"earliest"`, `{"timestamp_ms": N}` or `{"offsets": {"0": 5}}`.
-    #[schema(value_type = Option<answers::Start>)]
-    start: Option<Value>,
-    /// How long a received message stays hidden: 0 to 12 h (default 30000).
-    #[schema(maximum = 43200000)]
-    visibility_timeout_ms: Option<u64>,
-    /// Deliveries before a message goes to the dead-letter queue: 1 to 1000 (default 5).
-    #[schema(minimum = 1, maximum = 1000)]
-    max_receive_count: Option<u32>,
-    #[schema(value_type = Option<answers::Ordering>)]
-    ordering: Option<Ordering>,
-    /// How long a new message waits before its first delivery (default 0).
-    delay_ms: Option<u64>,
-    /// `[ms, …]` or `{"initial_ms", "max_ms", "multiplier"}` (default: none, at once).
-    #[schema(value_type = Option<answers::Backoff>)]
-    redelivery_backoff_ms: Option<Value>,
-    /// An event pattern: only matching events become messages.
-    #[schema(value_type = Option<Value>)]
-    filter: Option<Value>,
-    /// A push target: `{"url", "secret"?, …}` or `{"lambda", …}`.
-    #[schema(value_type = Option<Push>)]
-    push: Option<Value>,
-}
-
-/// A push target as requested: one of `url` and `lambda`.
-/// A push target as requested: exactly one of `url` and `lambda`.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(as = PushTarget)]
-pub(crate) struct Push {
-    url: Option<String>,
-    secret: Option<String>,
-    lambda: Option<String>,
-    max_batch: Option<u32>,
-    timeout_ms: Option<u64>,
-    max_in_flight: Option<u32>,
-}
-
 /// The exponential form of a backoff, checked for unknown fields before the core's
 /// (untagged) [`Backoff`] reads it.
 #[derive(Deserialize)]
@@ -91,72 +51,12 @@ struct Exponential {
     multiplier: Option<u32>,
 }
 
-/// A receive; an empty body means all defaults.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(as = ReceiveRequest)]
-pub(crate) struct Receive {
-    /// 1 to 100.
-    #[serde(default = "one")]
-    #[schema(value_type = u32, minimum = 1, maximum = 100)]
-    max_messages: usize,
-    /// Long poll: up to 20 s.
-    #[serde(default)]
-    #[schema(maximum = 20000)]
-    wait_ms: u64,
-    /// This receive's visibility timeout, in place of the subscription's.
-    #[schema(maximum = 43200000)]
-    visibility_timeout_ms: Option<u64>,
-    /// Receipts to ack before receiving (the previous batch's).
-    #[serde(default)]
-    ack: Vec<String>,
-}
-
-impl Default for Receive {
-    fn default() -> Self {
-        Self { max_messages: 1, wait_ms: 0, visibility_timeout_ms: None, ack: Vec::new() }
+/// The core's ordering for the wire's.
+fn ordering(ordering: answers::Ordering) -> Ordering {
+    match ordering {
+        answers::Ordering::None => Ordering::None,
+        answers::Ordering::Key => Ordering::Key,
     }
-}
-
-fn one() -> usize {
-    1
-}
-
-/// Receipts of messages done with (at most 100).
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(as = AckRequest)]
-pub(crate) struct Ack {
-    receipts: Vec<String>,
-}
-
-/// Receipts of messages to give back (at most 100), visible again after `delay_ms` (up to 12 h).
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(as = NackRequest)]
-pub(crate) struct Nack {
-    receipts: Vec<String>,
-    #[serde(default)]
-    #[schema(maximum = 43200000)]
-    delay_ms: u64,
-}
-
-/// Receipts of messages to hold for `visibility_timeout_ms` from now (0: visible at once).
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(as = VisibilityRequest)]
-pub(crate) struct Visibility {
-    receipts: Vec<String>,
-    #[schema(maximum = 43200000)]
-    visibility_timeout_ms: u64,
-}
-
-/// How many dead letters to send back (default: all).
-#[derive(Deserialize, Default, ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(as = RedriveRequest)]
-pub(crate) struct Redrive {
-    max_messages: Option<u64>,
 }
 
 /// A body whose fields are all optional: empty (or only whitespace) means all defaults.
@@ -272,7 +172,7 @@ pub async fn create(
         start: req.start.map(start).transpose()?.unwrap_or(defaults.start),
         visibility_timeout_ms: req.visibility_timeout_ms.unwrap_or(defaults.visibility_timeout_ms),
         max_receive_count: req.max_receive_count.unwrap_or(defaults.max_receive_count),
-        ordering: req.ordering.unwrap_or(defaults.ordering),
+        ordering: req.ordering.map(ordering).unwrap_or(defaults.ordering),
         delay_ms: req.delay_ms.unwrap_or(defaults.delay_ms),
         redelivery_backoff: req.redelivery_backoff_ms.map(backoff).transpose()?.or(defaults.redelivery_backoff),
         filter: req.filter,

@@ -5,38 +5,15 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Json;
-use serde::Deserialize;
 use serde_json::{json, Value};
 use sluice_core::{Log, PartitionState, TopicConfig, TopicSpec};
 
-use utoipa::ToSchema;
-
 use crate::body::{parse_json, read_body};
-use crate::openapi::answers::{Topic, TopicDescription, TopicList};
+use crate::openapi::answers::{CreateTopic, Topic, TopicDescription, TopicList};
 use crate::openapi::params::TopicPath;
 use crate::openapi::{errors, examples as ex};
 use crate::path::Path;
 use crate::ApiError;
-
-/// A topic's settings; an empty body means all defaults.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct CreateTopic {
-    /// 1 to 1024.
-    #[serde(default = "one")]
-    #[schema(minimum = 1, maximum = 1024, default = 1)]
-    partitions: u32,
-    /// How long events are kept, by their timestamps; the server's default (7 days) if absent.
-    #[schema(minimum = 1)]
-    retention_ms: Option<i64>,
-    /// The most bytes each partition keeps; no bound if absent.
-    #[schema(minimum = 1)]
-    retention_bytes: Option<i64>,
-}
-
-fn one() -> u32 {
-    1
-}
 
 fn topic_json(t: &TopicConfig) -> Value {
     json!({

@@ -4,32 +4,13 @@
 use reqwest::Method;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use sluice_wire::{GroupList, Published, Sought, TopicList};
 
 use crate::client::Call;
 use crate::types::{
     From, GroupDescription, Page, PartitionOffset, Placed, Record, SeekTo, Topic, TopicDescription, TopicSettings,
 };
 use crate::{Client, Error};
-
-#[derive(Deserialize)]
-struct Topics {
-    topics: Vec<Topic>,
-}
-
-#[derive(Deserialize)]
-struct Results {
-    results: Vec<Placed>,
-}
-
-#[derive(Deserialize)]
-struct Groups {
-    groups: Vec<String>,
-}
-
-#[derive(Deserialize)]
-struct Offsets {
-    offsets: Vec<PartitionOffset>,
-}
 
 #[derive(Deserialize)]
 struct Lookup {
@@ -45,7 +26,7 @@ impl Client {
 
     /// Every topic, by name.
     pub async fn list_topics(&self) -> Result<Vec<Topic>, Error> {
-        Ok(self.fetch::<Topics>(Call::new(Method::GET, "/v1/topics")).await?.topics)
+        Ok(self.fetch::<TopicList>(Call::new(Method::GET, "/v1/topics")).await?.topics)
     }
 
     /// A topic with the state of each partition.
@@ -81,7 +62,7 @@ impl Client {
             Some(key) => call.header("idempotency-key", key),
             None => call.once(),
         };
-        Ok(self.fetch::<Results>(call).await?.results)
+        Ok(self.fetch::<Published>(call).await?.results)
     }
 
     /// A page of one partition's events from `from` (`limit` at most, waiting up to
@@ -104,7 +85,7 @@ impl Client {
 
     /// The names of every consumer group.
     pub async fn list_groups(&self) -> Result<Vec<String>, Error> {
-        Ok(self.fetch::<Groups>(Call::new(Method::GET, "/v1/groups")).await?.groups)
+        Ok(self.fetch::<GroupList>(Call::new(Method::GET, "/v1/groups")).await?.groups)
     }
 
     /// A group's members, assignment, committed offsets and lag.
@@ -134,7 +115,7 @@ impl Client {
             body["partitions"] = Value::from(partitions.to_vec());
         }
         let call = Call::new(Method::POST, format!("/v1/groups/{group}/seek")).json(&body)?;
-        Ok(self.fetch::<Offsets>(call).await?.offsets)
+        Ok(self.fetch::<Sought>(call).await?.offsets)
     }
 
     /// Deletes a group and its offsets (`409 group_not_empty` while it has members).

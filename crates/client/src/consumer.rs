@@ -164,7 +164,7 @@ impl GroupConsumer {
         let path = format!("/v1/groups/{}/poll", self.group);
         let call = Call::new(Method::POST, path).json(&body)?.waiting(self.config.wait_ms);
         let answer: PollAnswer = match self.client.fetch(call).await {
-            Err(e) if e.code() == Some(sluice_core::Code::UnknownMember) => {
+            Err(e) if e.code() == Some(sluice_wire::Code::UnknownMember) => {
                 // Evicted: everything it held is gone; the next poll joins again.
                 *member = Member::default();
                 drop(member);
@@ -231,7 +231,7 @@ impl GroupConsumer {
             heartbeat.abort();
         }
         let fenced =
-            [sluice_core::Code::StaleGeneration, sluice_core::Code::NotAssigned, sluice_core::Code::UnknownMember];
+            [sluice_wire::Code::StaleGeneration, sluice_wire::Code::NotAssigned, sluice_wire::Code::UnknownMember];
         let committed = match self.config.auto_commit {
             true => match self.commit().await {
                 Err(e) if e.code().is_some_and(|c| fenced.contains(&c)) => {
@@ -247,7 +247,7 @@ impl GroupConsumer {
         let call = Call::new(Method::POST, format!("/v1/groups/{}/leave", self.group))
             .json(&json!({"member_id": member_id}))?;
         match self.client.send(call).await {
-            Err(e) if e.code() == Some(sluice_core::Code::UnknownMember) => committed,
+            Err(e) if e.code() == Some(sluice_wire::Code::UnknownMember) => committed,
             other => other.map(drop).and(committed),
         }
     }
@@ -271,7 +271,7 @@ impl GroupConsumer {
                 }
                 match heartbeat(&client, &group, &topics, &config, &mut member).await {
                     // Evicted: the next poll joins again (and tells the callbacks).
-                    Err(e) if e.code() == Some(sluice_core::Code::UnknownMember) => *member = Member::default(),
+                    Err(e) if e.code() == Some(sluice_wire::Code::UnknownMember) => *member = Member::default(),
                     Err(error) => tracing::warn!(%error, "heartbeat poll failed"),
                     Ok(()) => {}
                 }

@@ -1,7 +1,7 @@
 //! What a call can fail with: the API's own answer (its status, code and message), or
 //! the way to it (connection, timeout, signing), or an answer that is not the API's.
 
-use sluice_core::Code;
+use sluice_wire::Code;
 
 /// An error of a client call.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -40,6 +40,8 @@ pub use consumer::{ConsumerConfig, GroupConsumer};
 pub use error::Error;
 pub use producer::{Delivery, Producer, ProducerConfig};
 pub use queues::{Receive, Received};
-pub use sluice_core::Code;
+/// The API's documents, every answer as the server documents it.
+pub use sluice_wire as wire;
+pub use sluice_wire::Code;
 pub use types::*;
 pub use worker::{Nack, Worker, WorkerConfig, WorkerStats};

@@ -19,14 +19,14 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use serde_json::Value;
-use sluice_core::partitioner::partition_for_key;
+use sluice_wire::partitioner::partition_for_key;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::types::{Placed, Record};
 use crate::{Client, Error};
-use sluice_core::Code;
+use sluice_wire::Code;
 
 /// Partitions one idempotent publish may touch.
 const MAX_PARTITIONS_PER_BATCH: usize = 48;

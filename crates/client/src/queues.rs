@@ -5,6 +5,7 @@
 use reqwest::Method;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use sluice_wire::Settled;
 
 use crate::client::Call;
 use crate::types::{DeadLetterPage, Message, ReceiptResult};
@@ -13,11 +14,6 @@ use crate::{Client, Error};
 #[derive(Deserialize)]
 struct Subscriptions {
     subscriptions: Vec<Value>,
-}
-
-#[derive(Deserialize)]
-struct Results {
-    results: Vec<ReceiptResult>,
 }
 
 /// What one receive answered.
@@ -150,7 +146,7 @@ impl Client {
     ) -> Result<Vec<ReceiptResult>, Error> {
         let call = Call::new(Method::POST, format!("{}/{verb}", Self::subscription(topic, sub))).json(&body)?;
         let answer = self.send(call).await?;
-        let results = answer.parse::<Results>()?.results;
+        let results = answer.parse::<Settled>()?.results;
         Ok(if settles { settled_on_retry(results, answer.attempts) } else { results })
     }
 

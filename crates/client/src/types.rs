@@ -1,11 +1,24 @@
 //! The API's documents as the client reads and writes them (docs/API.md describes each).
-//! Answers are read leniently: a field a newer server adds is ignored.
+//! Answers are read leniently: a field a newer server adds is ignored. Most answers are
+//! sluice-wire's types, as the server documents them; the events stay the client's own
+//! ([`Event`] is one type for a replay's, a poll's and a received message's event).
 
 use std::collections::BTreeMap;
 
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+pub use sluice_wire::{
+    GroupDescription, GroupPartition, PartitionState, ReceiptError, ReceiptResult, Topic, TopicDescription,
+    TopicPartition, Upkeep,
+};
+
+/// A group's live member, as a group's description lists it.
+pub use sluice_wire::Member as GroupMember;
+/// An offset of a partition (a position, a commit, a seek's result).
+pub use sluice_wire::Moved as PartitionOffset;
+/// Where a published event landed.
+pub use sluice_wire::Position as Placed;
 
 /// A topic's settings, as created.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,45 +39,6 @@ impl TopicSettings {
     pub fn partitions(n: u32) -> Self {
         Self { partitions: Some(n), ..Self::default() }
     }
-}
-
-/// A topic, as listed.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct Topic {
-    pub name: String,
-    pub partitions: u32,
-    pub retention_ms: Option<u64>,
-    pub retention_bytes: Option<u64>,
-    pub created_ms: i64,
-}
-
-/// A topic, as described: with the state of each partition.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-pub struct TopicDescription {
-    pub name: String,
-    pub partitions: u32,
-    pub retention_ms: Option<u64>,
-    pub retention_bytes: Option<u64>,
-    pub created_ms: i64,
-    pub partition_states: Vec<PartitionState>,
-    #[serde(default)]
-    pub upkeep: Value,
-}
-
-/// One partition of a described topic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-pub struct PartitionState {
-    pub partition: u32,
-    pub log_start_offset: u64,
-    pub high_watermark: u64,
-    pub bytes: u64,
-}
-
-/// Where a published event landed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-pub struct Placed {
-    pub partition: u32,
-    pub offset: u64,
 }
 
 /// An event to publish. `value` is any JSON; [`Record::bytes`] sends bytes instead.
@@ -190,50 +164,6 @@ impl From {
     }
 }
 
-/// A partition of a topic (the server's own type: the client reads it as the API writes it).
-pub use sluice_core::groups::TopicPartition;
-
-/// An offset of a partition (a position, a commit, a seek's result).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PartitionOffset {
-    pub topic: String,
-    pub partition: u32,
-    pub offset: u64,
-}
-
-/// A group, as described.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
-pub struct GroupDescription {
-    pub group: String,
-    pub generation: u64,
-    pub members: Vec<GroupMember>,
-    pub partitions: Vec<GroupPartition>,
-    pub lag: u64,
-    pub offsets_expire_at_ms: Option<i64>,
-}
-
-/// A live member of a group.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
-pub struct GroupMember {
-    pub member_id: String,
-    pub assignment: Vec<TopicPartition>,
-    pub session_timeout_ms: u64,
-    pub expires_at_ms: i64,
-}
-
-/// A partition a group reads: its committed offset, owner and lag.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
-pub struct GroupPartition {
-    pub topic: String,
-    pub partition: u32,
-    pub committed_offset: Option<u64>,
-    pub metadata: Option<String>,
-    pub log_start_offset: u64,
-    pub high_watermark: u64,
-    pub lag: u64,
-    pub member_id: Option<String>,
-}
-
 /// Where a seek moves a group's offsets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SeekTo {
@@ -254,22 +184,8 @@ pub struct Message {
     pub event: Event,
 }
 
-/// One receipt's result in an ack, nack or visibility answer.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct ReceiptResult {
-    pub receipt: Option<String>,
-    pub ok: bool,
-    pub error: Option<ReceiptError>,
-}
-
-/// Why a receipt was refused (`invalid_receipt`, `stale_receipt`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct ReceiptError {
-    pub code: String,
-    pub message: String,
-}
-
-/// A dead letter of a subscription.
+/// A dead letter of a subscription. The client's own: its event is the JSON as answered
+/// (sluice-wire's [`DeadLetter`](sluice_wire::DeadLetter) types it as a record).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 pub struct DeadLetter {
     pub id: String,

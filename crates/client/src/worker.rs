@@ -207,24 +207,8 @@ impl Shared {
         H: Fn(Message) -> F + Send + Sync + 'static,
         F: Future<Output = Result<(), Nack>> + Send + 'static,
     {
-        let batch = self.config.batch.clamp(1, 100);
         loop {
-            // Room for one message at least. (A handler that finishes frees its slot, so no
-            // finished message's ack waits here behind a slow handler.)
-            let mut room = tokio::select! {
-                () = stopped(&mut stopping) => return Ok(()),
-                room = self.slots.clone().acquire_owned() => room.map_err(|_| Error::Closed)?,
-            };
-            // Then room for up to a batch: handlers finishing now free theirs within a moment
-            // (a smaller receive costs as much), and slow ones do not hold the receive up.
-            let most = batch.min(self.config.concurrency.max(1) as u32) as usize;
-            while room.num_permits() < most {
-                let more = tokio::time::timeout(GATHER_WAIT, self.slots.clone().acquire_owned()).await;
-                match more {
-                    Ok(Ok(permit)) => room.merge(permit),
-                    _ => break,
-                }
-            }
+            let Some(mut room) = self.room(&mut stopping).await? else { return Ok(()) };
             let want = room.num_permits() as u32;
             let ack = self.take_done();
             // While handlers run or acks ride along, a short wait: acks go out soon, and a
@@ -278,6 +262,29 @@ impl Shared {
                 });
             }
         }
+    }
+
+    /// Room for one message at least (a handler that finishes frees its slot, so no finished
+    /// message's ack waits here behind a slow handler), then for up to a batch: handlers
+    /// finishing now free theirs within a moment (a smaller receive costs as much), and slow
+    /// ones do not hold the receive up. `None` once stopping.
+    async fn room(
+        &self,
+        stopping: &mut tokio::sync::watch::Receiver<bool>,
+    ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, Error> {
+        let mut room = tokio::select! {
+            () = stopped(stopping) => return Ok(None),
+            room = self.slots.clone().acquire_owned() => room.map_err(|_| Error::Closed)?,
+        };
+        let most = self.config.batch.clamp(1, 100).min(self.config.concurrency.max(1) as u32) as usize;
+        while room.num_permits() < most {
+            let more = tokio::time::timeout(GATHER_WAIT, self.slots.clone().acquire_owned()).await;
+            match more {
+                Ok(Ok(permit)) => room.merge(permit),
+                _ => break,
+            }
+        }
+        Ok(Some(room))
     }
 
     fn take_done(&self) -> Vec<String> {

@@ -10,7 +10,7 @@
 //! - [`upkeep`]: the janitor (retention, compaction, collection, purges).
 //!
 //! Small shared pieces stay flat: the clock and randomness, names, the
-//! partitioner, the segment codec, the stored records' layout, retries.
+//! partitioner (sluice-wire's), the segment codec, the stored records' layout, retries.
 
 pub mod clock;
 pub mod error;
@@ -23,7 +23,6 @@ pub mod log;
 pub mod metrics;
 pub mod model;
 pub mod names;
-pub mod partitioner;
 pub mod ports;
 pub mod push;
 pub mod queues;
@@ -31,6 +30,9 @@ pub mod retry;
 pub mod segment;
 pub mod trace;
 pub mod upkeep;
+
+/// Kafka's partitioner, which the client shares (sluice-wire holds it).
+pub use sluice_wire::partitioner;
 
 pub use clock::{Clock, ManualClock, Random, SeededRandom, SteppingClock, SystemClock, SystemRandom};
 pub use error::{Code, Error};

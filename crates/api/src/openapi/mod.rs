@@ -2,13 +2,16 @@
 //! operation (`#[utoipa::path]`), the routers are built with `utoipa_axum`'s `routes!` from
 //! the same handlers, so a route cannot be missing from the document. Request schemas are
 //! derived from the types the handlers parse; the answers, which the handlers render by
-//! hand, are described in [`answers`] (a test replays the examples and checks the answers
-//! against them); the error codes of each operation are listed in [`errors`].
+//! hand, are described by sluice-wire's types ([`answers`]; a test replays the examples and
+//! checks the answers against them); the error codes of each operation are listed in
+//! [`errors`].
 
-pub(crate) mod answers;
 pub(crate) mod errors;
 pub(crate) mod examples;
 pub(crate) mod params;
+
+/// The answers' shapes, which the client reads too.
+pub(crate) use sluice_wire as answers;
 
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
@@ -82,6 +85,7 @@ async fn document() -> Response {
 /// The document as pretty JSON, ending with a newline.
 pub(crate) fn json(mut doc: OpenApi) -> String {
     optional_bodies(&mut doc);
+    close_answers(&mut doc);
     // Serializing maps of strings and numbers does not fail; were it to, the text says so.
     let mut text = doc.to_pretty_json().unwrap_or_else(|e| json!({ "error": e.to_string() }).to_string());
     text.push('\n');
@@ -106,6 +110,17 @@ fn optional_bodies(doc: &mut OpenApi) {
                     content.schema = Some(only.clone());
                 }
             }
+        }
+    }
+}
+
+/// The answers' schemas admit no property they do not list (see
+/// [`sluice_wire::openapi::closed_schemas`]).
+fn close_answers(doc: &mut OpenApi) {
+    let Some(components) = doc.components.as_mut() else { return };
+    for name in sluice_wire::openapi::closed_schemas() {
+        if let Some(RefOr::T(Schema::Object(object))) = components.schemas.get_mut(name.as_ref()) {
+            object.additional_properties = Some(Box::new(AdditionalProperties::FreeForm(false)));
         }
     }
 }

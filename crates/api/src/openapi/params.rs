@@ -4,24 +4,9 @@
 #![allow(dead_code)]
 
 use serde::Serialize;
-use utoipa::openapi::schema::{ObjectBuilder, Type};
-use utoipa::openapi::{RefOr, Schema};
-use utoipa::{IntoParams, PartialSchema, ToSchema};
-
-/// A name of a topic, group or subscription: `[A-Za-z0-9._-]{1,249}`, neither `.` nor `..`.
-pub(crate) struct Name;
-
-impl PartialSchema for Name {
-    fn schema() -> RefOr<Schema> {
-        // Three ways not to be `.` nor `..`: no leading dot, one dot then another character, two then anything.
-        let pattern =
-            r"^(?:[A-Za-z0-9_-][A-Za-z0-9._-]{0,248}|\.[A-Za-z0-9_-][A-Za-z0-9._-]{0,247}|\.\.[A-Za-z0-9._-]{1,247})$";
-        let description = "`[A-Za-z0-9._-]{1,249}`, neither `.` nor `..`";
-        ObjectBuilder::new().schema_type(Type::String).pattern(Some(pattern)).description(Some(description)).into()
-    }
-}
-
-impl ToSchema for Name {}
+pub(crate) use sluice_wire::openapi::Name;
+pub(crate) use sluice_wire::End;
+use utoipa::{IntoParams, ToSchema};
 
 /// `{topic}`.
 #[derive(IntoParams)]
@@ -88,14 +73,6 @@ pub(crate) enum ReadFrom {
     Offset(u64),
     /// `earliest`: the log start; `latest`: the high watermark (only events published from now on).
     End(End),
-}
-
-/// One end of a partition's log.
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum End {
-    Earliest,
-    Latest,
 }
 
 /// Replay's query.

@@ -115,12 +115,8 @@ pub enum ResetPolicy {
     None,
 }
 
-/// One partition of one topic.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct TopicPartition {
-    pub topic: String,
-    pub partition: u32,
-}
+/// One partition of one topic (the API's own type: members are assigned these).
+pub use sluice_wire::TopicPartition;
 
 /// A poll: join (no member id) or heartbeat, and fetch.
 #[derive(Debug, Clone)]

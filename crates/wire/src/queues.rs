@@ -1,0 +1,389 @@
+//! Work queues on the wire: subscriptions, receives, settlements and dead letters.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A subscription and its settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Subscription {
+    pub topic: String,
+    pub name: String,
+    pub start: Start,
+    pub visibility_timeout_ms: u64,
+    pub max_receive_count: u32,
+    pub ordering: Ordering,
+    pub delay_ms: u64,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub redelivery_backoff_ms: Option<Backoff>,
+    /// The event pattern, as given.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub filter: Option<Value>,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub push: Option<Push>,
+    /// Per partition, where the subscription started.
+    pub start_offsets: Vec<u64>,
+    pub created_ms: i64,
+}
+
+/// A push target as shown: its secret only in the answer that created it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Push {
+    pub url: Option<String>,
+    pub lambda: Option<String>,
+    pub max_batch: u32,
+    pub timeout_ms: u64,
+    pub max_in_flight: u32,
+    /// The signing secret: only in the answer that created the subscription.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+    /// Deliveries so far: in a description only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deliveries: Option<Deliveries>,
+    #[cfg_attr(feature = "openapi", schema(nullable))]
+    pub last_error: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(nullable))]
+    pub last_error_ms: Option<i64>,
+}
+
+/// A push subscription's deliveries so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Deliveries {
+    pub attempted: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+}
+
+/// `GET …/subscriptions`: the topic's subscriptions, by name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SubscriptionList {
+    pub subscriptions: Vec<Subscription>,
+}
+
+/// A subscription with its backlog, whole and per partition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SubscriptionDescription {
+    pub topic: String,
+    pub name: String,
+    pub start: Start,
+    pub visibility_timeout_ms: u64,
+    pub max_receive_count: u32,
+    pub ordering: Ordering,
+    pub delay_ms: u64,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub redelivery_backoff_ms: Option<Backoff>,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub filter: Option<Value>,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub push: Option<Push>,
+    pub start_offsets: Vec<u64>,
+    pub created_ms: i64,
+    pub backlog: Backlog,
+    /// Every partition's counts are of one moment.
+    pub exact: bool,
+    pub partitions: Vec<PartitionBacklog>,
+}
+
+/// Messages by state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Backlog {
+    pub visible: u64,
+    pub in_flight: u64,
+    pub delayed: u64,
+    pub dead: u64,
+    pub expired: u64,
+    pub filtered: u64,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub oldest_visible_age_ms: Option<u64>,
+}
+
+/// One partition's part of a subscription.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PartitionBacklog {
+    pub partition: u32,
+    /// The next offset never yet delivered.
+    pub cursor: u64,
+    pub high_watermark: u64,
+    pub backlog: Backlog,
+}
+
+/// A received message: the event, its receipt, and its deliveries so far.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Message {
+    /// What ack, nack and visibility take.
+    pub receipt: String,
+    pub partition: u32,
+    pub offset: u64,
+    pub receive_count: u32,
+    pub first_receive_ms: i64,
+    pub timestamp_ms: i64,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub key: Option<String>,
+    pub headers: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(content_encoding = "base64"))]
+    pub value_base64: Option<String>,
+}
+
+/// A receive's answer; `acks` when the request carried receipts to ack.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Received {
+    pub messages: Vec<Message>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acks: Option<Vec<ReceiptResult>>,
+}
+
+/// One result per receipt, in the order of the request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Settled {
+    pub results: Vec<ReceiptResult>,
+}
+
+/// One receipt's outcome. An `ok` visibility change carries the receipt to use from now on
+/// (none when the message was made visible again).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ReceiptResult {
+    pub receipt: Option<String>,
+    pub ok: bool,
+    pub error: Option<ReceiptError>,
+}
+
+/// Why a receipt did nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ReceiptError {
+    /// `invalid_receipt`: not a receipt of this subscription; `stale_receipt`: its message was
+    /// settled, redelivered or dead-lettered since.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^(invalid_receipt|stale_receipt)$"))]
+    pub code: String,
+    pub message: String,
+}
+
+/// A page of dead letters, and the `after` of the next (`null`: the last page).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DeadLetters {
+    pub dead_letters: Vec<DeadLetter>,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub next: Option<String>,
+}
+
+/// A dead letter: which deliveries put it there, and its event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DeadLetter {
+    /// `<partition>-<offset>`: what `DELETE …/dlq/{id}` takes.
+    pub id: String,
+    pub partition: u32,
+    pub offset: u64,
+    pub reason: String,
+    pub receive_count: u32,
+    pub first_receive_ms: i64,
+    pub last_receive_ms: i64,
+    pub dead_ms: i64,
+    /// `null` once retention removed it from the log.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub event: Option<Record>,
+}
+
+/// An event's record, without its place.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Record {
+    pub timestamp_ms: i64,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub key: Option<String>,
+    pub headers: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(content_encoding = "base64"))]
+    pub value_base64: Option<String>,
+}
+
+/// How many dead letters went back to the queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Redriven {
+    pub redriven: u64,
+}
+
+/// How many dead letters were removed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Purged {
+    pub purged: u64,
+}
+
+/// Where a new subscription starts reading its topic: `latest` (only events published after
+/// it is created), `earliest` (every event still in the log), the first events at or after a
+/// time, or per partition the first offset (partitions not named start at `latest`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Start {
+    Latest,
+    Earliest,
+    #[serde(rename = "timestamp_ms")]
+    Timestamp(i64),
+    Offsets(StartOffsets),
+}
+
+// A schema of its own: client generators name an inline map inside a one-of twice and drop it.
+/// Keys are partitions (`"0"`, `"1"`, …), values offsets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(transparent)]
+pub struct StartOffsets(pub BTreeMap<String, u64>);
+
+/// `key`: a key's messages are delivered one at a time, in offset order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Ordering {
+    None,
+    Key,
+}
+
+/// How long a message waits before its n-th redelivery: the n-th of the steps (the last
+/// repeats), or `initial_ms × multiplier^(n−1)`, at most `max_ms`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(untagged)]
+pub enum Backoff {
+    Steps(Vec<u64>),
+    Exponential(Exponential),
+}
+
+/// The exponential form of a backoff (`multiplier`: 2 unless given).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Exponential {
+    pub initial_ms: u64,
+    pub max_ms: u64,
+    pub multiplier: Option<u32>,
+}
+
+/// A subscription's settings; an empty body means all defaults.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct CreateSubscription {
+    /// `"latest"` (default), `"earliest"`, `{"timestamp_ms": N}` or `{"offsets": {"0": 5}}`.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Start>))]
+    pub start: Option<Value>,
+    /// How long a received message stays hidden: 0 to 12 h (default 30000).
+    #[cfg_attr(feature = "openapi", schema(maximum = 43200000))]
+    pub visibility_timeout_ms: Option<u64>,
+    /// Deliveries before a message goes to the dead-letter queue: 1 to 1000 (default 5).
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1000))]
+    pub max_receive_count: Option<u32>,
+    pub ordering: Option<Ordering>,
+    /// How long a new message waits before its first delivery (default 0).
+    pub delay_ms: Option<u64>,
+    /// `[ms, …]` or `{"initial_ms", "max_ms", "multiplier"}` (default: none, at once).
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Backoff>))]
+    pub redelivery_backoff_ms: Option<Value>,
+    /// An event pattern: only matching events become messages.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Value>))]
+    pub filter: Option<Value>,
+    /// A push target: `{"url", "secret"?, …}` or `{"lambda", …}`.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<PushTarget>))]
+    pub push: Option<Value>,
+}
+
+/// A push target as requested: one of `url` and `lambda`.
+/// A push target as requested: exactly one of `url` and `lambda`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct PushTarget {
+    pub url: Option<String>,
+    pub secret: Option<String>,
+    pub lambda: Option<String>,
+    pub max_batch: Option<u32>,
+    pub timeout_ms: Option<u64>,
+    pub max_in_flight: Option<u32>,
+}
+
+/// A receive; an empty body means all defaults.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ReceiveRequest {
+    /// 1 to 100.
+    #[serde(default = "one")]
+    #[cfg_attr(feature = "openapi", schema(value_type = u32, minimum = 1, maximum = 100))]
+    pub max_messages: usize,
+    /// Long poll: up to 20 s.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 20000))]
+    pub wait_ms: u64,
+    /// This receive's visibility timeout, in place of the subscription's.
+    #[cfg_attr(feature = "openapi", schema(maximum = 43200000))]
+    pub visibility_timeout_ms: Option<u64>,
+    /// Receipts to ack before receiving (the previous batch's).
+    #[serde(default)]
+    pub ack: Vec<String>,
+}
+
+impl Default for ReceiveRequest {
+    fn default() -> Self {
+        Self { max_messages: 1, wait_ms: 0, visibility_timeout_ms: None, ack: Vec::new() }
+    }
+}
+
+/// Receipts of messages done with (at most 100).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct AckRequest {
+    pub receipts: Vec<String>,
+}
+
+/// Receipts of messages to give back (at most 100), visible again after `delay_ms` (up to 12 h).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct NackRequest {
+    pub receipts: Vec<String>,
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 43200000))]
+    pub delay_ms: u64,
+}
+
+/// Receipts of messages to hold for `visibility_timeout_ms` from now (0: visible at once).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct VisibilityRequest {
+    pub receipts: Vec<String>,
+    #[cfg_attr(feature = "openapi", schema(maximum = 43200000))]
+    pub visibility_timeout_ms: u64,
+}
+
+/// How many dead letters to send back (default: all).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RedriveRequest {
+    pub max_messages: Option<u64>,
+}
+
+fn one() -> usize {
+    1
+}
