@@ -129,7 +129,7 @@ pub struct PollRequest {
     /// The id the first poll answered; absent to join.
     pub member_id: Option<String>,
     /// The topics the group reads.
-    #[cfg_attr(feature = "openapi", schema(value_type = Vec<crate::openapi::Name>, min_items = 1))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<crate::name::Name>, min_items = 1))]
     pub topics: Vec<String>,
     /// Default 500.
     #[cfg_attr(feature = "openapi", schema(value_type = Option<u32>, minimum = 1))]
@@ -201,7 +201,7 @@ pub struct LeaveRequest {
 #[serde(deny_unknown_fields)]
 pub struct SeekRequest {
     /// One topic; every topic the group reads if absent.
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::openapi::Name>))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::name::Name>))]
     pub topic: Option<String>,
     pub partitions: Option<Vec<u32>>,
     /// `earliest` or `latest`.

@@ -20,6 +20,8 @@
 mod code;
 pub mod groups;
 #[cfg(feature = "openapi")]
+mod name;
+#[cfg(feature = "openapi")]
 pub mod openapi;
 pub mod partitioner;
 pub mod queues;
