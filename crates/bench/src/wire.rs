@@ -1,5 +1,9 @@
 //! The API's answers as the bench reads them: only the fields it needs, borrowed from the
 //! body, values measured rather than parsed (group polls, queue receives and acks).
+//!
+//! Not sluice-wire's types, on purpose: those own every field and parse every value, which
+//! would add the bench client's own parsing to the figures it measures (its `produce` and
+//! `work` workloads measure sluice-client itself, and so go through sluice-wire).
 
 use std::borrow::Cow;
 
