@@ -1,7 +1,7 @@
 //! One storage conformance suite, written once and run against every backend
-//! (object_store's `integration.rs` pattern): the embedded backend on every run,
-//! the AWS adapters against moto's server (`tests/embedded.rs`, `tests/moto.rs`:
-//! each invokes the port, log, group and queue suites' macros on its [`Backend`]).
+//! (object_store's `integration.rs` pattern): the embedded and in-memory backends on every
+//! run, the AWS adapters against moto's server (`tests/embedded.rs`, `tests/memory.rs`,
+//! `tests/moto.rs`: each invokes the suites' macros on its [`Backend`]).
 //!
 //! Each case uses keys and topics of its own (random names), so cases can share
 //! one moto server or one data directory and run in parallel.
@@ -9,6 +9,7 @@
 pub mod billed;
 pub mod cases;
 pub mod embedded;
+pub mod memory;
 pub mod moto;
 pub mod objects;
 pub mod store;
