@@ -18,8 +18,9 @@ pub mod watch;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use sluice_core::ports::state::StateStore;
-use sluice_core::{Clock, ObjectStore};
+use sluice_core::ports::state::{Key, Page, Query, StateStore, WriteOp};
+use sluice_core::{Clock, ObjectStore, StorageError};
+use sluice_testkit::{Layered, StateLayer};
 
 /// The two stores of one backend.
 pub type Stores = (Arc<dyn StateStore>, Arc<dyn ObjectStore>);
@@ -81,9 +82,9 @@ pub fn unique_topic(prefix: &str) -> String {
 /// [`OwnPurges`]'s users check it against an order a delete files).
 pub const SUB_PURGE_PK: &str = "purge-subs";
 
-/// A state store through which a janitor ([`sluice_core::upkeep::step`]) sees only the purge
-/// orders of the topics and subscriptions given (every other item as it is), and which
-/// counts the items deleted through it.
+/// A state-store layer through which a janitor ([`sluice_core::upkeep::step`]) sees only
+/// the purge orders of the topics and subscriptions given (every other item as it is), and
+/// which counts the items deleted through it.
 ///
 /// A janitor works on every purge order of its table, and cases on one moto server share it:
 /// two cases' janitors on the same order race (the loser's step fails with a lost condition),
@@ -92,20 +93,17 @@ pub const SUB_PURGE_PK: &str = "purge-subs";
 /// only; another case's janitor may still work on them (it sees them all), so a case still
 /// takes a failed condition for a lost race, as DESIGN.md says two janitors may meet.
 pub struct OwnPurges {
-    inner: Arc<dyn StateStore>,
-    orders: Vec<sluice_core::ports::state::Key>,
+    orders: Vec<Key>,
     deleted: std::sync::atomic::AtomicUsize,
 }
 
 impl OwnPurges {
     /// The view of `inner` whose purge orders are those of the topics `topics` and the
     /// subscriptions `subscriptions` (by id).
-    pub fn new(inner: Arc<dyn StateStore>, topics: &[u64], subscriptions: &[u64]) -> Self {
+    pub fn new(inner: Arc<dyn StateStore>, topics: &[u64], subscriptions: &[u64]) -> Layered<Self> {
         let mut orders: Vec<_> = topics.iter().map(|&id| sluice_core::layout::purge_key(id)).collect();
-        orders.extend(
-            subscriptions.iter().map(|id| sluice_core::ports::state::Key::new(SUB_PURGE_PK, format!("{id:016x}"))),
-        );
-        Self { inner, orders, deleted: Default::default() }
+        orders.extend(subscriptions.iter().map(|id| Key::new(SUB_PURGE_PK, format!("{id:016x}"))));
+        Layered::new(inner, Self { orders, deleted: Default::default() })
     }
 
     /// Items deleted through this view so far.
@@ -115,20 +113,10 @@ impl OwnPurges {
 }
 
 #[async_trait]
-impl StateStore for OwnPurges {
-    async fn get(
-        &self,
-        key: &sluice_core::ports::state::Key,
-    ) -> Result<Option<sluice_core::ports::state::Item>, sluice_core::StorageError> {
-        self.inner.get(key).await
-    }
-
-    async fn query(
-        &self,
-        query: &sluice_core::ports::state::Query,
-    ) -> Result<sluice_core::ports::state::Page, sluice_core::StorageError> {
+impl StateLayer for OwnPurges {
+    async fn query(&self, inner: &dyn StateStore, query: &Query) -> Result<Page, StorageError> {
         if query.pk != sluice_core::layout::purge_pk() && query.pk != SUB_PURGE_PK {
-            return self.inner.query(query).await;
+            return inner.query(query).await;
         }
         // The orders of this view that exist, in key order (a janitor asks for them from the start).
         assert!(
@@ -140,32 +128,33 @@ impl StateStore for OwnPurges {
             if query.after.as_ref().is_some_and(|after| key.sk <= *after) {
                 continue;
             }
-            if let Some(item) = self.inner.get(key).await? {
+            if let Some(item) = inner.get(key).await? {
                 items.push(item);
             }
         }
         items.sort_by(|a, b| a.key.sk.cmp(&b.key.sk));
         let next = (items.len() > query.limit).then(|| items[query.limit - 1].key.sk.clone());
         items.truncate(query.limit);
-        Ok(sluice_core::ports::state::Page { items, next })
+        Ok(Page { items, next })
     }
 
-    async fn write(&self, ops: Vec<sluice_core::ports::state::WriteOp>) -> Result<(), sluice_core::StorageError> {
-        let deletes = ops.iter().filter(|op| matches!(op, sluice_core::ports::state::WriteOp::Delete { .. })).count();
-        self.inner.write(ops).await?;
+    async fn write(&self, inner: &dyn StateStore, ops: Vec<WriteOp>) -> Result<(), StorageError> {
+        let deletes = ops.iter().filter(|op| matches!(op, WriteOp::Delete { .. })).count();
+        inner.write(ops).await?;
         self.deleted.fetch_add(deletes, std::sync::atomic::Ordering::SeqCst);
         Ok(())
     }
 
-    async fn delete_many(&self, keys: Vec<sluice_core::ports::state::Key>) -> Result<(), sluice_core::StorageError> {
-        let n = keys.len();
-        self.inner.delete_many(keys).await?;
-        self.deleted.fetch_add(n, std::sync::atomic::Ordering::SeqCst);
-        Ok(())
+    /// As a write (the port's default for a store without the distinction), counted as one.
+    async fn write_deferred(&self, inner: &dyn StateStore, ops: Vec<WriteOp>) -> Result<(), StorageError> {
+        self.write(inner, ops).await
     }
 
-    async fn purge_expired(&self, limit: usize) -> Result<usize, sluice_core::StorageError> {
-        self.inner.purge_expired(limit).await
+    async fn delete_many(&self, inner: &dyn StateStore, keys: Vec<Key>) -> Result<(), StorageError> {
+        let n = keys.len();
+        inner.delete_many(keys).await?;
+        self.deleted.fetch_add(n, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
     }
 }
 
@@ -179,7 +168,7 @@ pub async fn janitor_step(
 ) -> Option<sluice_core::upkeep::JanitorReport> {
     match sluice_core::upkeep::step(store, budget, now_ms).await {
         Ok(report) => Some(report),
-        Err(sluice_core::StorageError::ConditionFailed { .. }) => None,
+        Err(StorageError::ConditionFailed { .. }) => None,
         Err(e) => panic!("janitor step: {e:?}"),
     }
 }

@@ -7,7 +7,11 @@
 //! forwarded to the inner store's own implementation, never to the port's default. So a
 //! layer that overrides `write` does not see `write_deferred`: it overrides that as well
 //! when it should (e.g. by calling its own `write`).
+//!
+//! A layered store derefs to its layer, so a double's own knobs and counters (a script's
+//! rules, the deletes it counted) are called on the store a case holds.
 
+use std::ops::Deref;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -101,6 +105,14 @@ impl<L> Layered<L> {
     }
 }
 
+impl<L> Deref for Layered<L> {
+    type Target = L;
+
+    fn deref(&self) -> &L {
+        &self.layer
+    }
+}
+
 #[async_trait]
 impl<L: StateLayer> StateStore for Layered<L> {
     async fn get(&self, key: &Key) -> Result<Option<Item>, StorageError> {
@@ -145,6 +157,14 @@ impl<L> LayeredObjects<L> {
 
     pub fn inner(&self) -> &Arc<dyn ObjectStore> {
         &self.inner
+    }
+}
+
+impl<L> Deref for LayeredObjects<L> {
+    type Target = L;
+
+    fn deref(&self) -> &L {
+        &self.layer
     }
 }
 
@@ -245,7 +265,8 @@ mod tests {
         let first = vec![put("a", Expect::Absent)];
         store.write(first.clone()).await.unwrap();
         store.write_deferred(vec![put("b", Expect::Absent)]).await.unwrap();
-        assert_eq!(*store.layer().0.lock().unwrap(), vec![first], "only `write`, not `write_deferred`");
+        assert_eq!(*store.layer().0.lock().unwrap(), vec![first.clone()], "only `write`, not `write_deferred`");
+        assert_eq!(*store.0.lock().unwrap(), vec![first], "the store derefs to its layer");
         assert_eq!(inner.at_risk(), 1, "the deferred write reached the inner store's own");
         assert_eq!(inner.keys(), vec![Key::new("p", "a"), Key::new("p", "b")]);
         assert_eq!(store.get(&Key::new("p", "b")).await.unwrap().map(|i| i.version), Some(1));

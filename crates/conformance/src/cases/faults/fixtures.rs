@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use sluice_core::{Clock, Error, Log, NewEvent, ReadRequest};
+use sluice_testkit::Layered;
 
 use crate::cases::support::faults::Scripted;
 use crate::Backend;
@@ -55,7 +56,7 @@ pub(super) fn expected(from: u64, values: &[&str]) -> Vec<(u64, String)> {
 }
 
 /// A log on `backend`'s storage whose writes meet `script`'s rules, beside the script.
-pub(super) async fn scripted_log(backend: &dyn Backend, clock: Arc<dyn Clock>) -> (Arc<Scripted>, Log) {
+pub(super) async fn scripted_log(backend: &dyn Backend, clock: Arc<dyn Clock>) -> (Arc<Layered<Scripted>>, Log) {
     let (store, objects) = backend.open_with(clock.clone()).await;
     let script = Scripted::new(store);
     (script.clone(), Log::new(script, objects, clock, crate::log_config()))

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use sluice_core::groups::{Groups, PollAnswer, PollRequest, SeekTarget};
 use sluice_core::ports::state::Key;
 use sluice_core::{Error, Log, ManualClock, TopicSpec};
+use sluice_testkit::Layered;
 
 use super::fixtures::*;
 use crate::cases::support::faults::Fault;
@@ -15,7 +16,10 @@ use crate::cases::support::queues::START_MS;
 use crate::{unique_topic, Backend};
 
 /// The log and groups of `backend` beside a second pair whose writes meet `script`.
-async fn scripted_groups(backend: &dyn Backend, clock: &Arc<ManualClock>) -> (Log, Groups, Arc<Scripted>, Groups) {
+async fn scripted_groups(
+    backend: &dyn Backend,
+    clock: &Arc<ManualClock>,
+) -> (Log, Groups, Arc<Layered<Scripted>>, Groups) {
     let (log, groups) = groups_on(backend, clock).await;
     let (script, scripted) = scripted_log(backend, clock.clone()).await;
     (log, groups, script, Groups::new(scripted))

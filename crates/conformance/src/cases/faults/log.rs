@@ -86,7 +86,7 @@ pub async fn given_an_s3_put_applied_but_its_answer_lost_then_the_keyed_retry_is
 ) {
     let world = JanitorWorld::new(backend, "lost-put", None).await;
     let (store, objects) = backend.open_with(world.clock.clone()).await;
-    let objects = ScriptedObjects::new(Arc::new(ScopedObjects { inner: objects, scope: world.scope.clone() }));
+    let objects = ScriptedObjects::new(ScopedObjects::over(objects, &world.scope));
     let log = Log::new(store, objects.clone(), world.clock.clone(), crate::blobs_only());
     let key = || Some(IdempotencyKey { key: "put-lost".into(), fingerprint: vec![7; 32] });
     objects.at_put(Fault::LoseAnswer);

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use sluice_core::ports::state::WriteOp;
 use sluice_core::queues::{Queues, ReceiptError, StartAt, SubscriptionSpec};
 use sluice_core::{Error, Log, ManualClock};
+use sluice_testkit::Layered;
 
 use super::fixtures::*;
 use crate::cases::support::faults::Fault;
@@ -20,7 +21,7 @@ fn earliest() -> SubscriptionSpec {
 }
 
 /// Queues on `backend` whose writes meet the rules of the [`Scripted`] store answered.
-async fn scripted_queues(backend: &dyn Backend, clock: &Arc<ManualClock>) -> (Arc<Scripted>, Queues) {
+async fn scripted_queues(backend: &dyn Backend, clock: &Arc<ManualClock>) -> (Arc<Layered<Scripted>>, Queues) {
     let (script, log) = scripted_log(backend, clock.clone()).await;
     (script, Queues::new(log))
 }

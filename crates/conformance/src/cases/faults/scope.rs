@@ -10,6 +10,7 @@ use sluice_core::ports::objects::ObjectInfo;
 use sluice_core::ports::state::{Item, Key, Page, Query, StateStore, WriteOp};
 use sluice_core::upkeep::{Janitor, JanitorConfig};
 use sluice_core::{BlobRef, Clock, Log, ManualClock, ObjectStore, StorageError, SystemClock, TopicSpec};
+use sluice_testkit::{Layered, LayeredObjects, ObjectLayer, StateLayer};
 
 use crate::cases::support::faults::Scripted;
 use crate::{unique_topic, Backend};
@@ -25,10 +26,9 @@ pub(super) struct Scope {
     pub(super) objects: Mutex<HashSet<String>>,
 }
 
-/// A state store that hides from a janitor everything outside its [`Scope`]: other topics,
-/// purge orders, free-list entries, subscription purges and group expiries.
+/// A state-store layer that hides from a janitor everything outside its [`Scope`]: other
+/// topics, purge orders, free-list entries, subscription purges and group expiries.
 pub(super) struct ScopedStore {
-    pub(super) inner: Arc<dyn StateStore>,
     pub(super) scope: Arc<Scope>,
 }
 
@@ -65,55 +65,64 @@ impl ScopedStore {
 }
 
 #[async_trait]
-impl StateStore for ScopedStore {
-    async fn get(&self, key: &Key) -> Result<Option<Item>, StorageError> {
-        let item = self.inner.get(&self.key(key)).await?;
+impl StateLayer for ScopedStore {
+    async fn get(&self, inner: &dyn StateStore, key: &Key) -> Result<Option<Item>, StorageError> {
+        let item = inner.get(&self.key(key)).await?;
         Ok(item.map(|i| Item { key: key.clone(), ..i }))
     }
 
-    async fn query(&self, query: &Query) -> Result<Page, StorageError> {
-        let mut page = self.inner.query(query).await?;
+    async fn query(&self, inner: &dyn StateStore, query: &Query) -> Result<Page, StorageError> {
+        let mut page = inner.query(query).await?;
         page.items.retain(|i| self.visible(&i.key.pk, &i.key.sk));
         Ok(page)
     }
 
-    async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
-        self.inner.write(ops.into_iter().map(|op| self.op(op)).collect()).await
+    async fn write(&self, inner: &dyn StateStore, ops: Vec<WriteOp>) -> Result<(), StorageError> {
+        inner.write(ops.into_iter().map(|op| self.op(op)).collect()).await
     }
 
-    async fn delete_many(&self, keys: Vec<Key>) -> Result<(), StorageError> {
-        self.inner.delete_many(keys.iter().map(|k| self.key(k)).collect()).await
+    /// As a write (the port's default for a store without the distinction).
+    async fn write_deferred(&self, inner: &dyn StateStore, ops: Vec<WriteOp>) -> Result<(), StorageError> {
+        self.write(inner, ops).await
     }
 
-    async fn purge_expired(&self, limit: usize) -> Result<usize, StorageError> {
-        self.inner.purge_expired(limit).await
+    async fn delete_many(&self, inner: &dyn StateStore, keys: Vec<Key>) -> Result<(), StorageError> {
+        inner.delete_many(keys.iter().map(|k| self.key(k)).collect()).await
     }
 }
 
-/// An object store that records the objects put through it in a [`Scope`], and lists only those.
+/// An object-store layer that records the objects put through it in a [`Scope`], and lists
+/// only those.
 pub(super) struct ScopedObjects {
-    pub(super) inner: Arc<dyn ObjectStore>,
     pub(super) scope: Arc<Scope>,
 }
 
+impl ScopedObjects {
+    /// `inner` seen through `scope`.
+    pub(super) fn over(inner: Arc<dyn ObjectStore>, scope: &Arc<Scope>) -> Arc<LayeredObjects<Self>> {
+        Arc::new(LayeredObjects::new(inner, Self { scope: scope.clone() }))
+    }
+}
+
 #[async_trait]
-impl ObjectStore for ScopedObjects {
-    async fn put(&self, bytes: Bytes) -> Result<BlobRef, StorageError> {
-        let at = self.inner.put(bytes).await?;
+impl ObjectLayer for ScopedObjects {
+    async fn put(&self, inner: &dyn ObjectStore, bytes: Bytes) -> Result<BlobRef, StorageError> {
+        let at = inner.put(bytes).await?;
         self.scope.objects.lock().unwrap().insert(at.object.clone());
         Ok(at)
     }
 
-    async fn read(&self, object: &str, position: u64, len: u64) -> Result<Bytes, StorageError> {
-        self.inner.read(object, position, len).await
-    }
-
-    async fn list(&self, after: Option<&str>, limit: usize) -> Result<Vec<ObjectInfo>, StorageError> {
+    async fn list(
+        &self,
+        inner: &dyn ObjectStore,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<ObjectInfo>, StorageError> {
         const PAGE: usize = 1000;
         let mut after = after.map(str::to_owned);
         let mut mine = Vec::new();
         loop {
-            let page = self.inner.list(after.as_deref(), PAGE).await?;
+            let page = inner.list(after.as_deref(), PAGE).await?;
             let full = page.len() == PAGE;
             after = page.last().map(|i| i.name.clone());
             let scope = self.scope.objects.lock().unwrap().clone();
@@ -124,14 +133,6 @@ impl ObjectStore for ScopedObjects {
             }
         }
     }
-
-    async fn delete(&self, object: &str) -> Result<(), StorageError> {
-        self.inner.delete(object).await
-    }
-
-    fn retire(&self, object: &str) {
-        self.inner.retire(object)
-    }
 }
 
 /// One case's world for a janitor: a topic, the objects its logs put, a fake clock at the
@@ -141,7 +142,7 @@ pub(super) struct JanitorWorld {
     /// The backend's state store, unscripted, for looking.
     pub(super) store: Arc<dyn StateStore>,
     /// What the janitors write through.
-    pub(super) script: Arc<Scripted>,
+    pub(super) script: Arc<Layered<Scripted>>,
     pub(super) janitor_objects: Arc<dyn ObjectStore>,
     pub(super) clock: Arc<ManualClock>,
     pub(super) scope: Arc<Scope>,
@@ -159,7 +160,7 @@ impl JanitorWorld {
         let world = Self {
             store: store.clone(),
             script: Scripted::new(store),
-            janitor_objects: Arc::new(ScopedObjects { inner: janitor_objects, scope: scope.clone() }),
+            janitor_objects: ScopedObjects::over(janitor_objects, &scope),
             clock,
             scope,
             topic,
@@ -176,13 +177,13 @@ impl JanitorWorld {
     /// whose objects are in scope.
     pub(super) async fn log(&self, backend: &dyn Backend) -> Log {
         let (store, objects) = backend.open_with(self.clock.clone()).await;
-        let objects = Arc::new(ScopedObjects { inner: objects, scope: self.scope.clone() });
+        let objects = ScopedObjects::over(objects, &self.scope);
         Log::new(store, objects, self.clock.clone(), crate::blobs_only())
     }
 
     /// A janitor that sees only this world, its writes meeting `script`'s rules.
     pub(super) fn janitor(&self, config: JanitorConfig) -> Janitor {
-        let store = Arc::new(ScopedStore { inner: self.script.clone(), scope: self.scope.clone() });
+        let store = Arc::new(Layered::new(self.script.clone(), ScopedStore { scope: self.scope.clone() }));
         Janitor::new(store, self.janitor_objects.clone(), self.clock.clone(), config)
     }
 

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use sluice_core::groups::{Groups, PollRequest, TopicPartition};
 use sluice_core::{Log, ManualClock, NewEvent, TopicSpec};
+use sluice_testkit::Layered;
 
 use crate::cases::support::clock::WatchedClock;
 use crate::cases::support::faults::Fault;
@@ -17,7 +18,10 @@ use crate::cases::support::groups::{commit_of, committed, groups_on, offsets_of,
 use crate::{unique_topic, Backend};
 
 /// The log and groups of `backend` beside a second pair whose writes meet `script`.
-async fn scripted_groups_on(backend: &dyn Backend, clock: &Arc<ManualClock>) -> (Log, Groups, Arc<Scripted>, Groups) {
+async fn scripted_groups_on(
+    backend: &dyn Backend,
+    clock: &Arc<ManualClock>,
+) -> (Log, Groups, Arc<Layered<Scripted>>, Groups) {
     let (log, groups) = groups_on(backend, clock).await;
     let (store, objects) = backend.open_with(clock.clone()).await;
     let script = Scripted::new(store);

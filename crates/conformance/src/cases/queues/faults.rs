@@ -7,6 +7,7 @@ use std::sync::Arc;
 use sluice_core::queues::{Ordering, Queues, ReceiveRequest, StartAt, SubscriptionSpec};
 use sluice_core::upkeep::JanitorConfig;
 use sluice_core::{layout, Clock, Log, ManualClock, TopicSpec};
+use sluice_testkit::Layered;
 
 use crate::cases::support::faults::{Action, QueryAction, Scripted};
 use crate::cases::support::queues::{
@@ -17,7 +18,7 @@ use crate::Backend;
 const HOUR: i64 = 3600 * 1000;
 
 /// Queues on `backend` whose queries meet the rules of the [`Scripted`] store answered.
-async fn scripted_queues(backend: &dyn Backend, clock: &Arc<ManualClock>) -> (Arc<Scripted>, Queues) {
+async fn scripted_queues(backend: &dyn Backend, clock: &Arc<ManualClock>) -> (Arc<Layered<Scripted>>, Queues) {
     let (store, objects) = backend.open_with(clock.clone()).await;
     let script = Scripted::new(store);
     let log = Log::new(script.clone(), objects, clock.clone(), crate::log_config());

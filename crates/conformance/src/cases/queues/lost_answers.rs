@@ -3,8 +3,10 @@
 
 use std::sync::{Arc, Mutex};
 
+use sluice_core::ports::state::{StateStore, WriteOp};
 use sluice_core::queues::{Queues, ReceiptError, ReceiveRequest, StartAt, SubscriptionSpec};
-use sluice_core::{Error, Log, ManualClock};
+use sluice_core::{Error, Log, ManualClock, StorageError};
+use sluice_testkit::{Layered, StateLayer};
 
 use crate::cases::support::groups::advance_log_start;
 use crate::cases::support::queues::*;
@@ -19,48 +21,31 @@ enum QueueFault {
     FailBefore,
 }
 
-/// A [`StateStore`](sluice_core::StateStore) injecting faults into queue writes, in order.
+/// A state-store layer injecting faults into queue writes, in order.
 struct FaultyQueueStore {
-    inner: Arc<dyn sluice_core::StateStore>,
     faults: Mutex<std::collections::VecDeque<QueueFault>>,
 }
 
 #[async_trait::async_trait]
-impl sluice_core::StateStore for FaultyQueueStore {
-    async fn get(
-        &self,
-        key: &sluice_core::ports::state::Key,
-    ) -> Result<Option<sluice_core::ports::state::Item>, sluice_core::StorageError> {
-        self.inner.get(key).await
-    }
-
-    async fn query(
-        &self,
-        query: &sluice_core::ports::state::Query,
-    ) -> Result<sluice_core::ports::state::Page, sluice_core::StorageError> {
-        self.inner.query(query).await
-    }
-
-    async fn write(&self, ops: Vec<sluice_core::ports::state::WriteOp>) -> Result<(), sluice_core::StorageError> {
+impl StateLayer for FaultyQueueStore {
+    async fn write(&self, inner: &dyn StateStore, ops: Vec<WriteOp>) -> Result<(), StorageError> {
         let queue_write = ops.iter().any(|op| op.key().pk.starts_with("q#"));
         let fault = if queue_write { self.faults.lock().unwrap().pop_front() } else { None };
-        let lost = || sluice_core::StorageError::Unavailable { message: "injected: answer lost".into(), source: None };
+        let lost = || StorageError::Unavailable { message: "injected: answer lost".into(), source: None };
         match fault {
-            None => self.inner.write(ops).await,
+            None => inner.write(ops).await,
             Some(QueueFault::LoseAnswer) => {
-                self.inner.write(ops).await?;
+                inner.write(ops).await?;
                 Err(lost())
             }
             Some(QueueFault::FailBefore) => Err(lost()),
         }
     }
 
-    async fn delete_many(&self, keys: Vec<sluice_core::ports::state::Key>) -> Result<(), sluice_core::StorageError> {
-        self.inner.delete_many(keys).await
-    }
-
-    async fn purge_expired(&self, limit: usize) -> Result<usize, sluice_core::StorageError> {
-        self.inner.purge_expired(limit).await
+    /// As a write (the port's default for a store without the distinction): an ack's
+    /// answer is lost as any queue write's.
+    async fn write_deferred(&self, inner: &dyn StateStore, ops: Vec<WriteOp>) -> Result<(), StorageError> {
+        self.write(inner, ops).await
     }
 }
 
@@ -69,12 +54,12 @@ impl sluice_core::StateStore for FaultyQueueStore {
 async fn faulty_queue(
     backend: &dyn Backend,
     faults: &[QueueFault],
-) -> (Arc<ManualClock>, Arc<FaultyQueueStore>, Queues, Queues, String, String) {
+) -> (Arc<ManualClock>, Arc<Layered<FaultyQueueStore>>, Queues, Queues, String, String) {
     let clock = Arc::new(ManualClock::new(START_MS));
     let (clean_log, clean) = queues_on(backend, clock.clone()).await;
     let (store, objects) = backend.open_with(clock.clone()).await;
     let faulty_store =
-        Arc::new(FaultyQueueStore { inner: store, faults: Mutex::new(faults.iter().copied().collect()) });
+        Arc::new(Layered::new(store, FaultyQueueStore { faults: Mutex::new(faults.iter().copied().collect()) }));
     let faulty = Queues::new(Log::new(faulty_store.clone(), objects, clock.clone(), crate::log_config()));
     let topic = new_topic(&clean_log, "faults", 1).await;
     let sub_spec = SubscriptionSpec { visibility_timeout_ms: 10_000, ..spec(StartAt::Earliest) };

@@ -1,5 +1,5 @@
-//! The conformance suites' one fault kit per port. [`Scripted`] is a state store that meets
-//! scripted events at chosen writes and queries: a fault (the answer lost after the write
+//! The conformance suites' one fault kit per port, as [`sluice_testkit`] layers. [`Scripted`]
+//! makes a state store meet scripted events at chosen writes and queries: a fault (the answer lost after the write
 //! applied, a failure before it, throttling, a query torn by a concurrent write), a rival's
 //! work run just before or just after the call, or a [`Gate`] that holds writes, so a case
 //! can place an interleaving exactly where it matters; it also counts queries and the writes
@@ -15,8 +15,9 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use bytes::Bytes;
 use sluice_core::ports::objects::ObjectInfo;
-use sluice_core::ports::state::{Item, Key, Page, Query, StateStore, WriteOp};
+use sluice_core::ports::state::{Page, Query, StateStore, WriteOp};
 use sluice_core::{layout, BlobRef, ObjectStore, StorageError};
+use sluice_testkit::{Layered, LayeredObjects, ObjectLayer, StateLayer};
 use tokio::sync::Notify;
 
 /// What an injected fault does to the next commit write (a write that indexes a segment).
@@ -66,10 +67,9 @@ pub enum QueryAction {
     Before(Rival),
 }
 
-/// A [`StateStore`] whose rules each meet the first write (or query) they match, once, in
+/// A state-store layer whose rules each meet the first write (or query) they match, once, in
 /// order of adding.
 pub struct Scripted {
-    inner: Arc<dyn StateStore>,
     rules: Mutex<Vec<(Matcher, Action)>>,
     query_rules: Mutex<Vec<(String, QueryAction)>>,
     counters: Mutex<Vec<(Matcher, Arc<AtomicUsize>)>>,
@@ -80,16 +80,17 @@ pub struct Scripted {
 }
 
 impl Scripted {
-    pub fn new(inner: Arc<dyn StateStore>) -> Arc<Self> {
-        Arc::new(Self {
-            inner,
+    /// `inner`, scripted (with no rules yet).
+    pub fn new(inner: Arc<dyn StateStore>) -> Arc<Layered<Self>> {
+        let script = Self {
             rules: Mutex::new(Vec::new()),
             query_rules: Mutex::new(Vec::new()),
             counters: Mutex::new(Vec::new()),
             queries: AtomicUsize::new(0),
             deferred: AtomicUsize::new(0),
             gate: Mutex::new(None),
-        })
+        };
+        Arc::new(Layered::new(inner, script))
     }
 
     /// Counts, from now on, the writes `matches` accepts (those met by a rule included).
@@ -163,12 +164,8 @@ fn lost() -> StorageError {
 }
 
 #[async_trait]
-impl StateStore for Scripted {
-    async fn get(&self, key: &Key) -> Result<Option<Item>, StorageError> {
-        self.inner.get(key).await
-    }
-
-    async fn query(&self, query: &Query) -> Result<Page, StorageError> {
+impl StateLayer for Scripted {
+    async fn query(&self, inner: &dyn StateStore, query: &Query) -> Result<Page, StorageError> {
         self.queries.fetch_add(1, Ordering::SeqCst);
         let action = {
             let mut rules = self.query_rules.lock().unwrap();
@@ -184,30 +181,30 @@ impl StateStore for Scripted {
             }
         };
         match action {
-            None => self.inner.query(query).await,
+            None => inner.query(query).await,
             Some(QueryAction::Tear(n)) => {
-                let mut page = self.inner.query(query).await?;
+                let mut page = inner.query(query).await?;
                 page.items.drain(..n.min(page.items.len()));
                 Ok(page)
             }
             Some(QueryAction::Hide { offsets, .. }) => {
-                let mut page = self.inner.query(query).await?;
+                let mut page = inner.query(query).await?;
                 page.items.retain(|i| layout::offset_of(&i.key.sk).map_or(true, |o| !offsets.contains(&o)));
                 Ok(page)
             }
             Some(QueryAction::Miss(prefix)) => {
-                let mut page = self.inner.query(query).await?;
+                let mut page = inner.query(query).await?;
                 page.items.retain(|i| !i.key.sk.starts_with(prefix));
                 Ok(page)
             }
             Some(QueryAction::Before(rival)) => {
                 rival.await;
-                self.inner.query(query).await
+                inner.query(query).await
             }
         }
     }
 
-    async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
+    async fn write(&self, inner: &dyn StateStore, ops: Vec<WriteOp>) -> Result<(), StorageError> {
         let gate = self.gate.lock().unwrap().clone();
         if let Some(gate) = gate {
             gate.pass().await;
@@ -222,9 +219,9 @@ impl StateStore for Scripted {
             rules.iter().position(|(m, _)| m(&ops)).map(|i| rules.remove(i).1)
         };
         match action {
-            None => self.inner.write(ops).await,
+            None => inner.write(ops).await,
             Some(Action::Fault(Fault::LoseAnswer)) => {
-                self.inner.write(ops).await?;
+                inner.write(ops).await?;
                 Err(lost())
             }
             Some(Action::Fault(Fault::FailBefore)) => Err(lost()),
@@ -233,15 +230,15 @@ impl StateStore for Scripted {
             }
             Some(Action::Before(rival)) => {
                 rival.await;
-                self.inner.write(ops).await
+                inner.write(ops).await
             }
             Some(Action::After(rival)) => {
-                let written = self.inner.write(ops).await;
+                let written = inner.write(ops).await;
                 rival.await;
                 written
             }
             Some(Action::LoseAnswerAfter(rival)) => {
-                self.inner.write(ops).await?;
+                inner.write(ops).await?;
                 rival.await;
                 Err(lost())
             }
@@ -252,26 +249,17 @@ impl StateStore for Scripted {
         }
     }
 
-    async fn write_deferred(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
+    async fn write_deferred(&self, inner: &dyn StateStore, ops: Vec<WriteOp>) -> Result<(), StorageError> {
         self.deferred.fetch_add(1, Ordering::SeqCst);
-        self.write(ops).await
-    }
-
-    async fn delete_many(&self, keys: Vec<Key>) -> Result<(), StorageError> {
-        self.inner.delete_many(keys).await
-    }
-
-    async fn purge_expired(&self, limit: usize) -> Result<usize, StorageError> {
-        self.inner.purge_expired(limit).await
+        self.write(inner, ops).await
     }
 }
 
-/// An [`ObjectStore`] whose next puts meet scripted faults (the blob is stored, then its
+/// An object-store layer whose next puts meet scripted faults (the blob is stored, then its
 /// answer is lost ([`Fault::LoseAnswer`]), or the put fails before storing anything), whose
 /// next listing can run a rival's work before it answers, and which counts reads and keeps
 /// the refs its puts answered.
 pub struct ScriptedObjects {
-    inner: Arc<dyn ObjectStore>,
     faults: Mutex<std::collections::VecDeque<Fault>>,
     after_list: Mutex<Option<Rival>>,
     reads: AtomicUsize,
@@ -280,15 +268,16 @@ pub struct ScriptedObjects {
 }
 
 impl ScriptedObjects {
-    pub fn new(inner: Arc<dyn ObjectStore>) -> Arc<Self> {
-        Arc::new(Self {
-            inner,
+    /// `inner`, scripted (with no faults yet).
+    pub fn new(inner: Arc<dyn ObjectStore>) -> Arc<LayeredObjects<Self>> {
+        let script = Self {
             faults: Mutex::new(std::collections::VecDeque::new()),
             after_list: Mutex::new(None),
             reads: AtomicUsize::new(0),
             read_bytes: AtomicUsize::new(0),
             puts: Mutex::new(Vec::new()),
-        })
+        };
+        Arc::new(LayeredObjects::new(inner, script))
     }
 
     /// The next listing runs `rival` to its end after it has read, before it answers.
@@ -323,17 +312,17 @@ impl ScriptedObjects {
 }
 
 #[async_trait]
-impl ObjectStore for ScriptedObjects {
-    async fn put(&self, bytes: Bytes) -> Result<BlobRef, StorageError> {
+impl ObjectLayer for ScriptedObjects {
+    async fn put(&self, inner: &dyn ObjectStore, bytes: Bytes) -> Result<BlobRef, StorageError> {
         let fault = self.faults.lock().unwrap().pop_front();
         match fault {
             None => {
-                let at = self.inner.put(bytes).await?;
+                let at = inner.put(bytes).await?;
                 self.puts.lock().unwrap().push(at.clone());
                 Ok(at)
             }
             Some(Fault::LoseAnswer) => {
-                self.inner.put(bytes).await?;
+                inner.put(bytes).await?;
                 Err(lost())
             }
             Some(Fault::FailBefore) => Err(lost()),
@@ -341,27 +330,30 @@ impl ObjectStore for ScriptedObjects {
         }
     }
 
-    async fn read(&self, object: &str, position: u64, len: u64) -> Result<Bytes, StorageError> {
+    async fn read(
+        &self,
+        inner: &dyn ObjectStore,
+        object: &str,
+        position: u64,
+        len: u64,
+    ) -> Result<Bytes, StorageError> {
         self.reads.fetch_add(1, Ordering::SeqCst);
         self.read_bytes.fetch_add(usize::try_from(len).unwrap_or(usize::MAX), Ordering::SeqCst);
-        self.inner.read(object, position, len).await
+        inner.read(object, position, len).await
     }
 
-    async fn list(&self, after: Option<&str>, limit: usize) -> Result<Vec<ObjectInfo>, StorageError> {
-        let listed = self.inner.list(after, limit).await?;
+    async fn list(
+        &self,
+        inner: &dyn ObjectStore,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<ObjectInfo>, StorageError> {
+        let listed = inner.list(after, limit).await?;
         let rival = self.after_list.lock().unwrap().take();
         if let Some(rival) = rival {
             rival.await;
         }
         Ok(listed)
-    }
-
-    async fn delete(&self, object: &str) -> Result<(), StorageError> {
-        self.inner.delete(object).await
-    }
-
-    fn retire(&self, object: &str) {
-        self.inner.retire(object)
     }
 }
 
