@@ -1,7 +1,7 @@
-//! The conformance suites' one fault kit per port, as [`sluice_testkit`] layers. [`Scripted`]
-//! makes a state store meet scripted events at chosen writes and queries: a fault (the answer lost after the write
-//! applied, a failure before it, throttling, a query torn by a concurrent write), a rival's
-//! work run just before or just after the call, or a [`Gate`] that holds writes, so a case
+//! The conformance suites' one fault kit per port, as [`sluice_testkit`] layers.
+//! [`Scripted`] makes a state store meet scripted events at chosen writes and queries: a
+//! fault (the answer lost after the write applied, a failure before it, throttling, a query
+//! torn by a concurrent write), a rival's work run just before or just after the call, or a [`Gate`] that holds writes, so a case
 //! can place an interleaving exactly where it matters; it also counts queries and the writes
 //! a case asks about. [`ScriptedObjects`] does the same to an object store: faults at puts,
 //! a rival's work after a listing, and counts of reads and puts.
