@@ -193,7 +193,7 @@ impl Template {
             crate::unhex(&key_hex).and_then(|k| k.try_into().ok()).expect("the receipt key is 32 bytes of hex"),
         );
         let sub_item = store
-            .get(&sluice_core::queues::subscription_key(topic.id, SUBSCRIPTION))
+            .get(&sluice_core::keys::subscription_key(topic.id, SUBSCRIPTION))
             .await
             .expect("read the subscription")
             .expect("the subscription exists");

@@ -95,7 +95,7 @@ impl Stored {
         }
 
         let store = log.store();
-        let page = store.query(&Query::all(layout::segments_pk(topic.id, 0), 100)).await.expect("read the index");
+        let page = store.query(&Query::all(sluice_core::keys::segments_pk(topic.id, 0), 100)).await.expect("read the index");
         let (Some(first), Some(last)) = (page.items.first(), page.items.last()) else { panic!("no segments") };
         let segment = |kind, item: &sluice_core::ports::state::Item| {
             let record: SegmentRecord = layout::decode("segment", &item.value).expect("a segment record");
@@ -105,7 +105,7 @@ impl Stored {
         let (compacted, record) = segment("segment", first);
         assert!(!record.parts.is_empty(), "the first segment is not compacted: {record:?}");
         let mut items = vec![compacted, segment("segment-tail", last).0];
-        for (kind, key) in [("head", layout::head_key(topic.id, 0)), ("topic", layout::topic_key(TOPIC))] {
+        for (kind, key) in [("head", sluice_core::keys::head_key(topic.id, 0)), ("topic", sluice_core::keys::topic_key(TOPIC))] {
             let item = store.get(&key).await.expect("read an item").expect("the item exists");
             items.push(Item { kind, key, value: item.value, object: None });
         }

@@ -78,10 +78,6 @@ pub fn unique_topic(prefix: &str) -> String {
     format!("{prefix}-{:016x}", rand::random::<u64>())
 }
 
-/// Where the subscriptions' purge orders are kept (`sluice_core::queues`, private there;
-/// [`OwnPurges`]'s users check it against an order a delete files).
-pub const SUB_PURGE_PK: &str = "purge-subs";
-
 /// A state-store layer through which a janitor ([`sluice_core::upkeep::step`]) sees only
 /// the purge orders of the topics and subscriptions given (every other item as it is), and
 /// which counts the items deleted through it.
@@ -101,8 +97,8 @@ impl OwnPurges {
     /// The view of `inner` whose purge orders are those of the topics `topics` and the
     /// subscriptions `subscriptions` (by id).
     pub fn new(inner: Arc<dyn StateStore>, topics: &[u64], subscriptions: &[u64]) -> Layered<Self> {
-        let mut orders: Vec<_> = topics.iter().map(|&id| sluice_core::layout::purge_key(id)).collect();
-        orders.extend(subscriptions.iter().map(|id| Key::new(SUB_PURGE_PK, format!("{id:016x}"))));
+        let mut orders: Vec<_> = topics.iter().map(|&id| sluice_core::keys::purge_key(id)).collect();
+        orders.extend(subscriptions.iter().map(|id| sluice_core::keys::sub_purge_key(*id)));
         Layered::new(inner, Self { orders, deleted: Default::default() })
     }
 
@@ -115,7 +111,7 @@ impl OwnPurges {
 #[async_trait]
 impl StateLayer for OwnPurges {
     async fn query(&self, inner: &dyn StateStore, query: &Query) -> Result<Page, StorageError> {
-        if query.pk != sluice_core::layout::purge_pk() && query.pk != SUB_PURGE_PK {
+        if query.pk != sluice_core::keys::purge_pk() && query.pk != sluice_core::keys::sub_purge_pk() {
             return inner.query(query).await;
         }
         // The orders of this view that exist, in key order (a janitor asks for them from the start).

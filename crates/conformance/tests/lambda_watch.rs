@@ -12,7 +12,6 @@ use serde_json::{json, Value};
 use sluice_conformance::moto::{adapters, moto};
 use sluice_conformance::unique_topic;
 use sluice_conformance::watch::{free_port, function_for, start, Watch, BUILD_TIMEOUT};
-use sluice_core::layout;
 use sluice_core::ports::state::StateStore;
 use sluice_core::SystemClock;
 use sluice_runtime::Config;
@@ -233,7 +232,7 @@ async fn given_functions_under_cargo_lambda_watch_on_moto_then_answers_match_ser
 
     // And they ran on moto, not on a local fallback: the table holds the topic they created.
     let (state, _) = adapters(&moto().settings, Arc::new(SystemClock)).await;
-    let item = state.get(&layout::topic_key(&topic)).await.unwrap();
+    let item = state.get(&sluice_core::keys::topic_key(&topic)).await.unwrap();
     assert!(item.is_some_and(|i| i.version >= 3), "created, deleted and re-created on moto's table");
 }
 

@@ -28,13 +28,6 @@ use serde::{Deserialize, Serialize};
 use crate::model::{PartitionState, Position, TopicConfig, TopicSpec};
 use crate::StorageError;
 
-// The keys of these records are built in `keys`; the log's constructors are named here
-// too, for the tools and tests outside the core that reach them through `layout`.
-pub use crate::keys::{
-    free_pk, head_key, heads_pk, object_key, offset_of, purge_key, purge_pk, segment_key, segments_pk, topic_key,
-    topics_pk, upkeep_record_key, FREE_SHARDS,
-};
-
 /// How long an idempotency record is kept (the contract promises at least 24 h).
 pub const IDEMPOTENCY_TTL_MS: i64 = 48 * 3600 * 1000;
 
@@ -242,7 +235,7 @@ pub struct IdempotencyRecord {
 /// A write's condition that `topic` is still the live topic of its name, as read.
 pub fn topic_check(topic: &TopicConfig) -> crate::ports::state::WriteOp {
     crate::ports::state::WriteOp::Check {
-        key: topic_key(&topic.name),
+        key: crate::keys::topic_key(&topic.name),
         expect: crate::ports::state::Expect::Version(topic.version),
     }
 }

@@ -28,7 +28,7 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
     );
     // What the transaction is billed for that item: 2 write units per started KB.
     let cold_at = cold_result[0].partition;
-    let key = sluice_core::layout::segment_key(created.id, cold_at, 0);
+    let key = sluice_core::keys::segment_key(created.id, cold_at, 0);
     let item = state.get(&key).await.unwrap().expect("indexed");
     let item_bytes =
         "pk".len() + key.pk.len() + "sk".len() + key.sk.len() + "d".len() + item.value.len() + "v".len() + 1;

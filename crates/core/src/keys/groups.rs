@@ -11,11 +11,16 @@ const EXPIRY_PK: &str = "goff-expiry";
 pub const GROUP_META_SK: &str = "meta";
 /// The sort key of a group's activity in its collection.
 pub const ACTIVITY_SK: &str = "active";
-const MEMBER_PREFIX: &str = "member#";
+/// What a member's sort key in a [`group_pk`] starts with.
+pub const MEMBER_PREFIX: &str = "member#";
+/// What every [`group_pk`] starts with.
+pub const GROUP_PREFIX: &str = "group#";
+/// What every [`offsets_pk`] starts with.
+pub const OFFSETS_PREFIX: &str = "goff#";
 
 /// The collection of a group's record, members and activity.
 pub fn group_pk(group: &str) -> String {
-    format!("group#{group}")
+    format!("{GROUP_PREFIX}{group}")
 }
 
 /// A group's record (generation, assignment).
@@ -72,7 +77,7 @@ pub fn registry_key(group: &str) -> Key {
 
 /// The collection of a group's committed offsets.
 pub fn offsets_pk(group: &str) -> String {
-    format!("goff#{group}")
+    format!("{OFFSETS_PREFIX}{group}")
 }
 
 /// A group's committed offset of a partition.

@@ -12,7 +12,8 @@ pub const FREE_SHARDS: u32 = 8;
 
 const TOPICS_PK: &str = "topics";
 const PURGE_PK: &str = "purge";
-const UPKEEP_PK: &str = "upkeep";
+/// The collection of the janitor's cursors.
+pub const UPKEEP_PK: &str = "upkeep";
 
 /// A topic by name.
 pub fn topic_key(name: &str) -> Key {
@@ -64,9 +65,16 @@ pub fn partition_of(sk: &str) -> Result<u32, StorageError> {
     sk.parse().map_err(|_| StorageError::Corrupt(format!("head sort key {sk:?} is not a partition")))
 }
 
+/// What every [`segments_pk`] starts with.
+pub const SEGMENTS_PREFIX: &str = "seg#";
+/// What every [`object_key`]'s partition key starts with.
+pub const OBJECT_PREFIX: &str = "obj#";
+/// What every [`free_pk`] starts with.
+pub const FREE_PREFIX: &str = "free#";
+
 /// The collection of a partition's segment index.
 pub fn segments_pk(id: u64, partition: u32) -> String {
-    format!("seg#{id:016x}#{partition}")
+    format!("{SEGMENTS_PREFIX}{id:016x}#{partition}")
 }
 
 /// Zero-padded so that string order is offset order.
@@ -98,12 +106,12 @@ pub fn idempotency_key(id: u64, key: &str) -> Key {
 
 /// A blob object's record.
 pub fn object_key(object: &str) -> Key {
-    Key::new(format!("obj#{object}"), "-")
+    Key::new(format!("{OBJECT_PREFIX}{object}"), "-")
 }
 
 /// One of the [`FREE_SHARDS`] collections of the free list.
 pub fn free_pk(shard: u32) -> String {
-    format!("free#{shard}")
+    format!("{FREE_PREFIX}{shard}")
 }
 
 /// An object's entry in the free list.

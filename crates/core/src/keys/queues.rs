@@ -13,10 +13,16 @@ pub const PUSH_STATS_SK: &str = "s";
 /// What every lease item's sort key starts with.
 pub const LEASE_PREFIX: &str = "l#";
 const SUB_PURGE_PK: &str = "purge-subs";
+/// What every [`subs_pk`] starts with.
+pub const SUBS_PREFIX: &str = "subs#";
+/// What every [`queue_pk`] starts with.
+pub const QUEUE_PREFIX: &str = "q#";
+/// What every [`dlq_pk`] starts with.
+pub const DLQ_PREFIX: &str = "dlq#";
 
 /// The collection of a topic's subscriptions.
 pub fn subs_pk(topic_id: u64) -> String {
-    format!("subs#{topic_id:016x}")
+    format!("{SUBS_PREFIX}{topic_id:016x}")
 }
 
 /// Where a subscription's record is.
@@ -26,12 +32,12 @@ pub fn subscription_key(topic_id: u64, name: &str) -> Key {
 
 /// The collection of a subscription's cursor and leases on one partition.
 pub fn queue_pk(sub_id: u64, partition: u32) -> String {
-    format!("q#{sub_id:016x}#{partition}")
+    format!("{QUEUE_PREFIX}{sub_id:016x}#{partition}")
 }
 
 /// The collection of a subscription's dead letters on one partition.
 pub fn dlq_pk(sub_id: u64, partition: u32) -> String {
-    format!("dlq#{sub_id:016x}#{partition}")
+    format!("{DLQ_PREFIX}{sub_id:016x}#{partition}")
 }
 
 /// The collections holding a subscription's state on one partition: its cursor and

@@ -42,10 +42,6 @@ struct TimeEntry {
     next: u64,
 }
 
-/// The collections of a topic's time index, for the tools and tests outside the core
-/// that name them here.
-pub use crate::keys::{time_cursors_pk as cursors_pk, time_entries_pk as entries_pk};
-
 /// What the index says about a time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Lookup {

@@ -47,8 +47,10 @@ impl Sub {
         if !self.guarded {
             return Vec::new();
         }
-        let sub =
-            WriteOp::Check { key: subscription_key(self.topic.id, &self.name), expect: Expect::Version(self.version) };
+        let sub = WriteOp::Check {
+            key: crate::keys::subscription_key(self.topic.id, &self.name),
+            expect: Expect::Version(self.version),
+        };
         vec![sub, layout::topic_check(&self.topic)]
     }
 }

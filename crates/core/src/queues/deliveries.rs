@@ -79,7 +79,7 @@ impl Queues {
             }
             let ops = vec![
                 WriteOp::Check {
-                    key: subscription_key(current.topic.id, &current.name),
+                    key: crate::keys::subscription_key(current.topic.id, &current.name),
                     expect: Expect::Version(current.version),
                 },
                 WriteOp::replace(key, layout::encode(&stats), item.map(|i| i.version)),

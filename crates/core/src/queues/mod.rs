@@ -467,7 +467,9 @@ impl Queues {
 
     /// The subscription's item, a tombstone included.
     async fn sub_item(&self, topic: &TopicConfig, name: &str) -> Result<Option<Sub>, Error> {
-        let Some(item) = self.store().get(&subscription_key(topic.id, name)).await? else { return Ok(None) };
+        let Some(item) = self.store().get(&crate::keys::subscription_key(topic.id, name)).await? else {
+            return Ok(None);
+        };
         let record = layout::decode("subscription", &item.value)?;
         Ok(Some(Sub { topic: topic.clone(), name: name.to_owned(), record, version: item.version, guarded: false }))
     }

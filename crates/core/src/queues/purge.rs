@@ -19,7 +19,7 @@ pub(crate) async fn purge_step(store: &dyn StateStore, budget: usize) -> Result<
         let mut version = item.version;
         let partitions = order.partitions;
         let done: fn(&mut SubPurgeRecord) -> &mut u32 = |o| &mut o.done_partitions;
-        let pks = |p| queue_collections(id, p).to_vec();
+        let pks = |p| crate::keys::queue_collections(id, p).to_vec();
         let (n, finished) =
             drain_partitions(store, &item.key, &mut version, &mut order, done, partitions, pks, &mut left).await?;
         deleted += n;

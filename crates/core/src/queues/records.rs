@@ -159,10 +159,6 @@ pub struct SubPurgeRecord {
     pub done_partitions: u32,
 }
 
-/// Where a subscription's record is, and the collections of its state on one partition
-/// (built in `keys`; named here for tools and tests).
-pub use crate::keys::{queue_collections, subscription_key};
-
 /// A stable 64-bit hash of an event key (FNV-1a): equal keys, equal hashes. A collision
 /// only makes two keys wait for each other.
 pub(super) fn key_hash(key: &[u8]) -> u64 {

@@ -128,7 +128,7 @@ impl Queues {
             }
             let record = SubscriptionRecord { id: self.nonce(), spec, starts, created_ms: self.now(), deleted: false };
             let ops = vec![
-                WriteOp::replace(subscription_key(topic.id, name), layout::encode(&record), tombstone),
+                WriteOp::replace(crate::keys::subscription_key(topic.id, name), layout::encode(&record), tombstone),
                 // Not on a topic deleted meanwhile: its subscriptions would never be purged.
                 WriteOp::Check { key: keys::topic_key(&topic.name), expect: Expect::Version(topic.version) },
             ];
@@ -222,7 +222,11 @@ impl Queues {
         let order = SubPurgeRecord { partitions: sub.topic.spec.partitions, done_partitions: 0 };
         let tombstone = SubscriptionRecord { deleted: true, ..sub.record.clone() };
         let ops = vec![
-            WriteOp::replace(subscription_key(sub.topic.id, name), layout::encode(&tombstone), Some(sub.version)),
+            WriteOp::replace(
+                crate::keys::subscription_key(sub.topic.id, name),
+                layout::encode(&tombstone),
+                Some(sub.version),
+            ),
             WriteOp::Put {
                 key: sub_purge_key(sub.record.id),
                 value: layout::encode(&order),

@@ -344,7 +344,7 @@ pub(super) fn write(
         // lives (a receive racing its delete would otherwise leave items its purge missed).
         // Later writes need no such check: the purge deletes the cursor they are conditional on.
         ops.push(WriteOp::Check {
-            key: subscription_key(sub.topic.id, &sub.name),
+            key: crate::keys::subscription_key(sub.topic.id, &sub.name),
             expect: Expect::Version(sub.version),
         });
     }

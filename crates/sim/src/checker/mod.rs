@@ -21,11 +21,11 @@ impl World {
     pub(crate) fn true_log(&mut self, topic_id: u64, partition: u32) -> (HeadRecord, BTreeMap<u64, Record>) {
         let head = self.head_now(topic_id, partition);
         let mut out = BTreeMap::new();
-        let items = self.mem.peek_all(&layout::segments_pk(topic_id, partition));
+        let items = self.mem.peek_all(&sluice_core::keys::segments_pk(topic_id, partition));
         let mut expect: Option<u64> = None;
         let mut problems = Vec::new();
         for item in items {
-            let Ok(base) = layout::offset_of(&item.key.sk) else { continue };
+            let Ok(base) = sluice_core::keys::offset_of(&item.key.sk) else { continue };
             let Ok((seg, inline)) = layout::decode_segment_item(&item.value) else {
                 problems.push(format!("undecodable segment item at {base}"));
                 continue;

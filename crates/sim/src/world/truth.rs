@@ -10,7 +10,7 @@ use super::{Done, World};
 
 impl World {
     pub(crate) fn topic_now(&self, name: &str) -> Option<(u64, u64, bool)> {
-        let item = self.mem.peek(&layout::topic_key(name))?;
+        let item = self.mem.peek(&sluice_core::keys::topic_key(name))?;
         let record: TopicRecord = layout::decode("topic", &item.value).ok()?;
         Some((record.id, item.version, record.deleted_ms.is_none()))
     }
@@ -21,14 +21,14 @@ impl World {
 
     pub(crate) fn head_now(&self, topic_id: u64, partition: u32) -> HeadRecord {
         self.mem
-            .peek(&layout::head_key(topic_id, partition))
+            .peek(&sluice_core::keys::head_key(topic_id, partition))
             .and_then(|i| layout::decode("head", &i.value).ok())
             .unwrap_or_default()
     }
 
     pub(crate) fn sub_now(&self, topic: &str, sub: &str) -> Option<SubscriptionRecord> {
         let tid = self.live_topic_id(topic)?;
-        let item = self.mem.peek(&sluice_core::queues::subscription_key(tid, sub))?;
+        let item = self.mem.peek(&sluice_core::keys::subscription_key(tid, sub))?;
         // A deleted subscription may leave a tombstone (`"deleted": true`) rather than no item.
         let raw: serde_json::Value = serde_json::from_slice(&item.value).ok()?;
         if raw.get("deleted").and_then(|d| d.as_bool()) == Some(true) {

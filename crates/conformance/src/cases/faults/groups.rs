@@ -4,7 +4,6 @@ use sluice_core::Code;
 use std::sync::{Arc, Mutex};
 
 use sluice_core::groups::{Groups, PollAnswer, PollRequest, SeekTarget};
-use sluice_core::ports::state::Key;
 use sluice_core::{Error, Log, ManualClock, TopicSpec};
 use sluice_testkit::Layered;
 
@@ -56,7 +55,10 @@ pub async fn given_a_group_join_applied_but_its_answer_lost_then_no_event_is_los
     let group = unique_topic("g");
     let join = || short_session(request(&group, None, &topic, 100));
     script.at(
-        |ops| puts_at(ops, "group#", "meta") && puts_at(ops, "group#", "member#"),
+        |ops| {
+            puts_at(ops, sluice_core::keys::GROUP_PREFIX, sluice_core::keys::GROUP_META_SK)
+                && puts_at(ops, sluice_core::keys::GROUP_PREFIX, sluice_core::keys::MEMBER_PREFIX)
+        },
         Action::Fault(Fault::LoseAnswer),
     );
     assert_unknown(faulty.poll(&join()).await, "a join whose answer was lost");
@@ -92,13 +94,13 @@ pub async fn given_a_group_commit_applied_but_its_answer_lost_then_the_retry_com
     let a = groups.poll(&request(&group, None, &topic, 100)).await.unwrap();
     assert_eq!(offsets_of(&a), (0..10).collect::<Vec<_>>());
     let five = [commit_of(&topic, 0, 5)];
-    script.at(|ops| puts_at(ops, "goff#", ""), Action::Fault(Fault::LoseAnswer));
+    script.at(|ops| puts_at(ops, sluice_core::keys::OFFSETS_PREFIX, ""), Action::Fault(Fault::LoseAnswer));
     assert_unknown(faulty.commit(&group, &a.member_id, a.generation, &five).await, "a lost commit");
     assert_eq!(script.pending(), 0, "the commit met its lost answer");
     faulty.commit(&group, &a.member_id, a.generation, &five).await.expect("the retried commit");
     assert_eq!(committed(&groups, &group, 0).await, Some(5));
     let store = log.store();
-    let item = store.get(&Key::new(format!("goff#{group}"), format!("{topic}#{:010}", 0))).await.unwrap();
+    let item = store.get(&sluice_core::keys::offset_key(&group, &topic, 0)).await.unwrap();
     assert_eq!(item.map(|i| i.version), Some(1), "committed once: the retry wrote nothing");
     groups.commit(&group, &a.member_id, a.generation, &[commit_of(&topic, 0, 10)]).await.unwrap();
     faulty.commit(&group, &a.member_id, a.generation, &five).await.expect("a late copy of the retry");
@@ -128,7 +130,7 @@ pub async fn given_a_group_commit_lost_and_a_rival_commit_after_a_rebalance_then
             groups.commit(&group, &b.member_id, b.generation, &[commit_of(&topic, 0, 10)]).await.expect("its commit");
         })
     };
-    script.at(|ops| puts_at(ops, "goff#", ""), Action::LoseAnswerAfter(rival));
+    script.at(|ops| puts_at(ops, sluice_core::keys::OFFSETS_PREFIX, ""), Action::LoseAnswerAfter(rival));
     let five = [commit_of(&topic, 0, 5)];
     assert_unknown(faulty.commit(&group, &a.member_id, a.generation, &five).await, "a lost commit");
     assert_eq!(script.pending(), 0, "the commit met its lost answer and the rival ran");
@@ -150,7 +152,13 @@ pub async fn given_a_seek_applied_but_its_answer_lost_then_the_retry_leaves_the_
     let group = unique_topic("g");
     let a = groups.poll(&request(&group, None, &topic, 100)).await.unwrap();
     groups.commit(&group, &a.member_id, a.generation, &[commit_of(&topic, 0, 10)]).await.unwrap();
-    script.at(|ops| puts_at(ops, "group#", "meta") && puts_at(ops, "goff#", ""), Action::Fault(Fault::LoseAnswer));
+    script.at(
+        |ops| {
+            puts_at(ops, sluice_core::keys::GROUP_PREFIX, sluice_core::keys::GROUP_META_SK)
+                && puts_at(ops, sluice_core::keys::OFFSETS_PREFIX, "")
+        },
+        Action::Fault(Fault::LoseAnswer),
+    );
     assert_unknown(faulty.seek(&group, &topic, None, SeekTarget::Offset(3)).await, "a seek whose answer was lost");
     assert_eq!(script.pending(), 0, "the seek met its lost answer");
     let moved = faulty.seek(&group, &topic, None, SeekTarget::Offset(3)).await.expect("the retried seek");
@@ -174,7 +182,12 @@ pub async fn given_a_leave_applied_but_its_answer_lost_then_the_retry_is_done_an
     let a = groups.poll(&request(&group, Some(&a.member_id), &topic, 100)).await.unwrap();
     assert_eq!((a.assignment.len(), b.assignment.len()), (1, 1));
     let member = a.member_id.clone();
-    script.at(move |ops| deletes_at(ops, "group#", &format!("member#{member}")), Action::Fault(Fault::LoseAnswer));
+    script.at(
+        move |ops| {
+            deletes_at(ops, sluice_core::keys::GROUP_PREFIX, &format!("{}{member}", sluice_core::keys::MEMBER_PREFIX))
+        },
+        Action::Fault(Fault::LoseAnswer),
+    );
     assert_unknown(faulty.leave(&group, &a.member_id).await, "a leave whose answer was lost");
     assert_eq!(script.pending(), 0, "the leave met its lost answer");
     match faulty.leave(&group, &a.member_id).await {

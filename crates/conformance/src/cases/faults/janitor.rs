@@ -61,7 +61,10 @@ pub async fn given_retentions_head_move_applied_but_its_answer_lost_then_the_nex
 ) {
     let world = JanitorWorld::new(backend, "lost-head-move", Some(HOUR)).await;
     let log = old_and_new(&world, backend).await;
-    world.script.at(|ops| ops.len() == 1 && puts_at(ops, "head#", ""), Action::Fault(Fault::LoseAnswer));
+    world.script.at(
+        |ops| ops.len() == 1 && puts_at(ops, sluice_core::keys::HEADS_PREFIX, ""),
+        Action::Fault(Fault::LoseAnswer),
+    );
     let janitor = world.janitor(retention_only());
     let first = janitor.run(STEP_BUDGET).await.expect("a janitor run");
     assert_eq!(world.script.pending(), 0, "the head move met its lost answer");
@@ -79,7 +82,13 @@ pub async fn given_retentions_item_removal_applied_but_its_answer_lost_then_the_
 ) {
     let world = JanitorWorld::new(backend, "lost-removal", Some(HOUR)).await;
     let log = old_and_new(&world, backend).await;
-    world.script.at(|ops| deletes_at(ops, "seg#", "") && !puts_at(ops, "seg#", ""), Action::Fault(Fault::LoseAnswer));
+    world.script.at(
+        |ops| {
+            deletes_at(ops, sluice_core::keys::SEGMENTS_PREFIX, "")
+                && !puts_at(ops, sluice_core::keys::SEGMENTS_PREFIX, "")
+        },
+        Action::Fault(Fault::LoseAnswer),
+    );
     let janitor = world.janitor(retention_only());
     let first = janitor.run(STEP_BUDGET).await.expect("a janitor run");
     assert_eq!(world.script.pending(), 0, "the removal met its lost answer");
@@ -101,7 +110,13 @@ pub async fn given_a_compaction_swap_applied_but_its_answer_lost_then_the_next_r
         log.publish(&world.topic, vec![event(v, 0, Some(world.t0))], None).await.unwrap();
     }
     world.clock.set(world.t0 + HOUR);
-    world.script.at(|ops| puts_at(ops, "seg#", "") && deletes_at(ops, "seg#", ""), Action::Fault(Fault::LoseAnswer));
+    world.script.at(
+        |ops| {
+            puts_at(ops, sluice_core::keys::SEGMENTS_PREFIX, "")
+                && deletes_at(ops, sluice_core::keys::SEGMENTS_PREFIX, "")
+        },
+        Action::Fault(Fault::LoseAnswer),
+    );
     let janitor = world.janitor(JanitorConfig { grace_ms: 0, ..JanitorConfig::default() });
     let first = janitor.run(STEP_BUDGET).await.expect("a janitor run");
     assert_eq!(world.script.pending(), 0, "the swap met its lost answer");
@@ -124,7 +139,10 @@ pub async fn given_a_collectors_doom_applied_but_its_answer_lost_then_the_next_r
 ) {
     let world = JanitorWorld::new(backend, "lost-doom", Some(HOUR)).await;
     let log = old_and_new(&world, backend).await;
-    world.script.at(|ops| puts_value(ops, "obj#", b"\"doomed\":true"), Action::Fault(Fault::LoseAnswer));
+    world.script.at(
+        |ops| puts_value(ops, sluice_core::keys::OBJECT_PREFIX, b"\"doomed\":true"),
+        Action::Fault(Fault::LoseAnswer),
+    );
     let janitor = world.janitor(retention_only());
     janitor.run(STEP_BUDGET).await.expect("a janitor run");
     assert_eq!(world.script.pending(), 0, "the doom met its lost answer");

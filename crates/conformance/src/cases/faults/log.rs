@@ -2,7 +2,6 @@
 
 use std::sync::{Arc, Mutex};
 
-use sluice_core::layout::{self};
 use sluice_core::ports::state::WriteOp;
 use sluice_core::upkeep::{JanitorConfig, STEP_BUDGET};
 use sluice_core::{Clock, Error, IdempotencyKey, Log, Position, SystemClock, TopicSpec};
@@ -33,7 +32,10 @@ pub async fn given_a_publish_commit_applied_but_its_answer_lost_and_a_rival_comm
             *answer.lock().unwrap() = Some(at);
         })
     };
-    script.at(|ops| ops.iter().any(|op| op.key().pk.starts_with("seg#")), Action::LoseAnswerAfter(race));
+    script.at(
+        |ops| ops.iter().any(|op| op.key().pk.starts_with(sluice_core::keys::SEGMENTS_PREFIX)),
+        Action::LoseAnswerAfter(race),
+    );
     let acked = log.publish(&topic, vec![event("a", 0, None), event("b", 0, None)], None).await;
     assert_eq!(script.pending(), 0, "the commit met its lost answer and the rival ran");
     let acked = acked.expect("a commit that landed is acknowledged");
@@ -67,7 +69,7 @@ pub async fn given_a_failed_commit_then_a_rival_on_one_partition_then_a_lost_ret
             assert_eq!(at, vec![Position { partition: 1, offset: 1 }]);
         })
     };
-    let commit = |ops: &[WriteOp]| ops.iter().any(|op| op.key().pk.starts_with("seg#"));
+    let commit = |ops: &[WriteOp]| ops.iter().any(|op| op.key().pk.starts_with(sluice_core::keys::SEGMENTS_PREFIX));
     script.at(commit, Action::FailAfter(race));
     script.at(commit, Action::Fault(Fault::LoseAnswer));
     let acked = log.publish(&topic, vec![event("a", 0, None), event("b", 1, None)], None).await;
@@ -119,7 +121,7 @@ pub async fn given_a_topic_create_applied_but_its_answer_lost_then_the_retry_ans
     let topic = unique_topic("lost-create");
     let spec = TopicSpec { partitions: 2, retention_ms: None, retention_bytes: None };
     let name = topic.clone();
-    script.at(move |ops| puts_at(ops, layout::topics_pk(), &name), Action::Fault(Fault::LoseAnswer));
+    script.at(move |ops| puts_at(ops, sluice_core::keys::topics_pk(), &name), Action::Fault(Fault::LoseAnswer));
     assert_unknown(log.create_topic(&topic, spec).await, "a create whose answer was lost");
     assert_eq!(script.pending(), 0, "the create met its lost answer");
     let at = other.publish(&topic, vec![event("e0", 1, None)], None).await.expect("the topic exists");
@@ -144,7 +146,7 @@ pub async fn given_a_topic_delete_applied_but_its_answer_lost_then_the_retry_is_
     let spec = TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None };
     let (config, _) = log.create_topic(&topic, spec).await.unwrap();
     log.publish(&topic, vec![event("old", 0, None)], None).await.unwrap();
-    script.at(|ops| puts_at(ops, layout::purge_pk(), ""), Action::Fault(Fault::LoseAnswer));
+    script.at(|ops| puts_at(ops, sluice_core::keys::purge_pk(), ""), Action::Fault(Fault::LoseAnswer));
     assert_unknown(log.delete_topic(&topic).await, "a delete whose answer was lost");
     assert_eq!(script.pending(), 0, "the delete met its lost answer");
     match log.delete_topic(&topic).await {
@@ -154,7 +156,7 @@ pub async fn given_a_topic_delete_applied_but_its_answer_lost_then_the_retry_is_
     assert!(matches!(log.describe_topic(&topic).await, Err(Error::TopicNotFound(_))));
     // Its purge order may be gone already (a janitor on a shared backend); the tombstone stays.
     let store = log.store();
-    let item = store.get(&layout::topic_key(&topic)).await.unwrap().expect("the tombstone");
+    let item = store.get(&sluice_core::keys::topic_key(&topic)).await.unwrap().expect("the tombstone");
     assert_eq!(item.version, 2, "the record was written once, by the lost delete");
     let (again, created) = log.create_topic(&topic, spec).await.unwrap();
     assert!(created && again.id != config.id, "a new topic");

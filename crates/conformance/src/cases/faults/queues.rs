@@ -29,7 +29,9 @@ async fn scripted_queues(backend: &dyn Backend, clock: &Arc<ManualClock>) -> (Ar
 /// A settle's write: it moves (or removes) a lease of a partition's queue, an item of its
 /// own or kept inline in the cursor item.
 fn settles(ops: &[WriteOp]) -> bool {
-    puts_at(ops, "q#", "l#") || deletes_at(ops, "q#", "l#") || puts_at(ops, "q#", "c")
+    puts_at(ops, sluice_core::keys::QUEUE_PREFIX, sluice_core::keys::LEASE_PREFIX)
+        || deletes_at(ops, sluice_core::keys::QUEUE_PREFIX, sluice_core::keys::LEASE_PREFIX)
+        || puts_at(ops, sluice_core::keys::QUEUE_PREFIX, sluice_core::keys::CURSOR_SK)
 }
 
 /// A nack applied but unanswered, then retried: the retry answers stale (the first went
@@ -116,7 +118,10 @@ pub async fn given_a_redrive_applied_but_its_answer_lost_then_the_retry_never_le
     let (clock, _log, queues, topic, sub) = dead_letters(backend, "lost-redrive", 3).await;
     let (script, faulty) = scripted_queues(backend, &clock).await;
     // The redrive's write: it puts the dead letters back in a lease (and removes them from the DLQ).
-    script.at(|ops| puts_at(ops, "q#", "l#"), Action::Fault(Fault::LoseAnswer));
+    script.at(
+        |ops| puts_at(ops, sluice_core::keys::QUEUE_PREFIX, sluice_core::keys::LEASE_PREFIX),
+        Action::Fault(Fault::LoseAnswer),
+    );
     assert_unknown(faulty.redrive(&topic, &sub, None).await, "a redrive whose answer was lost");
     assert_eq!(script.pending(), 0, "the redrive met its lost answer");
     assert_eq!(faulty.redrive(&topic, &sub, None).await.expect("the retried redrive"), 0, "nothing left");
@@ -135,7 +140,7 @@ pub async fn given_a_dead_letter_delete_applied_but_its_answer_lost_then_the_ret
 ) {
     let (clock, _log, queues, topic, sub) = dead_letters(backend, "lost-dlq-delete", 2).await;
     let (script, faulty) = scripted_queues(backend, &clock).await;
-    script.at(|ops| deletes_at(ops, "dlq#", ""), Action::Fault(Fault::LoseAnswer));
+    script.at(|ops| deletes_at(ops, sluice_core::keys::DLQ_PREFIX, ""), Action::Fault(Fault::LoseAnswer));
     assert_unknown(faulty.delete_dead_letter(&topic, &sub, "0-0").await, "a lost dead letter delete");
     assert_eq!(script.pending(), 0, "the delete met its lost answer");
     match faulty.delete_dead_letter(&topic, &sub, "0-0").await {
@@ -157,7 +162,7 @@ pub async fn given_a_dlq_purge_applied_but_its_answer_lost_then_the_retry_leaves
 ) {
     let (clock, _log, queues, topic, sub) = dead_letters(backend, "lost-dlq-purge", 2).await;
     let (script, faulty) = scripted_queues(backend, &clock).await;
-    script.at(|ops| deletes_at(ops, "dlq#", ""), Action::Fault(Fault::LoseAnswer));
+    script.at(|ops| deletes_at(ops, sluice_core::keys::DLQ_PREFIX, ""), Action::Fault(Fault::LoseAnswer));
     assert_unknown(faulty.purge_dead_letters(&topic, &sub).await, "a purge whose answer was lost");
     assert_eq!(script.pending(), 0, "the purge met its lost answer");
     assert_eq!(faulty.purge_dead_letters(&topic, &sub).await.expect("the retried purge"), 0);
@@ -177,7 +182,7 @@ pub async fn given_a_subscription_create_applied_but_its_answer_lost_then_the_re
     publish_at(&log, &topic, 0, "m", START_MS).await;
     let (script, faulty) = scripted_queues(backend, &clock).await;
     let sub = unique_topic("sub");
-    script.at(|ops| puts_at(ops, "subs#", ""), Action::Fault(Fault::LoseAnswer));
+    script.at(|ops| puts_at(ops, sluice_core::keys::SUBS_PREFIX, ""), Action::Fault(Fault::LoseAnswer));
     assert_unknown(faulty.create(&topic, &sub, earliest()).await, "a create whose answer was lost");
     assert_eq!(script.pending(), 0, "the create met its lost answer");
     let (described, created) = faulty.create(&topic, &sub, earliest()).await.expect("the retried create");
@@ -201,7 +206,7 @@ pub async fn given_a_subscription_delete_applied_but_its_answer_lost_then_the_re
     publish_at(&log, &topic, 0, "m", START_MS).await;
     assert_eq!(positions(&receive(&queues, &topic, &sub, 1).await), vec![(0, 0)]);
     let (script, faulty) = scripted_queues(backend, &clock).await;
-    script.at(|ops| puts_at(ops, "purge-subs", ""), Action::Fault(Fault::LoseAnswer));
+    script.at(|ops| puts_at(ops, sluice_core::keys::sub_purge_pk(), ""), Action::Fault(Fault::LoseAnswer));
     assert_unknown(faulty.delete(&topic, &sub).await, "a delete whose answer was lost");
     assert_eq!(script.pending(), 0, "the delete met its lost answer");
     match faulty.delete(&topic, &sub).await {

@@ -34,8 +34,8 @@ pub(super) struct ScopedStore {
 
 impl ScopedStore {
     fn key(&self, key: &Key) -> Key {
-        if key.pk == "upkeep" {
-            Key::new("upkeep", format!("{}#{}", key.sk, self.scope.tag))
+        if key.pk == sluice_core::keys::UPKEEP_PK {
+            Key::new(sluice_core::keys::UPKEEP_PK, format!("{}#{}", key.sk, self.scope.tag))
         } else {
             key.clone()
         }
@@ -52,14 +52,14 @@ impl ScopedStore {
     }
 
     fn visible(&self, pk: &str, sk: &str) -> bool {
-        if pk == layout::topics_pk() {
+        if pk == sluice_core::keys::topics_pk() {
             self.scope.topics.lock().unwrap().contains(sk)
-        } else if pk == layout::purge_pk() {
+        } else if pk == sluice_core::keys::purge_pk() {
             self.scope.ids.lock().unwrap().contains(sk)
-        } else if pk.starts_with("free#") {
+        } else if pk.starts_with(sluice_core::keys::FREE_PREFIX) {
             self.scope.objects.lock().unwrap().contains(sk)
         } else {
-            !(pk == "purge-subs" || pk == "goff-expiry")
+            !(pk == sluice_core::keys::sub_purge_pk() || pk == sluice_core::keys::expiry_pk())
         }
     }
 }
@@ -169,7 +169,7 @@ impl JanitorWorld {
         let spec = TopicSpec { partitions: 1, retention_ms, retention_bytes: None };
         let (config, _) = world.log(backend).await.create_topic(&world.topic, spec).await.unwrap();
         world.scope.topics.lock().unwrap().insert(world.topic.clone());
-        world.scope.ids.lock().unwrap().insert(layout::purge_key(config.id).sk);
+        world.scope.ids.lock().unwrap().insert(sluice_core::keys::purge_key(config.id).sk);
         world
     }
 
@@ -189,11 +189,11 @@ impl JanitorWorld {
 
     pub(super) async fn index_items(&self) -> usize {
         let id = self.id().await;
-        self.store.query(&Query::all(layout::segments_pk(id, 0), 1000)).await.unwrap().items.len()
+        self.store.query(&Query::all(sluice_core::keys::segments_pk(id, 0), 1000)).await.unwrap().items.len()
     }
 
     pub(super) async fn id(&self) -> u64 {
-        let item = self.store.get(&layout::topic_key(&self.topic)).await.unwrap().expect("the topic");
+        let item = self.store.get(&sluice_core::keys::topic_key(&self.topic)).await.unwrap().expect("the topic");
         layout::decode::<layout::TopicRecord>("topic", &item.value).unwrap().id
     }
 
@@ -202,7 +202,7 @@ impl JanitorWorld {
     pub(super) async fn assert_every_object_live(&self) {
         let listed = self.janitor_objects.list(None, 1000).await.unwrap();
         for info in listed {
-            let item = self.store.get(&layout::object_key(&info.name)).await.unwrap();
+            let item = self.store.get(&sluice_core::keys::object_key(&info.name)).await.unwrap();
             let record = item.map(|i| layout::decode::<ObjectRecord>("object", &i.value).unwrap());
             assert!(record.is_some_and(|r| r.refs > 0 && !r.doomed), "{} is left: {record:?}", info.name);
         }
@@ -212,8 +212,8 @@ impl JanitorWorld {
     pub(super) async fn freed(&self) -> Vec<String> {
         let mine = self.scope.objects.lock().unwrap().clone();
         let mut freed = Vec::new();
-        for shard in 0..layout::FREE_SHARDS {
-            let page = self.store.query(&Query::all(layout::free_pk(shard), 1000)).await.unwrap();
+        for shard in 0..sluice_core::keys::FREE_SHARDS {
+            let page = self.store.query(&Query::all(sluice_core::keys::free_pk(shard), 1000)).await.unwrap();
             freed.extend(page.items.into_iter().map(|i| i.key.sk).filter(|o| mine.contains(o)));
         }
         freed

@@ -91,7 +91,7 @@ pub async fn given_a_heartbeat_applied_but_unanswered_then_the_poll_still_answer
     let group = unique_topic("g");
     let joined = groups.poll(&request(&group, None, &topic, 5)).await.unwrap();
     publish(&log, &topic, 0, five(0)).await;
-    script.at(puts("member#"), Action::Fault(Fault::LoseAnswer));
+    script.at(puts(sluice_core::keys::MEMBER_PREFIX), Action::Fault(Fault::LoseAnswer));
     let answered = groups.poll(&request(&group, Some(&joined.member_id), &topic, 5)).await;
     assert_eq!(script.pending(), 0, "the heartbeat met its fault");
     let answered = answered.expect("an unknown heartbeat outcome still answers the events");
@@ -109,7 +109,7 @@ pub async fn given_a_heartbeat_refused_then_the_poll_answers_and_the_next_one_de
     let group = unique_topic("g");
     let joined = groups.poll(&request(&group, None, &topic, 5)).await.unwrap();
     publish(&log, &topic, 0, five(0)).await;
-    script.at(puts("member#"), Action::Fault(Fault::FailBefore));
+    script.at(puts(sluice_core::keys::MEMBER_PREFIX), Action::Fault(Fault::FailBefore));
     let answered = groups.poll(&request(&group, Some(&joined.member_id), &topic, 5)).await.unwrap();
     assert_eq!(offsets_of(&answered), vec![0, 1, 2, 3, 4]);
     let again = groups.poll(&request(&group, Some(&joined.member_id), &topic, 5)).await.unwrap();
@@ -189,8 +189,6 @@ pub async fn given_a_wide_group_deleted_while_a_member_commits_then_that_commit_
 /// A group over three topics of 1,024 partitions: its record and its members' stay well
 /// within DynamoDB's 400 KB item (each rebalance writes them whole), so it keeps working.
 pub async fn given_a_group_over_three_topics_of_1024_partitions_then_it_rebalances_and_commits(backend: &dyn Backend) {
-    use sluice_core::ports::state::Key;
-
     let clock = Arc::new(ManualClock::new(START_MS));
     let (log, groups) = groups_on(backend, &clock).await;
     let group = unique_topic("wide-group");
@@ -218,9 +216,9 @@ pub async fn given_a_group_over_three_topics_of_1024_partitions_then_it_rebalanc
     let d = groups.describe(&group).await.unwrap();
     assert_eq!((d.members.len(), d.partitions.len()), (2, 3 * 1024));
     let store = log.store();
-    for sk in ["meta".to_owned(), format!("member#{}", a.member_id)] {
-        let item = store.get(&Key::new(format!("group#{group}"), sk.clone())).await.unwrap().expect("stored");
-        assert!(item.value.len() < 100_000, "{sk} takes {} bytes", item.value.len());
+    for key in [sluice_core::keys::group_meta_key(&group), sluice_core::keys::member_key(&group, &a.member_id)] {
+        let item = store.get(&key).await.unwrap().expect("stored");
+        assert!(item.value.len() < 100_000, "{} takes {} bytes", key.sk, item.value.len());
     }
     groups.leave(&group, &b.member_id).await.unwrap();
     let a = groups.poll(&join(Some(a.member_id))).await.unwrap();
@@ -328,7 +326,7 @@ pub async fn given_a_rebalance_before_a_riding_auto_commit_then_the_commit_is_dr
             clean.poll(&request(&group, None, &topic, 5)).await.expect("a second member joins");
         })
     };
-    script.at(puts("member#"), Action::Before(rival));
+    script.at(puts(sluice_core::keys::MEMBER_PREFIX), Action::Before(rival));
     let mut next = with_positions(request(&group, Some(&first.member_id), &topic, 5), &topic, &[(0, 5)]);
     next.auto_commit = true;
     let answered = groups.poll(&next).await.expect("the poll answers");

@@ -13,7 +13,7 @@ use crate::{unique_topic, Backend};
 
 /// Whether a write is a commit (it indexes a segment).
 fn is_commit(ops: &[WriteOp]) -> bool {
-    ops.iter().any(|op| op.key().pk.starts_with("seg#"))
+    ops.iter().any(|op| op.key().pk.starts_with(sluice_core::keys::SEGMENTS_PREFIX))
 }
 
 /// A log whose commits meet `faults`, in order, beside a clean log on the same storage;

@@ -62,13 +62,13 @@ pub async fn given_stale_head_after_earlier_index_items_removed_when_publish_the
     }
     // What retention will do: advance the log start in the head, then remove the index items below it.
     let id = b.describe_topic(&topic).await.unwrap().0.id;
-    let head_key = layout::head_key(id, 0);
+    let head_key = sluice_core::keys::head_key(id, 0);
     let item = store.get(&head_key).await.unwrap().expect("head");
     let mut head: HeadRecord = layout::decode("head", &item.value).unwrap();
     assert_eq!(head.next, 5);
     head.start = 4;
     store.write(vec![WriteOp::replace(head_key, layout::encode(&head), Some(item.version))]).await.unwrap();
-    let below: Vec<Key> = [0u64, 2, 3].iter().map(|&base| layout::segment_key(id, 0, base)).collect();
+    let below: Vec<Key> = [0u64, 2, 3].iter().map(|&base| sluice_core::keys::segment_key(id, 0, base)).collect();
     store.delete_many(below).await.unwrap();
 
     // `a` still believes the partition ends at 2, where no item is any more.

@@ -36,7 +36,8 @@ pub async fn given_small_and_large_commits_then_small_ones_are_inline_and_replay
     let item = |offset: u64| {
         let store = store.clone();
         async move {
-            let item = store.get(&layout::segment_key(created.id, 0, offset)).await.unwrap().expect("indexed");
+            let item =
+                store.get(&sluice_core::keys::segment_key(created.id, 0, offset)).await.unwrap().expect("indexed");
             layout::decode_segment_item(&item.value).unwrap()
         }
     };
@@ -80,7 +81,7 @@ pub async fn given_a_commit_larger_than_a_part_then_a_read_of_a_few_events_fetch
     // 700 events of about 1 KiB in one publish: one segment of about 700 KiB, in three parts.
     let all: Vec<(u64, String)> = (0..700).map(|i| (i, format!("{i}:{}", "p".repeat(1000)))).collect();
     log.publish(&topic, all.iter().map(|(_, v)| event(v, 0)).collect(), None).await.unwrap();
-    let item = store.get(&layout::segment_key(created.id, 0, 0)).await.unwrap().expect("indexed");
+    let item = store.get(&sluice_core::keys::segment_key(created.id, 0, 0)).await.unwrap().expect("indexed");
     let (record, _) = layout::decode_segment_item(&item.value).unwrap();
     assert_eq!(record.parts.len(), 2, "{record:?}");
 

@@ -30,7 +30,7 @@ pub async fn given_deleted_topic_with_many_index_items_then_janitor_purges_in_bo
     let own = crate::OwnPurges::new(store.clone(), &[config.id], &[]);
     let order = || {
         let store = store.clone();
-        async move { store.get(&layout::purge_key(config.id)).await.unwrap() }
+        async move { store.get(&sluice_core::keys::purge_key(config.id)).await.unwrap() }
     };
     let (mut steps, mut lost, mut recreated) = (0, 0, false);
     while order().await.is_some() {
@@ -63,9 +63,9 @@ pub async fn given_deleted_topic_with_many_index_items_then_janitor_purges_in_bo
         assert!(steps <= 2 * items / budget + 5, "purge makes progress: {steps} steps, {lost} lost");
     }
     assert!(recreated, "the purge took more than one step of {budget}");
-    let left = store.query(&Query::all(layout::segments_pk(config.id, 0), 10)).await.unwrap();
+    let left = store.query(&Query::all(sluice_core::keys::segments_pk(config.id, 0), 10)).await.unwrap();
     assert_eq!(left.items, vec![], "the old index is gone");
-    let heads = store.query(&Query::all(layout::heads_pk(config.id), 10)).await.unwrap();
+    let heads = store.query(&Query::all(sluice_core::keys::heads_pk(config.id), 10)).await.unwrap();
     assert_eq!(heads.items, vec![], "the old heads are gone");
     // Another step leaves the new topic alone.
     log.publish(&topic, vec![event("new", 1)], None).await.unwrap();
@@ -90,7 +90,7 @@ async fn write_index_items(store: &dyn StateStore, topic_id: u64, items: usize) 
                     parts: Vec::new(),
                     inline: false,
                 };
-                WriteOp::create(layout::segment_key(topic_id, 0, base), layout::encode(&record))
+                WriteOp::create(sluice_core::keys::segment_key(topic_id, 0, base), layout::encode(&record))
             })
             .collect();
         store.write(ops).await.unwrap();
@@ -117,7 +117,7 @@ pub async fn given_a_publish_in_flight_when_its_topic_is_deleted_then_it_is_refu
             let (admin, topic) = (admin.clone(), topic.clone());
             Box::pin(async move { admin.delete_topic(&topic).await.unwrap() })
         };
-        let heads = layout::heads_pk(config.id);
+        let heads = sluice_core::keys::heads_pk(config.id);
         let commit = move |ops: &[WriteOp]| ops.iter().any(|op| op.key().pk == heads);
         script.at(commit, if delete_first { Action::Before(rival) } else { Action::After(rival) });
         let answer = publisher.publish(&topic, vec![event("in flight", 0)], None).await;

@@ -210,8 +210,9 @@ pub async fn given_a_dispatcher_that_dies_mid_delivery_then_its_batch_is_pushed_
     drop(held);
     // A wake from the table's stream names the topic by its partition heads' key.
     let id = log.describe_topic(&topic).await.unwrap().0.id;
-    let heads = sluice_core::layout::heads_pk(id);
-    let topics = Topics::of_changed(["q#elsewhere", heads.as_str()]);
+    let heads = sluice_core::keys::heads_pk(id);
+    let elsewhere = format!("{}elsewhere", sluice_core::keys::QUEUE_PREFIX);
+    let topics = Topics::of_changed([elsewhere.as_str(), heads.as_str()]);
     assert_eq!(topics, Topics::Ids([id].into()), "only the heads' keys count");
     assert_eq!(dispatcher.drain(&topics, clock.now_ms() + 60_000).await.unwrap().deliveries, 0);
     // The window covers the attempt's timeout (10 s) and settling; the default is 30 s, and

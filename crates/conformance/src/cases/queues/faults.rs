@@ -40,7 +40,7 @@ pub async fn given_a_describe_whose_first_read_is_torn_then_its_counts_are_still
     }
     assert_eq!(positions(&receive(&queues, &topic, &sub, 1).await), vec![(0, 0)]);
     let (script, torn) = scripted_queues(backend, &clock).await;
-    script.at_query("q#", QueryAction::Tear(1));
+    script.at_query(sluice_core::keys::QUEUE_PREFIX, QueryAction::Tear(1));
     let d = torn.describe(&topic, &sub).await.unwrap();
     assert_eq!(script.pending(), 0, "the describe's read was torn");
     assert_eq!((d.backlog.visible, d.backlog.in_flight), (2, 1), "{:?}", d.backlog);
@@ -62,7 +62,7 @@ pub async fn given_a_keyed_receive_whose_read_misses_a_moved_lease_then_the_key_
     let nacked = queues.nack(&topic, &sub, &[first[0].receipt.clone()], 60_000).await.unwrap();
     assert!(nacked[0].is_ok(), "{nacked:?}");
     let (script, torn) = scripted_queues(backend, &clock).await;
-    script.at_query("q#", QueryAction::Miss("l#"));
+    script.at_query(sluice_core::keys::QUEUE_PREFIX, QueryAction::Miss(sluice_core::keys::LEASE_PREFIX));
     let got = torn.receive(&topic, &sub, &ReceiveRequest { max_messages: 10, wait_ms: 0, visibility_timeout_ms: None });
     let got = got.await.unwrap();
     assert_eq!(script.pending(), 0, "the receive's read missed the lease");
@@ -96,7 +96,7 @@ pub async fn given_retention_passing_a_receive_in_flight_then_it_answers_from_th
             sluice_core::upkeep::retention::retain(store.as_ref(), &config, 0, START_MS, default_ms).await.unwrap();
         })
     };
-    script.at_query(layout::segments_pk(config.id, 0), QueryAction::Before(rival));
+    script.at_query(sluice_core::keys::segments_pk(config.id, 0), QueryAction::Before(rival));
     let got =
         racing.receive(&topic, &sub, &ReceiveRequest { max_messages: 10, wait_ms: 0, visibility_timeout_ms: None });
     let got = got.await.expect("no transient offset_out_of_range");
@@ -126,7 +126,7 @@ pub async fn given_a_slow_receive_then_the_visibility_window_counts_from_its_wri
         let clock = clock.clone();
         Box::pin(async move { clock.advance(10_000) })
     };
-    script.at_query(layout::segments_pk(config.id, 0), QueryAction::Before(stall));
+    script.at_query(sluice_core::keys::segments_pk(config.id, 0), QueryAction::Before(stall));
     let req = ReceiveRequest { max_messages: 1, wait_ms: 0, visibility_timeout_ms: Some(30_000) };
     assert_eq!(positions(&slow.receive(&topic, &sub, &req).await.unwrap()), vec![(0, 0)]);
     assert_eq!(clock.now_ms(), START_MS + 10_000);
@@ -178,7 +178,8 @@ pub async fn given_a_stale_delete_after_the_subscription_was_re_created_then_the
             assert!(created);
         })
     };
-    script.at(|ops| ops.iter().any(|op| op.key().pk.starts_with("subs#")), Action::Before(rival));
+    script
+        .at(|ops| ops.iter().any(|op| op.key().pk.starts_with(sluice_core::keys::SUBS_PREFIX)), Action::Before(rival));
     stale.delete(&topic, &sub).await.expect("the subscription it meant is deleted");
     assert_eq!(script.pending(), 0, "the rival ran");
     queues.describe(&topic, &sub).await.expect("the re-created subscription stays");
@@ -189,8 +190,9 @@ pub async fn given_a_stale_delete_after_the_subscription_was_re_created_then_the
 /// A receive that read its subscription, then the subscription was deleted and purged before
 /// the receive wrote its first items: they must not be created, or nothing removes them.
 pub async fn given_a_receive_racing_its_subscriptions_purge_then_no_item_is_left_behind(backend: &dyn Backend) {
+    use sluice_core::keys::{queue_collections, subscription_key};
     use sluice_core::ports::state::Query;
-    use sluice_core::queues::{queue_collections, subscription_key, SubscriptionRecord};
+    use sluice_core::queues::SubscriptionRecord;
 
     let (clock, log, queues) = manual(backend).await;
     let topic = new_topic(&log, "purge-race", 1).await;
@@ -214,7 +216,8 @@ pub async fn given_a_receive_racing_its_subscriptions_purge_then_no_item_is_left
             }
         })
     };
-    script.at(|ops| ops.iter().any(|op| op.key().pk.starts_with("q#")), Action::Before(rival));
+    script
+        .at(|ops| ops.iter().any(|op| op.key().pk.starts_with(sluice_core::keys::QUEUE_PREFIX)), Action::Before(rival));
     let got =
         racing.receive(&topic, &sub, &ReceiveRequest { max_messages: 1, wait_ms: 0, visibility_timeout_ms: None });
     let got = got.await;
@@ -241,7 +244,7 @@ pub async fn given_a_moved_lease_hidden_by_a_torn_read_then_its_receipt_still_ac
     assert!(moved[0].is_ok(), "{moved:?}");
     let (script, torn) = scripted_queues(backend, &clock).await;
     // The partition's items in order: the cursor, then the one (moved) lease.
-    script.at_query("q#", QueryAction::Tear(2));
+    script.at_query(sluice_core::keys::QUEUE_PREFIX, QueryAction::Tear(2));
     let acked = torn.ack(&topic, &sub, &[receipt]).await.unwrap();
     assert_eq!(script.pending(), 0, "the settle's read was torn");
     assert_eq!(acked, vec![Ok(())], "a valid receipt acks");
@@ -282,7 +285,7 @@ pub async fn given_a_receive_answering_after_a_window_ended_then_it_leaves_those
     for p in 0..2 {
         let clock = clock.clone();
         script.at_query(
-            layout::segments_pk(config.id, p),
+            sluice_core::keys::segments_pk(config.id, p),
             QueryAction::Before(Box::pin(async move { clock.advance(10_000) })),
         );
     }

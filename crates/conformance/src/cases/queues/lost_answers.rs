@@ -29,7 +29,7 @@ struct FaultyQueueStore {
 #[async_trait::async_trait]
 impl StateLayer for FaultyQueueStore {
     async fn write(&self, inner: &dyn StateStore, ops: Vec<WriteOp>) -> Result<(), StorageError> {
-        let queue_write = ops.iter().any(|op| op.key().pk.starts_with("q#"));
+        let queue_write = ops.iter().any(|op| op.key().pk.starts_with(sluice_core::keys::QUEUE_PREFIX));
         let fault = if queue_write { self.faults.lock().unwrap().pop_front() } else { None };
         let lost = || StorageError::Unavailable { message: "injected: answer lost".into(), source: None };
         match fault {

@@ -168,8 +168,9 @@ pub async fn given_subscription_deleted_and_recreated_under_the_same_name_then_i
 pub async fn given_a_deleted_subscription_and_a_deleted_topic_then_the_janitor_removes_every_queue_item(
     backend: &dyn Backend,
 ) {
+    use sluice_core::keys::{queue_collections, subscription_key};
     use sluice_core::ports::state::Query;
-    use sluice_core::queues::{queue_collections, subscription_key, SubscriptionRecord};
+    use sluice_core::queues::SubscriptionRecord;
 
     let (clock, log, queues) = manual(backend).await;
     let topic = new_topic(&log, "purged", 2).await;
@@ -215,7 +216,7 @@ pub async fn given_a_deleted_subscription_and_a_deleted_topic_then_the_janitor_r
             .await,
         Err(Error::SubscriptionNotFound { .. })
     ));
-    let deleted_order = sluice_core::ports::state::Key::new(crate::SUB_PURGE_PK, format!("{:016x}", ids[0]));
+    let deleted_order = sluice_core::keys::sub_purge_key(ids[0]);
     assert!(store.get(&deleted_order).await.unwrap().is_some(), "the delete filed a purge order where OwnPurges looks");
     log.delete_topic(&topic).await.unwrap();
     // This case's orders only: on a shared backend other cases' janitors work on every order
@@ -227,10 +228,7 @@ pub async fn given_a_deleted_subscription_and_a_deleted_topic_then_the_janitor_r
             break;
         }
     }
-    assert!(
-        store.get(&sluice_core::layout::purge_key(config.id)).await.unwrap().is_none(),
-        "the topic's order is done"
-    );
+    assert!(store.get(&sluice_core::keys::purge_key(config.id)).await.unwrap().is_none(), "the topic's order is done");
     assert_eq!(items(store.clone(), ids).await, 0, "every queue item is gone");
     assert!(
         store.get(&subscription_key(config.id, &orphaned)).await.unwrap().is_none(),

@@ -109,7 +109,8 @@ async fn written_anew_after_its_blob_was_doomed(
     let written = blobs.puts();
     assert_eq!(written.len(), 2, "its blob was written anew: {written:?}");
     let (config, _) = reader.describe_topic(topic).await.unwrap();
-    let item = stores.0.get(&layout::segment_key(config.id, 0, acked[0].offset)).await.unwrap().expect("indexed");
+    let item =
+        stores.0.get(&sluice_core::keys::segment_key(config.id, 0, acked[0].offset)).await.unwrap().expect("indexed");
     let (segment, _) = layout::decode_segment_item(&item.value).unwrap();
     assert_eq!(segment.object, written[1].object, "indexed in the new object");
     assert_ne!(segment.object, first[0].object);
@@ -149,7 +150,7 @@ pub async fn given_deleted_topic_then_its_objects_are_collected_and_objects_shar
             let config = log.describe_topic(&topic).await.unwrap().0.id;
             let mut objects = Vec::new();
             for p in 0..2 {
-                let page = store.query(&Query::all(layout::segments_pk(config, p), 1000)).await.unwrap();
+                let page = store.query(&Query::all(sluice_core::keys::segments_pk(config, p), 1000)).await.unwrap();
                 for item in page.items {
                     let (seg, _) = layout::decode_segment_item(&item.value).unwrap();
                     objects.push(seg.object);

@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use sluice_core::layout;
+use sluice_core::keys;
 use sluice_core::ports::state::Query;
 use sluice_core::upkeep::{JanitorConfig, STEP_BUDGET};
 use sluice_core::{Error, ManualClock, ReadRequest, TopicSpec};
@@ -40,7 +40,7 @@ pub async fn given_many_one_event_segments_then_compaction_keeps_every_event_and
     }
     // (Counted in the index: on a shared backend other cases' janitors merge too.)
     let id = log.describe_topic(&topic).await.unwrap().0.id;
-    let index = stores.0.query(&Query::all(layout::segments_pk(id, 0), 1000)).await.unwrap().items.len();
+    let index = stores.0.query(&Query::all(keys::segments_pk(id, 0), 1000)).await.unwrap().items.len();
     assert!(index <= 4, "{count} one-event segments compacted into {index}");
     // Replay through a log whose object reads are counted.
     let counting = ScriptedObjects::new(stores.1.clone());
@@ -143,7 +143,7 @@ pub async fn given_readers_replaying_during_compaction_and_retention_then_no_err
     }
     let (config, states) = log.describe_topic(&topic).await.unwrap();
     // (Seen in the topic: on a shared backend other cases' janitors work on it too.)
-    let index = stores.0.query(&Query::all(layout::segments_pk(config.id, 0), 1000)).await.unwrap().items.len();
+    let index = stores.0.query(&Query::all(keys::segments_pk(config.id, 0), 1000)).await.unwrap().items.len();
     assert!(states[0].log_start_offset > 0, "retention ran under the readers: {upkeep:?}");
     assert!(index < 100, "compaction ran under the readers: {index} segments left of 600; {upkeep:?}");
     let kept = replay(&log, &topic, 0, states[0].log_start_offset).await.unwrap();

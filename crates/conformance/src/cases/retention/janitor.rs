@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-use sluice_core::layout;
 use sluice_core::ports::state::Query;
 use sluice_core::upkeep::{Janitor, JanitorConfig, STEP_BUDGET};
 use sluice_core::{ManualClock, TopicSpec};
@@ -39,17 +38,20 @@ pub async fn given_a_topic_purged_during_a_janitor_pass_then_the_pass_leaves_non
             }
         })
     };
-    let cursors = sluice_core::log::timeindex::cursors_pk(config.id);
+    let cursors = sluice_core::keys::time_cursors_pk(config.id);
     script.at(move |ops| ops.iter().any(|op| op.key().pk == cursors), Action::Before(rival));
     let config_small = JanitorConfig { compaction_target_bytes: 2 << 10, grace_ms: 0, ..retention_only() };
     let racing = Janitor::new(script.clone(), stores.1.clone(), clock.clone(), config_small);
     racing.run(STEP_BUDGET).await.unwrap();
     assert_eq!(script.pending(), 0, "the purge ran during the pass");
     let store = stores.0.clone();
-    let cursors = store.query(&Query::all(sluice_core::log::timeindex::cursors_pk(config.id), 10)).await.unwrap();
-    let entries = store.query(&Query::all(sluice_core::log::timeindex::entries_pk(config.id, 0), 10)).await.unwrap();
+    let cursors = store.query(&Query::all(sluice_core::keys::time_cursors_pk(config.id), 10)).await.unwrap();
+    let entries = store.query(&Query::all(sluice_core::keys::time_entries_pk(config.id, 0), 10)).await.unwrap();
     assert!(cursors.items.is_empty() && entries.items.is_empty(), "time index items of a purged topic were re-created");
-    assert!(store.get(&layout::upkeep_record_key(config.id)).await.unwrap().is_none(), "upkeep record re-created");
+    assert!(
+        store.get(&sluice_core::keys::upkeep_record_key(config.id)).await.unwrap().is_none(),
+        "upkeep record re-created"
+    );
 }
 
 /// `run_until` (the janitor function's loop) steps until its deadline by the janitor's clock,

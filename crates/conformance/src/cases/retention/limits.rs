@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use sluice_core::layout;
 use sluice_core::ports::state::Query;
 use sluice_core::upkeep::STEP_BUDGET;
 use sluice_core::{Error, ManualClock, TopicSpec};
@@ -33,7 +32,7 @@ pub async fn given_retention_ms_then_exactly_the_expired_segments_go_and_reads_b
     let (config, _) = log.describe_topic(&topic).await.unwrap();
     let index = || {
         let (store, id) = (stores.0.clone(), config.id);
-        async move { store.query(&Query::all(layout::segments_pk(id, 0), 100)).await.unwrap().items.len() }
+        async move { store.query(&Query::all(sluice_core::keys::segments_pk(id, 0), 100)).await.unwrap().items.len() }
     };
     let expired_after_run = |at: i64| {
         clock.set(at);

@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-use sluice_core::layout;
 use sluice_core::upkeep::{JanitorConfig, STEP_BUDGET};
 use sluice_core::{ManualClock, TopicSpec};
 
@@ -27,7 +26,7 @@ pub async fn given_an_index_query_torn_by_a_swap_then_retention_stops_at_the_hol
     let (config, _) = log.describe_topic(&topic).await.unwrap();
     // A query that misses 1..=3, as one racing a compaction's swap on DynamoDB can.
     let torn = Scripted::new(stores.0.clone());
-    torn.at_query(layout::segments_pk(config.id, 0), QueryAction::Hide { offsets: 1..4, skip: 0 });
+    torn.at_query(sluice_core::keys::segments_pk(config.id, 0), QueryAction::Hide { offsets: 1..4, skip: 0 });
     sluice_core::upkeep::retention::retain(
         torn.as_ref(),
         &config,
@@ -97,7 +96,7 @@ pub async fn given_a_later_index_page_torn_by_a_swap_then_offset_by_time_still_a
     let (config, _) = log.describe_topic(&topic).await.unwrap();
     let torn = Scripted::new(stores.0.clone());
     // The walk's first query of the index is its first page; the next one loses 32..35.
-    torn.at_query(layout::segments_pk(config.id, 0), QueryAction::Hide { offsets: 32..35, skip: 1 });
+    torn.at_query(sluice_core::keys::segments_pk(config.id, 0), QueryAction::Hide { offsets: 32..35, skip: 1 });
     let reader = log_at((torn.clone(), stores.1.clone()), &clock);
     let at = reader.offset(&topic, 0, sluice_core::OffsetQuery::Timestamp(t0 + 33_000)).await.unwrap();
     assert_eq!(torn.pending(), 0, "the torn query happened");

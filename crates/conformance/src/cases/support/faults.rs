@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use sluice_core::ports::objects::ObjectInfo;
 use sluice_core::ports::state::{Page, Query, StateStore, WriteOp};
-use sluice_core::{layout, BlobRef, ObjectStore, StorageError};
+use sluice_core::{BlobRef, ObjectStore, StorageError};
 use sluice_testkit::{Layered, LayeredObjects, ObjectLayer, StateLayer};
 use tokio::sync::Notify;
 
@@ -189,7 +189,7 @@ impl StateLayer for Scripted {
             }
             Some(QueryAction::Hide { offsets, .. }) => {
                 let mut page = inner.query(query).await?;
-                page.items.retain(|i| layout::offset_of(&i.key.sk).map_or(true, |o| !offsets.contains(&o)));
+                page.items.retain(|i| sluice_core::keys::offset_of(&i.key.sk).map_or(true, |o| !offsets.contains(&o)));
                 Ok(page)
             }
             Some(QueryAction::Miss(prefix)) => {

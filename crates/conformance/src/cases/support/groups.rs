@@ -73,7 +73,7 @@ pub(crate) async fn committed(groups: &Groups, group: &str, partition: u32) -> O
 /// The index items and objects below it stay (the janitor removes them afterwards), so a
 /// reader that still read below the start would get the events: the cases can tell.
 pub async fn advance_log_start(store: &dyn StateStore, topic_id: u64, partition: u32, start: u64) {
-    let key = layout::head_key(topic_id, partition);
+    let key = sluice_core::keys::head_key(topic_id, partition);
     let item = store.get(&key).await.expect("read the head").expect("the partition has a head");
     let mut head: HeadRecord = layout::decode("head", &item.value).expect("decode the head");
     assert!(start <= head.next, "a log start past the high watermark {}", head.next);
