@@ -39,6 +39,7 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
     replays(&counted, &topic).await;
     idle_long_poll(&counted, &topic).await;
     group_polls(&counted, &topic).await;
+    group_deletes(&counted, &topic).await;
 
     let (_, delete) = counted!(state, objects, log.delete_topic(&topic).await.unwrap());
     per_request("delete topic", &delete, 1);
@@ -223,4 +224,43 @@ async fn group_polls((state, objects, log): &Counted, topic: &str) {
     per_request("group poll: idle member, nothing new", &idle, 1);
     assert_eq!(idle.get("dynamodb:UpdateItem"), None, "an idle poll early in its session writes nothing: {idle:?}");
     assert!(!idle.contains_key("s3:GetObject"));
+}
+
+/// Deleting a group whose offsets fit in one transaction, and one whose offsets do not (150
+/// partitions): the tombstone the wide one's first write leaves costs one more write.
+async fn group_deletes((state, objects, log): &Counted, topic: &str) {
+    let groups = Groups::new(log.clone());
+    let wide = unique_topic("wide");
+    log.create_topic(&wide, TopicSpec { partitions: 150, retention_ms: None, retention_bytes: None }).await.unwrap();
+    for (topic, partitions) in [(topic.to_owned(), 8u32), (wide, 150)] {
+        let group = unique_topic("deleted");
+        let join = PollRequest {
+            group: group.clone(),
+            member_id: None,
+            topics: vec![topic.clone()],
+            max_events: 1,
+            max_bytes: 6 << 20,
+            wait_ms: 0,
+            reset: ResetPolicy::Latest,
+            session_timeout_ms: None,
+            auto_commit: false,
+            positions: None,
+            instance_id: None,
+        };
+        let member = groups.poll(&join).await.unwrap();
+        let all: Vec<CommitOffset> = (0..partitions)
+            .map(|partition| CommitOffset { topic: topic.clone(), partition, offset: 0, metadata: None })
+            .collect();
+        for chunk in all.chunks(90) {
+            groups.commit(&group, &member.member_id, member.generation, chunk).await.unwrap();
+        }
+        groups.leave(&group, &member.member_id).await.unwrap();
+        let (_, delete) = counted!(state, objects, groups.delete(&group).await.unwrap());
+        per_request(&format!("group delete, {partitions} committed offsets"), &delete, 1);
+        let writes = delete.get("dynamodb:TransactWriteItems").copied().unwrap_or(0)
+            + delete.get("dynamodb:DeleteItem").copied().unwrap_or(0);
+        // 100 items a transaction; past that, the rest and then the tombstone.
+        let expected = if partitions <= 96 { 1 } else { 3 };
+        assert_eq!(writes, expected, "{delete:?}");
+    }
 }

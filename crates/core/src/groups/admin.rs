@@ -22,8 +22,9 @@ impl Groups {
     pub async fn describe(&self, group: &str) -> Result<GroupDescription, Error> {
         names::validate("group", group)?;
         let state = self.state(group).await?;
-        let offsets = self.offsets(group).await?;
-        if state.version == 0 && offsets.is_empty() {
+        let mut offsets = self.offsets(group).await?;
+        offsets.retain(|_, (o, _)| o.group_version >= state.record.offsets_from);
+        if state.unborn() && offsets.is_empty() {
             return Err(Error::GroupNotFound(group.to_owned()));
         }
         let members = state
@@ -49,7 +50,7 @@ impl Groups {
             let Ok(topic) = topics::live(self.store(), &name).await else { continue };
             for (p, (head, _)) in topics::heads(self.store(), &topic).await?.into_iter().enumerate() {
                 let p = p as u32;
-                let committed = offsets.get(&tp_key(&name, p)).filter(|(o, _)| o.topic_id == topic.id);
+                let committed = offsets.get(&tp_key(&name, p)).filter(|(o, _)| o.counts(topic.id, &state.record));
                 let from = committed.map_or(head.start, |(o, _)| o.offset.max(head.start));
                 let tp = TopicPartition { topic: name.clone(), partition: p };
                 partitions.push(PartitionLag {
@@ -80,10 +81,17 @@ impl Groups {
     /// Deletes a group with no live members: its record, offsets and registry entry.
     ///
     /// Every deletion is conditional on the version read, so a member that joins (or commits)
-    /// meanwhile is never erased. The first write removes the record, registry entry and
-    /// activity with as many offsets as fit, atomically: a join before it makes it fail whole
-    /// (`group_not_empty`). Offsets past the first write's room go after it, each at the
-    /// version read; one a new incarnation of the group committed over stays.
+    /// meanwhile is never erased. The first write is the delete's one atomic step: a join
+    /// before it makes it fail whole (`group_not_empty`); after it, the group is gone. It
+    /// removes the registry entry, the activity and as many offsets as fit, and the record
+    /// when every offset fits. A wider group's offsets take more writes, and a member may join
+    /// between them (a store's atomic write is bounded: DynamoDB's holds 100 items), so the
+    /// first write replaces its record with a tombstone instead: offsets recorded below its
+    /// version are not the group's (`offsets_from`), so a member joining before the rest go
+    /// starts at its reset policy, not at the deleted group's offsets. The rest go after it,
+    /// each at the version read (one a new incarnation committed over stays), then the
+    /// tombstone, unless a join or seek made the group anew over it. A delete cut short leaves
+    /// the tombstone and offsets nobody reads; deleting the group again finishes it.
     pub async fn delete(&self, group: &str) -> Result<(), Error> {
         names::validate("group", group)?;
         for _ in 0..MAX_ATTEMPTS {
@@ -103,14 +111,22 @@ impl Groups {
                 Some(v) => WriteOp::Delete { key, expect: Expect::Version(v) },
                 None => WriteOp::Check { key, expect: Expect::Absent },
             };
-            let mut ops = vec![
-                at(group_meta_key(group), Some(state.version).filter(|v| *v > 0)),
-                at(registry_key(group), registry),
-                at(activity_key(group), state.activity.map(|(_, v)| v)),
-            ];
+            let record_version = Some(state.version).filter(|v| *v > 0);
+            let mut ops =
+                vec![at(registry_key(group), registry), at(activity_key(group), state.activity.map(|(_, v)| v))];
             if let Some((a, _)) = state.activity {
                 ops.push(WriteOp::Delete { key: expiry_key(a.until, group), expect: Expect::Any });
             }
+            // The record's own op, first; a tombstone's version is the one after the version read.
+            let fits = ops.len() + 1 + offsets.len() <= MAX_WRITE_OPS;
+            let tombstone = (!fits).then(|| GroupRecord { offsets_from: state.version + 1, ..GroupRecord::default() });
+            ops.insert(
+                0,
+                match &tombstone {
+                    None => at(group_meta_key(group), record_version),
+                    Some(t) => WriteOp::replace(group_meta_key(group), layout::encode(t), record_version),
+                },
+            );
             let mut offset_ops =
                 offsets.iter().map(|(sk, (_, v))| at(Key::new(offsets_pk(group), sk.clone()), Some(*v)));
             let room = MAX_WRITE_OPS - ops.len();
@@ -124,6 +140,10 @@ impl Groups {
             let rest: Vec<WriteOp> = offset_ops.collect();
             for chunk in rest.chunks(MAX_WRITE_OPS) {
                 self.delete_unchanged(chunk.to_vec()).await?;
+            }
+            if let Some(t) = tombstone {
+                let expect = Expect::Version(t.offsets_from);
+                self.delete_unchanged(vec![WriteOp::Delete { key: group_meta_key(group), expect }]).await?;
             }
             return Ok(());
         }

@@ -26,7 +26,7 @@ impl Groups {
         }
         for _ in 0..MAX_ATTEMPTS {
             let state = self.state(group).await?;
-            if state.version == 0 {
+            if state.unborn() {
                 return Err(Error::GroupNotFound(group.to_owned()));
             }
             let Some((_, member_version, _)) = state.members.get(member_id) else {
@@ -134,11 +134,16 @@ pub(super) fn commit_ops(
         if !seen.insert(key.clone()) {
             return Err(Error::invalid(Code::DuplicateOffset, format!("{}/{} appears twice", o.topic, o.partition)));
         }
-        let existing = current.get(&key).filter(|(r, _)| r.topic_id == topic.id);
+        let existing = current.get(&key).filter(|(r, _)| r.counts(topic.id, &state.record));
         if existing.is_some_and(|(r, _)| r.offset >= o.offset) {
             continue;
         }
-        let record = OffsetRecord { topic_id: topic.id, offset: o.offset, metadata: o.metadata.clone() };
+        let record = OffsetRecord {
+            topic_id: topic.id,
+            offset: o.offset,
+            metadata: o.metadata.clone(),
+            group_version: state.version,
+        };
         let expect = current.get(&key).map_or(Expect::Absent, |(_, v)| Expect::Version(*v));
         ops.push(WriteOp::Put {
             key: offset_key(group, &o.topic, o.partition),

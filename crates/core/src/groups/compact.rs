@@ -166,6 +166,7 @@ mod tests {
             members: BTreeMap::from([("m1".to_owned(), a), ("m2".to_owned(), parts("orders", &[1, 3]))]),
             topics: BTreeMap::from([("orders".to_owned(), 4), ("refunds#eu".to_owned(), 9)]),
             since: BTreeMap::from([(tp_key("orders", 11), 5), (tp_key("refunds#eu", 1), 6)]),
+            offsets_from: 0,
         }
     }
 
@@ -224,6 +225,7 @@ mod tests {
             members,
             topics: topics.iter().map(|t| (t.clone(), u64::MAX)).collect(),
             since,
+            offsets_from: u64::MAX,
         };
         let size = serde_json::to_vec(&record).unwrap().len();
         // A quarter below DynamoDB's 400 KB, with 200-character topic names.

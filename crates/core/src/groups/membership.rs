@@ -25,7 +25,13 @@ pub(super) fn next_generation(
             since.insert(key, from);
         }
     }
-    GroupRecord { generation: previous.generation + 1, members: assignment, topics: topic_ids, since }
+    GroupRecord {
+        generation: previous.generation + 1,
+        members: assignment,
+        topics: topic_ids,
+        since,
+        offsets_from: previous.offsets_from,
+    }
 }
 
 /// The assignment for `subscriptions` (member → topics) over `all_topics`, and the topic

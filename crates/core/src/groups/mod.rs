@@ -231,6 +231,15 @@ pub struct GroupRecord {
     /// recorded for it are trusted (when it changed hands, or was last seeked).
     #[serde(with = "crate::groups::compact::by_partition")]
     pub since: BTreeMap<String, u64>,
+    /// The group version from which committed offsets are the group's: one recorded at an
+    /// older version belongs to a deleted incarnation whose delete has not removed it yet
+    /// (see `admin::delete`). 0 for a group never deleted.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub offsets_from: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// A member: its subscription and fetch positions. Its expiry is its session.
@@ -253,6 +262,18 @@ pub struct OffsetRecord {
     pub offset: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<String>,
+    /// The version of the group record the write that committed it checked (or, for a seek,
+    /// made): told apart from [`GroupRecord::offsets_from`]. 0 in offsets stored before it was.
+    #[serde(default)]
+    pub group_version: u64,
+}
+
+impl OffsetRecord {
+    /// Whether it means anything to `record`'s group on the topic incarnation `topic_id`: an
+    /// offset of a deleted topic, or of a deleted incarnation of the group, does not.
+    fn counts(&self, topic_id: u64, record: &GroupRecord) -> bool {
+        self.topic_id == topic_id && self.group_version >= record.offsets_from
+    }
 }
 
 /// When a group was last used: no member's session outlasts `until` (see the module doc).
@@ -297,6 +318,14 @@ struct GroupState {
     members: BTreeMap<String, (MemberRecord, u64, i64)>,
     /// The activity item and its version, if the group has one.
     activity: Option<(ActivityRecord, u64)>,
+}
+
+impl GroupState {
+    /// Whether the group is yet to be made: no record, or only the tombstone a delete left
+    /// (a poll or seek then makes the group anew, registry entry included).
+    fn unborn(&self) -> bool {
+        self.version == 0 || self.version == self.record.offsets_from
+    }
 }
 
 /// Reads a group's collection: its record, live members and activity.

@@ -167,9 +167,10 @@ impl Resume<'_> {
             let key = tp_key(&tp.topic, tp.partition);
             let kept = self.kept(tp);
             let head = head_of(self.heads, topic.id, tp.partition);
+            let record = &self.generation.record;
             let committed = offsets
                 .get(&key)
-                .filter(|(o, _)| o.topic_id == topic.id && o.offset >= head.start && o.offset <= head.next)
+                .filter(|(o, _)| o.counts(topic.id, record) && o.offset >= head.start && o.offset <= head.next)
                 .map(|(o, _)| o.offset);
             if self.req.auto_commit && !self.generation.rebalance {
                 if let Some(p) = kept.filter(|p| committed.is_none_or(|c| *p > c)) {
@@ -206,7 +207,9 @@ impl Resume<'_> {
             .get(&key)
             .copied()
             .filter(|_| trusted)
-            .or_else(|| offsets.get(&key).filter(|(o, _)| o.topic_id == topic.id).map(|(o, _)| o.offset))
+            .or_else(|| {
+                offsets.get(&key).filter(|(o, _)| o.counts(topic.id, &self.generation.record)).map(|(o, _)| o.offset)
+            })
             .filter(|o| *o < head.start);
         if let Some(offset) = below {
             return Error::OffsetOutOfRange { offset, log_start_offset: head.start, high_watermark: head.next };
@@ -282,7 +285,7 @@ mod tests {
     }
 
     fn committed(offset: u64) -> BTreeMap<String, (OffsetRecord, u64)> {
-        let record = OffsetRecord { topic_id: 1, offset, metadata: None };
+        let record = OffsetRecord { topic_id: 1, offset, metadata: None, group_version: 1 };
         BTreeMap::from([(tp_key("t", 0), (record, 1))])
     }
 
@@ -403,6 +406,27 @@ mod tests {
             all_topics: &w.all_topics,
         };
         assert!(matches!(r.starts(&BTreeMap::new()), Err(Error::Invalid { code: Code::NoCommittedOffset, .. })));
+    }
+
+    #[test]
+    fn an_offset_of_a_deleted_incarnation_of_the_group_is_not_resumed_from() {
+        // A delete left a tombstone at version 7; a member joins over it.
+        let topics = BTreeMap::from([("t".to_owned(), topic("t", 1, 1))]);
+        let tombstone = GroupRecord { offsets_from: 7, ..GroupRecord::default() };
+        let state = GroupState { record: tombstone, version: 7, members: BTreeMap::new(), activity: None };
+        assert!(state.unborn());
+        let g = generation("g", &state, "m", &["t".into()], &topics).unwrap();
+        assert_eq!((g.record.generation, g.record.offsets_from, g.version_after), (1, 7, 8));
+        let w = world(0, 100, None, 0, 0);
+        let req = request(None, false, ResetPolicy::Earliest);
+        let r = Resume { req: &req, generation: &g, previous: &w.previous, heads: &w.heads, all_topics: &w.all_topics };
+        let start = |offsets| r.starts(&offsets).unwrap().0.iter().map(|(_, _, o)| *o).collect::<Vec<_>>();
+        let at = |group_version| {
+            let record = OffsetRecord { topic_id: 1, offset: 10, metadata: None, group_version };
+            BTreeMap::from([(tp_key("t", 0), (record, 1))])
+        };
+        assert_eq!(start(at(6)), vec![0], "committed before the delete: the reset policy decides");
+        assert_eq!(start(at(8)), vec![10], "committed by the new incarnation: resumed from");
     }
 
     #[test]

@@ -159,7 +159,7 @@ impl Groups {
                 expect: if member_version == 0 { Expect::Absent } else { Expect::Version(member_version) },
             },
         ];
-        if state.version == 0 {
+        if state.unborn() {
             ops.push(WriteOp::Put {
                 key: registry_key(group),
                 value: layout::encode(&RegistryRecord { created_ms: self.now() }),

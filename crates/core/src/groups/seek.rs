@@ -81,7 +81,7 @@ fn seek_ops(group: &str, topic: &TopicConfig, state: &GroupState, chunk: &[(u32,
     if state.activity.is_none_or(|(a, _)| a.until < now) {
         ops.extend(activity_ops(group, state.activity.as_ref(), now));
     }
-    if state.version == 0 {
+    if state.unborn() {
         ops.push(WriteOp::Put {
             key: registry_key(group),
             value: layout::encode(&RegistryRecord { created_ms: now }),
@@ -91,7 +91,12 @@ fn seek_ops(group: &str, topic: &TopicConfig, state: &GroupState, chunk: &[(u32,
     }
     ops.extend(chunk.iter().map(|&(p, offset)| WriteOp::Put {
         key: offset_key(group, &topic.name, p),
-        value: layout::encode(&OffsetRecord { topic_id: topic.id, offset, metadata: None }),
+        value: layout::encode(&OffsetRecord {
+            topic_id: topic.id,
+            offset,
+            metadata: None,
+            group_version: state.version + 1,
+        }),
         expires_at_ms: None,
         expect: Expect::Any,
     }));

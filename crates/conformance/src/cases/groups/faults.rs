@@ -3,17 +3,18 @@
 //! is deleted. Each names the promise it holds (at-least-once across retries; an accepted
 //! commit is never erased).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use sluice_core::groups::{Groups, PollRequest, TopicPartition};
+use sluice_core::ports::state::WriteOp;
 use sluice_core::{Log, ManualClock, NewEvent, TopicSpec};
 use sluice_testkit::Layered;
 
 use crate::cases::support::clock::WatchedClock;
 use crate::cases::support::faults::Fault;
-use crate::cases::support::faults::{deletes, puts, Action, Scripted};
+use crate::cases::support::faults::{deletes, deletes_at, puts, Action, Scripted};
 use crate::cases::support::groups::{commit_of, committed, groups_on, offsets_of, poll, publish, request, START_MS};
 use crate::{unique_topic, Backend};
 
@@ -177,13 +178,66 @@ pub async fn given_a_wide_group_deleted_while_a_member_commits_then_that_commit_
             groups.commit(&group, &new.member_id, new.generation, &[commit_of(&topic, 110, 2)]).await.unwrap();
         })
     };
-    script.at(deletes("meta"), Action::After(rival));
+    // The delete's first write (the one that removes the registry entry), then the rival.
+    script.at(|ops: &[WriteOp]| deletes_at(ops, "groups", ""), Action::After(rival));
     deleting.delete(&group).await.unwrap();
     assert_eq!(script.pending(), 0, "the rival ran");
     let d = groups.describe(&group).await.unwrap();
     let kept: Vec<(u32, Option<u64>)> =
         d.partitions.iter().filter(|p| p.committed.is_some()).map(|p| (p.partition, p.committed)).collect();
     assert_eq!(kept, vec![(110, Some(2))], "only the rival's commit is left");
+}
+
+/// A member joining a wide group between the delete's first write and the deletes of the
+/// offsets that did not fit in it: the group it joins is a new one, so it starts every
+/// partition at its reset policy, never at an offset of the deleted group waiting to go.
+pub async fn given_a_member_joining_between_a_wide_groups_delete_phases_then_no_old_offset_is_inherited(
+    backend: &dyn Backend,
+) {
+    const PARTITIONS: u32 = 150;
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (log, groups, script, deleting) = scripted_groups_on(backend, &clock).await;
+    let (topic, group) = (unique_topic("wide-rejoined"), unique_topic("g"));
+    let spec = TopicSpec { partitions: PARTITIONS, retention_ms: None, retention_bytes: None };
+    log.create_topic(&topic, spec).await.unwrap();
+    for p in 0..PARTITIONS {
+        publish(&log, &topic, p, (0..3).map(|i| (format!("e{p}.{i}"), START_MS))).await;
+    }
+    let old = poll(&groups, &group, None, &topic).await;
+    let all: Vec<_> = (0..PARTITIONS).map(|p| commit_of(&topic, p, 2)).collect();
+    for chunk in all.chunks(90) {
+        groups.commit(&group, &old.member_id, old.generation, chunk).await.unwrap();
+    }
+    groups.leave(&group, &old.member_id).await.unwrap();
+
+    // The delete's later phase: a write of offset deletes alone, after the one that removed
+    // the group's registry entry. The new member joins and polls just before it.
+    let later_phase = |ops: &[WriteOp]| ops.iter().all(|op| deletes_at(std::slice::from_ref(op), "goff#", ""));
+    let joined = Arc::new(std::sync::Mutex::new(None));
+    let rival = {
+        let (groups, group, topic, joined) = (groups.clone(), group.clone(), topic.clone(), joined.clone());
+        Box::pin(async move {
+            let answer = groups.poll(&request(&group, None, &topic, 1000)).await.unwrap();
+            *joined.lock().unwrap() = Some(answer);
+        })
+    };
+    script.at(later_phase, Action::Before(rival));
+    deleting.delete(&group).await.unwrap();
+    assert_eq!(script.pending(), 0, "the new member joined between the delete's phases");
+    let new = joined.lock().unwrap().take().expect("the rival polled");
+    assert_eq!(new.assignment.len(), PARTITIONS as usize);
+    let mut first: BTreeMap<u32, u64> = BTreeMap::new();
+    for e in &new.events {
+        first.entry(e.event.partition).or_insert(e.event.offset);
+    }
+    let inherited: Vec<(u32, u64)> = first.into_iter().filter(|(_, o)| *o != 0).collect();
+    assert_eq!(inherited, vec![], "partitions started at the deleted group's offsets, not at earliest (0)");
+    let started: BTreeSet<u32> = new.events.iter().map(|e| e.event.partition).collect();
+    assert_eq!(started.len(), PARTITIONS as usize, "every partition delivered from earliest");
+    let d = groups.describe(&group).await.unwrap();
+    let left: Vec<u32> = d.partitions.iter().filter(|p| p.committed.is_some()).map(|p| p.partition).collect();
+    assert_eq!(left, Vec::<u32>::new(), "no offset of the deleted group is left");
+    assert!(groups.list().await.unwrap().contains(&group), "the group the new member joined is listed");
 }
 
 /// A group over three topics of 1,024 partitions: its record and its members' stay well

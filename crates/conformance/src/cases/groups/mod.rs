@@ -47,6 +47,7 @@ macro_rules! group_conformance_suite {
             given_a_rebalance_before_a_riding_auto_commit_then_the_commit_is_dropped_and_the_poll_answers,
             given_a_member_joining_and_committing_while_its_group_is_deleted_then_its_commit_stays,
             given_a_wide_group_deleted_while_a_member_commits_then_that_commit_stays,
+            given_a_member_joining_between_a_wide_groups_delete_phases_then_no_old_offset_is_inherited,
             given_a_group_over_three_topics_of_1024_partitions_then_it_rebalances_and_commits,
             given_a_static_join_answer_lost_when_retried_then_the_same_member_and_no_ghost,
             given_a_member_silent_for_exactly_its_session_then_evicted_and_not_a_millisecond_before,
