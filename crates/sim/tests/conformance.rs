@@ -1,6 +1,6 @@
 //! The in-memory stores pass the conformance suites every backend passes (the port cases,
-//! and the log, group, queue and retention cases on top of them), so the simulation runs the
-//! core over stores that honour the contract, not over looser ones.
+//! and the log, group, queue, retention and push cases on top of them), so the simulation
+//! runs the core over stores that honour the contract, not over looser ones.
 
 use std::sync::Arc;
 
@@ -55,4 +55,8 @@ mod retention {
 
 mod objects {
     sluice_conformance::objects_conformance_suite!(super::memory());
+}
+
+mod push {
+    sluice_conformance::push_conformance_suite!(super::memory());
 }
