@@ -58,6 +58,12 @@ impl Drained {
     }
 }
 
+/// Whether `e` says the subscription (or its topic) was deleted: its work ends there, and
+/// a run that met it still succeeds.
+fn gone(e: &Error) -> bool {
+    matches!(e, Error::SubscriptionNotFound { .. } | Error::TopicNotFound { .. })
+}
+
 /// Waits for every task of `work`: what they delivered, and the first error among them.
 async fn join(mut work: JoinSet<(Drained, Option<Error>)>) -> (Drained, Option<Error>) {
     let (mut total, mut first_error) = (Drained::default(), None);
@@ -181,8 +187,8 @@ impl Dispatcher {
             self.stats.lock().unwrap_or_else(|p| p.into_inner()).drain().map(|(_, v)| v).collect();
         for (sub, add) in pending {
             match self.queues.add_push_stats(&sub, &add).await {
-                Ok(()) | Err(Error::SubscriptionNotFound { .. } | Error::TopicNotFound { .. }) => {}
-                Err(e) => tracing::warn!(subscription = %sub.name, error = %e, "push counts not saved"),
+                Err(e) if !gone(&e) => tracing::warn!(subscription = %sub.name, error = %e, "push counts not saved"),
+                _ => {}
             }
         }
     }
@@ -258,12 +264,17 @@ impl Dispatcher {
             let messages = match self.receive(sub, 0).await {
                 Ok(m) if m.is_empty() => break,
                 Ok(m) => m,
-                Err(Error::SubscriptionNotFound { .. } | Error::TopicNotFound { .. }) => break,
+                Err(e) if gone(&e) => break,
                 Err(e) => return Err(e),
             };
             done.deliveries += 1;
             done.messages += messages.len() as u64;
-            done.failed_messages += self.deliver(sub, messages).await? as u64;
+            match self.deliver(sub, messages).await {
+                Ok(failed) => done.failed_messages += failed as u64,
+                // Deleted while its batch was out: nothing is left to settle or deliver.
+                Err(e) if gone(&e) => break,
+                Err(e) => return Err(e),
+            }
         }
         Ok(done)
     }
@@ -318,7 +329,7 @@ impl Dispatcher {
             };
             match outcome {
                 Ok(()) => {}
-                Err(Error::SubscriptionNotFound { .. } | Error::TopicNotFound { .. }) => return,
+                Err(e) if gone(&e) => return,
                 Err(e) => {
                     tracing::warn!(topic = %sub.topic, subscription = %sub.name, error = %e, "push worker paused");
                     self.queues.log().clock().sleep(ERROR_PAUSE_MS).await;

@@ -4,10 +4,12 @@
 //! timeouts, partial batches and backoffs are exact and repeatable; the HTTP adapter is
 //! tested against a real server in sluice-runtime and end to end against `serve`.
 
+mod deletion;
 mod delivery;
 mod filters;
 mod receiver;
 
+pub use deletion::*;
 pub use delivery::*;
 pub use filters::*;
 
@@ -22,6 +24,7 @@ macro_rules! push_conformance_suite {
             given_a_dispatcher_that_dies_mid_delivery_then_its_batch_is_pushed_again_after_the_window,
             given_a_filter_on_a_pull_subscription_then_only_matching_events_are_received_and_the_rest_counted,
             given_events_with_a_trace_context_then_a_delivery_carries_the_one_its_batch_shares,
+            given_a_subscription_or_topic_deleted_mid_delivery_then_the_run_succeeds_and_the_others_are_delivered,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn given_ordering_by_key_under_four_pushers_then_per_key_in_offset_order_and_never_two_at_once() {

@@ -1,16 +1,17 @@
 //! The push port's adapter ([`Deliver`]): webhook deliveries over HTTP(S) with reqwest, and
 //! Lambda targets through a Lambda Invoke API endpoint (`cargo lambda watch`'s locally).
-//! Redirects are not followed, the answer is read up to [`MAX_ANSWER_BYTES`], and unless
-//! private destinations are allowed, a URL whose host is (or resolves to) a loopback,
-//! private, link-local or otherwise non-public address is refused: names are resolved
-//! once, by a resolver that drops such addresses, and the connection uses what it checked.
+//! Redirects are not followed, no proxy is used (`HTTP_PROXY` would connect past the
+//! guard), the answer is read up to [`MAX_ANSWER_BYTES`], and unless private destinations
+//! are allowed, a URL whose host is (or resolves to) a non-public address ([`guard`]) is
+//! refused: names are resolved once, by a resolver that drops such addresses, and the
+//! connection uses what it checked.
 
-use std::net::{IpAddr, SocketAddr};
+pub mod guard;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use sluice_core::ports::deliver::{Answer, Deliver, Delivery, Destination, MAX_ANSWER_BYTES};
 
@@ -30,10 +31,11 @@ impl HttpDeliverer {
     pub fn new(allow_private: bool, lambda_endpoint: Option<String>) -> Result<Self, reqwest::Error> {
         let mut builder = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
             .user_agent(concat!("sluice/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(Duration::from_secs(5));
         if !allow_private {
-            builder = builder.dns_resolver(Arc::new(PublicOnly));
+            builder = builder.dns_resolver(Arc::new(guard::PublicOnly));
         }
         Ok(Self { client: builder.build()?, lambda_endpoint, lambda: None, allow_private })
     }
@@ -48,7 +50,7 @@ impl HttpDeliverer {
             Destination::Url(url) => {
                 let parsed = reqwest::Url::parse(url).map_err(|e| format!("bad url: {e}"))?;
                 if !self.allow_private {
-                    refuse_private_literal(&parsed)?;
+                    guard::refuse_private_literal(&parsed)?;
                 }
                 parsed
             }
@@ -122,98 +124,16 @@ fn describe(e: &reqwest::Error) -> String {
     if e.is_timeout() {
         "timed out".into()
     } else if e.is_connect() {
-        format!("could not connect: {}", std::error::Error::source(e).map_or(e.to_string(), |s| s.to_string()))
+        // The innermost cause: the guard's refusal, or the socket's error.
+        let mut cause: &dyn std::error::Error = e;
+        while let Some(inner) = cause.source() {
+            cause = inner;
+        }
+        format!("could not connect: {cause}")
     } else {
         e.to_string()
     }
 }
 
-/// Whether an address is one a public service may be reached at.
-pub fn is_public(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => {
-            let [a, b, ..] = v4.octets();
-            !(v4.is_loopback()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_broadcast()
-                || v4.is_multicast()
-                || v4.is_documentation()
-                || a == 0
-                || (a == 100 && (64..128).contains(&b)))
-        }
-        IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return is_public(IpAddr::V4(v4));
-            }
-            let first = v6.segments()[0];
-            !(v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || (first & 0xfe00) == 0xfc00
-                || (first & 0xffc0) == 0xfe80)
-        }
-    }
-}
-
-fn refuse_private_literal(url: &reqwest::Url) -> Result<(), String> {
-    let ip = match url.host() {
-        Some(url::Host::Ipv4(ip)) => IpAddr::V4(ip),
-        Some(url::Host::Ipv6(ip)) => IpAddr::V6(ip),
-        _ => return Ok(()),
-    };
-    if is_public(ip) {
-        Ok(())
-    } else {
-        Err(format!("refused: {ip} is not a public address (SLUICE_PUSH_ALLOW_PRIVATE=true allows it)"))
-    }
-}
-
-/// A resolver that answers only public addresses: a name resolving to none is refused.
-struct PublicOnly;
-
-impl Resolve for PublicOnly {
-    fn resolve(&self, name: Name) -> Resolving {
-        Box::pin(async move {
-            let host = name.as_str().to_owned();
-            let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            let public: Vec<SocketAddr> = found.into_iter().filter(|a| is_public(a.ip())).collect();
-            if public.is_empty() {
-                let refused: Box<dyn std::error::Error + Send + Sync> =
-                    format!("refused: {host} resolves to no public address").into();
-                return Err(refused);
-            }
-            let addrs: Addrs = Box::new(public.into_iter());
-            Ok(addrs)
-        })
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn private_loopback_link_local_and_metadata_addresses_are_not_public() {
-        for ip in [
-            "127.0.0.1",
-            "10.1.2.3",
-            "172.16.0.1",
-            "192.168.1.1",
-            "169.254.169.254",
-            "0.0.0.0",
-            "100.64.0.1",
-            "::1",
-            "fd00::1",
-            "fe80::1",
-            "::ffff:127.0.0.1",
-            "::",
-        ] {
-            assert!(!is_public(ip.parse().unwrap()), "{ip}");
-        }
-        for ip in ["93.184.216.34", "8.8.8.8", "2606:4700::1111"] {
-            assert!(is_public(ip.parse().unwrap()), "{ip}");
-        }
-    }
-}
+mod tests;
