@@ -159,3 +159,15 @@ pub async fn refused_as_documented(c: &reqwest::Client, s: &Server, (method, pat
     assert_eq!((got, err["error"]["code"].as_str()), (status, Some(code)), "{method} {path}: {err}");
     assert!(err["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{method} {path}: no message");
 }
+
+/// Bodies in a content type that is not JSON, on routes that take only JSON: each `415
+/// unsupported_media_type`, as on publish. (method, path, content type, body)
+pub fn not_json() -> Vec<(Method, &'static str, &'static str, &'static str)> {
+    vec![
+        (Method::PUT, "/v1/topics/new", "text/plain", r#"{"partitions": 1}"#),
+        (Method::PUT, "/v1/topics/new", "application/x-www-form-urlencoded", r#"{"partitions": 1}"#),
+        (Method::POST, "/v1/groups/g/poll", "text/plain", r#"{"member_id": "m", "topics": ["t"]}"#),
+        (Method::PUT, "/v1/topics/t/subscriptions/s", "text/xml", "{}"),
+        (Method::POST, "/v1/topics/t/events", "text/plain", r#"{"events": [{"value": 1}]}"#),
+    ]
+}

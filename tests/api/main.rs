@@ -100,6 +100,13 @@ async fn given_bad_input_when_sent_then_documented_4xx_json_and_no_state_change(
     for case in bad_input::bad_writes().into_iter().chain(bad_input::bad_reads()) {
         bad_input::refused_as_documented(&c, &s, case).await;
     }
+    for (method, path, content_type, body) in bad_input::not_json() {
+        let r = c.request(method.clone(), s.url(path)).header("content-type", content_type).body(body);
+        let r = r.send().await.unwrap();
+        let got = (r.status().as_u16(), r.json::<Value>().await.unwrap());
+        let what = format!("{method} {path} as {content_type}: {}", got.1);
+        assert_eq!((got.0, got.1["error"]["code"].as_str()), (415, Some("unsupported_media_type")), "{what}");
+    }
     for (content_type, body, status, code) in bad_input::bad_cloudevents() {
         let r = c.post(s.url("/v1/topics/t/events")).header("content-type", content_type).body(body.clone());
         let r = r.send().await.unwrap();

@@ -49,6 +49,24 @@ pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
     Ok(first.unwrap_or_else(|| rest.freeze()))
 }
 
+/// Every route that takes a body takes JSON: a request that names another content type is
+/// `415`. No content type reads as JSON. Publish is left to answer for itself: it also takes
+/// CloudEvents, in any content type in binary mode.
+pub async fn json_only(request: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let route = request.extensions().get::<axum::extract::MatchedPath>();
+    let publish = route.is_some_and(|r| r.as_str() == "/v1/topics/{topic}/events");
+    let content_type = request.headers().get(axum::http::header::CONTENT_TYPE);
+    let mime = content_type.map(|v| v.to_str().unwrap_or("?").split(';').next().unwrap_or_default().trim());
+    match mime {
+        Some(mime) if !publish && !mime.is_empty() && !mime.eq_ignore_ascii_case("application/json") => {
+            let message = format!("content type '{mime}' is not accepted: send application/json");
+            ApiError::new(Code::UnsupportedMediaType, message).into_response()
+        }
+        _ => next.run(request).await,
+    }
+}
+
 /// Parses JSON, telling malformed JSON (`invalid_json`) from a well-formed body of the wrong shape.
 pub fn parse_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError> {
     serde_json::from_str(utf8(body)?).map_err(json_error)
