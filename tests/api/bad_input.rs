@@ -79,6 +79,53 @@ pub fn bad_writes() -> Vec<Case> {
         ),
         (Method::DELETE, "/v1/topics/nope".into(), None, 404, "topic_not_found"),
     ]
+    .into_iter()
+    .chain(bad_publish_shapes())
+    .collect()
+}
+
+/// Publishes a reader could not read back, or that do not have the documented shape: a value
+/// nested past the limit, fields publish does not know, a timestamp before the epoch or
+/// too far ahead of now.
+fn bad_publish_shapes() -> Vec<Case> {
+    let publish = |body: String, status, code| {
+        (Method::POST, "/v1/topics/t/events".to_owned(), Some(body.into_bytes()), status, code)
+    };
+    let deep = |levels: usize| format!("{}1{}", "[".repeat(levels), "]".repeat(levels));
+    let far_future = 4_000_000_000_000i64; // the year 2096
+    vec![
+        publish(format!(r#"{{"events": [{{"value": 1}}, {{"value": {}}}]}}"#, deep(65)), 400, "invalid_event"),
+        publish(format!(r#"{{"events": [{{"value": {{"a": {}}}}}]}}"#, deep(64)), 400, "invalid_event"),
+        publish(format!(r#"{{"events": [{{"value": {}}}]}}"#, deep(126)), 400, "invalid_event"),
+        publish(r#"{"events": [{"value": 1}], "idempotency_key": "k"}"#.into(), 400, "invalid_request"),
+        publish(r#"[[{"value": 1}]]"#.into(), 400, "invalid_request"),
+        publish(r#"{"events": [[null, 1, null, {}, null, null]]}"#.into(), 400, "invalid_request"),
+        publish(r#"{"events": [{"value": 1, "timestamp_ms": -1}]}"#.into(), 400, "invalid_event"),
+        publish(format!(r#"{{"events": [{{"value": 1, "timestamp_ms": {far_future}}}]}}"#), 400, "invalid_event"),
+    ]
+}
+
+/// Refused CloudEvents publishes: (content type, body, expected status, expected error code).
+pub fn bad_cloudevents() -> Vec<(&'static str, String, u16, &'static str)> {
+    let deep = format!("{}1{}", "[".repeat(64), "]".repeat(64));
+    let event = |extra: &str| format!(r#"{{"specversion": "1.0", "id": "1", "source": "s", "type": "t"{extra}}}"#);
+    vec![
+        (
+            "application/cloudevents+json",
+            r#"{"specversion": "1.0", "id": "1", "type": "t"}"#.into(),
+            400,
+            "invalid_cloudevent",
+        ),
+        ("application/cloudevents+json", event(&format!(r#", "data": {deep}"#)), 400, "invalid_event"),
+        (
+            "application/cloudevents-batch+json",
+            format!("[{}, {}]", event(""), event(&format!(r#", "data": {deep}"#))),
+            400,
+            "invalid_event",
+        ),
+        ("application/cloudevents+json", event(r#", "time": "1969-12-31T23:59:59Z""#), 400, "invalid_event"),
+        ("application/cloudevents+json", event(r#", "time": "2096-01-01T00:00:00Z""#), 400, "invalid_event"),
+    ]
 }
 
 /// Refused reads: bad paths, partitions, offsets, limits, waits and timestamps.
@@ -111,4 +158,16 @@ pub async fn refused_as_documented(c: &reqwest::Client, s: &Server, (method, pat
     let err: Value = r.json().await.unwrap_or_else(|e| panic!("{method} {path}: body is not JSON: {e}"));
     assert_eq!((got, err["error"]["code"].as_str()), (status, Some(code)), "{method} {path}: {err}");
     assert!(err["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{method} {path}: no message");
+}
+
+/// Bodies in a content type that is not JSON, on routes that take only JSON: each `415
+/// unsupported_media_type`, as on publish. (method, path, content type, body)
+pub fn not_json() -> Vec<(Method, &'static str, &'static str, &'static str)> {
+    vec![
+        (Method::PUT, "/v1/topics/new", "text/plain", r#"{"partitions": 1}"#),
+        (Method::PUT, "/v1/topics/new", "application/x-www-form-urlencoded", r#"{"partitions": 1}"#),
+        (Method::POST, "/v1/groups/g/poll", "text/plain", r#"{"member_id": "m", "topics": ["t"]}"#),
+        (Method::PUT, "/v1/topics/t/subscriptions/s", "text/xml", "{}"),
+        (Method::POST, "/v1/topics/t/events", "text/plain", r#"{"events": [{"value": 1}]}"#),
+    ]
 }

@@ -100,16 +100,19 @@ async fn given_bad_input_when_sent_then_documented_4xx_json_and_no_state_change(
     for case in bad_input::bad_writes().into_iter().chain(bad_input::bad_reads()) {
         bad_input::refused_as_documented(&c, &s, case).await;
     }
-    // CloudEvents missing a required attribute.
-    let r = c
-        .post(s.url("/v1/topics/t/events"))
-        .header("content-type", "application/cloudevents+json")
-        .body(r#"{"specversion": "1.0", "id": "1", "type": "t"}"#)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 400);
-    assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "invalid_cloudevent");
+    for (method, path, content_type, body) in bad_input::not_json() {
+        let r = c.request(method.clone(), s.url(path)).header("content-type", content_type).body(body);
+        let r = r.send().await.unwrap();
+        let got = (r.status().as_u16(), r.json::<Value>().await.unwrap());
+        let what = format!("{method} {path} as {content_type}: {}", got.1);
+        assert_eq!((got.0, got.1["error"]["code"].as_str()), (415, Some("unsupported_media_type")), "{what}");
+    }
+    for (content_type, body, status, code) in bad_input::bad_cloudevents() {
+        let r = c.post(s.url("/v1/topics/t/events")).header("content-type", content_type).body(body.clone());
+        let r = r.send().await.unwrap();
+        let got = (r.status().as_u16(), r.json::<Value>().await.unwrap());
+        assert_eq!((got.0, got.1["error"]["code"].as_str()), (status, Some(code)), "{content_type} {body}: {}", got.1);
+    }
 
     assert_eq!(snapshot(&c, &s).await, before, "a rejected request changed state");
 }
@@ -266,8 +269,10 @@ async fn given_idempotent_publish_to_48_partitions_then_accepted_and_to_49_refus
 #[tokio::test]
 async fn given_retention_removed_the_first_segments_then_a_read_below_gets_416_naming_the_log_start() {
     // The janitor runs every 100 ms; the topic keeps a second of events, by their timestamps.
+    // Timestamps may run a century ahead here, so an event stamped in 2100 outlives the test.
     let dir = tempfile::tempdir().unwrap();
-    let s = Server::start_with(dir.path(), &[("SLUICE_JANITOR_INTERVAL_MS", "100")]);
+    let env = [("SLUICE_JANITOR_INTERVAL_MS", "100"), ("SLUICE_MAX_TIMESTAMP_AHEAD_MS", "3200000000000")];
+    let s = Server::start_with(dir.path(), &env);
     let c = client();
     let r =
         c.put(s.url("/v1/topics/old")).json(&json!({ "partitions": 1, "retention_ms": 1000 })).send().await.unwrap();
@@ -514,4 +519,19 @@ async fn given_bad_group_requests_then_documented_4xx_json_and_no_group_created(
     assert_eq!(groups, json!({ "groups": [] }), "no refused request created a group");
     let missing = c.get(s.url("/v1/groups/g1")).send().await.unwrap();
     assert_eq!(missing.status(), 404);
+}
+
+#[tokio::test]
+async fn given_values_at_the_nesting_limit_when_replayed_then_the_page_parses_with_serde_json_defaults() {
+    // The limit keeps a page's own levels plus the value's under serde_json's 128, which the
+    // Rust client and the CLI read with.
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path());
+    let c = client();
+    create_topic(&c, &s, "deep", 1).await;
+    let deepest: Value = serde_json::from_str(&format!("{}1{}", "[".repeat(64), "]".repeat(64))).unwrap();
+    assert_eq!(publish(&c, &s, "deep", None, &json!({ "events": [{ "value": deepest }] })).await.0, 200);
+    let text = c.get(s.url("/v1/topics/deep/partitions/0/events?offset=0")).send().await.unwrap().text().await.unwrap();
+    let page: Value = serde_json::from_str(&text).expect("a page at the nesting limit parses");
+    assert_eq!(page["events"][0]["value"], deepest);
 }

@@ -17,7 +17,7 @@ use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 use utoipa::ToSchema;
 
-use crate::body::{parse_json, parse_json_owned};
+use crate::body::{parse_json, parse_json_owned, Object};
 use crate::ApiError;
 
 /// A CloudEvent in structured mode, stored whole; other attributes and `data` are kept as sent.
@@ -85,7 +85,7 @@ fn trace_headers(traceparent: Option<&str>, tracestate: Option<&str>) -> Vec<(St
 }
 
 fn structured_event(raw: &RawValue) -> Result<NewEvent, ApiError> {
-    let env: Envelope = parse_json_owned(raw.get().as_bytes())?;
+    let Object(env): Object<Envelope> = parse_json_owned(raw.get().as_bytes())?;
     check_required(env.specversion.as_deref(), env.id.as_deref(), env.source.as_deref(), env.kind.as_deref())?;
     let mut headers = vec![("content-type".into(), Bytes::from_static(b"application/cloudevents+json"))];
     headers.extend(trace_headers(env.traceparent.as_deref(), env.tracestate.as_deref()));

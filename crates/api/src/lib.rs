@@ -153,6 +153,7 @@ fn finish(routes: OpenApiRouter<App>, app: App) -> Router {
         .fallback(|| async { ApiError::new(Code::NotFound, "no such route") })
         .method_not_allowed_fallback(|| async { ApiError::new(Code::MethodNotAllowed, "method not allowed here") })
         .layer(axum::extract::DefaultBodyLimit::disable())
+        .layer(axum::middleware::from_fn(body::json_only))
         .layer(axum::middleware::from_fn(metrics::track))
         .with_state(app)
 }

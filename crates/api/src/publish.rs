@@ -18,7 +18,7 @@ use sluice_core::{IdempotencyKey, Log, NewEvent, Position};
 
 use utoipa::ToSchema;
 
-use crate::body::{parse_json, read_body};
+use crate::body::{parse_json, read_body, Object};
 use crate::cloudevents;
 use crate::openapi::answers::Published;
 use crate::openapi::params::TopicPath;
@@ -29,11 +29,12 @@ use crate::{metrics, trace, ApiError};
 
 /// A batch of 1 to 1000 events.
 #[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 #[schema(as = PublishBatch)]
 pub(crate) struct Batch<'a> {
     #[serde(borrow)]
-    #[schema(min_items = 1, max_items = 1000)]
-    events: Vec<JsonEvent<'a>>,
+    #[schema(min_items = 1, max_items = 1000, value_type = Vec<JsonEvent>)]
+    events: Vec<Object<JsonEvent<'a>>>,
 }
 
 /// An event to publish: exactly one of `value` (any JSON) and `value_base64` (bytes).
@@ -45,7 +46,7 @@ pub(crate) struct JsonEvent<'a> {
     #[serde(borrow)]
     #[schema(value_type = Option<String>)]
     key: Option<Cow<'a, str>>,
-    /// Stored as sent and replayed as the same JSON.
+    /// Stored as sent and replayed as the same JSON; nested at most 64 arrays and objects deep.
     #[serde(borrow)]
     #[schema(value_type = Option<Value>)]
     value: Option<&'a RawValue>,
@@ -56,7 +57,8 @@ pub(crate) struct JsonEvent<'a> {
     /// request's trace context.
     #[serde(default)]
     headers: BTreeMap<String, String>,
-    /// Milliseconds since the epoch; default: when Sluice accepted the request.
+    /// Milliseconds since the epoch, 0 to 1 hour (the server's `SLUICE_MAX_TIMESTAMP_AHEAD_MS`)
+    /// ahead of now; default: when Sluice accepted the request.
     timestamp_ms: Option<i64>,
     /// An explicit partition, 0 to partitions − 1.
     partition: Option<u32>,
@@ -153,14 +155,14 @@ fn render_results(results: &[Position]) -> Vec<u8> {
 
 fn json_batch(body: &Bytes, max_events: usize) -> Result<Vec<NewEvent>, ApiError> {
     // Count before building anything, so a huge batch is refused cheaply.
-    let batch: Batch<'_> = parse_json(body)?;
+    let Object(batch): Object<Batch<'_>> = parse_json(body)?;
     if batch.events.len() > max_events {
         return Err(ApiError::new(
             Code::TooManyEvents,
             format!("{} events in one publish; the limit is {max_events}", batch.events.len()),
         ));
     }
-    batch.events.into_iter().enumerate().map(|(i, e)| json_event(body, i, e)).collect()
+    batch.events.into_iter().enumerate().map(|(i, Object(e))| json_event(body, i, e)).collect()
 }
 
 /// Builds an event whose key and value share the request body's memory where the JSON
@@ -265,6 +267,22 @@ mod tests {
         assert_eq!(rendered, br#"{"results":[{"partition":1,"offset":7},{"partition":0,"offset":0}]}"#);
         let v: serde_json::Value = serde_json::from_slice(&rendered).unwrap();
         assert_eq!(v, serde_json::json!({"results": [{"partition": 1, "offset": 7}, {"partition": 0, "offset": 0}]}));
+    }
+
+    #[test]
+    fn given_a_body_not_of_the_documented_shape_when_parsed_then_invalid_request_naming_it() {
+        let cases: [(&[u8], &str); 3] = [
+            (br#"{"events": [{"value": 1}], "idempotency_key": "k"}"#, "unknown field `idempotency_key`"),
+            (br#"[[{"value": 1}]]"#, "expected a JSON object"),
+            (br#"{"events": [[null, 1, null, {}, null, null]]}"#, "expected a JSON object"),
+        ];
+        for (body, why) in cases {
+            let Err(err) = json_batch(&Bytes::from_static(body), 10) else {
+                panic!("accepted: {}", String::from_utf8_lossy(body))
+            };
+            assert_eq!(err.code, Code::InvalidRequest, "{}", err.message);
+            assert!(err.message.contains(why), "{}", err.message);
+        }
     }
 
     #[test]

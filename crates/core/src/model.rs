@@ -95,6 +95,12 @@ pub struct Limits {
     pub max_request_bytes: usize,
     pub max_events_per_publish: usize,
     pub max_headers_per_event: usize,
+    /// Arrays and objects a JSON value may open inside one another: every client reads it
+    /// back (serde_json stops at 128 levels, counting those of the page around the value).
+    pub max_value_depth: usize,
+    /// How far past now (the log's clock) an event's timestamp may be; as Kafka's
+    /// `message.timestamp.after.max.ms`. A timestamp before the epoch is always refused.
+    pub max_timestamp_ahead_ms: i64,
     pub max_partitions: u32,
     pub max_read_events: usize,
     pub max_read_bytes: usize,
@@ -136,6 +142,8 @@ impl Default for Limits {
             max_request_bytes: 6 << 20,
             max_events_per_publish: 1000,
             max_headers_per_event: 64,
+            max_value_depth: 64,
+            max_timestamp_ahead_ms: 3_600_000,
             max_partitions: 1024,
             max_read_events: 10_000,
             max_read_bytes: 6 << 20,

@@ -40,6 +40,11 @@ pub struct Config {
     /// Most headers on one event.
     #[arg(long, env = "SLUICE_MAX_HEADERS_PER_EVENT", default_value_t = Limits::default().max_headers_per_event)]
     pub max_headers_per_event: usize,
+    /// How far ahead of now an event's timestamp may be, in ms (Kafka's
+    /// `message.timestamp.after.max.ms`): a far-future one would hold back retention.
+    #[arg(long, env = "SLUICE_MAX_TIMESTAMP_AHEAD_MS", default_value_t = Limits::default().max_timestamp_ahead_ms,
+        value_parser = clap::value_parser!(i64).range(0..))]
+    pub max_timestamp_ahead_ms: i64,
     /// Most partitions a topic may have.
     #[arg(long, env = "SLUICE_MAX_PARTITIONS", default_value_t = Limits::default().max_partitions)]
     pub max_partitions: u32,
@@ -131,6 +136,7 @@ impl Config {
             max_request_bytes: self.max_request_bytes,
             max_events_per_publish: self.max_events_per_publish,
             max_headers_per_event: self.max_headers_per_event,
+            max_timestamp_ahead_ms: self.max_timestamp_ahead_ms,
             max_partitions: self.max_partitions.min(sluice_core::layout::MAX_STORED_PARTITIONS),
             ..Limits::default()
         }

@@ -28,7 +28,8 @@ macro_rules! errors {
 /// A path parameter that is not valid UTF-8 once decoded, or a name that breaks the rules.
 const PATH: &[Code] = &[Code::InvalidPath, Code::InvalidName];
 /// A JSON body that is malformed, of the wrong shape, unreadable or too large.
-const BODY: &[Code] = &[Code::InvalidJson, Code::InvalidRequest, Code::UnreadableBody, Code::RequestTooLarge];
+const BODY: &[Code] =
+    &[Code::InvalidJson, Code::InvalidRequest, Code::UnreadableBody, Code::RequestTooLarge, Code::UnsupportedMediaType];
 /// A query string that does not parse.
 const QUERY: &[Code] = &[Code::InvalidQuery];
 /// A subscription that is not there.
@@ -44,7 +45,7 @@ errors! {
     /// `publish`.
     Publish: [PATH, BODY] EmptyBatch, InvalidEvent, InvalidBase64, TooManyHeaders, PartitionOutOfRange,
         InvalidCloudevent, InvalidIdempotencyKey, TooManyPartitions, TopicNotFound, IdempotencyKeyReused,
-        TooManyEvents, ValueTooLarge, UnsupportedMediaType;
+        TooManyEvents, ValueTooLarge;
     /// `readEvents`.
     ReadEvents: [PATH, QUERY] InvalidPartition, InvalidOffset, InvalidLimit, InvalidMaxBytes, InvalidWait,
         TopicNotFound, PartitionNotFound, OffsetOutOfRange;

@@ -1,6 +1,7 @@
 //! The log: topics, publish and replay, over an [`ObjectStore`] for segment
 //! bytes and a [`StateStore`] for everything else (see [`crate::layout`]).
 
+mod admit;
 mod cache;
 pub(crate) mod commit;
 pub(crate) mod index;
@@ -269,7 +270,7 @@ impl Log {
         idempotency: Option<IdempotencyKey>,
     ) -> Result<Vec<Position>, Error> {
         names::validate("topic", topic)?;
-        self.check_limits(&events)?;
+        admit::check(self.limits(), &events, self.inner.clock.now_ms())?;
         let topic = match &idempotency {
             // A stored answer is final: look it up under the topic as it is now, never a cached one.
             Some(idem) => {
@@ -327,34 +328,6 @@ impl Log {
         } else {
             Err(Error::IdempotencyKeyReused(idem.key.clone()))
         }
-    }
-
-    fn check_limits(&self, events: &[NewEvent]) -> Result<(), Error> {
-        let l = self.limits();
-        if events.is_empty() {
-            return Err(Error::invalid(Code::EmptyBatch, "a publish needs at least one event"));
-        }
-        if events.len() > l.max_events_per_publish {
-            return Err(Error::too_large(
-                Code::TooManyEvents,
-                format!("{} events in one publish; the limit is {}", events.len(), l.max_events_per_publish),
-            ));
-        }
-        for (i, e) in events.iter().enumerate() {
-            if e.value.len() > l.max_value_bytes {
-                return Err(Error::too_large(
-                    Code::ValueTooLarge,
-                    format!("event {i}: value is {} bytes; the limit is {}", e.value.len(), l.max_value_bytes),
-                ));
-            }
-            if e.headers.len() > l.max_headers_per_event {
-                return Err(Error::invalid(
-                    Code::TooManyHeaders,
-                    format!("event {i}: {} headers; the limit is {}", e.headers.len(), l.max_headers_per_event),
-                ));
-            }
-        }
-        Ok(())
     }
 
     /// Whether `name` is a live topic, as the publish path sees it (from its short-lived
