@@ -286,7 +286,8 @@ pub struct CreateSubscription {
     /// `"latest"` (default), `"earliest"`, `{"timestamp_ms": N}` or `{"offsets": {"0": 5}}`.
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Start>))]
     pub start: Option<Value>,
-    /// How long a received message stays hidden: 0 to 12 h (default 30000).
+    /// How long a received message stays hidden: 0 to 12 h (default 30000); 0: delivered, and
+    /// visible again at once.
     #[cfg_attr(feature = "openapi", schema(maximum = 43200000))]
     pub visibility_timeout_ms: Option<u64>,
     /// Deliveries before a message goes to the dead-letter queue: 1 to 1000 (default 5).
@@ -333,7 +334,8 @@ pub struct ReceiveRequest {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(maximum = 20000))]
     pub wait_ms: u64,
-    /// This receive's visibility timeout, in place of the subscription's.
+    /// This receive's visibility timeout, in place of the subscription's (0: delivered, and
+    /// visible again at once).
     #[cfg_attr(feature = "openapi", schema(maximum = 43200000))]
     pub visibility_timeout_ms: Option<u64>,
     /// Receipts to ack before receiving (the previous batch's).

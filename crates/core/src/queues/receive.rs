@@ -10,9 +10,10 @@ use crate::Code;
 /// What a receive answers: the messages whose visibility window has not ended by the time
 /// it answers. A receive slow to answer (its later partitions' reads took longer than an
 /// earlier one's window) would otherwise hand out messages another receive may hold by then;
-/// those are left as a lost answer leaves them, held by nobody, due again.
-fn answerable(messages: Vec<Message>, held: &[(usize, i64)], now: i64) -> Vec<Message> {
-    if held.iter().all(|(_, until)| *until > now) {
+/// those are left as a lost answer leaves them, held by nobody, due again. A window of 0
+/// (SQS's) asked for exactly that: the messages are answered, and visible to others at once.
+fn answerable(messages: Vec<Message>, held: &[(usize, i64)], now: i64, visibility: u64) -> Vec<Message> {
+    if visibility == 0 || held.iter().all(|(_, until)| *until > now) {
         return messages;
     }
     let mut start = 0;
@@ -138,7 +139,7 @@ impl Queues {
             }
             let now = self.now();
             if !messages.is_empty() {
-                return Ok(answerable(messages, &held, now));
+                return Ok(answerable(messages, &held, now, visibility));
             }
             if now >= deadline {
                 return Ok(messages);

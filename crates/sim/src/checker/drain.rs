@@ -32,19 +32,26 @@ impl World {
     }
 
     /// Receives and acks until the subscription is empty; false if that failed (a violation).
+    /// On a seed of zero windows, the drain's receives ask for a window of 0: each delivery is
+    /// answered and its receipt acks it (nobody else receives meanwhile).
     async fn drain_sub(&mut self, queues: &Queues, sub: &'static str, sub_id: u64) -> bool {
+        let window = if self.zero_windows() { 0 } else { 60_000 };
         let mut rounds = 0;
         loop {
             rounds += 1;
-            let req = ReceiveRequest { max_messages: 10, wait_ms: 0, visibility_timeout_ms: Some(60_000) };
+            let req = ReceiveRequest { max_messages: 10, wait_ms: 0, visibility_timeout_ms: Some(window) };
+            let out_before = self.out_of_reach(queues, sub, window).await;
             self.seq += 1;
             let start_seq = self.seq;
             let start_ms = self.clock.now_ms();
             let got = queues.receive(TOPIC_A, sub, &req).await;
             self.seq += 1;
+            if let (Some(before), Ok(ms)) = (out_before, &got) {
+                self.check_zero_window(queues, sub, (before, start_ms), ms).await;
+            }
             let d = Done {
                 client: 0,
-                act: Act::Receive { sub, visibility: 60_000 },
+                act: Act::Receive { sub, visibility: window },
                 start_seq,
                 end_seq: self.seq,
                 start_ms,
@@ -65,7 +72,7 @@ impl World {
                         }
                     }
                 }
-                Ok(ms) => self.ack_drained(queues, sub, sub_id, &d, ms).await,
+                Ok(ms) => self.ack_drained(queues, sub, sub_id, &d, ms, window).await,
                 Err(e) => {
                     self.violate("queue-drain", format!("{sub}: receive {}", code(&e)));
                     return false;
@@ -79,14 +86,22 @@ impl World {
     }
 
     /// The messages a drain received, checked as deliveries and acked.
-    async fn ack_drained(&mut self, queues: &Queues, sub: &'static str, sub_id: u64, d: &Done, ms: Vec<Message>) {
+    async fn ack_drained(
+        &mut self,
+        queues: &Queues,
+        sub: &'static str,
+        sub_id: u64,
+        d: &Done,
+        ms: Vec<Message>,
+        window: u64,
+    ) {
         let tid = self.live_topic_id(TOPIC_A).unwrap_or(0);
         let mut receipts = Vec::new();
         for m in &ms {
             let (sid, p, o, nonce, count) = receipt_parts(&m.receipt).unwrap();
             self.check_event(TOPIC_A, tid, p, o, &m.event.record, "drain");
             if sid == sub_id {
-                self.check_delivery(d, sid, p, o, nonce, count, 60_000);
+                self.check_delivery(d, sid, p, o, nonce, count, window);
             }
             receipts.push(m.receipt.clone());
         }
@@ -103,6 +118,35 @@ impl World {
                     dl.ack_seq.get_or_insert(seq);
                 }
             }
+        }
+    }
+
+    /// Before a drain's receive with a window of 0 (`None` for other windows), what of the
+    /// subscription's backlog is out of reach: in flight, delayed or dead.
+    async fn out_of_reach(&mut self, queues: &Queues, sub: &'static str, window: u64) -> Option<u64> {
+        if window > 0 {
+            return None;
+        }
+        queues.describe(TOPIC_A, sub).await.ok().map(|s| s.backlog.in_flight + s.backlog.delayed + s.backlog.dead)
+    }
+
+    /// In a quiet queue, at one instant, a receive with a window of 0 puts a message out of
+    /// reach (delayed by a backoff, or dead) only by delivering it: a take it did not answer
+    /// is a delivery nobody saw, and leads to a message dead-lettered without its deliveries.
+    async fn check_zero_window(&mut self, queues: &Queues, sub: &'static str, before: (u64, i64), ms: &[Message]) {
+        let (before, at) = before;
+        let Ok(described) = queues.describe(TOPIC_A, sub).await else { return };
+        let b = described.backlog;
+        let after = b.in_flight + b.delayed + b.dead;
+        if self.clock.now_ms() == at && after > before + ms.len() as u64 {
+            self.violate(
+                "zero-window-delivered",
+                format!(
+                    "{sub}: a quiet receive with a window of 0 answered {} messages, and those in flight, \
+                     delayed or dead went from {before} to {after}",
+                    ms.len()
+                ),
+            );
         }
     }
 

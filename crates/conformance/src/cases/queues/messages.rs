@@ -1,7 +1,7 @@
 //! One message's life: redelivery, visibility changes, dead letters and redrive.
 
 use bytes::Bytes;
-use sluice_core::queues::{ReceiptError, StartAt, SubscriptionSpec};
+use sluice_core::queues::{ReceiptError, ReceiveRequest, StartAt, SubscriptionSpec};
 use sluice_core::{Clock, Error};
 
 use crate::cases::support::queues::*;
@@ -166,4 +166,47 @@ pub async fn given_dead_letters_then_listed_in_pages_deleted_one_by_one_redriven
     assert_eq!(queues.redrive(&topic, &sub, None).await.unwrap(), 0, "nothing left to redrive");
     clock.advance(3_600_000);
     assert_nothing(&queues, &topic, &sub, "a deleted or purged dead letter came back").await;
+}
+
+/// A window of 0 (SQS's): each receive delivers the message, with a receipt, and leaves it
+/// visible at once, so the next receive delivers it again; it is dead-lettered only after
+/// `max_receive_count` deliveries. A receipt of such a delivery settles the message until
+/// someone receives it again.
+pub async fn given_a_zero_visibility_timeout_then_every_receive_delivers_and_it_is_visible_again_at_once(
+    backend: &dyn Backend,
+) {
+    let (_clock, log, queues) = manual(backend).await;
+    let topic = new_topic(&log, "zero-window", 1).await;
+    let sub_spec = SubscriptionSpec { visibility_timeout_ms: 0, max_receive_count: 3, ..spec(StartAt::Earliest) };
+    let sub = subscribe(&queues, &topic, sub_spec).await;
+    let pos = publish_at(&log, &topic, 0, "work", START_MS).await;
+
+    let first = receive_one(&queues, &topic, &sub).await;
+    assert_eq!((at(&first), first.receive_count, value(&first)), (pos, 1, "work".to_owned()), "delivered");
+    assert_eq!(backlog(&queues, &topic, &sub).await, [1, 0, 0, 0], "visible again at once, held by nobody");
+    let second = receive_one(&queues, &topic, &sub).await;
+    assert_eq!((at(&second), second.receive_count), (pos, 2), "delivered again by the next receive");
+    assert_eq!(ack(&queues, &topic, &sub, &first.receipt).await, Err(ReceiptError::Stale), "received since");
+    let third = receive_one(&queues, &topic, &sub).await;
+    assert_eq!(third.receive_count, 3, "the third delivery of max_receive_count 3");
+    assert_nothing(&queues, &topic, &sub, "a fourth delivery past max_receive_count 3").await;
+    let letters = all_dead_letters(&queues, &topic, &sub).await;
+    assert_eq!(letters.iter().map(|l| (l.offset, l.receive_count)).collect::<Vec<_>>(), [(pos.1, 3)]);
+
+    // A receive's own window of 0, on a subscription whose window is 30 s.
+    let sub =
+        subscribe(&queues, &topic, SubscriptionSpec { visibility_timeout_ms: 30_000, ..spec(StartAt::Earliest) }).await;
+    let zero = ReceiveRequest { visibility_timeout_ms: Some(0), ..request(10) };
+    let got = queues.receive(&topic, &sub, &zero).await.expect("receive with a window of 0");
+    assert_eq!(positions(&got), [pos], "a receive's window of 0 delivers too");
+    let again = queues.receive(&topic, &sub, &zero).await.expect("receive with a window of 0");
+    assert_eq!(again.iter().map(|m| (at(m), m.receive_count)).collect::<Vec<_>>(), [(pos, 2)], "visible at once");
+    // Nobody received it since: the receipt still settles it, as SQS's does.
+    let held = change_visibility(&queues, &topic, &sub, &again[0].receipt, 10_000).await.expect("hold it after all");
+    assert_nothing(&queues, &topic, &sub, "held by a visibility change of a 0-window receipt").await;
+    assert_eq!(nack(&queues, &topic, &sub, &held, 0).await, Ok(()));
+    let last = queues.receive(&topic, &sub, &zero).await.expect("receive with a window of 0");
+    assert_eq!(last.iter().map(|m| (at(m), m.receive_count)).collect::<Vec<_>>(), [(pos, 3)]);
+    assert_eq!(ack(&queues, &topic, &sub, &last[0].receipt).await, Ok(()), "a 0-window receipt acks");
+    assert_eq!(backlog(&queues, &topic, &sub).await, [0; 4], "acked");
 }

@@ -71,6 +71,7 @@ macro_rules! queue_conformance_suite {
             given_a_cached_subscription_re_created_elsewhere_as_push_then_a_client_cannot_receive,
             given_acks_riding_on_receives_then_stale_ones_refused_and_acked_messages_never_come_back,
             given_two_messages_of_a_lease_held_longer_to_the_same_time_then_each_settles_alone,
+            given_a_zero_visibility_timeout_then_every_receive_delivers_and_it_is_visible_again_at_once,
         );
         $crate::queue_conformance_suite!(@concurrent $backend;
             given_eight_workers_draining_a_queue_then_every_message_acked_exactly_once_and_backlog_ends_empty,
