@@ -5,7 +5,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use sluice_core::ports::state::Query;
 use sluice_core::upkeep::STEP_BUDGET;
-use sluice_core::{Error, ManualClock, TopicSpec};
+use sluice_core::{Error, Limits, Log, LogConfig, ManualClock, TopicSpec};
 
 use super::fixtures::*;
 use crate::{unique_topic, Backend};
@@ -17,7 +17,9 @@ pub async fn given_retention_ms_then_exactly_the_expired_segments_go_and_reads_b
     let t0 = real_now();
     let clock = Arc::new(ManualClock::new(t0));
     let stores = backend.open_with(clock.clone()).await;
-    let log = log_at(stores.clone(), &clock);
+    // Its events are stamped up to 2 h past the clock at their publish: a log that admits that.
+    let limits = Limits { max_timestamp_ahead_ms: 3 * HOUR, ..Limits::default() };
+    let log = Log::new(stores.0.clone(), stores.1.clone(), clock.clone(), LogConfig { limits, ..crate::log_config() });
     let topic = unique_topic("ret-ms");
     log.create_topic(&topic, TopicSpec { partitions: 1, retention_ms: Some(HOUR), retention_bytes: None })
         .await
