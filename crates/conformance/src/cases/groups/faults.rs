@@ -14,7 +14,7 @@ use sluice_testkit::Layered;
 
 use crate::cases::support::clock::WatchedClock;
 use crate::cases::support::faults::Fault;
-use crate::cases::support::faults::{deletes, deletes_at, puts, Action, Scripted};
+use crate::cases::support::faults::{deletes, deletes_at, puts, Action, QueryAction, Scripted};
 use crate::cases::support::groups::{commit_of, committed, groups_on, offsets_of, poll, publish, request, START_MS};
 use crate::{unique_topic, Backend};
 
@@ -242,6 +242,44 @@ pub async fn given_a_member_joining_between_a_wide_groups_delete_phases_then_no_
     let left: Vec<&str> = offsets.items.iter().map(|i| i.key.sk.as_str()).collect();
     assert_eq!(left, Vec::<&str>::new(), "no offset of the deleted group is left in the store");
     assert!(groups.list().await.unwrap().contains(&group), "the group the new member joined is listed");
+}
+
+/// A group delete whose read of the offsets misses one (as a query racing a commit's
+/// transaction can, or as a commit landing between that read and the delete's first write
+/// would): the delete still removes it, so a group made anew under the name starts at its
+/// reset policy, never at the deleted group's offset.
+pub async fn given_a_group_delete_whose_offsets_read_misses_one_then_a_group_made_anew_inherits_nothing(
+    backend: &dyn Backend,
+) {
+    const PARTITIONS: u32 = 4;
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (log, groups, script, deleting) = scripted_groups_on(backend, &clock).await;
+    let (topic, group) = (unique_topic("missed-offset"), unique_topic("g"));
+    let spec = TopicSpec { partitions: PARTITIONS, retention_ms: None, retention_bytes: None };
+    log.create_topic(&topic, spec).await.unwrap();
+    for p in 0..PARTITIONS {
+        publish(&log, &topic, p, (0..3).map(|i| (format!("e{p}.{i}"), START_MS))).await;
+    }
+    let old = poll(&groups, &group, None, &topic).await;
+    let all: Vec<_> = (0..PARTITIONS).map(|p| commit_of(&topic, p, 2)).collect();
+    groups.commit(&group, &old.member_id, old.generation, &all).await.unwrap();
+    groups.leave(&group, &old.member_id).await.unwrap();
+
+    script.at_query(sluice_core::keys::OFFSETS_PREFIX, QueryAction::Tear(1));
+    deleting.delete(&group).await.unwrap();
+    assert_eq!(script.pending(), 0, "the delete's read of the offsets missed one");
+    let offsets = log.store().query(&Query::all(sluice_core::keys::offsets_pk(&group), 1000)).await.unwrap();
+    let left: Vec<&str> = offsets.items.iter().map(|i| i.key.sk.as_str()).collect();
+    assert_eq!(left, Vec::<&str>::new(), "no offset of the deleted group is left in the store");
+
+    let new = groups.poll(&request(&group, None, &topic, 1000)).await.unwrap();
+    let mut first: BTreeMap<u32, u64> = BTreeMap::new();
+    for e in &new.events {
+        first.entry(e.event.partition).or_insert(e.event.offset);
+    }
+    let inherited: Vec<(u32, u64)> = first.iter().filter(|(_, o)| **o != 0).map(|(p, o)| (*p, *o)).collect();
+    assert_eq!(inherited, vec![], "partitions started at the deleted group's offsets, not at earliest (0)");
+    assert_eq!(first.len(), PARTITIONS as usize, "every partition delivered from earliest");
 }
 
 /// A group over three topics of 1,024 partitions: its record and its members' stay well
