@@ -115,18 +115,7 @@ mod tests {
     use super::*;
 
     fn run(starts: Vec<u64>) -> QueueRun {
-        QueueRun {
-            acks: Mutex::new(vec![Vec::new(); starts.len()]),
-            ends: Mutex::new(None),
-            foreign: AtomicU64::new(0),
-            starts,
-            acked: Arc::new(AtomicU64::new(0)),
-            bytes: AtomicU64::new(0),
-            expected: AtomicU64::new(u64::MAX),
-            done: Arc::new(AtomicBool::new(false)),
-            end: Mutex::new(None),
-            clock: Instant::now(),
-        }
+        QueueRun::new(starts)
     }
 
     #[test]

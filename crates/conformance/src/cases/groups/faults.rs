@@ -3,11 +3,11 @@
 //! is deleted. Each names the promise it holds (at-least-once across retries; an accepted
 //! commit is never erased).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use sluice_core::groups::{Groups, PollRequest, TopicPartition};
+use sluice_core::groups::{Groups, PollAnswer, PollRequest, TopicPartition};
 use sluice_core::ports::state::{Query, WriteOp};
 use sluice_core::{Log, ManualClock, NewEvent, TopicSpec};
 use sluice_testkit::Layered;
@@ -198,17 +198,7 @@ pub async fn given_a_member_joining_between_a_wide_groups_delete_phases_then_no_
     let clock = Arc::new(ManualClock::new(START_MS));
     let (log, groups, script, deleting) = scripted_groups_on(backend, &clock).await;
     let (topic, group) = (unique_topic("wide-rejoined"), unique_topic("g"));
-    let spec = TopicSpec { partitions: PARTITIONS, retention_ms: None, retention_bytes: None };
-    log.create_topic(&topic, spec).await.unwrap();
-    for p in 0..PARTITIONS {
-        publish(&log, &topic, p, (0..3).map(|i| (format!("e{p}.{i}"), START_MS))).await;
-    }
-    let old = poll(&groups, &group, None, &topic).await;
-    let all: Vec<_> = (0..PARTITIONS).map(|p| commit_of(&topic, p, 2)).collect();
-    for chunk in all.chunks(90) {
-        groups.commit(&group, &old.member_id, old.generation, chunk).await.unwrap();
-    }
-    groups.leave(&group, &old.member_id).await.unwrap();
+    committed_at_2_and_left(&log, &groups, &topic, &group, PARTITIONS).await;
 
     // The delete's later phase: a write of offset deletes alone, after the one that removed
     // the group's registry entry. The new member joins and polls just before it.
@@ -228,19 +218,13 @@ pub async fn given_a_member_joining_between_a_wide_groups_delete_phases_then_no_
     assert_eq!(script.pending(), 0, "the new member joined between the delete's phases");
     let new = joined.lock().unwrap().take().expect("the rival polled");
     assert_eq!(new.assignment.len(), PARTITIONS as usize);
-    let mut first: BTreeMap<u32, u64> = BTreeMap::new();
-    for e in &new.events {
-        first.entry(e.event.partition).or_insert(e.event.offset);
-    }
-    let inherited: Vec<(u32, u64)> = first.into_iter().filter(|(_, o)| *o != 0).collect();
-    assert_eq!(inherited, vec![], "partitions started at the deleted group's offsets, not at earliest (0)");
-    let started: BTreeSet<u32> = new.events.iter().map(|e| e.event.partition).collect();
-    assert_eq!(started.len(), PARTITIONS as usize, "every partition delivered from earliest");
-    // Read from the store, not through describe (which leaves out offsets below the record's
-    // `offsets_from` itself): the new member committed nothing, so no offset item is left.
-    let offsets = log.store().query(&Query::all(sluice_core::keys::offsets_pk(&group), 1000)).await.unwrap();
-    let left: Vec<&str> = offsets.items.iter().map(|i| i.key.sk.as_str()).collect();
-    assert_eq!(left, Vec::<&str>::new(), "no offset of the deleted group is left in the store");
+    assert_started_at_earliest(&new, PARTITIONS);
+    // The new member committed nothing, so no offset item is left.
+    assert_eq!(
+        offsets_left(&log, &group).await,
+        Vec::<String>::new(),
+        "no offset of the deleted group is left in the store"
+    );
     assert!(groups.list().await.unwrap().contains(&group), "the group the new member joined is listed");
 }
 
@@ -255,31 +239,54 @@ pub async fn given_a_group_delete_whose_offsets_read_misses_one_then_a_group_mad
     let clock = Arc::new(ManualClock::new(START_MS));
     let (log, groups, script, deleting) = scripted_groups_on(backend, &clock).await;
     let (topic, group) = (unique_topic("missed-offset"), unique_topic("g"));
-    let spec = TopicSpec { partitions: PARTITIONS, retention_ms: None, retention_bytes: None };
-    log.create_topic(&topic, spec).await.unwrap();
-    for p in 0..PARTITIONS {
-        publish(&log, &topic, p, (0..3).map(|i| (format!("e{p}.{i}"), START_MS))).await;
-    }
-    let old = poll(&groups, &group, None, &topic).await;
-    let all: Vec<_> = (0..PARTITIONS).map(|p| commit_of(&topic, p, 2)).collect();
-    groups.commit(&group, &old.member_id, old.generation, &all).await.unwrap();
-    groups.leave(&group, &old.member_id).await.unwrap();
+    committed_at_2_and_left(&log, &groups, &topic, &group, PARTITIONS).await;
 
     script.at_query(sluice_core::keys::OFFSETS_PREFIX, QueryAction::Tear(1));
     deleting.delete(&group).await.unwrap();
     assert_eq!(script.pending(), 0, "the delete's read of the offsets missed one");
-    let offsets = log.store().query(&Query::all(sluice_core::keys::offsets_pk(&group), 1000)).await.unwrap();
-    let left: Vec<&str> = offsets.items.iter().map(|i| i.key.sk.as_str()).collect();
-    assert_eq!(left, Vec::<&str>::new(), "no offset of the deleted group is left in the store");
+    assert_eq!(
+        offsets_left(&log, &group).await,
+        Vec::<String>::new(),
+        "no offset of the deleted group is left in the store"
+    );
 
     let new = groups.poll(&request(&group, None, &topic, 1000)).await.unwrap();
+    assert_started_at_earliest(&new, PARTITIONS);
+}
+
+/// A topic of `partitions` with three events in each, and a group that committed offset 2
+/// on every partition, whose member then left: a group ready to be deleted.
+async fn committed_at_2_and_left(log: &Log, groups: &Groups, topic: &str, group: &str, partitions: u32) {
+    let spec = TopicSpec { partitions, retention_ms: None, retention_bytes: None };
+    log.create_topic(topic, spec).await.unwrap();
+    for p in 0..partitions {
+        publish(log, topic, p, (0..3).map(|i| (format!("e{p}.{i}"), START_MS))).await;
+    }
+    let old = poll(groups, group, None, topic).await;
+    let all: Vec<_> = (0..partitions).map(|p| commit_of(topic, p, 2)).collect();
+    for chunk in all.chunks(90) {
+        groups.commit(group, &old.member_id, old.generation, chunk).await.unwrap();
+    }
+    groups.leave(group, &old.member_id).await.unwrap();
+}
+
+/// The sort keys of the offsets the store holds for `group`, read from the store rather than
+/// through describe (which itself leaves out offsets below the record's `offsets_from`).
+async fn offsets_left(log: &Log, group: &str) -> Vec<String> {
+    let offsets = log.store().query(&Query::all(sluice_core::keys::offsets_pk(group), 1000)).await.unwrap();
+    offsets.items.into_iter().map(|i| i.key.sk).collect()
+}
+
+/// A new member's first poll started every one of `partitions` at earliest (0), none at an
+/// offset of the group deleted before it.
+fn assert_started_at_earliest(new: &PollAnswer, partitions: u32) {
     let mut first: BTreeMap<u32, u64> = BTreeMap::new();
     for e in &new.events {
         first.entry(e.event.partition).or_insert(e.event.offset);
     }
     let inherited: Vec<(u32, u64)> = first.iter().filter(|(_, o)| **o != 0).map(|(p, o)| (*p, *o)).collect();
     assert_eq!(inherited, vec![], "partitions started at the deleted group's offsets, not at earliest (0)");
-    assert_eq!(first.len(), PARTITIONS as usize, "every partition delivered from earliest");
+    assert_eq!(first.len(), partitions as usize, "every partition delivered from earliest");
 }
 
 /// A group over three topics of 1,024 partitions: its record and its members' stay well
