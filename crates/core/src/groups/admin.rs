@@ -78,26 +78,12 @@ impl Groups {
         })
     }
 
-    /// Deletes a group with no live members: its record, offsets and registry entry.
-    ///
-    /// Every deletion is conditional on the version read, so a member that joins (or commits)
-    /// meanwhile is never erased. The first write is the delete's one atomic step: a join
-    /// before it makes it fail whole (`group_not_empty`); after it, the group is gone. It
-    /// removes the registry entry, the activity and as many offsets as fit, and replaces the
-    /// record with a tombstone one version up: offsets recorded below its version are not the
-    /// group's (`offsets_from`), so a member joining before the rest go starts at its reset
-    /// policy, not at the deleted group's offsets (a store's atomic write is bounded:
-    /// DynamoDB's holds 100 items, so a wide group's offsets take more writes).
-    ///
-    /// Then the sweep: the group's offsets are read again and every one below the tombstone
-    /// is deleted at the version read. Reading again, rather than deleting what the first
-    /// read found, also removes an offset that a commit wrote after that read but before the
-    /// first write (a commit checks the record's version, which the first write moved on, so
-    /// none can land after it): the sweep's read sees every offset of the old group. Only
-    /// then does the tombstone go, unless a join or seek made the group anew over it; a group
-    /// made after that starts at version 1 with no old offset left to resume from. A delete
-    /// cut short leaves the tombstone and offsets nobody reads; deleting the group again
-    /// finishes it.
+    /// Deletes a group with no live members: its record, offsets and registry entry, by the
+    /// protocol `removal` states. Every deletion is conditional on the version read, so a
+    /// member that joins (or commits) meanwhile is never erased: a join before the first
+    /// write makes it fail whole (`group_not_empty`); after it, the group is gone, and a
+    /// member joining before the rest go starts at its reset policy. A delete cut short
+    /// leaves the tombstone and offsets nobody reads; deleting the group again finishes it.
     pub async fn delete(&self, group: &str) -> Result<(), Error> {
         names::validate("group", group)?;
         for _ in 0..MAX_ATTEMPTS {
@@ -113,66 +99,18 @@ impl Groups {
                 ));
             }
             let registry = self.store().get(&registry_key(group)).await?.map(|i| i.version);
-            let at = |key: Key, version: Option<u64>| match version {
-                Some(v) => WriteOp::Delete { key, expect: Expect::Version(v) },
-                None => WriteOp::Check { key, expect: Expect::Absent },
-            };
-            let record_version = Some(state.version).filter(|v| *v > 0);
-            // The record's own op, first; the tombstone's version is the one after the version read.
-            let tombstone = GroupRecord { offsets_from: state.version + 1, ..GroupRecord::default() };
-            let mut ops = vec![
-                WriteOp::replace(group_meta_key(group), layout::encode(&tombstone), record_version),
-                at(registry_key(group), registry),
-                at(activity_key(group), state.activity.map(|(_, v)| v)),
-            ];
-            if let Some((a, _)) = state.activity {
-                ops.push(WriteOp::Delete { key: expiry_key(a.until, group), expect: Expect::Any });
-            }
-            let room = MAX_WRITE_OPS - ops.len();
-            ops.extend(
-                offsets.iter().take(room).map(|(sk, (_, v))| at(Key::new(offsets_pk(group), sk.clone()), Some(*v))),
-            );
+            let registry = removal::at_version(registry_key(group), registry);
+            let (ops, from) = removal::first_write(group, &state, registry, &offsets, false);
             match self.store().write(ops).await {
                 Ok(()) => {}
                 // A member joined, committed or sought meanwhile: look again.
                 Err(StorageError::ConditionFailed { .. }) => continue,
                 Err(e) => return Err(e.into()),
             }
-            self.sweep_offsets_below(group, tombstone.offsets_from).await?;
-            let expect = Expect::Version(tombstone.offsets_from);
-            self.delete_unchanged(vec![WriteOp::Delete { key: group_meta_key(group), expect }]).await?;
+            removal::sweep_below(self.store(), group, from, usize::MAX).await?;
+            removal::drop_tombstone(self.store(), group, from, Vec::new()).await?;
             return Ok(());
         }
         Err(too_busy(group))
-    }
-
-    /// Deletes every offset of `group` recorded below the group version `from`, each at the
-    /// version read (one a new incarnation committed over meanwhile stays).
-    async fn sweep_offsets_below(&self, group: &str, from: u64) -> Result<(), Error> {
-        let old: Vec<WriteOp> = self
-            .offsets(group)
-            .await?
-            .into_iter()
-            .filter(|(_, (o, _))| o.group_version < from)
-            .map(|(sk, (_, v))| WriteOp::Delete { key: Key::new(offsets_pk(group), sk), expect: Expect::Version(v) })
-            .collect();
-        for chunk in old.chunks(MAX_WRITE_OPS) {
-            self.delete_unchanged(chunk.to_vec()).await?;
-        }
-        Ok(())
-    }
-
-    /// Applies conditional deletes, leaving out each one whose item changed since it was read.
-    async fn delete_unchanged(&self, mut ops: Vec<WriteOp>) -> Result<(), Error> {
-        while !ops.is_empty() {
-            match self.store().write(ops.clone()).await {
-                Ok(()) => return Ok(()),
-                Err(StorageError::ConditionFailed { op }) if op < ops.len() => {
-                    ops.remove(op);
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(())
     }
 }

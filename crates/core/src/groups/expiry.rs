@@ -8,10 +8,12 @@ use crate::ports::state::Item;
 /// activity of groups without members whose activity ended `retention_ms` before
 /// `now_ms`, deleting at most about `budget` items; answers how many it deleted.
 ///
-/// One query when nothing is expired (the index is in time order). Resumable: a group's
-/// index entry goes last, so a step cut short leaves it for the next one. Safe against
-/// a member joining meanwhile: every deletion checks the activity item's version, which
-/// any join (and seek) of an expired group changes.
+/// One query when nothing is expired (the index is in time order). An expired group goes
+/// as a deleted one does (see `removal`), its first write checking the activity item's
+/// version, which any join (and seek) of an expired group changes: a member joining before
+/// it keeps the group; one joining after it starts at its reset policy, never at an offset
+/// waiting to go. Resumable: the group's index entry goes last, with the tombstone, so a
+/// step cut short leaves it for the next one to finish.
 pub(crate) async fn expire_step(
     store: &dyn StateStore,
     now_ms: i64,
@@ -30,35 +32,66 @@ pub(crate) async fn expire_step(
         }
         let (until, group) = expiry_entry_of(&entry.key)?;
         let state = read_state(store, &group).await?;
-        // The write, whether its deletes count against the budget, whether it ends the group.
-        let (ops, counted, last) = match judge(&state, &entry, &group, until) {
-            Verdict::Stray(ops) => (ops, true, false),
-            Verdict::Cover(ops) => (ops, false, false),
-            Verdict::Expire { version } => {
-                // The offsets, a write's worth at a time, each write checking that nobody used the group.
-                let (n, finished) = drain_offsets(store, &group, version, left).await?;
-                deleted += n;
-                left = left.saturating_sub(n);
-                if !finished {
-                    continue;
-                }
-                (removal(&state, &group, &entry.key, version), true, true)
-            }
+        let n = match judge(&state, &entry, &group, until) {
+            Verdict::Stray(ops) => apply(store, ops).await?,
+            Verdict::Cover(ops) => apply(store, ops).await.map(|_| 0)?,
+            Verdict::Expire => expire(store, &group, &state, &entry, left).await?,
+            Verdict::Finish { from } => finish(store, &group, from, &entry, left).await?,
         };
-        let n = if counted { ops.len() } else { 0 };
-        match store.write(ops).await {
-            Ok(()) => {
-                deleted += n;
-                left = left.saturating_sub(n);
-                if last {
-                    tracing::info!(group = %group, "group offsets expired");
-                }
-            }
-            Err(StorageError::ConditionFailed { .. }) => {}
-            Err(e) => return Err(e),
-        }
+        deleted += n;
+        left = left.saturating_sub(n);
     }
     Ok(deleted)
+}
+
+/// Applies `ops`, answering how many they were (0 if a condition failed: the next step
+/// judges the group again).
+async fn apply(store: &dyn StateStore, ops: Vec<WriteOp>) -> Result<usize, StorageError> {
+    let n = ops.len();
+    match store.write(ops).await {
+        Ok(()) => Ok(n),
+        Err(StorageError::ConditionFailed { .. }) => Ok(0),
+        Err(e) => Err(e),
+    }
+}
+
+/// The removal's first write, on the activity's version, then as much of the rest as
+/// `left` allows. Answers how many items went.
+async fn expire(
+    store: &dyn StateStore,
+    group: &str,
+    state: &GroupState,
+    entry: &Item,
+    left: usize,
+) -> Result<usize, StorageError> {
+    let offsets = read_offsets(store, group).await?;
+    let registry = WriteOp::Delete { key: registry_key(group), expect: Expect::Any };
+    let (ops, from) = removal::first_write(group, state, registry, &offsets, true);
+    // The tombstone is a put, not a deletion.
+    let n = apply(store, ops).await?.saturating_sub(1);
+    if n == 0 {
+        return Ok(0);
+    }
+    Ok(n + finish(store, group, from, entry, left.saturating_sub(n)).await?)
+}
+
+/// The removal's sweep (within `left` items) and, once no offset is left, its tombstone at
+/// `from` with the group's index `entry`. Answers how many items went.
+async fn finish(
+    store: &dyn StateStore,
+    group: &str,
+    from: u64,
+    entry: &Item,
+    left: usize,
+) -> Result<usize, StorageError> {
+    let (n, swept) = removal::sweep_below(store, group, from, left).await?;
+    if !swept {
+        return Ok(n);
+    }
+    let entry = WriteOp::Delete { key: entry.key.clone(), expect: Expect::Version(entry.version) };
+    removal::drop_tombstone(store, group, from, vec![entry]).await?;
+    tracing::info!(group = %group, "group offsets expired");
+    Ok(n + 2)
 }
 
 /// The entries of the expiry index whose time is at most `threshold`, oldest first.
@@ -81,68 +114,27 @@ enum Verdict {
     Stray(Vec<WriteOp>),
     /// A live member the activity does not cover (never written so): cover it.
     Cover(Vec<WriteOp>),
-    /// Expired: its offsets, then the rest, each write checking the activity's version.
-    Expire { version: u64 },
+    /// Expired: its removal starts, its first write checking the activity's version.
+    Expire,
+    /// Its removal started (the record is a tombstone at `from`, the activity gone): the
+    /// sweep and the tombstone's delete are left to finish.
+    Finish { from: u64 },
 }
 
 fn judge(state: &GroupState, entry: &Item, group: &str, until: i64) -> Verdict {
-    let Some((_, version)) = state.activity.filter(|(a, _)| expiry_key(a.until, group) == entry.key) else {
+    if state.activity.is_none() && state.version > 0 && state.version == state.record.offsets_from {
+        return Verdict::Finish { from: state.version };
+    }
+    if state.activity.is_none_or(|(a, _)| expiry_key(a.until, group) != entry.key) {
         return Verdict::Stray(vec![WriteOp::Delete {
             key: entry.key.clone(),
             expect: Expect::Version(entry.version),
         }]);
-    };
+    }
     match state.members.values().map(|(_, _, expires)| *expires).max() {
         Some(latest) => Verdict::Cover(activity_ops(group, state.activity.as_ref(), latest.max(until))),
-        None => Verdict::Expire { version },
+        None => Verdict::Expire,
     }
-}
-
-/// Deletes the group's committed offsets, a write's worth at a time, each write checking
-/// the activity's `version` (a join or seek changes it), within `left` items. Answers how
-/// many went and whether all did (`false`: out of budget, or the group was used meanwhile
-/// and the next step finds its entry moved, or deletes what is left).
-async fn drain_offsets(
-    store: &dyn StateStore,
-    group: &str,
-    version: u64,
-    mut left: usize,
-) -> Result<(usize, bool), StorageError> {
-    let mut deleted = 0;
-    loop {
-        if left == 0 {
-            return Ok((deleted, false));
-        }
-        let page = store.query(&Query::all(offsets_pk(group), left.min(MAX_WRITE_OPS - 1))).await?;
-        if page.items.is_empty() {
-            return Ok((deleted, true));
-        }
-        let n = page.items.len();
-        let mut ops = vec![WriteOp::Check { key: activity_key(group), expect: Expect::Version(version) }];
-        ops.extend(page.items.into_iter().map(|i| WriteOp::Delete { key: i.key, expect: Expect::Any }));
-        match store.write(ops).await {
-            Ok(()) => {
-                deleted += n;
-                left = left.saturating_sub(n);
-            }
-            Err(StorageError::ConditionFailed { .. }) => return Ok((deleted, false)),
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// The last write of an expired group: its activity (on `version`), index entry, registry
-/// entry and record (on its version).
-fn removal(state: &GroupState, group: &str, entry: &Key, version: u64) -> Vec<WriteOp> {
-    let mut ops = vec![
-        WriteOp::Delete { key: activity_key(group), expect: Expect::Version(version) },
-        WriteOp::Delete { key: entry.clone(), expect: Expect::Any },
-        WriteOp::Delete { key: registry_key(group), expect: Expect::Any },
-    ];
-    if state.version > 0 {
-        ops.push(WriteOp::Delete { key: group_meta_key(group), expect: Expect::Version(state.version) });
-    }
-    ops
 }
 
 #[cfg(test)]
@@ -162,11 +154,15 @@ mod tests {
     #[test]
     fn judge_tells_strays_live_members_and_expired_groups_apart() {
         // The entry names the group's activity, nobody is live: expired.
-        assert_eq!(judge(&state(Some(100), None), &entry(100), "g", 100), Verdict::Expire { version: 3 });
+        assert_eq!(judge(&state(Some(100), None), &entry(100), "g", 100), Verdict::Expire);
         // The activity moved on (a join): this entry is a leftover.
         assert!(matches!(judge(&state(Some(900), None), &entry(100), "g", 100), Verdict::Stray(_)));
         // No activity at all (a deleted group): a leftover.
         assert!(matches!(judge(&state(None, None), &entry(100), "g", 100), Verdict::Stray(_)));
+        // No activity, and the record a tombstone at its own version: a removal to finish.
+        let mut started = state(None, None);
+        started.record.offsets_from = 2;
+        assert_eq!(judge(&started, &entry(100), "g", 100), Verdict::Finish { from: 2 });
         // A live member: the activity is moved to cover it, nothing is deleted.
         match judge(&state(Some(100), Some(700)), &entry(100), "g", 100) {
             Verdict::Cover(ops) => {
@@ -174,13 +170,6 @@ mod tests {
             }
             v => panic!("{v:?}"),
         }
-    }
-
-    #[test]
-    fn the_last_write_checks_the_activity_and_the_records_version() {
-        let ops = removal(&state(Some(100), None), "g", &expiry_key(100, "g"), 3);
-        assert_eq!(ops[0], WriteOp::Delete { key: activity_key("g"), expect: Expect::Version(3) });
-        assert_eq!(ops.last(), Some(&WriteOp::Delete { key: group_meta_key("g"), expect: Expect::Version(2) }));
     }
 
     #[test]

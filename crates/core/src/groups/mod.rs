@@ -35,8 +35,9 @@
 //! heartbeat), conditional on the activity item's version; the last member's
 //! leave sets it to the time it left, a seek to at least the time of the seek. The
 //! index entry mirrors `until` in the same writes, so the janitor (`expire_step`)
-//! finds expired groups with one query, and deletes their offsets in writes that
-//! check the activity item: a member joining meanwhile makes them fail.
+//! finds expired groups with one query. An expired group goes as a deleted one does
+//! (`removal`): its first write, which checks the activity item (a member joining
+//! meanwhile makes it fail), leaves a tombstone that no joiner inherits offsets from.
 
 mod admin;
 mod commit;
@@ -45,6 +46,7 @@ mod expiry;
 mod membership;
 mod plan;
 mod poll;
+mod removal;
 mod seek;
 
 pub(crate) use expiry::expire_step;
@@ -408,17 +410,25 @@ impl Groups {
     }
 
     async fn offsets(&self, group: &str) -> Result<BTreeMap<String, (OffsetRecord, u64)>, StorageError> {
-        let mut offsets = BTreeMap::new();
-        let mut query = Query::all(offsets_pk(group), 1000);
-        loop {
-            let page = self.store().query(&query).await?;
-            for item in page.items {
-                offsets.insert(item.key.sk.clone(), (layout::decode("offset", &item.value)?, item.version));
-            }
-            match page.next {
-                Some(after) => query.after = Some(after),
-                None => return Ok(offsets),
-            }
+        read_offsets(self.store(), group).await
+    }
+}
+
+/// Every offset stored for `group` (whatever incarnation committed it), with its item version.
+async fn read_offsets(
+    store: &dyn StateStore,
+    group: &str,
+) -> Result<BTreeMap<String, (OffsetRecord, u64)>, StorageError> {
+    let mut offsets = BTreeMap::new();
+    let mut query = Query::all(offsets_pk(group), 1000);
+    loop {
+        let page = store.query(&query).await?;
+        for item in page.items {
+            offsets.insert(item.key.sk.clone(), (layout::decode("offset", &item.value)?, item.version));
+        }
+        match page.next {
+            Some(after) => query.after = Some(after),
+            None => return Ok(offsets),
         }
     }
 }

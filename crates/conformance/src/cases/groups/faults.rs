@@ -4,14 +4,17 @@
 //! commit is never erased).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use sluice_core::groups::{Groups, PollAnswer, PollRequest, TopicPartition};
-use sluice_core::ports::state::{Query, WriteOp};
+use sluice_core::groups::{Groups, GroupsConfig, PollAnswer, PollRequest, TopicPartition};
+use sluice_core::keys::OFFSETS_PREFIX;
+use sluice_core::ports::state::{Query, StateStore, WriteOp};
 use sluice_core::{Log, ManualClock, NewEvent, TopicSpec};
 use sluice_testkit::Layered;
 
+use super::expiry::Namespaced;
 use crate::cases::support::clock::WatchedClock;
 use crate::cases::support::faults::Fault;
 use crate::cases::support::faults::{deletes, deletes_at, puts, Action, QueryAction, Scripted};
@@ -225,6 +228,50 @@ pub async fn given_a_member_joining_between_a_wide_groups_delete_phases_then_no_
         Vec::<String>::new(),
         "no offset of the deleted group is left in the store"
     );
+    assert!(groups.list().await.unwrap().contains(&group), "the group the new member joined is listed");
+}
+
+/// The same race against the janitor's offsets expiry: a member joining an expired wide
+/// group between the expiry's first write and the deletes of the offsets that did not fit
+/// in it joins a new group, so it starts every partition at its reset policy.
+pub async fn given_a_member_joining_between_a_wide_groups_expiry_phases_then_no_old_offset_is_inherited(
+    backend: &dyn Backend,
+) {
+    const PARTITIONS: u32 = 150;
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let config = GroupsConfig { offsets_retention_ms: 60_000 };
+    let (store, objects) = backend.open_with(clock.clone()).await;
+    // A namespace of its own: the expiry scans an index every group of the table shares.
+    let store: Arc<dyn StateStore> = Arc::new(Namespaced::new(store));
+    let log = Log::new(store.clone(), objects.clone(), clock.clone(), crate::log_config());
+    let groups = Groups::with_config(log.clone(), config);
+    let script = Scripted::new(store);
+    let expiring = Groups::with_config(Log::new(script.clone(), objects, clock.clone(), crate::log_config()), config);
+    let (topic, group) = (unique_topic("wide-expired"), unique_topic("g"));
+    committed_at_2_and_left(&log, &groups, &topic, &group, PARTITIONS).await;
+    clock.advance(60_001);
+
+    // The expiry's second write that deletes offsets; the new member joins and polls before it.
+    let offset_writes = AtomicUsize::new(0);
+    let second = move |ops: &[WriteOp]| {
+        let deletes_offsets = ops.iter().any(|op| deletes_at(std::slice::from_ref(op), OFFSETS_PREFIX, ""));
+        deletes_offsets && offset_writes.fetch_add(1, Ordering::SeqCst) == 1
+    };
+    let joined = Arc::new(std::sync::Mutex::new(None));
+    let rival = {
+        let (groups, group, topic, joined) = (groups.clone(), group.clone(), topic.clone(), joined.clone());
+        Box::pin(async move {
+            let answer = groups.poll(&request(&group, None, &topic, 1000)).await.unwrap();
+            *joined.lock().unwrap() = Some(answer);
+        })
+    };
+    script.at(second, Action::Before(rival));
+    while expiring.expire_offsets(1000).await.unwrap() > 0 {}
+    assert_eq!(script.pending(), 0, "the new member joined between the expiry's phases");
+    let new = joined.lock().unwrap().take().expect("the rival polled");
+    assert_eq!(new.assignment.len(), PARTITIONS as usize);
+    assert_started_at_earliest(&new, PARTITIONS);
+    assert_eq!(offsets_left(&log, &group).await, Vec::<String>::new(), "no offset of the expired group is left");
     assert!(groups.list().await.unwrap().contains(&group), "the group the new member joined is listed");
 }
 

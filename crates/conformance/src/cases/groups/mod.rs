@@ -49,6 +49,7 @@ macro_rules! group_conformance_suite {
             given_a_wide_group_deleted_while_a_member_commits_then_that_commit_stays,
             given_a_member_joining_between_a_wide_groups_delete_phases_then_no_old_offset_is_inherited,
             given_a_group_delete_whose_offsets_read_misses_one_then_a_group_made_anew_inherits_nothing,
+            given_a_member_joining_between_a_wide_groups_expiry_phases_then_no_old_offset_is_inherited,
             given_a_group_over_three_topics_of_1024_partitions_then_it_rebalances_and_commits,
             given_a_static_join_answer_lost_when_retried_then_the_same_member_and_no_ghost,
             given_a_member_silent_for_exactly_its_session_then_evicted_and_not_a_millisecond_before,
