@@ -1,7 +1,7 @@
 //! One message's life: redelivery, visibility changes, dead letters and redrive.
 
 use bytes::Bytes;
-use sluice_core::queues::{ReceiptError, ReceiveRequest, StartAt, SubscriptionSpec};
+use sluice_core::queues::{Ordering, ReceiptError, ReceiveRequest, StartAt, SubscriptionSpec};
 use sluice_core::{Clock, Error};
 
 use crate::cases::support::queues::*;
@@ -209,4 +209,33 @@ pub async fn given_a_zero_visibility_timeout_then_every_receive_delivers_and_it_
     assert_eq!(last.iter().map(|m| (at(m), m.receive_count)).collect::<Vec<_>>(), [(pos, 3)]);
     assert_eq!(ack(&queues, &topic, &sub, &last[0].receipt).await, Ok(()), "a 0-window receipt acks");
     assert_eq!(backlog(&queues, &topic, &sub).await, [0; 4], "acked");
+}
+
+/// Keyed, with a window of 0: a key's head is delivered and free again at once, so the next
+/// receive delivers the head again, never the key's next message; other keys flow; once the
+/// head is acked, the key's next message comes.
+pub async fn given_a_keyed_queue_with_a_zero_window_then_a_keys_head_comes_again_before_its_next(
+    backend: &dyn Backend,
+) {
+    let (_clock, log, queues) = manual(backend).await;
+    let topic = new_topic(&log, "zero-keyed", 1).await;
+    let keyed = SubscriptionSpec {
+        ordering: Ordering::Key,
+        visibility_timeout_ms: 0,
+        max_receive_count: 10,
+        ..spec(StartAt::Earliest)
+    };
+    let sub = subscribe(&queues, &topic, keyed).await;
+    let events = ["k", "k", "other"].map(|k| event(format!("to {k}"), None, Some(k.to_owned()), None));
+    publish(&log, &topic, events.into()).await;
+
+    let first = receive(&queues, &topic, &sub, 10).await;
+    assert_eq!(positions(&first), [(0, 0), (0, 2)], "each key's head, one per key");
+    let again = receive(&queues, &topic, &sub, 10).await;
+    let counts: Vec<_> = again.iter().map(|m| (at(m), m.receive_count)).collect();
+    assert_eq!(counts, [((0, 0), 2), ((0, 2), 2)], "the heads again: a key's next waits behind its head");
+    assert_eq!(ack(&queues, &topic, &sub, &first[0].receipt).await, Err(ReceiptError::Stale), "received since");
+    assert_eq!(ack(&queues, &topic, &sub, &again[0].receipt).await, Ok(()));
+    let next = receive(&queues, &topic, &sub, 10).await;
+    assert_eq!(positions(&next), [(0, 1), (0, 2)], "k's next once its head is acked");
 }

@@ -72,6 +72,7 @@ macro_rules! queue_conformance_suite {
             given_acks_riding_on_receives_then_stale_ones_refused_and_acked_messages_never_come_back,
             given_two_messages_of_a_lease_held_longer_to_the_same_time_then_each_settles_alone,
             given_a_zero_visibility_timeout_then_every_receive_delivers_and_it_is_visible_again_at_once,
+            given_a_keyed_queue_with_a_zero_window_then_a_keys_head_comes_again_before_its_next,
         );
         $crate::queue_conformance_suite!(@concurrent $backend;
             given_eight_workers_draining_a_queue_then_every_message_acked_exactly_once_and_backlog_ends_empty,
