@@ -135,7 +135,14 @@ pub(super) fn commit_group(writer: &mut Writer, batch: Vec<PendingWrite>) {
 /// answers each: its own condition failure, or the commit's outcome. A `COMMIT` that
 /// succeeds sets `unsynced` (whether the WAL now holds a commit no fsync covers) before
 /// the first answer.
-fn commit_writes(conn: &mut Connection, batch: Vec<PendingWrite>, synced: bool, unsynced: &AtomicBool) {
+///
+/// A write that fails otherwise than on a condition (SQLite refused its statement: too
+/// big, disk full, an I/O error) may have ended the whole transaction: it is rolled back,
+/// that write answered its own error, and the rest of the group applied again without it,
+/// so one write's failure is never its neighbours'. (Each pass drops the write that
+/// failed, so a fault that fails every write ends after one pass per write.) A failed
+/// `COMMIT` is the group's: every write of it is answered that error, its outcome unknown.
+fn commit_writes(conn: &mut Connection, mut batch: Vec<PendingWrite>, synced: bool, unsynced: &AtomicBool) {
     let tx = match GroupTx::begin(conn) {
         Ok(tx) => tx,
         Err(e) => {
@@ -148,10 +155,8 @@ fn commit_writes(conn: &mut Connection, batch: Vec<PendingWrite>, synced: bool, 
     // A write alone needs no savepoint: if its condition fails, the whole transaction goes.
     let alone = batch.len() == 1;
     let mut outcomes = Vec::with_capacity(batch.len());
-    for w in &batch {
-        // Only a failed condition is rolled back alone (to its savepoint). Any other error
-        // may have ended the whole transaction: then nothing of the group is committed,
-        // and every write of it is answered "unavailable" (outcome unknown to the caller).
+    for (i, w) in batch.iter().enumerate() {
+        // Only a failed condition is rolled back alone (to its savepoint).
         let outcome = if alone {
             apply(tx.conn, &w.ops, w.now_ms).map(|()| None).or_else(|e| match e {
                 e @ StorageError::ConditionFailed { .. } => Ok(Some(e)),
@@ -171,9 +176,9 @@ fn commit_writes(conn: &mut Connection, batch: Vec<PendingWrite>, synced: bool, 
             Ok(Some(refused)) => outcomes.push(Err(refused)),
             Err(e) => {
                 drop(tx);
-                let message = e.to_string();
-                for w in batch {
-                    let _ = w.done.send(Err(StorageError::Unavailable { message: message.clone(), source: None }));
+                let _ = batch.remove(i).done.send(Err(e));
+                if !batch.is_empty() {
+                    commit_writes(conn, batch, synced, unsynced);
                 }
                 return;
             }

@@ -409,6 +409,41 @@ mod tests {
         drop(Arc::into_inner(store).expect("the only handle"));
     }
 
+    /// A write SQLite refuses (here by a trigger that ends the whole transaction, as a full
+    /// disk or an I/O error may) fails alone: the rest of its group is committed.
+    #[tokio::test]
+    async fn given_a_write_sqlite_refuses_in_a_group_then_only_it_fails_and_the_others_commit() {
+        let (_dir, store) = open();
+        let mut answers = Vec::new();
+        {
+            let mut writer = lock(&store.writer);
+            writer
+                .conn
+                .execute_batch(
+                    "CREATE TEMP TRIGGER refuse BEFORE INSERT ON items WHEN length(NEW.value) > 1000
+                     BEGIN SELECT RAISE(ROLLBACK, 'refused'); END;",
+                )
+                .expect("a trigger");
+            let mut batch = Vec::new();
+            for (sk, bytes) in [("a", 10), ("big", 2000), ("c", 10), ("taken", 10), ("taken", 10)] {
+                let (done, answer) = oneshot::channel();
+                let ops = vec![WriteOp::create(Key::new("p", sk), Bytes::from(vec![b'v'; bytes]))];
+                batch.push(PendingWrite { ops, now_ms: 0, durable: true, done });
+                answers.push((sk, answer));
+            }
+            commit_group(&mut writer, batch);
+        }
+        let outcomes: Vec<_> = answers.into_iter().map(|(sk, mut a)| (sk, a.try_recv().expect("answered"))).collect();
+        assert!(matches!(outcomes[1].1, Err(StorageError::Unavailable { .. })), "{outcomes:?}");
+        for i in [0, 2, 3] {
+            assert!(outcomes[i].1.is_ok(), "write {i} answered for another's failure: {outcomes:?}");
+        }
+        assert!(matches!(outcomes[4].1, Err(StorageError::ConditionFailed { op: 0 })), "{outcomes:?}");
+        for (sk, present) in [("a", true), ("big", false), ("c", true), ("taken", true)] {
+            assert_eq!(store.get(&Key::new("p", sk)).await.expect("get").is_some(), present, "{sk}");
+        }
+    }
+
     #[test]
     fn a_group_holding_one_durable_write_is_synced() {
         let (_dir, store) = open();
