@@ -71,6 +71,8 @@ impl SqliteStateStore {
         if ops.is_empty() {
             return Ok(());
         }
+        // With no sync window, a deferred write is a durable one.
+        let durable = durable || self.sync_window_ms == 0;
         let (done, outcome) = oneshot::channel();
         let now_ms = self.clock.now_ms();
         // One thread commits every write: a write wakes it only if it sleeps, and is

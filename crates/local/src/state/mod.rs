@@ -17,8 +17,11 @@
 //! group made only of [`StateStore::write_deferred`]'s writes: it commits with
 //! `synchronous=NORMAL` (no fsync of its own), and the next synced commit or
 //! checkpoint, which syncs the whole WAL first, makes it durable. When none comes,
-//! [`SqliteStateStore::sync_deferred`] fsyncs the WAL: [`crate::open`] runs it every
-//! [`DEFERRED_SYNC_MS`] on the store's clock, so a deferred write waits at most that long.
+//! [`SqliteStateStore::sync_deferred`] fsyncs the WAL: [`crate::open`] runs it every sync
+//! window ([`DEFAULT_SYNC_WINDOW_MS`] unless told otherwise) on the store's clock, so a
+//! deferred write waits at most that long. With a window of 0 a deferred write is a
+//! durable one. Opening the store fsyncs what a process before it left unsynced, so the
+//! window holds even for a process that died before its tick.
 //!
 //! Expired rows stay until [`StateStore::purge_expired`] removes them; until
 //! then every read and condition treats them as absent. A put under
@@ -39,12 +42,13 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction, Tr
 use sluice_core::ports::state::{Item, Key, Page, Query, StateStore, WriteOp};
 use sluice_core::{Clock, StorageError};
 
+use crate::blobfs::{BlobFs, OsFs};
 use crate::blocking;
 use commit::{commit_until_closed, Queue, Writer};
 use sqlite::{connect, db, item_from_row, lock, query_sql};
 pub(crate) use sync::spawn_deferred_sync;
 use sync::wal_path;
-pub use sync::DEFERRED_SYNC_MS;
+pub use sync::DEFAULT_SYNC_WINDOW_MS;
 
 mod commit;
 mod sqlite;
@@ -76,6 +80,10 @@ pub struct SqliteStateStore {
     wal: PathBuf,
     /// The writer's [`Writer::unsynced`].
     unsynced: Arc<AtomicBool>,
+    /// How long a deferred write may wait for its fsync, in ms of `clock`; 0: none waits.
+    sync_window_ms: u64,
+    /// Through which the store fsyncs the WAL itself (SQLite's own syncs go around it).
+    fs: Arc<dyn BlobFs>,
 }
 
 impl SqliteStateStore {
@@ -83,10 +91,22 @@ impl SqliteStateStore {
     /// Processes starting together on one data directory may find it locked: switching a
     /// new database to WAL takes a lock SQLite's busy handler does not wait for (it could
     /// deadlock), so the open is tried again, for as long as a busy write would wait.
+    /// Deferred writes wait for their fsync at most [`DEFAULT_SYNC_WINDOW_MS`].
     pub fn open(path: &Path, clock: Arc<dyn Clock>) -> Result<Self, StorageError> {
+        Self::open_on(path, clock, DEFAULT_SYNC_WINDOW_MS, Arc::new(OsFs))
+    }
+
+    /// [`SqliteStateStore::open`] with deferred writes waiting at most `sync_window_ms` for
+    /// their fsync (0: never, they are durable writes), the store's own fsyncs through `fs`.
+    pub(crate) fn open_on(
+        path: &Path,
+        clock: Arc<dyn Clock>,
+        sync_window_ms: u64,
+        fs: Arc<dyn BlobFs>,
+    ) -> Result<Self, StorageError> {
         let started = std::time::Instant::now();
         loop {
-            match Self::open_once(path, clock.clone()) {
+            match Self::open_once(path, clock.clone(), sync_window_ms, fs.clone()) {
                 Err(StorageError::Throttled { .. }) if started.elapsed() < BUSY_TIMEOUT => {
                     std::thread::sleep(Duration::from_millis(20));
                 }
@@ -95,11 +115,19 @@ impl SqliteStateStore {
         }
     }
 
-    fn open_once(path: &Path, clock: Arc<dyn Clock>) -> Result<Self, StorageError> {
+    fn open_once(
+        path: &Path,
+        clock: Arc<dyn Clock>,
+        sync_window_ms: u64,
+        fs: Arc<dyn BlobFs>,
+    ) -> Result<Self, StorageError> {
         let mut writer = connect(path, OpenFlags::default())?;
         let tx = writer.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db)?;
         tx.execute_batch(SCHEMA).map_err(db)?;
         tx.commit().map_err(db)?;
+        // Before anything is read: a process that died (or still runs) may have answered
+        // deferred writes it never synced, which the WAL holds in the page cache only.
+        sync::sync_on_open(fs.as_ref(), path)?;
         let readers = (0..READERS)
             .map(|_| connect(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX).map(Mutex::new))
             .collect::<Result<Vec<_>, _>>()?;
@@ -122,6 +150,8 @@ impl SqliteStateStore {
             clock,
             wal: wal_path(path),
             unsynced,
+            sync_window_ms,
+            fs,
         })
     }
 
@@ -346,7 +376,7 @@ mod tests {
         let clock = Arc::new(sluice_core::ManualClock::new(1_000));
         let (store, _objects) = crate::open(dir.path(), clock.clone()).expect("open");
         store.write_deferred(create("a")).await.expect("deferred");
-        clock.advance(DEFERRED_SYNC_MS as i64 - 1);
+        clock.advance(DEFAULT_SYNC_WINDOW_MS as i64 - 1);
         for _ in 0..100 {
             tokio::task::yield_now().await;
         }
@@ -354,7 +384,7 @@ mod tests {
         clock.advance(1);
         synced_soon(&store, "the window ended and the WAL was never synced").await;
         store.write_deferred(create("b")).await.expect("deferred");
-        clock.advance(DEFERRED_SYNC_MS as i64);
+        clock.advance(DEFAULT_SYNC_WINDOW_MS as i64);
         synced_soon(&store, "the next window's sync never came").await;
     }
 

@@ -1,5 +1,6 @@
 //! Deferred writes made durable: the fsync of the WAL that
-//! [`SqliteStateStore::sync_deferred`] makes, and the tick that runs it.
+//! [`SqliteStateStore::sync_deferred`] makes, the tick that runs it every sync window,
+//! and the fsync of what an earlier process left unsynced, when the store opens.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -8,12 +9,14 @@ use std::sync::Arc;
 use sluice_core::StorageError;
 
 use super::SqliteStateStore;
+use crate::blobfs::BlobFs;
 use crate::blocking;
 
-/// The longest a write answered by [`StateStore::write_deferred`](super::StateStore::write_deferred)
-/// waits for an fsync when no durable write comes to sync it (Postgres' `wal_writer_delay`
-/// with `synchronous_commit=off`).
-pub const DEFERRED_SYNC_MS: u64 = 200;
+/// The sync window unless `serve --sync-window-ms` says otherwise: the longest a write
+/// answered by [`StateStore::write_deferred`](super::StateStore::write_deferred) waits for an
+/// fsync when no durable write comes to sync it (Postgres' `wal_writer_delay` with
+/// `synchronous_commit=off`, Redis' `appendfsync everysec`).
+pub const DEFAULT_SYNC_WINDOW_MS: u64 = 200;
 
 impl SqliteStateStore {
     /// Makes every write [`StateStore::write_deferred`](super::StateStore::write_deferred) has
@@ -25,7 +28,7 @@ impl SqliteStateStore {
         if !self.unsynced.load(Ordering::Acquire) {
             return Ok(false);
         }
-        let (unsynced, wal) = (self.unsynced.clone(), self.wal.clone());
+        let (unsynced, wal, fs) = (self.unsynced.clone(), self.wal.clone(), self.fs.clone());
         blocking(move || {
             // Taken before the fsync: a deferred group committed after this sets it again, and
             // one committed before wrote its frames before it set the flag, so they are in the
@@ -34,7 +37,7 @@ impl SqliteStateStore {
                 return Ok(false);
             }
             let started = std::time::Instant::now();
-            match std::fs::File::open(&wal).and_then(|f| f.sync_data()) {
+            match std::fs::File::open(&wal).and_then(|f| fs.sync_data(&wal, &f)) {
                 Ok(()) => {
                     metrics::histogram!(sluice_core::metrics::FSYNC, "file" => "state")
                         .record(started.elapsed().as_secs_f64());
@@ -57,16 +60,42 @@ pub(super) fn wal_path(path: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Syncs `store`'s deferred writes every [`DEFERRED_SYNC_MS`] of its clock, from a task of
-/// the current Tokio runtime (none outside one), until the store is dropped.
+/// Makes durable what the database at `path` holds, whoever wrote it: its WAL (deferred
+/// writes another process answered and never synced, perhaps because it died first), the
+/// database file, and their names in the directory. Until this returns, nothing read from
+/// the store is known to survive a power cut, so the store answers nothing before it.
+pub(super) fn sync_on_open(fs: &dyn BlobFs, path: &Path) -> Result<(), StorageError> {
+    let sync = |file: &Path| match std::fs::File::open(file) {
+        Ok(f) => fs.sync_data(file, &f),
+        // No WAL: SQLite removed it when the last connection closed, after a checkpoint.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    };
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    for (file, synced) in [(wal_path(path), sync(&wal_path(path))), (path.to_owned(), sync(path))] {
+        synced.map_err(|e| StorageError::unavailable(format!("fsync {}", file.display()), e))?;
+    }
+    fs.sync_dir(dir).map_err(|e| StorageError::unavailable(format!("fsync {}", dir.display()), e))
+}
+
+/// Syncs `store`'s deferred writes every sync window of its clock, from a task of the
+/// current Tokio runtime (none outside one), until the store is dropped. A window of 0
+/// needs none: every write is synced before its answer.
 pub(crate) fn spawn_deferred_sync(store: &Arc<SqliteStateStore>) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
+    let window = store.sync_window_ms as i64;
+    if window == 0 {
+        return;
+    }
     let (store, clock) = (Arc::downgrade(store), store.clock.clone());
-    // Ticks on a schedule of the clock's, not 200 ms after the last sync ended: a sync that
-    // took a while (or a task polled late) does not push the next tick later.
-    let mut tick = clock.now_ms() + DEFERRED_SYNC_MS as i64;
+    // Ticks on a schedule of the clock's, not a window after the last sync ended: a sync
+    // that took a while (or a task polled late) does not push the next tick later.
+    let mut tick = clock.now_ms() + window;
     runtime.spawn(async move {
         loop {
             clock.sleep((tick - clock.now_ms()).max(0) as u64).await;
@@ -83,7 +112,61 @@ pub(crate) fn spawn_deferred_sync(store: &Arc<SqliteStateStore>) {
             tokio::task::coop::consume_budget().await;
             // After a stall (a suspended laptop) the schedule restarts from now, not one tick
             // per window missed.
-            tick = (tick + DEFERRED_SYNC_MS as i64).max(clock.now_ms());
+            tick = (tick + window).max(clock.now_ms());
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use sluice_core::ports::state::{Key, StateStore, WriteOp};
+    use sluice_core::ManualClock;
+
+    use super::*;
+    use crate::blobfs::{OsFs, Synced};
+
+    fn create(sk: &str) -> Vec<WriteOp> {
+        vec![WriteOp::create(Key::new("p", sk), Bytes::from_static(b"v"))]
+    }
+
+    /// Opens the store at `path` with a sync window of `window` ms, on a clock that stands still.
+    fn open(path: &Path, window: u64, fs: Arc<dyn BlobFs>) -> SqliteStateStore {
+        SqliteStateStore::open_on(path, Arc::new(ManualClock::new(1_000)), window, fs).expect("open")
+    }
+
+    #[tokio::test]
+    async fn given_a_window_of_0_when_a_write_is_deferred_then_it_is_synced_before_its_answer() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let store = open(&dir.path().join("state.db"), 0, Arc::new(OsFs));
+        store.write_deferred(create("a")).await.expect("deferred");
+        assert!(!store.unsynced.load(Ordering::Acquire), "answered before the WAL was synced");
+        let full: i64 = super::super::sqlite::lock(&store.writer)
+            .conn
+            .query_row("PRAGMA synchronous", [], |r| r.get(0))
+            .expect("pragma");
+        assert_eq!(full, 2, "committed with synchronous=FULL, as a durable write");
+    }
+
+    /// A process that answered deferred writes and died before its tick (or one that still
+    /// runs, its window not yet over) leaves them in the page cache: another process opening
+    /// the store fsyncs them, and the names beside them, before it answers anything.
+    #[tokio::test]
+    async fn given_deferred_writes_never_synced_when_another_process_opens_the_store_then_it_syncs_them_first() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("state.db");
+        let first = open(&path, 3_600_000, Arc::new(OsFs));
+        first.write_deferred(create("a")).await.expect("deferred");
+        assert!(first.unsynced.load(Ordering::Acquire), "the first process never synced it");
+        let fs = Arc::new(Synced::default());
+        let second = open(&path, 3_600_000, fs.clone());
+        let files = fs.files.lock().expect("files").clone();
+        assert!(files.contains(&wal_path(&path)), "the WAL not synced on open: {files:?}");
+        assert!(files.contains(&path), "the database not synced on open: {files:?}");
+        assert_eq!(*fs.dirs.lock().expect("dirs"), [dir.path().to_owned()], "their names");
+        assert!(second.get(&Key::new("p", "a")).await.expect("get").is_some());
+    }
 }

@@ -49,6 +49,7 @@ use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sluice_core::{Clock, Log, LogConfig, NewEvent, SystemClock, TopicSpec};
+use sluice_local::DEFAULT_SYNC_WINDOW_MS;
 
 use check::check;
 use cut_state::CutState;
@@ -165,7 +166,8 @@ fn power_cut(seed: u64, tally: &mut Tally) {
     let rt = runtime();
     // The process's own handles, dropped only after the image is taken (as a dead process's are
     // never closed: SQLite does not checkpoint away its WAL first).
-    let (state, objects) = sluice_local::open_with_fs(&work, clock.clone(), power.clone(), ROLL_BYTES).unwrap();
+    let (state, objects) =
+        sluice_local::open_with_fs(&work, clock.clone(), DEFAULT_SYNC_WINDOW_MS, power.clone(), ROLL_BYTES).unwrap();
     let store = Arc::new(CutState { inner: state.clone(), power: power.clone() });
     let run = rt.block_on(async {
         // Odd seeds keep small groups' segments inline (in the state store's commit), even
