@@ -98,7 +98,7 @@ pub(crate) fn spawn_deferred_sync(store: &Arc<SqliteStateStore>) {
     let mut tick = clock.now_ms() + window;
     runtime.spawn(async move {
         loop {
-            clock.sleep((tick - clock.now_ms()).max(0) as u64).await;
+            clock.sleep_until(tick).await;
             let Some(store) = store.upgrade() else {
                 return;
             };
