@@ -1,7 +1,6 @@
 //! The group commit: writes queue for the store's writer thread, which applies each
 //! group in one transaction (each write in a savepoint of its own) and commits it once.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use rusqlite::{params, Connection, OptionalExtension};
@@ -10,6 +9,7 @@ use sluice_core::StorageError;
 use tokio::sync::oneshot;
 
 use super::sqlite::{classify, db, lock};
+use super::sync::Wal;
 use super::SqliteStateStore;
 
 /// A write waiting for the writer connection, and where its outcome goes.
@@ -29,10 +29,8 @@ pub(super) struct Writer {
     /// not (`NORMAL`, for a group of deferred writes only); `None`: unknown after a
     /// failed change, so set again before the next commit.
     pub(super) synced: Option<bool>,
-    /// A group of deferred writes was committed since the WAL was last synced (by a synced
-    /// commit, or by [`SqliteStateStore::sync_deferred`]). Set and cleared after each commit,
-    /// under this writer's lock; read by [`SqliteStateStore::sync_deferred`] without it.
-    pub(super) unsynced: Arc<AtomicBool>,
+    /// The WAL, told of each commit (see [`Wal::committed`]) before any write of it is answered.
+    pub(super) wal: Arc<Wal>,
 }
 
 impl Writer {
@@ -130,13 +128,13 @@ pub(super) fn commit_group(writer: &mut Writer, batch: Vec<PendingWrite>) {
         }
         return;
     }
-    commit_writes(&mut writer.conn, batch, synced, &writer.unsynced);
+    commit_writes(&mut writer.conn, batch, synced, &writer.wal);
 }
 
 /// Applies each write of `batch` in a savepoint of one transaction, commits once, and
 /// answers each: its own condition failure, or the commit's outcome. A `COMMIT` that
-/// succeeds sets `unsynced` (whether the WAL now holds a commit no fsync covers) before
-/// the first answer.
+/// succeeds is told to `wal` before the first answer (a synced one that changed no row
+/// fsyncs the WAL there, for the deferred writes before it).
 ///
 /// A write that fails otherwise than on a condition (SQLite refused its statement: too
 /// big, disk full, an I/O error) may have ended the whole transaction: it is rolled back,
@@ -144,7 +142,7 @@ pub(super) fn commit_group(writer: &mut Writer, batch: Vec<PendingWrite>) {
 /// so one write's failure is never its neighbours'. (Each pass drops the write that
 /// failed, so a fault that fails every write ends after one pass per write.) A failed
 /// `COMMIT` is the group's: every write of it is answered that error, its outcome unknown.
-fn commit_writes(conn: &mut Connection, mut batch: Vec<PendingWrite>, synced: bool, unsynced: &AtomicBool) {
+fn commit_writes(conn: &mut Connection, mut batch: Vec<PendingWrite>, synced: bool, wal: &Wal) {
     let tx = match GroupTx::begin(conn) {
         Ok(tx) => tx,
         Err(e) => {
@@ -157,7 +155,10 @@ fn commit_writes(conn: &mut Connection, mut batch: Vec<PendingWrite>, synced: bo
     // A write alone needs no savepoint: if its condition fails, the whole transaction goes.
     let alone = batch.len() == 1;
     let mut outcomes = Vec::with_capacity(batch.len());
+    // Whether a write kept changes a row: only then does the commit write to the WAL.
+    let mut changed = false;
     for (i, w) in batch.iter().enumerate() {
+        let before = tx.conn.total_changes();
         // Only a failed condition is rolled back alone (to its savepoint).
         let outcome = if alone {
             apply(tx.conn, &w.ops, w.now_ms).map(|()| None).or_else(|e| match e {
@@ -174,13 +175,16 @@ fn commit_writes(conn: &mut Connection, mut batch: Vec<PendingWrite>, synced: bo
             })
         };
         match outcome {
-            Ok(None) => outcomes.push(Ok(())),
+            Ok(None) => {
+                changed |= tx.conn.total_changes() != before;
+                outcomes.push(Ok(()));
+            }
             Ok(Some(refused)) => outcomes.push(Err(refused)),
             Err(e) => {
                 drop(tx);
                 let _ = batch.remove(i).done.send(Err(e));
                 if !batch.is_empty() {
-                    commit_writes(conn, batch, synced, unsynced);
+                    commit_writes(conn, batch, synced, wal);
                 }
                 return;
             }
@@ -194,19 +198,16 @@ fn commit_writes(conn: &mut Connection, mut batch: Vec<PendingWrite>, synced: bo
     }
     // A synced commit is the fsync of the WAL (`synchronous=FULL`).
     let started = std::time::Instant::now();
-    let committed = tx.commit();
+    let committed = tx.commit().map_err(|e| classify(&e));
     if synced {
         metrics::histogram!(sluice_core::metrics::FSYNC, "file" => "state").record(started.elapsed().as_secs_f64());
     }
-    if committed.is_ok() {
-        // Before any answer, so a deferred write answered is one the next tick syncs. A
-        // synced commit syncs the whole WAL, deferred groups before it included.
-        unsynced.store(!synced, Ordering::Release);
-    }
+    // Before any answer, so a deferred write answered is one the next tick syncs.
+    let committed = committed.and_then(|()| wal.committed(synced, changed));
     for (w, outcome) in batch.into_iter().zip(outcomes) {
         let answer = match (&committed, outcome) {
             (Ok(()), outcome) => outcome,
-            (Err(e), Ok(())) => Err(classify(e)),
+            (Err(e), Ok(())) => Err(e.same_kind()),
             // Nothing of a write whose condition failed was applied either way.
             (Err(_), Err(e)) => Err(e),
         };

@@ -32,8 +32,8 @@
 //! thread are in `commit.rs`, the sync of deferred writes in `sync.rs`, and what they
 //! share with SQLite (connections, errors, rows, range queries) in `sqlite.rs`.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -47,7 +47,7 @@ use crate::blocking;
 use commit::{commit_until_closed, Queue, Writer};
 use sqlite::{connect, db, item_from_row, lock, query_sql};
 pub(crate) use sync::spawn_deferred_sync;
-use sync::wal_path;
+use sync::Wal;
 pub use sync::DEFAULT_SYNC_WINDOW_MS;
 
 mod commit;
@@ -76,14 +76,10 @@ pub struct SqliteStateStore {
     readers: Arc<Vec<Mutex<Connection>>>,
     next_reader: AtomicUsize,
     clock: Arc<dyn Clock>,
-    /// The WAL file, which [`SqliteStateStore::sync_deferred`] fsyncs.
-    wal: PathBuf,
-    /// The writer's [`Writer::unsynced`].
-    unsynced: Arc<AtomicBool>,
+    /// The WAL, which [`SqliteStateStore::sync_deferred`] fsyncs (the writer's too).
+    wal: Arc<Wal>,
     /// How long a deferred write may wait for its fsync, in ms of `clock`; 0: none waits.
     sync_window_ms: u64,
-    /// Through which the store fsyncs the WAL itself (SQLite's own syncs go around it).
-    fs: Arc<dyn BlobFs>,
 }
 
 impl SqliteStateStore {
@@ -131,8 +127,8 @@ impl SqliteStateStore {
         let readers = (0..READERS)
             .map(|_| connect(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX).map(Mutex::new))
             .collect::<Result<Vec<_>, _>>()?;
-        let unsynced = Arc::new(AtomicBool::new(false));
-        let writer = Arc::new(Mutex::new(Writer { conn: writer, synced: Some(true), unsynced: unsynced.clone() }));
+        let wal = Arc::new(Wal::new(path, fs));
+        let writer = Arc::new(Mutex::new(Writer { conn: writer, synced: Some(true), wal: wal.clone() }));
         let queue = Arc::new(Queue::default());
         let writer_thread = std::thread::Builder::new()
             .name("sluice-sqlite-writer".into())
@@ -148,10 +144,8 @@ impl SqliteStateStore {
             readers: Arc::new(readers),
             next_reader: AtomicUsize::new(0),
             clock,
-            wal: wal_path(path),
-            unsynced,
+            wal,
             sync_window_ms,
-            fs,
         })
     }
 
@@ -184,10 +178,11 @@ impl SqliteStateStore {
         blocking(move || {
             let mut writer = writer.lock().unwrap_or_else(|p| p.into_inner());
             writer.sync_commits(true).map_err(db)?;
+            let changes = writer.conn.total_changes();
             let tx = writer.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db)?;
             let out = f(&tx)?;
             tx.commit().map_err(db)?;
-            writer.unsynced.store(false, Ordering::Release); // synced, with every deferred write before it
+            writer.wal.committed(true, writer.conn.total_changes() != changes)?;
             Ok(out)
         })
         .await
@@ -336,7 +331,7 @@ mod tests {
     }
 
     fn unsynced(store: &SqliteStateStore) -> bool {
-        store.unsynced.load(Ordering::Acquire)
+        store.wal.unsynced.load(Ordering::Acquire)
     }
 
     #[tokio::test]

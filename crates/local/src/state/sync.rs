@@ -3,7 +3,7 @@
 //! and the fsync of what an earlier process left unsynced, when the store opens.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use sluice_core::StorageError;
@@ -18,6 +18,64 @@ use crate::blocking;
 /// `synchronous_commit=off`, Redis' `appendfsync everysec`).
 pub const DEFAULT_SYNC_WINDOW_MS: u64 = 200;
 
+/// The WAL, and whether a commit in it waits for an fsync: what the writer thread and the
+/// tick share.
+pub(super) struct Wal {
+    pub(super) path: PathBuf,
+    /// Through which the store fsyncs the WAL itself (SQLite's own syncs go around it).
+    fs: Arc<dyn BlobFs>,
+    /// A commit no fsync covers is in the WAL (a group of deferred writes). Set and
+    /// cleared after each commit, under the writer's lock; swapped by the tick without it.
+    pub(super) unsynced: AtomicBool,
+}
+
+impl Wal {
+    pub(super) fn new(db: &Path, fs: Arc<dyn BlobFs>) -> Self {
+        Self { path: wal_path(db), fs, unsynced: AtomicBool::new(false) }
+    }
+
+    /// Records a commit that succeeded, before any write of it is answered. `synced`:
+    /// SQLite fsynced the WAL with it (`synchronous=FULL`), unless it wrote nothing to the
+    /// WAL, which only a commit that `changed` no row does. Answers an error if the WAL
+    /// could not be made durable where the commit's answer says it is.
+    pub(super) fn committed(&self, synced: bool, changed: bool) -> Result<(), StorageError> {
+        if !synced {
+            self.unsynced.store(true, Ordering::Release);
+            Ok(())
+        } else if changed {
+            // Its fsync synced the whole WAL, the deferred commits before it included.
+            self.unsynced.store(false, Ordering::Release);
+            Ok(())
+        } else {
+            // A durable write that changed nothing (a check, a purge with nothing to purge)
+            // made SQLite sync nothing; its answer still says every write before it is durable.
+            self.sync_if_unsynced().map(drop)
+        }
+    }
+
+    /// Fsyncs the WAL if a commit in it waits for that; answers whether it synced.
+    pub(super) fn sync_if_unsynced(&self) -> Result<bool, StorageError> {
+        // Taken before the fsync: a deferred group committed after this sets it again, and
+        // one committed before wrote its frames before it set the flag, so they are in the
+        // file the fsync syncs.
+        if !self.unsynced.swap(false, Ordering::AcqRel) {
+            return Ok(false);
+        }
+        let started = std::time::Instant::now();
+        match std::fs::File::open(&self.path).and_then(|f| self.fs.sync_data(&self.path, &f)) {
+            Ok(()) => {
+                metrics::histogram!(sluice_core::metrics::FSYNC, "file" => "state")
+                    .record(started.elapsed().as_secs_f64());
+                Ok(true)
+            }
+            Err(e) => {
+                self.unsynced.store(true, Ordering::Release);
+                Err(StorageError::unavailable(format!("fsync {}", self.path.display()), e))
+            }
+        }
+    }
+}
+
 impl SqliteStateStore {
     /// Makes every write [`StateStore::write_deferred`](super::StateStore::write_deferred) has
     /// answered so far durable, by an fsync of the WAL, unless a synced commit has done so
@@ -25,31 +83,11 @@ impl SqliteStateStore {
     pub async fn sync_deferred(&self) -> Result<bool, StorageError> {
         // Read first, without a hop to the blocking pool or the writer's lock: an idle store's
         // tick costs this load.
-        if !self.unsynced.load(Ordering::Acquire) {
+        if !self.wal.unsynced.load(Ordering::Acquire) {
             return Ok(false);
         }
-        let (unsynced, wal, fs) = (self.unsynced.clone(), self.wal.clone(), self.fs.clone());
-        blocking(move || {
-            // Taken before the fsync: a deferred group committed after this sets it again, and
-            // one committed before wrote its frames before it set the flag, so they are in the
-            // file the fsync syncs.
-            if !unsynced.swap(false, Ordering::AcqRel) {
-                return Ok(false);
-            }
-            let started = std::time::Instant::now();
-            match std::fs::File::open(&wal).and_then(|f| fs.sync_data(&wal, &f)) {
-                Ok(()) => {
-                    metrics::histogram!(sluice_core::metrics::FSYNC, "file" => "state")
-                        .record(started.elapsed().as_secs_f64());
-                    Ok(true)
-                }
-                Err(e) => {
-                    unsynced.store(true, Ordering::Release);
-                    Err(StorageError::unavailable(format!("fsync {}", wal.display()), e))
-                }
-            }
-        })
-        .await
+        let wal = self.wal.clone();
+        blocking(move || wal.sync_if_unsynced()).await
     }
 }
 
@@ -123,7 +161,7 @@ mod tests {
     use std::sync::Arc;
 
     use bytes::Bytes;
-    use sluice_core::ports::state::{Key, StateStore, WriteOp};
+    use sluice_core::ports::state::{Expect, Key, StateStore, WriteOp};
     use sluice_core::ManualClock;
 
     use super::*;
@@ -143,12 +181,37 @@ mod tests {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let store = open(&dir.path().join("state.db"), 0, Arc::new(OsFs));
         store.write_deferred(create("a")).await.expect("deferred");
-        assert!(!store.unsynced.load(Ordering::Acquire), "answered before the WAL was synced");
+        assert!(!store.wal.unsynced.load(Ordering::Acquire), "answered before the WAL was synced");
         let full: i64 = super::super::sqlite::lock(&store.writer)
             .conn
             .query_row("PRAGMA synchronous", [], |r| r.get(0))
             .expect("pragma");
         assert_eq!(full, 2, "committed with synchronous=FULL, as a durable write");
+    }
+
+    /// A durable write that changes no row (a check, a purge with nothing to purge) makes
+    /// SQLite write and sync nothing; its answer still says the deferred writes before it
+    /// are durable, so the store fsyncs the WAL itself first.
+    #[tokio::test]
+    async fn given_deferred_writes_when_a_durable_write_changes_nothing_then_the_wal_is_synced_before_its_answer() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("state.db");
+        let fs = Arc::new(Synced::default());
+        let store = open(&path, 3_600_000, fs.clone());
+        let check = || vec![WriteOp::Check { key: Key::new("p", "d0"), expect: Expect::Version(1) }];
+        for (i, durable) in [("a check", 0), ("a purge", 1), ("a delete of nothing", 2)].into_iter().enumerate() {
+            store.write_deferred(create(&format!("d{i}"))).await.expect("deferred");
+            fs.files.lock().expect("files").clear();
+            match durable.1 {
+                0 => store.write(check()).await.expect("a check that holds"),
+                1 => assert_eq!(store.purge_expired(10).await.expect("purge"), 0),
+                _ => store.delete_many(vec![Key::new("p", "none")]).await.expect("delete"),
+            }
+            let synced = fs.files.lock().expect("files").clone();
+            assert_eq!(synced, [wal_path(&path)], "{}: answered with the deferred write unsynced", durable.0);
+        }
+        store.write(check()).await.expect("a check that holds");
+        assert_eq!(fs.files.lock().expect("files").len(), 1, "nothing deferred: no fsync of its own");
     }
 
     /// A process that answered deferred writes and died before its tick (or one that still
@@ -160,7 +223,7 @@ mod tests {
         let path = dir.path().join("state.db");
         let first = open(&path, 3_600_000, Arc::new(OsFs));
         first.write_deferred(create("a")).await.expect("deferred");
-        assert!(first.unsynced.load(Ordering::Acquire), "the first process never synced it");
+        assert!(first.wal.unsynced.load(Ordering::Acquire), "the first process never synced it");
         let fs = Arc::new(Synced::default());
         let second = open(&path, 3_600_000, fs.clone());
         let files = fs.files.lock().expect("files").clone();
