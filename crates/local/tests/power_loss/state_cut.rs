@@ -26,6 +26,7 @@ use sluice_core::ports::state::{Item, Key, Page, Query, StateStore, WriteOp};
 use sluice_core::queues::{Queues, ReceiveRequest, StartAt, SubscriptionSpec};
 use sluice_core::upkeep::{Janitor, JanitorConfig};
 use sluice_core::{Clock, Log, LogConfig, ManualClock, NewEvent, StorageError, TopicSpec};
+use sluice_local::LocalObjectStore;
 
 use crate::wal_vfs::{self, WalSyncs};
 
@@ -36,6 +37,7 @@ const START_MS: i64 = 1_000_000;
 /// Requests per seed, at most.
 const MAX_REQUESTS: usize = 120;
 const DEFAULT_CUTS: u64 = 60;
+const RETENTION_MS: i64 = 1_500;
 
 /// One answered write: when, whether the store could defer its fsync, and a digest of
 /// every row of the store after it.
@@ -119,6 +121,7 @@ pub(crate) struct StateTally {
     cuts_losing: u64,
     /// The oldest answer a cut undid, in ms before the cut.
     oldest_lost_ms: i64,
+    janitor_work: usize,
     tails: BTreeMap<&'static str, u64>,
 }
 
@@ -130,6 +133,7 @@ impl StateTally {
         self.lost += other.lost;
         self.cuts_losing += other.cuts_losing;
         self.oldest_lost_ms = self.oldest_lost_ms.max(other.oldest_lost_ms);
+        self.janitor_work += other.janitor_work;
         for (k, n) in other.tails {
             *self.tails.entry(k).or_default() += n;
         }
@@ -165,6 +169,8 @@ struct World {
     clock: Arc<ManualClock>,
     held: Vec<String>,
     member: Member,
+    /// Segments the janitor expired or merged and index items it removed.
+    janitor_work: usize,
 }
 
 impl World {
@@ -241,7 +247,8 @@ impl World {
             5 | 6 => self.poll().await,
             7 => self.commit().await,
             8 => {
-                self.janitor.run(1000).await.expect("janitor");
+                let done = self.janitor.run(1000).await.expect("janitor");
+                self.janitor_work += done.segments_expired + done.segments_merged + done.index_items_removed;
             }
             // Mostly short moves, so a cut often falls inside a window with writes in it.
             9 | 10 => self.advance(rng.gen_range(1..=window as i64 / 4 + 1)).await,
@@ -267,6 +274,23 @@ impl World {
     }
 }
 
+impl World {
+    /// The topic, its subscription, and the log, queues, groups and janitor on `store`.
+    async fn set_up(store: Arc<dyn StateStore>, objects: Arc<LocalObjectStore>, clock: Arc<ManualClock>) -> Self {
+        let log = Log::new(store.clone(), objects.clone(), clock.clone(), LogConfig::default());
+        // A short retention, so the janitor's runs expire segments as the clock moves on.
+        let spec = TopicSpec { partitions: 3, retention_ms: Some(RETENTION_MS), retention_bytes: None };
+        log.create_topic(TOPIC, spec).await.unwrap();
+        let queues = Queues::new(log.clone());
+        let sub = SubscriptionSpec { start: StartAt::Earliest, max_receive_count: 3, ..SubscriptionSpec::default() };
+        queues.create(TOPIC, SUB, sub).await.unwrap();
+        let janitor = Janitor::new(store, objects, clock.clone(), JanitorConfig::default());
+        let groups = Groups::new(log.clone());
+        let (held, member) = (Vec::new(), Member::default());
+        World { log, queues, groups, janitor, clock, held, member, janitor_work: 0 }
+    }
+}
+
 /// One seed: set up, run requests until the cut, rebuild the disk, check it.
 fn state_cut(seed: u64, tally: &mut StateTally) {
     let mut rng = StdRng::seed_from_u64(seed);
@@ -288,17 +312,7 @@ fn state_cut(seed: u64, tally: &mut StateTally) {
             wal: wal.clone(),
             answered: Mutex::new(Vec::new()),
         });
-        let store: Arc<dyn StateStore> = recorder.clone();
-        let log = Log::new(store.clone(), objects.clone(), clock.clone(), LogConfig::default());
-        let spec = TopicSpec { partitions: 3, retention_ms: None, retention_bytes: None };
-        log.create_topic(TOPIC, spec).await.unwrap();
-        let queues = Queues::new(log.clone());
-        let sub = SubscriptionSpec { start: StartAt::Earliest, max_receive_count: 3, ..SubscriptionSpec::default() };
-        queues.create(TOPIC, SUB, sub).await.unwrap();
-        let janitor = Janitor::new(store, objects.clone(), clock.clone(), JanitorConfig::default());
-        let groups = Groups::new(log.clone());
-        let mut world =
-            World { log, queues, groups, janitor, clock: clock.clone(), held: Vec::new(), member: Member::default() };
+        let mut world = World::set_up(recorder.clone(), objects.clone(), clock.clone()).await;
         // Everything before this is durable: a durable write syncs the whole WAL.
         world.log.publish(TOPIC, keyed_events(&mut rng), None).await.unwrap();
         let armed = Armed::now(&db_path, &wal, recorder.answered.lock().unwrap().len());
@@ -309,6 +323,7 @@ fn state_cut(seed: u64, tally: &mut StateTally) {
         for _ in 0..rng.gen_range(0..4) {
             world.last_moments(&mut rng, window).await;
         }
+        tally.janitor_work += world.janitor_work;
         (state, objects, recorder, armed)
     });
     // From the last write before the workload, which is durable.
@@ -478,7 +493,9 @@ fn given_power_cuts_of_the_state_when_reopened_then_only_writes_inside_the_sync_
     }
     println!("state power cuts in {:.1?}: {tally:?}", started.elapsed());
     if seeds.len() as u64 >= DEFAULT_CUTS {
-        // Not vacuous: deferred writes were answered, and some cuts undid some of them.
+        // Not vacuous: deferred writes were answered, some cuts undid some of them, and the
+        // janitor's runs did work.
         assert!(tally.deferred >= 100 && tally.cuts_losing >= 3, "too few losses to prove anything: {tally:?}");
+        assert!(tally.janitor_work >= 20, "the janitor did too little to prove anything: {tally:?}");
     }
 }
