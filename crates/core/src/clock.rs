@@ -18,6 +18,13 @@ pub trait Clock: Send + Sync + 'static {
 
     /// Resolves once `ms` milliseconds of this clock's time have passed.
     fn sleep(&self, ms: u64) -> Sleep;
+
+    /// Resolves once this clock reads `deadline_ms` or later (at once if it already does).
+    /// Unlike `sleep(deadline_ms - now_ms())`, a clock that moves between the two reads
+    /// does not push the deadline later: a schedule of ticks stays on time.
+    fn sleep_until(&self, deadline_ms: i64) -> Sleep {
+        self.sleep((deadline_ms - self.now_ms()).max(0) as u64)
+    }
 }
 
 /// The system's wall clock.
@@ -65,8 +72,11 @@ impl Clock for ManualClock {
     }
 
     fn sleep(&self, ms: u64) -> Sleep {
+        self.sleep_until(*self.now_ms.borrow() + ms as i64)
+    }
+
+    fn sleep_until(&self, deadline: i64) -> Sleep {
         let mut now = self.now_ms.subscribe();
-        let deadline = *now.borrow() + ms as i64;
         Box::pin(async move {
             // The sender lives as long as the clock; if it is dropped, nobody can wake us anyway.
             if now.wait_for(|now| *now >= deadline).await.is_err() {
@@ -143,6 +153,8 @@ impl Random for SeededRandom {
 mod tests {
     use std::sync::Arc;
 
+    use futures_util::FutureExt;
+
     use super::*;
 
     #[tokio::test]
@@ -156,6 +168,20 @@ mod tests {
         clock.advance(1);
         sleeper.await.unwrap();
         assert_eq!(clock.now_ms(), 1_500);
+    }
+
+    #[tokio::test]
+    async fn manual_clock_sleep_until_wakes_at_its_deadline_wherever_the_clock_stood() {
+        let clock = Arc::new(ManualClock::new(1_000));
+        clock.advance(300);
+        let sleeper = tokio::spawn(clock.sleep_until(1_500));
+        tokio::task::yield_now().await;
+        clock.advance(199);
+        tokio::task::yield_now().await;
+        assert!(!sleeper.is_finished(), "woke before its deadline");
+        clock.advance(1);
+        sleeper.await.unwrap();
+        assert!(clock.sleep_until(1_200).now_or_never().is_some(), "a deadline passed ends at once");
     }
 
     #[test]

@@ -108,37 +108,42 @@ pub(crate) fn create_dir_durably(fs: &dyn BlobFs, dir: &Path) -> io::Result<()> 
     Ok(())
 }
 
+/// [`OsFs`], remembering every file and directory it synced: for the tests of what the
+/// stores make durable.
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct Synced {
+    pub(crate) files: std::sync::Mutex<Vec<std::path::PathBuf>>,
+    pub(crate) dirs: std::sync::Mutex<Vec<std::path::PathBuf>>,
+}
+
+#[cfg(test)]
+impl BlobFs for Synced {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        OsFs.create_dir_all(dir)
+    }
+    fn create_new(&self, path: &Path) -> io::Result<File> {
+        OsFs.create_new(path)
+    }
+    fn write_all_at(&self, path: &Path, file: &File, bytes: &[u8], position: u64) -> io::Result<()> {
+        OsFs.write_all_at(path, file, bytes, position)
+    }
+    fn sync_data(&self, path: &Path, file: &File) -> io::Result<()> {
+        self.files.lock().unwrap_or_else(|p| p.into_inner()).push(path.to_owned());
+        OsFs.sync_data(path, file)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.dirs.lock().unwrap_or_else(|p| p.into_inner()).push(dir.to_owned());
+        OsFs.sync_dir(dir)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        OsFs.remove_file(path)
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
-
     use super::*;
-
-    /// [`OsFs`], remembering which directories it synced.
-    #[derive(Default)]
-    struct Synced(Mutex<Vec<std::path::PathBuf>>);
-
-    impl BlobFs for Synced {
-        fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
-            OsFs.create_dir_all(dir)
-        }
-        fn create_new(&self, path: &Path) -> io::Result<File> {
-            OsFs.create_new(path)
-        }
-        fn write_all_at(&self, path: &Path, file: &File, bytes: &[u8], position: u64) -> io::Result<()> {
-            OsFs.write_all_at(path, file, bytes, position)
-        }
-        fn sync_data(&self, path: &Path, file: &File) -> io::Result<()> {
-            OsFs.sync_data(path, file)
-        }
-        fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-            self.0.lock().unwrap().push(dir.to_owned());
-            OsFs.sync_dir(dir)
-        }
-        fn remove_file(&self, path: &Path) -> io::Result<()> {
-            OsFs.remove_file(path)
-        }
-    }
 
     #[test]
     fn given_missing_parents_when_created_durably_then_each_new_name_is_synced_in_its_parent_once() {
@@ -146,11 +151,11 @@ mod tests {
         let fs = Synced::default();
         create_dir_durably(&fs, &root.path().join("a/b/c")).unwrap();
         assert!(root.path().join("a/b/c").is_dir());
-        let synced = std::mem::take(&mut *fs.0.lock().unwrap());
+        let synced = std::mem::take(&mut *fs.dirs.lock().unwrap());
         assert_eq!(synced, [root.path().join("a/b"), root.path().join("a"), root.path().to_owned()]);
 
         create_dir_durably(&fs, &root.path().join("a/b/c")).unwrap();
         create_dir_durably(&fs, &root.path().join("a/b/d")).unwrap();
-        assert_eq!(*fs.0.lock().unwrap(), [root.path().join("a/b")], "only the new directory's parent");
+        assert_eq!(*fs.dirs.lock().unwrap(), [root.path().join("a/b")], "only the new directory's parent");
     }
 }

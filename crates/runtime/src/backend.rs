@@ -96,8 +96,8 @@ pub async fn open_backend(config: &Config) -> Result<Log, OpenError> {
         BackendChoice::Embedded(_) => return Err(OpenError::NoEmbeddedBackend),
         #[cfg(feature = "embedded")]
         BackendChoice::Embedded(dir) => {
-            let (store, objects) = sluice_local::open(&dir, clock.clone())?;
-            tracing::info!(data_dir = %dir.display(), "embedded backend");
+            let (store, objects) = sluice_local::open_with_window(&dir, clock.clone(), config.sync_window_ms)?;
+            tracing::info!(data_dir = %dir.display(), sync_window_ms = config.sync_window_ms, "embedded backend");
             (store, objects)
         }
         #[cfg(not(feature = "aws"))]
@@ -159,6 +159,14 @@ mod tests {
         let choice = config(&["--bucket", "b", "--table", "t", "--aws-endpoint-url", ""]).backend().unwrap();
         let expected = BackendChoice::Aws { bucket: "b".into(), table: "t".into(), region: None, endpoint_url: None };
         assert_eq!(choice, expected, "an empty endpoint means AWS itself");
+    }
+
+    #[test]
+    fn the_sync_window_is_the_embedded_backends_default_unless_set() {
+        #[cfg(feature = "embedded")]
+        assert_eq!(crate::config::DEFAULT_SYNC_WINDOW_MS, sluice_local::DEFAULT_SYNC_WINDOW_MS);
+        assert_eq!(config(&[]).sync_window_ms, crate::config::DEFAULT_SYNC_WINDOW_MS);
+        assert_eq!(config(&["--sync-window-ms", "0"]).sync_window_ms, 0);
     }
 
     #[test]

@@ -9,6 +9,10 @@ use sluice_core::groups::GroupsConfig;
 use sluice_core::upkeep::JanitorConfig;
 use sluice_core::{Limits, LogConfig, AWS_INLINE_SEGMENT_BYTES, DEFAULT_INLINE_SEGMENT_BYTES};
 
+/// `--sync-window-ms` unless set: the embedded backend's own default
+/// (`sluice_local::DEFAULT_SYNC_WINDOW_MS`, which this crate may be built without).
+pub const DEFAULT_SYNC_WINDOW_MS: u64 = 200;
+
 /// What every Sluice process needs: where the data lives and the request limits.
 /// With `bucket` and `table` set the data lives in S3 and DynamoDB, otherwise in `data_dir`.
 #[derive(Debug, Clone, clap::Args)]
@@ -57,6 +61,12 @@ pub struct Config {
     /// 0 (off) on AWS, where DynamoDB bills writes by the KB and S3 by the request).
     #[arg(long, env = "SLUICE_INLINE_SEGMENT_BYTES")]
     pub inline_segment_bytes: Option<usize>,
+    /// Embedded: the longest an answered ack, nack, commit or heartbeat waits for its fsync,
+    /// in ms (a power cut may undo those of the last window: docs/RELIABILITY.md, "The sync
+    /// window"); 0 makes every answered write durable before its answer. Publishes and
+    /// receives are durable before their answer at any setting.
+    #[arg(long, env = "SLUICE_SYNC_WINDOW_MS", default_value_t = DEFAULT_SYNC_WINDOW_MS)]
+    pub sync_window_ms: u64,
     /// Bytes of decoded segments a process keeps for its next reads (queue receives,
     /// group polls and replays of the same partitions); 0 keeps none.
     #[arg(long, env = "SLUICE_SEGMENT_CACHE_BYTES", default_value_t = LogConfig::default().segment_cache_bytes)]

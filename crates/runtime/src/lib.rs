@@ -40,7 +40,7 @@ pub fn invocation_deadline_ms(context_deadline: u64, now_ms: i64) -> i64 {
 pub fn open_embedded(config: &Config) -> Result<sluice_core::Log, sluice_core::StorageError> {
     use sluice_core::{Clock, Log, SystemClock};
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let (store, objects) = sluice_local::open(&config.data_dir, clock.clone())?;
+    let (store, objects) = sluice_local::open_with_window(&config.data_dir, clock.clone(), config.sync_window_ms)?;
     Ok(Log::new(store, objects, clock, config.log_config(false)))
 }
 

@@ -1,7 +1,6 @@
 //! The group commit: writes queue for the store's writer thread, which applies each
 //! group in one transaction (each write in a savepoint of its own) and commits it once.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use rusqlite::{params, Connection, OptionalExtension};
@@ -10,6 +9,7 @@ use sluice_core::StorageError;
 use tokio::sync::oneshot;
 
 use super::sqlite::{classify, db, lock};
+use super::sync::Wal;
 use super::SqliteStateStore;
 
 /// A write waiting for the writer connection, and where its outcome goes.
@@ -29,10 +29,8 @@ pub(super) struct Writer {
     /// not (`NORMAL`, for a group of deferred writes only); `None`: unknown after a
     /// failed change, so set again before the next commit.
     pub(super) synced: Option<bool>,
-    /// A group of deferred writes was committed since the WAL was last synced (by a synced
-    /// commit, or by [`SqliteStateStore::sync_deferred`]). Set and cleared after each commit,
-    /// under this writer's lock; read by [`SqliteStateStore::sync_deferred`] without it.
-    pub(super) unsynced: Arc<AtomicBool>,
+    /// The WAL, told of each commit (see [`Wal::committed`]) before any write of it is answered.
+    pub(super) wal: Arc<Wal>,
 }
 
 impl Writer {
@@ -71,6 +69,8 @@ impl SqliteStateStore {
         if ops.is_empty() {
             return Ok(());
         }
+        // With no sync window, a deferred write is a durable one.
+        let durable = durable || self.sync_window_ms == 0;
         let (done, outcome) = oneshot::channel();
         let now_ms = self.clock.now_ms();
         // One thread commits every write: a write wakes it only if it sleeps, and is
@@ -128,14 +128,21 @@ pub(super) fn commit_group(writer: &mut Writer, batch: Vec<PendingWrite>) {
         }
         return;
     }
-    commit_writes(&mut writer.conn, batch, synced, &writer.unsynced);
+    commit_writes(&mut writer.conn, batch, synced, &writer.wal);
 }
 
 /// Applies each write of `batch` in a savepoint of one transaction, commits once, and
 /// answers each: its own condition failure, or the commit's outcome. A `COMMIT` that
-/// succeeds sets `unsynced` (whether the WAL now holds a commit no fsync covers) before
-/// the first answer.
-fn commit_writes(conn: &mut Connection, batch: Vec<PendingWrite>, synced: bool, unsynced: &AtomicBool) {
+/// succeeds is told to `wal` before the first answer (a synced one that changed no row
+/// fsyncs the WAL there, for the deferred writes before it).
+///
+/// A write that fails otherwise than on a condition (SQLite refused its statement: too
+/// big, disk full, an I/O error) may have ended the whole transaction: it is rolled back,
+/// that write answered its own error, and the rest of the group applied again without it,
+/// so one write's failure is never its neighbours'. (Each pass drops the write that
+/// failed, so a fault that fails every write ends after one pass per write.) A failed
+/// `COMMIT` is the group's: every write of it is answered that error, its outcome unknown.
+fn commit_writes(conn: &mut Connection, mut batch: Vec<PendingWrite>, synced: bool, wal: &Wal) {
     let tx = match GroupTx::begin(conn) {
         Ok(tx) => tx,
         Err(e) => {
@@ -148,10 +155,11 @@ fn commit_writes(conn: &mut Connection, batch: Vec<PendingWrite>, synced: bool, 
     // A write alone needs no savepoint: if its condition fails, the whole transaction goes.
     let alone = batch.len() == 1;
     let mut outcomes = Vec::with_capacity(batch.len());
-    for w in &batch {
-        // Only a failed condition is rolled back alone (to its savepoint). Any other error
-        // may have ended the whole transaction: then nothing of the group is committed,
-        // and every write of it is answered "unavailable" (outcome unknown to the caller).
+    // Whether a write kept changes a row: only then does the commit write to the WAL.
+    let mut changed = false;
+    for (i, w) in batch.iter().enumerate() {
+        let before = tx.conn.total_changes();
+        // Only a failed condition is rolled back alone (to its savepoint).
         let outcome = if alone {
             apply(tx.conn, &w.ops, w.now_ms).map(|()| None).or_else(|e| match e {
                 e @ StorageError::ConditionFailed { .. } => Ok(Some(e)),
@@ -167,13 +175,16 @@ fn commit_writes(conn: &mut Connection, batch: Vec<PendingWrite>, synced: bool, 
             })
         };
         match outcome {
-            Ok(None) => outcomes.push(Ok(())),
+            Ok(None) => {
+                changed |= tx.conn.total_changes() != before;
+                outcomes.push(Ok(()));
+            }
             Ok(Some(refused)) => outcomes.push(Err(refused)),
             Err(e) => {
                 drop(tx);
-                let message = e.to_string();
-                for w in batch {
-                    let _ = w.done.send(Err(StorageError::Unavailable { message: message.clone(), source: None }));
+                let _ = batch.remove(i).done.send(Err(e));
+                if !batch.is_empty() {
+                    commit_writes(conn, batch, synced, wal);
                 }
                 return;
             }
@@ -187,19 +198,16 @@ fn commit_writes(conn: &mut Connection, batch: Vec<PendingWrite>, synced: bool, 
     }
     // A synced commit is the fsync of the WAL (`synchronous=FULL`).
     let started = std::time::Instant::now();
-    let committed = tx.commit();
+    let committed = tx.commit().map_err(|e| classify(&e));
     if synced {
         metrics::histogram!(sluice_core::metrics::FSYNC, "file" => "state").record(started.elapsed().as_secs_f64());
     }
-    if committed.is_ok() {
-        // Before any answer, so a deferred write answered is one the next tick syncs. A
-        // synced commit syncs the whole WAL, deferred groups before it included.
-        unsynced.store(!synced, Ordering::Release);
-    }
+    // Before any answer, so a deferred write answered is one the next tick syncs.
+    let committed = committed.and_then(|()| wal.committed(synced, changed));
     for (w, outcome) in batch.into_iter().zip(outcomes) {
         let answer = match (&committed, outcome) {
             (Ok(()), outcome) => outcome,
-            (Err(e), Ok(())) => Err(classify(e)),
+            (Err(e), Ok(())) => Err(e.same_kind()),
             // Nothing of a write whose condition failed was applied either way.
             (Err(_), Err(e)) => Err(e),
         };

@@ -17,8 +17,11 @@
 //! group made only of [`StateStore::write_deferred`]'s writes: it commits with
 //! `synchronous=NORMAL` (no fsync of its own), and the next synced commit or
 //! checkpoint, which syncs the whole WAL first, makes it durable. When none comes,
-//! [`SqliteStateStore::sync_deferred`] fsyncs the WAL: [`crate::open`] runs it every
-//! [`DEFERRED_SYNC_MS`] on the store's clock, so a deferred write waits at most that long.
+//! [`SqliteStateStore::sync_deferred`] fsyncs the WAL: [`crate::open`] runs it every sync
+//! window ([`DEFAULT_SYNC_WINDOW_MS`] unless told otherwise) on the store's clock, so a
+//! deferred write waits at most that long. With a window of 0 a deferred write is a
+//! durable one. Opening the store fsyncs what a process before it left unsynced, so the
+//! window holds even for a process that died before its tick.
 //!
 //! Expired rows stay until [`StateStore::purge_expired`] removes them; until
 //! then every read and condition treats them as absent. A put under
@@ -29,8 +32,8 @@
 //! thread are in `commit.rs`, the sync of deferred writes in `sync.rs`, and what they
 //! share with SQLite (connections, errors, rows, range queries) in `sqlite.rs`.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -39,12 +42,13 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction, Tr
 use sluice_core::ports::state::{Item, Key, Page, Query, StateStore, WriteOp};
 use sluice_core::{Clock, StorageError};
 
+use crate::blobfs::{BlobFs, OsFs};
 use crate::blocking;
 use commit::{commit_until_closed, Queue, Writer};
 use sqlite::{connect, db, item_from_row, lock, query_sql};
 pub(crate) use sync::spawn_deferred_sync;
-use sync::wal_path;
-pub use sync::DEFERRED_SYNC_MS;
+use sync::Wal;
+pub use sync::DEFAULT_SYNC_WINDOW_MS;
 
 mod commit;
 mod sqlite;
@@ -72,10 +76,10 @@ pub struct SqliteStateStore {
     readers: Arc<Vec<Mutex<Connection>>>,
     next_reader: AtomicUsize,
     clock: Arc<dyn Clock>,
-    /// The WAL file, which [`SqliteStateStore::sync_deferred`] fsyncs.
-    wal: PathBuf,
-    /// The writer's [`Writer::unsynced`].
-    unsynced: Arc<AtomicBool>,
+    /// The WAL, which [`SqliteStateStore::sync_deferred`] fsyncs (the writer's too).
+    wal: Arc<Wal>,
+    /// How long a deferred write may wait for its fsync, in ms of `clock`; 0: none waits.
+    sync_window_ms: u64,
 }
 
 impl SqliteStateStore {
@@ -83,10 +87,22 @@ impl SqliteStateStore {
     /// Processes starting together on one data directory may find it locked: switching a
     /// new database to WAL takes a lock SQLite's busy handler does not wait for (it could
     /// deadlock), so the open is tried again, for as long as a busy write would wait.
+    /// Deferred writes wait for their fsync at most [`DEFAULT_SYNC_WINDOW_MS`].
     pub fn open(path: &Path, clock: Arc<dyn Clock>) -> Result<Self, StorageError> {
+        Self::open_on(path, clock, DEFAULT_SYNC_WINDOW_MS, Arc::new(OsFs))
+    }
+
+    /// [`SqliteStateStore::open`] with deferred writes waiting at most `sync_window_ms` for
+    /// their fsync (0: never, they are durable writes), the store's own fsyncs through `fs`.
+    pub(crate) fn open_on(
+        path: &Path,
+        clock: Arc<dyn Clock>,
+        sync_window_ms: u64,
+        fs: Arc<dyn BlobFs>,
+    ) -> Result<Self, StorageError> {
         let started = std::time::Instant::now();
         loop {
-            match Self::open_once(path, clock.clone()) {
+            match Self::open_once(path, clock.clone(), sync_window_ms, fs.clone()) {
                 Err(StorageError::Throttled { .. }) if started.elapsed() < BUSY_TIMEOUT => {
                     std::thread::sleep(Duration::from_millis(20));
                 }
@@ -95,16 +111,24 @@ impl SqliteStateStore {
         }
     }
 
-    fn open_once(path: &Path, clock: Arc<dyn Clock>) -> Result<Self, StorageError> {
+    fn open_once(
+        path: &Path,
+        clock: Arc<dyn Clock>,
+        sync_window_ms: u64,
+        fs: Arc<dyn BlobFs>,
+    ) -> Result<Self, StorageError> {
         let mut writer = connect(path, OpenFlags::default())?;
         let tx = writer.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db)?;
         tx.execute_batch(SCHEMA).map_err(db)?;
         tx.commit().map_err(db)?;
+        // Before anything is read: a process that died (or still runs) may have answered
+        // deferred writes it never synced, which the WAL holds in the page cache only.
+        sync::sync_on_open(fs.as_ref(), path)?;
         let readers = (0..READERS)
             .map(|_| connect(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX).map(Mutex::new))
             .collect::<Result<Vec<_>, _>>()?;
-        let unsynced = Arc::new(AtomicBool::new(false));
-        let writer = Arc::new(Mutex::new(Writer { conn: writer, synced: Some(true), unsynced: unsynced.clone() }));
+        let wal = Arc::new(Wal::new(path, fs));
+        let writer = Arc::new(Mutex::new(Writer { conn: writer, synced: Some(true), wal: wal.clone() }));
         let queue = Arc::new(Queue::default());
         let writer_thread = std::thread::Builder::new()
             .name("sluice-sqlite-writer".into())
@@ -120,8 +144,8 @@ impl SqliteStateStore {
             readers: Arc::new(readers),
             next_reader: AtomicUsize::new(0),
             clock,
-            wal: wal_path(path),
-            unsynced,
+            wal,
+            sync_window_ms,
         })
     }
 
@@ -154,10 +178,11 @@ impl SqliteStateStore {
         blocking(move || {
             let mut writer = writer.lock().unwrap_or_else(|p| p.into_inner());
             writer.sync_commits(true).map_err(db)?;
+            let changes = writer.conn.total_changes();
             let tx = writer.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db)?;
             let out = f(&tx)?;
             tx.commit().map_err(db)?;
-            writer.unsynced.store(false, Ordering::Release); // synced, with every deferred write before it
+            writer.wal.committed(true, writer.conn.total_changes() != changes)?;
             Ok(out)
         })
         .await
@@ -306,7 +331,7 @@ mod tests {
     }
 
     fn unsynced(store: &SqliteStateStore) -> bool {
-        store.unsynced.load(Ordering::Acquire)
+        store.wal.unsynced.load(Ordering::Acquire)
     }
 
     #[tokio::test]
@@ -346,7 +371,7 @@ mod tests {
         let clock = Arc::new(sluice_core::ManualClock::new(1_000));
         let (store, _objects) = crate::open(dir.path(), clock.clone()).expect("open");
         store.write_deferred(create("a")).await.expect("deferred");
-        clock.advance(DEFERRED_SYNC_MS as i64 - 1);
+        clock.advance(DEFAULT_SYNC_WINDOW_MS as i64 - 1);
         for _ in 0..100 {
             tokio::task::yield_now().await;
         }
@@ -354,7 +379,7 @@ mod tests {
         clock.advance(1);
         synced_soon(&store, "the window ended and the WAL was never synced").await;
         store.write_deferred(create("b")).await.expect("deferred");
-        clock.advance(DEFERRED_SYNC_MS as i64);
+        clock.advance(DEFAULT_SYNC_WINDOW_MS as i64);
         synced_soon(&store, "the next window's sync never came").await;
     }
 
@@ -407,6 +432,41 @@ mod tests {
         assert_eq!(store.query(&Query::all("p", 1000)).await.expect("query").items.len(), 320);
         // Dropping joins the writer thread: this returns only if the thread ends.
         drop(Arc::into_inner(store).expect("the only handle"));
+    }
+
+    /// A write SQLite refuses (here by a trigger that ends the whole transaction, as a full
+    /// disk or an I/O error may) fails alone: the rest of its group is committed.
+    #[tokio::test]
+    async fn given_a_write_sqlite_refuses_in_a_group_then_only_it_fails_and_the_others_commit() {
+        let (_dir, store) = open();
+        let mut answers = Vec::new();
+        {
+            let mut writer = lock(&store.writer);
+            writer
+                .conn
+                .execute_batch(
+                    "CREATE TEMP TRIGGER refuse BEFORE INSERT ON items WHEN length(NEW.value) > 1000
+                     BEGIN SELECT RAISE(ROLLBACK, 'refused'); END;",
+                )
+                .expect("a trigger");
+            let mut batch = Vec::new();
+            for (sk, bytes) in [("a", 10), ("big", 2000), ("c", 10), ("taken", 10), ("taken", 10)] {
+                let (done, answer) = oneshot::channel();
+                let ops = vec![WriteOp::create(Key::new("p", sk), Bytes::from(vec![b'v'; bytes]))];
+                batch.push(PendingWrite { ops, now_ms: 0, durable: true, done });
+                answers.push((sk, answer));
+            }
+            commit_group(&mut writer, batch);
+        }
+        let outcomes: Vec<_> = answers.into_iter().map(|(sk, mut a)| (sk, a.try_recv().expect("answered"))).collect();
+        assert!(matches!(outcomes[1].1, Err(StorageError::Unavailable { .. })), "{outcomes:?}");
+        for i in [0, 2, 3] {
+            assert!(outcomes[i].1.is_ok(), "write {i} answered for another's failure: {outcomes:?}");
+        }
+        assert!(matches!(outcomes[4].1, Err(StorageError::ConditionFailed { op: 0 })), "{outcomes:?}");
+        for (sk, present) in [("a", true), ("big", false), ("c", true), ("taken", true)] {
+            assert_eq!(store.get(&Key::new("p", sk)).await.expect("get").is_some(), present, "{sk}");
+        }
     }
 
     #[test]

@@ -19,15 +19,14 @@
 //! landed (its answer lost, as on any system); no read fails (no `Corrupt` for a
 //! committed offset) and nothing panics; publishing continues densely from each head.
 //!
-//! SQLite's own power loss is not simulated: in WAL mode with `synchronous=FULL` a
-//! commit returns only after its WAL frames (the last one marked as a commit) are
-//! fsynced, and recovery replays the WAL up to the last commit frame whose
-//! checksums hold, so a torn or unsynced tail is discarded and every commit that
-//! returned survives. The image therefore takes SQLite's database and WAL as they
-//! stand once no commit is in flight (without the `-shm` index, which recovery
-//! rebuilds from the WAL), which is one of the states a real cut can leave. What
-//! this test adds is the other half: that a blob is durable before the index row
-//! that points at it commits, which is what makes "acknowledged" imply "present".
+//! SQLite's own power loss is not simulated here, the other test's subject
+//! (`state_cut.rs`): this workload only publishes, and in WAL mode with
+//! `synchronous=FULL` a publish's commit returns only after its WAL frames are
+//! fsynced. The image therefore takes SQLite's database and WAL as they stand once no
+//! commit is in flight (without the `-shm` index, which recovery rebuilds from the
+//! WAL), which is one of the states a real cut can leave. What this test adds is the
+//! other half: that a blob is durable before the index row that points at it commits,
+//! which is what makes "acknowledged" imply "present".
 //!
 //! Run with `--nocapture` to see the tally. `SLUICE_POWER_SEED=<n>` runs one seed
 //! (a failure names its seed); `SLUICE_POWER_CUTS=<n>` runs more or fewer. Thread
@@ -36,10 +35,14 @@
 //!
 //! Here the workload and the runs; the recording file system and the image in `disk.rs`,
 //! the state store that dies with the power in `cut_state.rs`, the checks in `check.rs`.
+//! The power cut of SQLite's state (acks, heartbeats, commits inside the sync window) is
+//! `state_cut.rs`, with the record of the WAL's fsyncs in `wal_vfs.rs`.
 
 mod check;
 mod cut_state;
 mod disk;
+mod state_cut;
+mod wal_vfs;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -49,6 +52,7 @@ use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sluice_core::{Clock, Log, LogConfig, NewEvent, SystemClock, TopicSpec};
+use sluice_local::DEFAULT_SYNC_WINDOW_MS;
 
 use check::check;
 use cut_state::CutState;
@@ -165,7 +169,8 @@ fn power_cut(seed: u64, tally: &mut Tally) {
     let rt = runtime();
     // The process's own handles, dropped only after the image is taken (as a dead process's are
     // never closed: SQLite does not checkpoint away its WAL first).
-    let (state, objects) = sluice_local::open_with_fs(&work, clock.clone(), power.clone(), ROLL_BYTES).unwrap();
+    let (state, objects) =
+        sluice_local::open_with_fs(&work, clock.clone(), DEFAULT_SYNC_WINDOW_MS, power.clone(), ROLL_BYTES).unwrap();
     let store = Arc::new(CutState { inner: state.clone(), power: power.clone() });
     let run = rt.block_on(async {
         // Odd seeds keep small groups' segments inline (in the state store's commit), even
