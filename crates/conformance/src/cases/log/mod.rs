@@ -27,6 +27,8 @@ macro_rules! log_conformance_suite {
             given_commit_failed_and_answer_lost_when_publish_then_retried_and_written_once,
             given_storage_down_when_publish_then_error_nothing_visible_and_keyed_retry_succeeds_once,
             given_throttling_and_conflicts_when_publish_then_retried_and_acknowledged,
+            given_a_150_partition_publish_when_its_second_write_lands_and_its_answer_is_lost_then_read_back,
+            given_keyed_groups_of_a_150_partition_publish_when_the_seconds_answer_is_lost_then_its_retry_answers_it,
             given_publish_touching_150_partitions_then_committed_per_partition_or_refused_with_a_key,
             given_idempotency_key_then_retry_answers_the_same_and_other_request_is_refused,
             given_idempotency_record_older_than_its_ttl_then_key_can_be_reused,
