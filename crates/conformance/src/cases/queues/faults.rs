@@ -47,6 +47,45 @@ pub async fn given_a_describe_whose_first_read_is_torn_then_its_counts_are_still
     assert!(d.exact);
 }
 
+/// Describes taken mid-receive: a receive redelivering a parked message (deleting its lease
+/// item, writing the cursor with the new lease) lands before the describe's `k`-th queue
+/// read, for each `k`; the describe's first read is torn as by that receive's transaction
+/// (the lease item gone, the cursor not yet rewritten). No describe shows the half-applied
+/// receive: every one's counts add up to what was published, and it says they are exact.
+pub async fn given_a_receive_landing_between_a_describes_reads_then_its_counts_add_up(backend: &dyn Backend) {
+    const PUBLISHED: u64 = 6;
+    for k in 2..=5 {
+        let (clock, log, queues) = manual(backend).await;
+        let topic = new_topic(&log, "mid-receive", 2).await;
+        let sub = subscribe(&queues, &topic, earliest()).await;
+        // The parked message on partition 0, whose reads come first; the others after it.
+        publish_at(&log, &topic, 0, "parked", START_MS).await;
+        let parked = receive(&queues, &topic, &sub, 1).await;
+        let receipt = parked[0].receipt.clone();
+        for i in 1..PUBLISHED {
+            publish_at(&log, &topic, (i % 2) as u32, &format!("m{i}"), START_MS).await;
+        }
+        assert!(queues.nack(&topic, &sub, &[receipt], 1_000).await.unwrap()[0].is_ok());
+        clock.advance(1_000);
+        let (script, described) = scripted_queues(backend, &clock).await;
+        script.at_query(sluice_core::keys::QUEUE_PREFIX, QueryAction::Miss(sluice_core::keys::LEASE_PREFIX));
+        for _ in 2..k {
+            script.at_query(sluice_core::keys::QUEUE_PREFIX, QueryAction::Miss("-"));
+        }
+        let (rival, t, s) = (queues.clone(), topic.clone(), sub.clone());
+        let receiving = Box::pin(async move {
+            let got = receive(&rival, &t, &s, 10).await;
+            assert_eq!(got.len() as u64, PUBLISHED, "every message, the parked one again");
+        });
+        script.at_query(sluice_core::keys::QUEUE_PREFIX, QueryAction::Before(receiving));
+        let d = described.describe(&topic, &sub).await.unwrap();
+        assert_eq!(script.pending(), 0, "the receive landed before queue read {k}");
+        let b = &d.backlog;
+        assert_eq!(b.visible + b.in_flight + b.delayed, PUBLISHED, "receive before read {k}: {b:?}");
+        assert!(d.exact, "receive before read {k}");
+    }
+}
+
 /// Keyed: a receive whose read sees the cursor a nack rewrote but not yet the lease it
 /// moved (a DynamoDB query is not a snapshot against a transaction): the key's next message
 /// still waits behind it, and other keys flow.

@@ -86,3 +86,27 @@ pub async fn given_long_poll_when_a_delayed_message_comes_due_then_it_returns_th
     let got = finished(waiting).await;
     assert_eq!(positions(&got), vec![pos], "returned when the message came due, within the wait");
 }
+
+pub async fn given_long_poll_when_the_only_messages_lease_ends_then_it_is_delivered_at_that_instant(
+    backend: &dyn Backend,
+) {
+    let clock = Arc::new(WatchedClock::new(START_MS));
+    let (log, queues) = queues_on(backend, clock.clone()).await;
+    let topic = new_topic(&log, "lease-end", 1).await;
+    let leased = SubscriptionSpec { visibility_timeout_ms: 3_000, ..spec(StartAt::Earliest) };
+    let sub = subscribe(&queues, &topic, leased).await;
+    let pos = publish_at(&log, &topic, 0, "leased", START_MS).await;
+    assert_eq!(at(&receive_one(&queues, &topic, &sub).await), pos, "leased until START_MS + 3000");
+    let before = clock.sleeps();
+    let waiting = long_poll(&queues, &topic, &sub, 10_000);
+    clock.slept_more_than(before).await;
+    clock.clock.advance(2_999);
+    let_others_run(&queues, &topic, &sub).await;
+    assert!(!waiting.is_finished(), "delivered while its lease had 1 ms left");
+    // The clock stops at the lease's end: a receive that wakes a tick later never returns.
+    clock.clock.advance(1);
+    let got = finished(waiting).await;
+    assert_eq!(positions(&got), vec![pos], "delivered again at the instant its lease ended");
+    assert_eq!(got[0].receive_count, 2);
+    assert_eq!(clock.now_ms(), START_MS + 3_000);
+}

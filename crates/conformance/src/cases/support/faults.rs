@@ -2,8 +2,8 @@
 //! [`Scripted`] makes a state store meet scripted events at chosen writes and queries: a
 //! fault (the answer lost after the write applied, a failure before it, throttling, a query
 //! torn by a concurrent write), a rival's work run just before or just after the call, or a [`Gate`] that holds writes, so a case
-//! can place an interleaving exactly where it matters; it also counts queries and the writes
-//! a case asks about. [`ScriptedObjects`] does the same to an object store: faults at puts,
+//! can place an interleaving exactly where it matters; reads (`get`) can be made to fail;
+//! it also counts queries and the writes a case asks about. [`ScriptedObjects`] does the same to an object store: faults at puts,
 //! a rival's work after a listing, and counts of reads and puts.
 
 use std::future::Future;
@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use bytes::Bytes;
 use sluice_core::ports::objects::ObjectInfo;
-use sluice_core::ports::state::{Page, Query, StateStore, WriteOp};
+use sluice_core::ports::state::{Item, Key, Page, Query, StateStore, WriteOp};
 use sluice_core::{BlobRef, ObjectStore, StorageError};
 use sluice_testkit::{Layered, LayeredObjects, ObjectLayer, StateLayer};
 use tokio::sync::Notify;
@@ -77,6 +77,8 @@ pub struct Scripted {
     /// Writes made with `write_deferred` (scripted as any write, then applied durably).
     deferred: AtomicUsize,
     gate: Mutex<Option<Arc<Gate>>>,
+    /// Reads (`get`) still to fail `Unavailable`.
+    failing_gets: AtomicUsize,
 }
 
 impl Scripted {
@@ -89,6 +91,7 @@ impl Scripted {
             queries: AtomicUsize::new(0),
             deferred: AtomicUsize::new(0),
             gate: Mutex::new(None),
+            failing_gets: AtomicUsize::new(0),
         };
         Arc::new(Layered::new(inner, script))
     }
@@ -123,6 +126,11 @@ impl Scripted {
     /// Adds a rule that meets the next query of a collection whose key starts with `pk_prefix`.
     pub fn at_query(&self, pk_prefix: impl Into<String>, action: QueryAction) {
         self.query_rules.lock().unwrap().push((pk_prefix.into(), action));
+    }
+
+    /// The next `n` reads (`get`) fail `Unavailable`, as when storage goes down.
+    pub fn fail_gets(&self, n: usize) {
+        self.failing_gets.store(n, Ordering::SeqCst);
     }
 
     /// Rules (of writes and queries) not met yet.
@@ -165,6 +173,13 @@ fn lost() -> StorageError {
 
 #[async_trait]
 impl StateLayer for Scripted {
+    async fn get(&self, inner: &dyn StateStore, key: &Key) -> Result<Option<Item>, StorageError> {
+        if self.failing_gets.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
+            return Err(lost());
+        }
+        inner.get(key).await
+    }
+
     async fn query(&self, inner: &dyn StateStore, query: &Query) -> Result<Page, StorageError> {
         self.queries.fetch_add(1, Ordering::SeqCst);
         let action = {
