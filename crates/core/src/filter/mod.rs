@@ -9,7 +9,9 @@
 //! may match (OR). Every field must match (AND). `"$or": [p1, p2, ...]` (two or more
 //! pattern objects) may sit at any level: one alternative must match, together with the
 //! sibling fields. An empty object, an empty array and a bare value where a field's array
-//! or object belongs are refused.
+//! or object belongs are refused, and so is a field named as an operator (`prefix`,
+//! `numeric`, ... and the other names EventBridge reserves): `{"total": {"numeric": [">", 1]}}`
+//! is an operator written outside its array, which EventBridge refuses too.
 //!
 //! Matchers in a field's array:
 //! - a string, number, boolean or null: equality. Numbers compare by value (`3` matches
@@ -23,25 +25,25 @@
 //!   comparison (`=`, `<`, `<=`, `>`, `>=`) or a lower (`>`, `>=`) then an upper (`<`, `<=`)
 //!   bound; an empty range is refused. Compared as `f64`.
 //! - `{"cidr": "10.0.0.0/24"}`: a string holding an IPv4 or IPv6 address of the block's family.
-//! - `{"exists": true | false}`: whether the field is present (see below).
+//! - `{"exists": true | false}`: whether the field holds a value (see below).
 //! - `{"anything-but": x}` where x is a string, a number, a non-empty list of only strings or
-//!   only numbers, or `{"prefix" | "suffix" | "wildcard": s}` or
-//!   `{"equals-ignore-case": s | [s, ...]}`: any present value (string, number, boolean or
-//!   null) that the inner test does not accept, so `{"anything-but": {"prefix": "us-"}}`
-//!   accepts the number `7`. A missing field never matches `anything-but`.
+//!   only numbers, or `{"prefix" | "suffix" | "wildcard" | "equals-ignore-case": s | [s, ...]}`:
+//!   any present value (string, number, boolean or null) that none of the inner tests accept,
+//!   so `{"anything-but": {"prefix": "us-"}}` accepts the number `7`. A missing field never
+//!   matches `anything-but`. An empty prefix or suffix is refused (every string has it).
 //!
 //! # Events
 //!
 //! - A field whose value is an array matches if any element does (nested arrays are
 //!   flattened), so `anything-but: "a"` matches `["a", "b"]`, as in EventBridge.
-//! - A field whose value is an object is matched only by a nested pattern or `exists`.
+//! - A field whose value is an object is matched only by a nested pattern or `exists: false`.
 //! - A nested pattern over an array of objects matches if one element matches it whole
 //!   (fields are not mixed across elements). Over a missing field or a non-object value it
 //!   sees an object with no fields, so only `exists: false` can match inside it.
-//! - `exists: true` matches a present field whatever its value: null, an object, an empty
-//!   array. EventBridge only sees leaves (it flattens events), so there `exists` on an
-//!   object or empty array behaves as if the field were absent; here presence is presence,
-//!   which is what a reader of the pattern expects.
+//! - `exists` tests leaves, as EventBridge does (it flattens an event to its leaf values): a
+//!   field exists when it holds a string, number, boolean or null, alone or in an array. An
+//!   object, an empty array or an array of objects is not a leaf, so `{"c": {"c1": 100}}`
+//!   matches `{"c": [{"exists": false}]}`.
 //!
 //! # Bounds
 //!
@@ -138,6 +140,8 @@ enum Test {
     Wildcard(Wildcard),
     Numeric(Range),
     Cidr(Cidr),
+    /// Passes one of these (`anything-but` a list of prefixes, suffixes or wildcards).
+    AnyOf(Vec<Test>),
 }
 
 impl Node {
@@ -170,7 +174,9 @@ impl Matcher {
     /// Matches the event's value at a field, `None` when the field is missing.
     fn matches(&self, value: Option<&Value>) -> bool {
         match self {
-            Matcher::Exists(wanted) => *wanted == value.is_some(),
+            // EventBridge flattens an event to its leaves: a field exists when it holds a
+            // scalar (null included), alone or in an array, never as an object or `[]`.
+            Matcher::Exists(wanted) => *wanted == any_element_where(value, |v| !v.is_object()),
             Matcher::Is(test) => any_element_where(value, |v| !v.is_object() && test.accepts(v)),
             Matcher::Not(test) => any_element_where(value, |v| !v.is_object() && !test.accepts(v)),
         }
@@ -191,6 +197,7 @@ impl Test {
             Test::Wildcard(wildcard) => text.is_some_and(|s| wildcard.matches(s)),
             Test::Numeric(range) => value.as_f64().is_some_and(|n| range.contains(n)),
             Test::Cidr(cidr) => text.is_some_and(|s| cidr.contains(s)),
+            Test::AnyOf(tests) => tests.iter().any(|test| test.accepts(value)),
         }
     }
 }
@@ -371,6 +378,27 @@ mod tests {
     }
 
     #[test]
+    fn anything_but_lists_of_prefixes_suffixes_and_wildcards_exclude_each() {
+        check(
+            json!({"state": [{"anything-but": {"prefix": ["init", "error"]}}]}),
+            &[json!({"state": "running"}), json!({"state": 7}), json!({"state": ["init-1", "ok"]})],
+            &[json!({"state": "initializing"}), json!({"state": "error: disk"}), json!({"state": ["init", "error"]})],
+        );
+        check(
+            json!({"id": [{"anything-but": {"suffix": ["1234", "6789"]}}]}),
+            &[json!({"id": "i-0000"})],
+            &[json!({"id": "i-1234"}), json!({"id": "i-6789"}), json!({})],
+        );
+        check(
+            json!({"path": [{"anything-but": {"wildcard": ["*/bin/*.jar", "*/bin/*.class"]}}]}),
+            &[json!({"path": "/opt/lib/a.jar"})],
+            &[json!({"path": "/opt/bin/a.jar"}), json!({"path": "/opt/bin/A.class"})],
+        );
+        check(json!({"s": [{"anything-but": {"wildcard": ""}}]}), &[json!({"s": "x"})], &[json!({"s": ""})]);
+        check(json!({"s": [{"anything-but": {"equals-ignore-case": ""}}]}), &[json!({"s": "x"})], &[json!({"s": ""})]);
+    }
+
+    #[test]
     fn anything_but_on_arrays_objects_and_missing_fields() {
         let pattern = json!({"state": [{"anything-but": "a"}]});
         // As in EventBridge: one element other than "a" is enough.
@@ -427,21 +455,39 @@ mod tests {
     }
 
     #[test]
-    fn exists_is_presence_whatever_the_value() {
+    fn exists_tests_leaf_values_as_eventbridge_does() {
         check(
             json!({"detail": {"c-count": [{"exists": true}]}}),
             &[
                 json!({"detail": {"c-count": 5}}),
                 json!({"detail": {"c-count": null}}),
-                json!({"detail": {"c-count": {"nested": 1}}}),
-                json!({"detail": {"c-count": []}}),
+                json!({"detail": {"c-count": [1]}}),
+                json!({"detail": {"c-count": [[], [null]]}}),
             ],
-            &[json!({"detail": {}}), json!({"detail": 5}), json!({})],
+            &[
+                json!({"detail": {}}),
+                json!({"detail": 5}),
+                json!({}),
+                json!({"detail": {"c-count": {"c1": 100}}}),
+                json!({"detail": {"c-count": []}}),
+                json!({"detail": {"c-count": [{"c1": 100}]}}),
+            ],
         );
         check(
             json!({"detail": {"c-count": [{"exists": false}]}}),
-            &[json!({"detail": {"d-count": 1}}), json!({"detail": "text"}), json!({}), json!([1])],
-            &[json!({"detail": {"c-count": null}}), json!({"detail": {"c-count": 0}})],
+            &[
+                json!({"detail": {"d-count": 1}}),
+                json!({"detail": "text"}),
+                json!({}),
+                json!([1]),
+                json!({"detail": {"c-count": {"c1": 100}}}),
+                json!({"detail": {"c-count": []}}),
+            ],
+            &[
+                json!({"detail": {"c-count": null}}),
+                json!({"detail": {"c-count": 0}}),
+                json!({"detail": {"c-count": [0]}}),
+            ],
         );
         check(
             json!({"state": [{"exists": false}, "ready"]}),
@@ -603,7 +649,16 @@ mod tests {
             (json!({"a": [{"anything-but": ["x", 1]}]}), "all strings or all numbers"),
             (json!({"a": [{"anything-but": true}]}), "a[0]: anything-but needs a string"),
             (json!({"a": [{"anything-but": {"contains": "x"}}]}), r#"got "contains""#),
-            (json!({"a": [{"anything-but": {"prefix": 1}}]}), "a[0]: prefix needs a string, got a number"),
+            (json!({"a": [{"anything-but": {"prefix": 1}}]}), "a[0]: prefix needs a string or a non-empty list"),
+            (json!({"a": [{"anything-but": {"prefix": ""}}]}), "a[0]: anything-but refuses an empty prefix"),
+            (json!({"a": [{"anything-but": {"suffix": ""}}]}), "a[0]: anything-but refuses an empty suffix"),
+            (json!({"a": [{"anything-but": {"prefix": ["x", ""]}}]}), "refuses an empty prefix"),
+            (json!({"a": [{"anything-but": {"suffix": [1]}}]}), "suffix needs a string or a non-empty list"),
+            (json!({"a": [{"anything-but": {"wildcard": []}}]}), "wildcard needs a string or a non-empty list"),
+            (json!({"a": [{"anything-but": {"wildcard": ["x", "a**"]}}]}), "consecutive wildcard characters"),
+            (json!({"total": {"numeric": [">", 1]}}), r#"total.numeric: "numeric" is an operator, not a field"#),
+            (json!({"a": {"b": {"prefix": ["x"]}}}), r#"a.b.prefix: "prefix" is an operator"#),
+            (json!({"$or": [{"cidr": ["x"]}, {"b": [1]}]}), r#"$or[0].cidr: "cidr" is an operator"#),
             (json!({"a": [{"anything-but": {"equals-ignore-case": ["x", 1]}}]}), "equals-ignore-case needs a string"),
             (json!({"a": [{"anything-but": {"equals-ignore-case": []}}]}), "equals-ignore-case needs a string"),
             (json!({"a": [{"wildcard": "a**b"}]}), "a[0]: consecutive wildcard characters"),
@@ -736,6 +791,9 @@ mod tests {
             json!({"equals-ignore-case": "a"}),
             json!({"anything-but": ["a", ""]}),
             json!({"anything-but": {"wildcard": "*a*"}}),
+            json!({"anything-but": {"prefix": ["a", "b"]}}),
+            json!({"anything-but": {"suffix": ["a"]}}),
+            json!({"anything-but": {"wildcard": ["*a", ""]}}),
             json!({"numeric": [">", -1, "<=", 1]}),
             json!({"exists": false}),
             json!({"exists": true}),

@@ -11,6 +11,36 @@ use super::{Field, Matcher, Node, Test, MAX_DEPTH, MAX_PATTERN_BYTES, MAX_VALUES
 /// The operators a leaf array may hold, for the message that refuses any other.
 const OPERATORS: &str = "anything-but, cidr, equals-ignore-case, exists, numeric, prefix, suffix, wildcard";
 
+/// Names EventBridge reserves for operators (event-ruler's `RESERVED_FIELD_NAMES_IN_OR_RELATIONSHIP`):
+/// a pattern field so named is an operator written outside its array, such as
+/// `{"total": {"numeric": [">", 1]}}`, and is refused rather than matched as a field.
+const RESERVED: &[&str] = &[
+    "exactly",
+    "equals-ignore-case",
+    "prefix",
+    "suffix",
+    "anything-but",
+    "exists",
+    "wildcard",
+    "numeric",
+    "cidr",
+    "=",
+    "<",
+    "<=",
+    ">",
+    ">=",
+    "regex",
+    "not-wildcard",
+    "not-equals-ignore-case",
+    "date-after",
+    "date-on-or-after",
+    "date-before",
+    "date-on-or-before",
+    "in-date-range",
+    "ip-address-in-range",
+    "ip-address-not-in-range",
+];
+
 /// Compiles a whole pattern.
 pub(super) fn pattern(pattern: &Value) -> Result<Node, String> {
     check_size(pattern)?;
@@ -59,6 +89,13 @@ impl Compiler {
             if name == "$or" {
                 node.any_of = self.alternatives(value, &child, depth)?;
                 continue;
+            }
+            if RESERVED.contains(&name.as_str()) {
+                let reason = format!(
+                    "{name:?} is an operator, not a field: operators go in a field's array, \
+                     as in \"total\": [{{{name:?}: ...}}]"
+                );
+                return Err(at(&child, &reason));
             }
             let field = match value {
                 Value::Object(inner) => Field::Nested(self.node(inner, &child, depth + 1)?),
@@ -133,7 +170,7 @@ impl Compiler {
     }
 
     /// The operand of `anything-but`: a value, a list of strings or of numbers, or one of
-    /// `prefix`, `suffix`, `wildcard`, `equals-ignore-case`.
+    /// `prefix`, `suffix`, `wildcard`, `equals-ignore-case` with a string or a list of them.
     fn anything_but(&mut self, operand: &Value, path: &str) -> Result<Test, String> {
         const SHAPE: &str = "anything-but needs a string, a number, a list of strings or of numbers, \
                              or an object with one of prefix, suffix, wildcard, equals-ignore-case";
@@ -150,31 +187,34 @@ impl Compiler {
             }
             Value::Object(inner) if inner.len() == 1 => {
                 let Some((name, value)) = inner.iter().next() else { return Err(SHAPE.to_owned()) };
-                match name.as_str() {
-                    "prefix" => string(name, value).map(|s| Test::Prefix(s.to_owned())),
-                    "suffix" => string(name, value).map(|s| Test::Suffix(s.to_owned())),
-                    "wildcard" => string(name, value).and_then(Wildcard::parse).map(Test::Wildcard),
-                    "equals-ignore-case" => self.ignore_case_list(value, path),
+                let strings = self.strings(name, value, path)?;
+                let tests: Result<Vec<Test>, String> = match name.as_str() {
+                    "equals-ignore-case" => return Ok(Test::IgnoreCase(strings.iter().map(|s| fold(s)).collect())),
+                    "prefix" => strings.into_iter().map(|s| not_empty("prefix", s).map(Test::Prefix)).collect(),
+                    "suffix" => strings.into_iter().map(|s| not_empty("suffix", s).map(Test::Suffix)).collect(),
+                    "wildcard" => strings.iter().map(|s| Wildcard::parse(s).map(Test::Wildcard)).collect(),
                     other => Err(format!("{SHAPE}; got {other:?}")),
-                }
+                };
+                tests.map(|mut tests| if tests.len() == 1 { tests.remove(0) } else { Test::AnyOf(tests) })
             }
             other => Err(format!("{SHAPE}; got {}", kind(other))),
         }
     }
 
-    /// The operand of `anything-but`'s `equals-ignore-case`: a string or a list of strings.
-    fn ignore_case_list(&mut self, value: &Value, path: &str) -> Result<Test, String> {
-        let strings: Vec<&str> = match value {
-            Value::String(s) => vec![s.as_str()],
-            Value::Array(items) if !items.is_empty() => items.iter().filter_map(Value::as_str).collect(),
+    /// The operand of an operator inside `anything-but`: a string or a non-empty list of
+    /// strings, each further string counted as a value.
+    fn strings(&mut self, name: &str, value: &Value, path: &str) -> Result<Vec<String>, String> {
+        let strings: Vec<String> = match value {
+            Value::String(s) => vec![s.clone()],
+            Value::Array(items) => items.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
             _ => Vec::new(),
         };
         let all_strings = value.as_array().is_none_or(|items| items.len() == strings.len());
         if strings.is_empty() || !all_strings {
-            return Err(format!("equals-ignore-case needs a string or a non-empty list of strings, got {value}"));
+            return Err(format!("{name} needs a string or a non-empty list of strings, got {value}"));
         }
         self.count(strings.len() - 1, path)?;
-        Ok(Test::IgnoreCase(strings.into_iter().map(fold).collect()))
+        Ok(strings)
     }
 
     /// Counts `n` more values, refusing the pattern past [`MAX_VALUES`].
@@ -197,6 +237,15 @@ fn affix(name: &str, operand: &Value, exact: fn(String) -> Test, folded: fn(Stri
         },
         other => Err(format!("{name} needs a string or {{\"equals-ignore-case\": string}}, got {}", kind(other))),
     }
+}
+
+/// `text` unless it is empty: EventBridge refuses `anything-but` an empty prefix or suffix,
+/// which every string has.
+fn not_empty(name: &str, text: String) -> Result<String, String> {
+    if text.is_empty() {
+        return Err(format!("anything-but refuses an empty {name}, which every string has"));
+    }
+    Ok(text)
 }
 
 /// The operand of an operator that takes a string.
