@@ -88,7 +88,15 @@ impl Filter {
     /// Compiles a pattern; Err is a human-readable reason, naming where in the pattern the
     /// problem is (it becomes a `400 invalid_filter`).
     pub fn parse(pattern: &Value) -> Result<Filter, String> {
-        parse::pattern(pattern).map(|root| Filter { root })
+        parse::pattern(pattern, false).map(|root| Filter { root })
+    }
+
+    /// Compiles a pattern a subscription was stored with: as [`Filter::parse`], except that
+    /// what an earlier version accepted (a field named as an operator; `anything-but` an
+    /// empty prefix or suffix, which excludes every string) compiles as it did then, so a
+    /// subscription created before a rule was made stricter keeps working.
+    pub fn parse_stored(pattern: &Value) -> Result<Filter, String> {
+        parse::pattern(pattern, true).map(|root| Filter { root })
     }
 
     /// Whether the event document matches.
@@ -619,6 +627,22 @@ mod tests {
             &[json!("a scalar document"), json!(null)],
             &[json!({"value": 1})],
         );
+    }
+
+    #[test]
+    fn a_stored_pattern_compiles_as_an_earlier_version_accepted_it() {
+        let operator_named = json!({"total": {"numeric": [">", 1]}});
+        assert!(Filter::parse(&operator_named).is_err(), "refused when written");
+        let stored = Filter::parse_stored(&operator_named).expect("a stored one still compiles");
+        assert!(stored.matches(&json!({"total": {"numeric": ">"}})), "as the field it was taken for");
+        assert!(!stored.matches(&json!({"total": 2})));
+        let empty_prefix = json!({"a": [{"anything-but": {"prefix": ""}}]});
+        assert!(Filter::parse(&empty_prefix).is_err());
+        let stored = Filter::parse_stored(&empty_prefix).expect("a stored one still compiles");
+        assert!(!stored.matches(&json!({"a": "x"})), "every string has the empty prefix");
+        assert!(stored.matches(&json!({"a": 1})));
+        let bad = json!({"a": [{"nope": 1}]});
+        assert!(Filter::parse_stored(&bad).is_err(), "only the rules made stricter are relaxed");
     }
 
     #[test]

@@ -41,11 +41,14 @@ const RESERVED: &[&str] = &[
     "ip-address-not-in-range",
 ];
 
-/// Compiles a whole pattern.
-pub(super) fn pattern(pattern: &Value) -> Result<Node, String> {
+/// Compiles a whole pattern. `stored`: one a subscription was created with, which an
+/// earlier version may have accepted under rules since made stricter (a field named as an
+/// operator, `anything-but` an empty prefix or suffix): it compiles as it did then, so an
+/// upgrade never leaves a subscription unreadable.
+pub(super) fn pattern(pattern: &Value, stored: bool) -> Result<Node, String> {
     check_size(pattern)?;
     let object = pattern.as_object().ok_or_else(|| format!("pattern: must be a JSON object, got {}", kind(pattern)))?;
-    Compiler { values: 0 }.node(object, "", 1)
+    Compiler { values: 0, stored }.node(object, "", 1)
 }
 
 /// Refuses a pattern whose compact JSON is over [`MAX_PATTERN_BYTES`], without writing
@@ -72,6 +75,8 @@ fn check_size(pattern: &Value) -> Result<(), String> {
 /// Walks the pattern, counting its values against [`MAX_VALUES`].
 struct Compiler {
     values: usize,
+    /// Compiling a stored pattern: see [`pattern`].
+    stored: bool,
 }
 
 impl Compiler {
@@ -90,7 +95,7 @@ impl Compiler {
                 node.any_of = self.alternatives(value, &child, depth)?;
                 continue;
             }
-            if RESERVED.contains(&name.as_str()) {
+            if !self.stored && RESERVED.contains(&name.as_str()) {
                 let reason = format!(
                     "{name:?} is an operator, not a field: operators go in a field's array, \
                      as in \"total\": [{{{name:?}: ...}}]"
@@ -108,6 +113,15 @@ impl Compiler {
             node.fields.push((name.clone(), field));
         }
         Ok(node)
+    }
+
+    /// `text` unless it is empty: EventBridge refuses `anything-but` an empty prefix or suffix,
+    /// which every string has.
+    fn not_empty(&self, name: &str, text: String) -> Result<String, String> {
+        if text.is_empty() && !self.stored {
+            return Err(format!("anything-but refuses an empty {name}, which every string has"));
+        }
+        Ok(text)
     }
 
     /// The operand of `$or`: two or more pattern objects.
@@ -190,8 +204,8 @@ impl Compiler {
                 let strings = self.strings(name, value, path)?;
                 let tests: Result<Vec<Test>, String> = match name.as_str() {
                     "equals-ignore-case" => return Ok(Test::IgnoreCase(strings.iter().map(|s| fold(s)).collect())),
-                    "prefix" => strings.into_iter().map(|s| not_empty("prefix", s).map(Test::Prefix)).collect(),
-                    "suffix" => strings.into_iter().map(|s| not_empty("suffix", s).map(Test::Suffix)).collect(),
+                    "prefix" => strings.into_iter().map(|s| self.not_empty("prefix", s).map(Test::Prefix)).collect(),
+                    "suffix" => strings.into_iter().map(|s| self.not_empty("suffix", s).map(Test::Suffix)).collect(),
                     "wildcard" => strings.iter().map(|s| Wildcard::parse(s).map(Test::Wildcard)).collect(),
                     other => Err(format!("{SHAPE}; got {other:?}")),
                 };
@@ -237,15 +251,6 @@ fn affix(name: &str, operand: &Value, exact: fn(String) -> Test, folded: fn(Stri
         },
         other => Err(format!("{name} needs a string or {{\"equals-ignore-case\": string}}, got {}", kind(other))),
     }
-}
-
-/// `text` unless it is empty: EventBridge refuses `anything-but` an empty prefix or suffix,
-/// which every string has.
-fn not_empty(name: &str, text: String) -> Result<String, String> {
-    if text.is_empty() {
-        return Err(format!("anything-but refuses an empty {name}, which every string has"));
-    }
-    Ok(text)
 }
 
 /// The operand of an operator that takes a string.

@@ -365,7 +365,7 @@ impl Sub {
     /// The subscription's filter, compiled (checked when it was created).
     fn filter(&self) -> Result<Option<Filter>, StorageError> {
         let compile =
-            |p| Filter::parse(p).map_err(|e| StorageError::Corrupt(format!("filter of {:?}: {e}", self.name)));
+            |p| Filter::parse_stored(p).map_err(|e| StorageError::Corrupt(format!("filter of {:?}: {e}", self.name)));
         self.record.spec.filter.as_ref().map(compile).transpose()
     }
 
