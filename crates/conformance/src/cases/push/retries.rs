@@ -58,12 +58,17 @@ pub async fn given_failed_attempts_then_a_retry_pushes_the_same_batch_under_the_
     let n = scaled(backend, 90).max(24);
     let events: Vec<NewEvent> = (0..n).map(|i| json_event(json!({"n": i}), None)).collect();
     publish(&log, &topic, events).await;
-    // 30% fail with 500, 15% time out, 20% fail their first message only, until a message
-    // was pushed three times.
-    let receiver = Receiver::new(|body, attempt| {
+    // The first batch of several fails its first message only; then 30% fail with 500, 15%
+    // time out, 20% fail their first message only, until a message was pushed three times.
+    let partial_yet = std::sync::atomic::AtomicBool::new(false);
+    let receiver = Receiver::new(move |body, attempt| {
         let all = items(body);
-        if all.iter().all(|(_, _, count)| *count >= 3) {
+        let first_partial = all.len() > 1 && !partial_yet.swap(true, std::sync::atomic::Ordering::SeqCst);
+        if all.iter().all(|(_, _, count)| *count >= 3) && !first_partial {
             return ok(json!({}));
+        }
+        if first_partial {
+            return ok(json!({"batchItemFailures": [{"itemIdentifier": all[0].0}]}));
         }
         match mix(attempt as u64 + 7) % 100 {
             0..30 => status(500, None),
