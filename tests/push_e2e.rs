@@ -25,6 +25,8 @@ struct Seen {
     key: Option<Vec<u8>>,
     attempts: Vec<(String, Vec<(String, u64)>)>,
     acked: HashSet<String>,
+    /// Messages pushed again after the receiver had acked them.
+    after_ack: Vec<String>,
     bad_signatures: usize,
     /// The first attempt is told here, then never answered (its server is about to die).
     hang_first: Option<Arc<tokio::sync::Notify>>,
@@ -56,6 +58,8 @@ async fn hook(State(r): State<Receiver>, headers: HeaderMap, body: Bytes) -> Res
         if !valid || header("content-type") != "application/json" {
             seen.bad_signatures += 1;
         }
+        let again: Vec<String> = ids.iter().filter(|id| seen.acked.contains(*id)).cloned().collect();
+        seen.after_ack.extend(again);
         seen.attempts.push((id, items));
         seen.attempts.len() - 1
     };
@@ -140,15 +144,15 @@ async fn given_serve_and_a_flaky_receiver_then_matching_events_are_pushed_signed
 
     eventually("every matching event acked", Duration::from_secs(60), || keep.is_subset(&seen.lock().unwrap().acked))
         .await;
+    // Settled (nothing visible or in flight): nothing is left to push, so a repeat after an
+    // ack would have been seen by now.
+    let described = settled(&c, &server, "orders").await;
     let attempts = {
         let seen = seen.lock().unwrap();
         check_flaky_run(&seen, &keep);
         seen.attempts.len() as u64
     };
-    let described: Value =
-        c.get(server.url("/v1/topics/orders/subscriptions/hook")).send().await.unwrap().json().await.unwrap();
     assert_eq!(described["backlog"]["filtered"], 50);
-    assert_eq!(described["backlog"]["visible"], 0);
     // Counts reach the store within a second of the attempts.
     let deliveries = &described["push"]["deliveries"];
     assert!(deliveries["attempted"].as_u64().unwrap() <= attempts, "{deliveries}");
@@ -156,9 +160,33 @@ async fn given_serve_and_a_flaky_receiver_then_matching_events_are_pushed_signed
     assert_eq!(r.status(), 409);
 }
 
-/// What a flaky run must show: signed deliveries of matching events only, one webhook-id per batch.
+/// Waits until the subscription `hook` of `topic` has nothing visible or in flight (the
+/// dispatcher settles an attempt just after the receiver answers it), and answers its describe.
+async fn settled(c: &reqwest::Client, server: &Server, topic: &str) -> Value {
+    let start = Instant::now();
+    loop {
+        let described: Value = c
+            .get(server.url(&format!("/v1/topics/{topic}/subscriptions/hook")))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let backlog = (&described["backlog"]["in_flight"], &described["backlog"]["visible"]);
+        if backlog == (&json!(0), &json!(0)) {
+            return described;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "the pushed batches are settled: {backlog:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// What a flaky run must show: signed deliveries of matching events only, none pushed
+/// again after its ack, each retry the batch that failed under its webhook-id.
 fn check_flaky_run(seen: &Seen, keep: &HashSet<String>) {
     assert_eq!(seen.bad_signatures, 0, "every delivery is signed with the subscription's secret");
+    assert!(seen.after_ack.is_empty(), "pushed again after the receiver acked them: {:?}", seen.after_ack);
     let pushed: HashSet<&String> = seen.attempts.iter().flat_map(|(_, items)| items.iter().map(|i| &i.0)).collect();
     assert!(pushed.iter().all(|id| keep.contains(*id)), "only matching events are pushed");
     // A retried batch keeps its webhook-id: ids of attempts with the same messages agree.
@@ -169,6 +197,27 @@ fn check_flaky_run(seen: &Seen, keep: &HashSet<String>) {
         by_messages.entry(m).or_default().insert(id.clone());
     }
     assert!(by_messages.values().all(|ids| ids.len() == 1), "one webhook-id per batch of messages");
+    // A retry is the batch that failed (the behaviour's attempts 0-3 of 10 fail all, 4-5
+    // the first message), whole, in order, under its webhook-id.
+    let mut retry: HashMap<String, (Vec<String>, Option<String>)> = HashMap::new();
+    for (n, (webhook_id, items)) in seen.attempts.iter().enumerate() {
+        let ids: Vec<String> = items.iter().map(|i| i.0.clone()).collect();
+        if let Some((want, want_id)) = ids.iter().find_map(|id| retry.get(id)) {
+            assert_eq!(&ids, want, "a retry pushes the batch that failed");
+            assert!(want_id.as_ref().is_none_or(|w| w == webhook_id), "a retry keeps its webhook-id");
+        }
+        for id in &ids {
+            retry.remove(id);
+        }
+        let failed = match n % 10 {
+            0..=3 => ids.clone(),
+            4 | 5 => ids[..1].to_vec(),
+            _ => Vec::new(),
+        };
+        // The failed messages' batch: the same one if all failed (its id known), else their own.
+        let again = (failed.clone(), (failed.len() == ids.len()).then(|| webhook_id.clone()));
+        retry.extend(failed.into_iter().map(|id| (id, again.clone())));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -201,15 +250,6 @@ async fn given_kill_9_while_a_delivery_is_under_way_then_after_restart_it_is_pus
         assert!(again.iter().all(|(_, count)| *count == 2), "the second delivery says so: {again:?}");
     }
     // The receiver counts a batch acked when it answers; the dispatcher settles it just after.
-    let start = Instant::now();
-    loop {
-        let described: Value =
-            c.get(server.url("/v1/topics/jobs/subscriptions/hook")).send().await.unwrap().json().await.unwrap();
-        let backlog = (&described["backlog"]["in_flight"], &described["backlog"]["visible"]);
-        if backlog == (&json!(0), &json!(0)) {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(10), "the pushed batch is settled: {backlog:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    settled(&c, &server, "jobs").await;
+    assert!(seen.lock().unwrap().after_ack.is_empty(), "pushed again after its ack");
 }

@@ -12,7 +12,7 @@ use aws_sdk_lambda::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_lambda::operation::invoke::InvokeError;
 use aws_sdk_lambda::primitives::Blob;
 use aws_sdk_lambda::types::InvocationType;
-use sluice_core::ports::deliver::{Answer, Deliver, Delivery, Destination, MAX_ANSWER_BYTES};
+use sluice_core::ports::deliver::{Answer, Deliver, Delivery, Destination, TargetError, Targets, MAX_ANSWER_BYTES};
 use sluice_core::trace::{TraceParent, TRACEPARENT, XRAY_HEADER};
 
 /// Invokes Lambda targets. The SDK retries nothing: a failed attempt is the queue's to
@@ -38,7 +38,12 @@ impl LambdaInvoker {
         if let Some(url) = endpoint_url {
             loader = loader.endpoint_url(url);
         }
-        Self { client: aws_sdk_lambda::Client::new(&loader.load().await) }
+        Self::from_sdk_config(&loader.load().await)
+    }
+
+    /// A client for an SDK configuration made elsewhere (its credentials, region, endpoint).
+    pub fn from_sdk_config(config: &aws_config::SdkConfig) -> Self {
+        Self { client: aws_sdk_lambda::Client::new(config) }
     }
 }
 
@@ -73,6 +78,31 @@ impl Deliver for LambdaInvoker {
                 Answer::Status { status, retry_after_ms: None, body }
             }
             Ok(Err(e)) => answer_of_error(e),
+        }
+    }
+}
+
+/// A function's timeout from `GetFunctionConfiguration` (IAM:
+/// `lambda:GetFunctionConfiguration` on the targets' ARNs): a function that is not there or
+/// may not be read is refused (the creator's to fix); a throttle, a 5xx or no connection is
+/// unavailable.
+#[async_trait]
+impl Targets for LambdaInvoker {
+    async fn lambda_timeout_ms(&self, function: &str) -> Result<u64, TargetError> {
+        match self.client.get_function_configuration().function_name(function).send().await {
+            // Lambda's default (3 s) when the answer names none.
+            Ok(config) => Ok(config.timeout().map_or(3_000, |s| u64::from(s.unsigned_abs()) * 1000)),
+            Err(e) => {
+                let status = e.raw_response().map(|r| r.status().as_u16());
+                let why = match e.as_service_error() {
+                    Some(err) => format!("{}: {}", err.code().unwrap_or("error"), err.message().unwrap_or_default()),
+                    None => std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string()),
+                };
+                match status {
+                    Some(400..=428) | Some(430..=499) => Err(TargetError::Refused(why)),
+                    _ => Err(TargetError::Unavailable(why)),
+                }
+            }
         }
     }
 }

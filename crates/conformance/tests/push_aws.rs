@@ -24,10 +24,13 @@ use sluice_core::{Log, LogConfig, NewEvent, SystemClock, TopicSpec};
 /// A fixed secret, so the receiver can check signatures from the first attempt.
 const SECRET: &str = "whsec_c2x1aWNlLXB1c2gtYXdzLXRlc3Qta2V5";
 
-/// What the receiver saw: per attempt, the message ids and whether the signature held.
+/// What the receiver saw: per attempt, the message ids and whether the signature held;
+/// what it acked, and the messages pushed again after it had acked them.
 #[derive(Default)]
 struct Seen {
     attempts: Vec<(Vec<String>, bool)>,
+    acked: HashSet<String>,
+    after_ack: Vec<String>,
 }
 
 /// Fails its first attempt with a 500, acknowledges every other.
@@ -47,10 +50,13 @@ async fn hook(State(seen): State<Arc<Mutex<Seen>>>, headers: HeaderMap, body: By
     let ids = parsed["messages"].as_array().into_iter().flatten();
     let ids: Vec<String> = ids.map(|m| m["id"].as_str().unwrap_or_default().to_owned()).collect();
     let mut seen = seen.lock().unwrap();
-    seen.attempts.push((ids, valid));
+    let again: Vec<String> = ids.iter().filter(|id| seen.acked.contains(*id)).cloned().collect();
+    seen.after_ack.extend(again);
+    seen.attempts.push((ids.clone(), valid));
     if seen.attempts.len() == 1 {
         StatusCode::INTERNAL_SERVER_ERROR
     } else {
+        seen.acked.extend(ids);
         StatusCode::OK
     }
 }
@@ -177,6 +183,8 @@ async fn given_the_dispatcher_function_woken_by_the_stream_then_commits_are_push
     }
     assert_eq!(trigger.results("stream").len(), woken, "no wake while nothing is published");
     assert_eq!(seen.lock().unwrap().attempts.len(), attempts, "an idle push subscription sends nothing");
+    let after_ack = seen.lock().unwrap().after_ack.clone();
+    assert!(after_ack.is_empty(), "pushed again after the receiver acked them: {after_ack:?}");
     let described = queues.describe(&topic, "hook").await.unwrap();
     let deliveries = described.deliveries.expect("a push subscription's counts");
     assert!(deliveries.failed >= 1 && deliveries.succeeded >= 1, "{deliveries:?}");

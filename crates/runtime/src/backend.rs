@@ -113,9 +113,21 @@ pub async fn open_backend(config: &Config) -> Result<Log, OpenError> {
     Ok(Log::new(store, objects, clock, config.log_config(aws)))
 }
 
-/// Opens the backend the configuration selects and builds the handlers' [`App`] on it.
+/// Opens the backend the configuration selects and builds the handlers' [`App`] on it. On
+/// AWS, a push subscription's Lambda target is asked its timeout when the subscription is
+/// created (`Queues::with_push_targets`); not with an endpoint override (an emulator,
+/// `cargo lambda watch` or moto, whose functions may not answer it), nor on the embedded
+/// backend.
 pub async fn open(config: &Config) -> Result<App, OpenError> {
-    Ok(App::new(open_backend(config).await?, config.groups_config()))
+    #[cfg_attr(not(feature = "aws"), allow(unused_mut))]
+    let mut app = App::new(open_backend(config).await?, config.groups_config());
+    #[cfg(feature = "aws")]
+    if let (BackendChoice::Aws { region, endpoint_url: None, .. }, None) = (config.backend()?, &config.lambda_endpoint)
+    {
+        let lambda = sluice_aws::LambdaInvoker::connect(region, None).await;
+        app.queues = app.queues.with_push_targets(Arc::new(lambda));
+    }
+    Ok(app)
 }
 
 /// The janitor of `log`'s backend. On the embedded backend it appends what it compacts to

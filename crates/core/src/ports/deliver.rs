@@ -52,3 +52,21 @@ pub enum Answer {
 pub trait Deliver: Send + Sync + 'static {
     async fn deliver(&self, delivery: &Delivery) -> Answer;
 }
+
+/// Why a target's settings could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TargetError {
+    /// The target is not there, or may not be read: the subscription's creator's to fix.
+    Refused(String),
+    /// The service did not answer (throttled, unreachable): try again.
+    Unavailable(String),
+}
+
+/// What a push target says of itself, asked when a push subscription is created (on AWS;
+/// elsewhere nothing is asked). Contract: one read, never retried by the adapter.
+#[async_trait]
+pub trait Targets: Send + Sync + 'static {
+    /// The timeout configured on the Lambda function `function` (a name or ARN), in
+    /// milliseconds: how long an invocation the dispatcher stopped waiting for may still run.
+    async fn lambda_timeout_ms(&self, function: &str) -> Result<u64, TargetError>;
+}

@@ -100,13 +100,23 @@ impl Dispatcher {
 
     /// Receives up to a batch for `sub`, waiting up to `wait_ms`, held for the attempt.
     pub async fn receive(&self, sub: &PushSubscription, wait_ms: u64) -> Result<Vec<Message>, Error> {
+        self.receive_until(sub, wait_ms, None).await
+    }
+
+    /// As [`Self::receive`], its wait ended (with nothing) once `stop` turns true.
+    async fn receive_until(
+        &self,
+        sub: &PushSubscription,
+        wait_ms: u64,
+        stop: Option<&watch::Receiver<bool>>,
+    ) -> Result<Vec<Message>, Error> {
         let visibility = sub.spec.visibility_timeout_ms.max(sub.push.timeout_ms + SETTLE_MARGIN_MS);
         let req = ReceiveRequest {
             max_messages: sub.push.max_batch as usize,
             wait_ms,
             visibility_timeout_ms: Some(visibility),
         };
-        self.queues.receive_for_push(sub, &req).await
+        self.queues.receive_for_push(sub, &req, stop).await
     }
 
     /// Sends a received batch and settles it: acks what the target took; releases the
@@ -281,11 +291,17 @@ impl Dispatcher {
 
     /// Runs until `stop` turns true: the embedded dispatcher. Looks for push subscriptions
     /// every second and gives each its workers; a worker stops when its subscription is
-    /// deleted. On stop, receives end at once and deliveries under way are settled.
-    pub async fn run(&self, mut stop: watch::Receiver<bool>) {
+    /// deleted. On stop, receives end their wait at once, and what they took and deliveries
+    /// under way are delivered and settled.
+    pub async fn run(&self, stop: watch::Receiver<bool>) {
+        self.run_on(&Topics::All, stop).await;
+    }
+
+    /// As [`Self::run`], for the push subscriptions of `topics` only.
+    pub async fn run_on(&self, topics: &Topics, mut stop: watch::Receiver<bool>) {
         let mut workers: HashMap<u64, JoinSet<()>> = HashMap::new();
         loop {
-            match self.subscriptions(&Topics::All).await {
+            match self.subscriptions(topics).await {
                 Ok(subs) => {
                     workers.retain(|_, set| {
                         while set.try_join_next().is_some() {}
@@ -317,12 +333,12 @@ impl Dispatcher {
         self.flush_stats().await;
     }
 
-    async fn work(&self, sub: PushSubscription, mut stop: watch::Receiver<bool>) {
+    /// One worker of the embedded dispatcher. On stop, a receive under way ends its wait but
+    /// not its take: what it took is delivered and settled, not dropped with its receive
+    /// counts spent (it would have been held, undelivered, until its window ended).
+    async fn work(&self, sub: PushSubscription, stop: watch::Receiver<bool>) {
         loop {
-            let received = tokio::select! {
-                r = self.receive(&sub, IDLE_WAIT_MS) => r,
-                _ = stop.wait_for(|s| *s) => return,
-            };
+            let received = self.receive_until(&sub, IDLE_WAIT_MS, Some(&stop)).await;
             let outcome = match received {
                 Ok(messages) => self.deliver(&sub, messages).await.map(|_| ()),
                 Err(e) => Err(e),
@@ -330,6 +346,9 @@ impl Dispatcher {
             match outcome {
                 Ok(()) => {}
                 Err(e) if gone(&e) => return,
+                Err(e) if *stop.borrow() => {
+                    tracing::warn!(topic = %sub.topic, subscription = %sub.name, error = %e, "push worker stopped");
+                }
                 Err(e) => {
                     tracing::warn!(topic = %sub.topic, subscription = %sub.name, error = %e, "push worker paused");
                     self.queues.log().clock().sleep(ERROR_PAUSE_MS).await;

@@ -61,7 +61,7 @@ impl Queues {
     /// op longer (a version check of the subscription and of its topic: two more items of
     /// a DynamoDB transaction, so for `serve`, not for the functions).
     pub fn caching_subscriptions(log: Log) -> Self {
-        Self { log, local: Arc::new(Local { subs: Some(Subs::default()), ..Local::default() }) }
+        Self { log, local: Arc::new(Local { subs: Some(Subs::default()), ..Local::default() }), targets: None }
     }
 
     /// The subscription of a receive or a settle: from the cache when the queues keep one.

@@ -45,14 +45,21 @@ impl Queues {
     }
 
     /// A receive on behalf of the push dispatcher of `sub` (and only while it is the same
-    /// subscription: `SubscriptionNotFound` once it was deleted or re-created).
-    pub async fn receive_for_push(&self, sub: &PushSubscription, req: &ReceiveRequest) -> Result<Vec<Message>, Error> {
+    /// subscription: `SubscriptionNotFound` once it was deleted or re-created). Its wait
+    /// ends early, with nothing, once `stop` turns true (a dispatcher shutting down): what
+    /// a take already wrote is answered, never dropped.
+    pub async fn receive_for_push(
+        &self,
+        sub: &PushSubscription,
+        req: &ReceiveRequest,
+        stop: Option<&tokio::sync::watch::Receiver<bool>>,
+    ) -> Result<Vec<Message>, Error> {
         Self::check_receive(req)?;
         let current = self.sub(&sub.topic, &sub.name).await?;
         if current.record.id != sub.id {
             return Err(current.not_found());
         }
-        self.receive_on(&current, req).await
+        self.receive_until(&current, req, stop).await
     }
 
     /// Adds a dispatcher's counts to the subscription's (one conditional write; not if the

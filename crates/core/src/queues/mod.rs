@@ -418,6 +418,8 @@ fn min_time(a: Option<i64>, b: i64) -> Option<i64> {
 pub struct Queues {
     log: Log,
     local: Arc<Local>,
+    /// Asked of a push subscription's Lambda target when it is created (`push.rs`).
+    targets: Option<Arc<dyn crate::ports::deliver::Targets>>,
 }
 
 /// What the queues of one process keep between requests. Only savings: a fresh one
@@ -435,7 +437,13 @@ struct Local {
 
 impl Queues {
     pub fn new(log: Log) -> Self {
-        Self { log, local: Arc::default() }
+        Self { log, local: Arc::default(), targets: None }
+    }
+
+    /// Queues that read a Lambda push target's timeout from `targets` when its
+    /// subscription is created, and refuse a `timeout_ms` below it (`push.rs`).
+    pub fn with_push_targets(self, targets: Arc<dyn crate::ports::deliver::Targets>) -> Self {
+        Self { targets: Some(targets), ..self }
     }
 
     /// The log the queues read.

@@ -6,6 +6,7 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
+use crate::ports::deliver::{TargetError, Targets};
 use crate::{Code, Error};
 
 /// Messages per delivery: at most, and by default.
@@ -20,7 +21,10 @@ pub const MAX_PUSH_IN_FLIGHT: u32 = 100;
 pub const DEFAULT_PUSH_IN_FLIGHT: u32 = 4;
 /// Standard Webhooks' secret prefix; the key is the base64 after it.
 pub const SECRET_PREFIX: &str = "whsec_";
-/// Bytes of a generated signing key.
+/// Bytes of a signing key a subscription may be given (Standard Webhooks' bounds).
+pub const MIN_SECRET_BYTES: usize = 24;
+pub const MAX_SECRET_BYTES: usize = 64;
+/// Bytes of a generated signing key (as Svix's, the standard's reference service).
 const SECRET_BYTES: usize = 24;
 const MAX_URL_LEN: usize = 2048;
 const MAX_FUNCTION_LEN: usize = 256;
@@ -116,7 +120,15 @@ impl PushSpec {
             PushTarget::Url { url, secret } => {
                 check_url(url).or_else(|m| invalid(format!("push.url {m}")))?;
                 if !secret.is_empty() {
-                    secret_key(secret).map_err(|m| Error::invalid(Code::InvalidPush, format!("push.secret {m}")))?;
+                    let key = secret_key(secret)
+                        .map_err(|m| Error::invalid(Code::InvalidPush, format!("push.secret {m}")))?;
+                    if !(MIN_SECRET_BYTES..=MAX_SECRET_BYTES).contains(&key.len()) {
+                        return invalid(format!(
+                            "push.secret must hold a key of {MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} bytes \
+                             (Standard Webhooks); this one has {}",
+                            key.len()
+                        ));
+                    }
                 }
                 Ok(())
             }
@@ -136,6 +148,40 @@ impl PushSpec {
     }
 }
 
+/// Refuses a Lambda target whose function may run longer than an attempt: the dispatcher
+/// would push the batch again (or, keyed, the key's next one) while the timed-out
+/// invocation still runs. `targets` reads the function's timeout (on AWS; without it,
+/// nothing is asked).
+pub(super) async fn check_target(push: &PushSpec, targets: Option<&dyn Targets>) -> Result<(), Error> {
+    let (PushTarget::Lambda { function }, Some(targets)) = (&push.target, targets) else { return Ok(()) };
+    match targets.lambda_timeout_ms(function).await {
+        Ok(function_ms) => outlives(push.timeout_ms, function, function_ms),
+        Err(TargetError::Refused(why)) => Err(Error::invalid(
+            Code::InvalidPush,
+            format!("push.lambda: the configuration of function {function:?} could not be read: {why}"),
+        )),
+        Err(TargetError::Unavailable(why)) => {
+            Err(Error::Unavailable(crate::StorageError::Unavailable { message: why, source: None }))
+        }
+    }
+}
+
+/// The refusal of a `timeout_ms` below the function's own timeout, if it is.
+fn outlives(timeout_ms: u64, function: &str, function_ms: u64) -> Result<(), Error> {
+    if timeout_ms >= function_ms {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        Code::InvalidPush,
+        format!(
+            "push.timeout_ms ({timeout_ms}) is below the timeout of function {function:?} ({function_ms} ms): an \
+             invocation the dispatcher stopped waiting for could still run while the batch (or, ordered by key, \
+             the key's next one) is pushed again; set push.timeout_ms to at least {function_ms} or lower the \
+             function's timeout"
+        ),
+    ))
+}
+
 fn check_url(raw: &str) -> Result<(), String> {
     if raw.len() > MAX_URL_LEN {
         return Err(format!("must be at most {MAX_URL_LEN} characters"));
@@ -153,12 +199,14 @@ fn check_url(raw: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The key of a `whsec_<base64>` secret (Standard Webhooks), 16 to 64 bytes.
+/// The key of a `whsec_<base64>` secret (Standard Webhooks). Its length is checked when a
+/// subscription is created ([`MIN_SECRET_BYTES`] to [`MAX_SECRET_BYTES`]), not here: a key
+/// stored before that bound still signs.
 pub fn secret_key(secret: &str) -> Result<Vec<u8>, String> {
     let encoded = secret.strip_prefix(SECRET_PREFIX).ok_or_else(|| format!("must start with {SECRET_PREFIX:?}"))?;
     let key = STANDARD.decode(encoded).map_err(|_| format!("must be {SECRET_PREFIX} followed by base64"))?;
-    if !(16..=64).contains(&key.len()) {
-        return Err("must hold a key of 16 to 64 bytes".into());
+    if key.is_empty() {
+        return Err("must hold a key".into());
     }
     Ok(key)
 }
@@ -167,6 +215,10 @@ pub fn secret_key(secret: &str) -> Result<Vec<u8>, String> {
 mod tests {
     use super::*;
 
+    fn key_of(bytes: usize) -> String {
+        format!("{SECRET_PREFIX}{}", STANDARD.encode(vec![7u8; bytes]))
+    }
+
     #[test]
     fn bad_targets_and_bounds_are_refused_with_the_reason() {
         let cases: Vec<(PushSpec, &str)> = vec![
@@ -174,7 +226,16 @@ mod tests {
             (PushSpec::url("not a url", None), "not a URL"),
             (PushSpec::url("https://user:pw@example.com/", None), "credentials"),
             (PushSpec::url("https://example.com/", Some("abc".into())), "whsec_"),
-            (PushSpec::url("https://example.com/", Some("whsec_AAAA".into())), "16 to 64"),
+            (
+                PushSpec::url("https://example.com/", Some("whsec_AAAA".into())),
+                "24 to 64 bytes (Standard Webhooks); this one has 3",
+            ),
+            (
+                PushSpec::url("https://example.com/", Some(key_of(16))),
+                "24 to 64 bytes (Standard Webhooks); this one has 16",
+            ),
+            (PushSpec::url("https://example.com/", Some(key_of(23))), "this one has 23"),
+            (PushSpec::url("https://example.com/", Some(key_of(65))), "this one has 65"),
             (PushSpec::lambda(""), "function name"),
             (PushSpec::lambda("my fn"), "function name"),
             (PushSpec { max_batch: 0, ..PushSpec::lambda("f") }, "max_batch"),
@@ -187,6 +248,8 @@ mod tests {
             assert!(err.contains(why), "{err} should say {why}");
         }
         PushSpec::url("http://localhost:3000/hook", None).validate().unwrap();
+        PushSpec::url("http://localhost:3000/hook", Some(key_of(24))).validate().unwrap();
+        PushSpec::url("http://localhost:3000/hook", Some(key_of(64))).validate().unwrap();
         PushSpec::lambda("arn:aws:lambda:eu-west-1:123456789012:function:consumer").validate().unwrap();
     }
 
@@ -203,5 +266,41 @@ mod tests {
         stored.validate().unwrap();
         assert!(stored.satisfies(&requested));
         assert!(!stored.satisfies(&PushSpec::url("https://example.com/", Some("whsec_x".into()))));
+    }
+
+    /// A Lambda function's timeout as a fake `Targets` reads it.
+    struct Function(Result<u64, TargetError>);
+
+    #[async_trait::async_trait]
+    impl Targets for Function {
+        async fn lambda_timeout_ms(&self, _: &str) -> Result<u64, TargetError> {
+            self.0.clone()
+        }
+    }
+
+    #[tokio::test]
+    async fn given_a_lambda_function_that_outlives_the_attempt_then_its_subscription_is_refused_saying_why() {
+        let with = |timeout_ms| PushSpec { timeout_ms, ..PushSpec::lambda("consumer") };
+        let refusal = |r: Result<(), Error>| match r {
+            Err(Error::Invalid { code: Code::InvalidPush, message }) => message,
+            other => panic!("not refused as invalid_push: {other:?}"),
+        };
+        let fifteen = Function(Ok(15_000));
+        let why = refusal(check_target(&with(10_000), Some(&fifteen)).await);
+        assert!(
+            why.contains("push.timeout_ms (10000) is below the timeout of function \"consumer\" (15000 ms)"),
+            "{why}"
+        );
+        assert!(why.contains("at least 15000"), "{why}");
+        check_target(&with(15_000), Some(&fifteen)).await.unwrap();
+        check_target(&with(30_000), Some(&fifteen)).await.unwrap();
+        // Not asked: a URL target, or no way to ask (the embedded backend).
+        check_target(&PushSpec::url("https://example.com/", None), Some(&fifteen)).await.unwrap();
+        check_target(&with(1_000), None).await.unwrap();
+        let missing = Function(Err(TargetError::Refused("ResourceNotFoundException: no such function".into())));
+        let why = refusal(check_target(&with(10_000), Some(&missing)).await);
+        assert!(why.contains("could not be read: ResourceNotFoundException"), "{why}");
+        let throttled = Function(Err(TargetError::Unavailable("throttled".into())));
+        assert!(matches!(check_target(&with(10_000), Some(&throttled)).await, Err(Error::Unavailable(_))));
     }
 }

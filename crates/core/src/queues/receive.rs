@@ -66,7 +66,19 @@ impl Queues {
 
     /// Receives for a pull or a push subscription, counted in [`metrics::RECEIVED`].
     pub(super) async fn receive_on(&self, sub: &Sub, req: &ReceiveRequest) -> Result<Vec<Message>, Error> {
-        let messages = self.take_messages(sub, req, None).await?;
+        self.receive_until(sub, req, None).await
+    }
+
+    /// As [`Self::receive_on`], its wait ended early once `stop` turns true: only while it
+    /// waits, never while it takes (a take cut off after its write would hold messages
+    /// for no one and spend a delivery of each).
+    pub(super) async fn receive_until(
+        &self,
+        sub: &Sub,
+        req: &ReceiveRequest,
+        stop: Option<&tokio::sync::watch::Receiver<bool>>,
+    ) -> Result<Vec<Message>, Error> {
+        let messages = self.take_messages(sub, req, None, stop).await?;
         sub.count(metrics::RECEIVED, messages.len() as u64);
         Ok(messages)
     }
@@ -76,11 +88,13 @@ impl Queues {
         sub: &Sub,
         req: &ReceiveRequest,
         mut riding: Option<&mut Riding>,
+        stop: Option<&tokio::sync::watch::Receiver<bool>>,
     ) -> Result<Vec<Message>, Error> {
         let visibility = req.visibility_timeout_ms.unwrap_or(sub.record.spec.visibility_timeout_ms);
         let receipt_key = self.receipt_key().await?;
         let deadline = self.now() + req.wait_ms as i64;
         let partitions = sub.topic.spec.partitions;
+        let one_partition = sub.record.spec.push.is_some();
         loop {
             let heads = topics::heads(self.store(), &sub.topic).await?;
             let mut messages: Vec<Message> = Vec::new();
@@ -96,7 +110,8 @@ impl Queues {
             let mut visits: VecDeque<(u32, bool)> = (0..partitions).map(|i| ((start + i) % partitions, true)).collect();
             let turns = &self.local.turns;
             while let Some((p, first_pass)) = visits.pop_front() {
-                if messages.len() >= req.max_messages || bytes_left == 0 {
+                // A push batch is one partition's (one lease: retried as it was, `take.rs`).
+                if messages.len() >= req.max_messages || bytes_left == 0 || (one_partition && !messages.is_empty()) {
                     break;
                 }
                 let turn =
@@ -141,10 +156,29 @@ impl Queues {
             if !messages.is_empty() {
                 return Ok(answerable(messages, &held, now, visibility));
             }
-            if now >= deadline {
+            if now >= deadline || stop.is_some_and(|s| *s.borrow()) {
                 return Ok(messages);
             }
-            self.nap(now, deadline, wake_at, blocked, &idle).await?;
+            self.nap_unless(stop, now, deadline, (wake_at, blocked), &idle).await?;
+        }
+    }
+
+    /// As [`Self::nap`], cut short once `stop` (if any) turns true.
+    async fn nap_unless(
+        &self,
+        stop: Option<&tokio::sync::watch::Receiver<bool>>,
+        now: i64,
+        deadline: i64,
+        (wake_at, blocked): (Option<i64>, bool),
+        idle: &[(TopicConfig, u32, u64)],
+    ) -> Result<(), Error> {
+        let napping = self.nap(now, deadline, wake_at, blocked, idle);
+        match stop.cloned() {
+            Some(mut stop) => tokio::select! {
+                napped = napping => napped,
+                _ = stop.wait_for(|s| *s) => Ok(()),
+            },
+            None => napping.await,
         }
     }
 
@@ -308,6 +342,9 @@ impl Queues {
         let (sub, partition) = (at.sub, at.partition);
         let spec = &sub.record.spec;
         let mut plan = Plan::new(state, now, spec.ordering == Ordering::Key, dead);
+        if spec.push.is_some() {
+            plan.retry_batches_alone();
+        }
         plan.filtering = filter.is_some();
         // Where new messages start: offsets below the log start were removed by retention
         // before the queue took them, and are counted as expired when the cursor passes them.

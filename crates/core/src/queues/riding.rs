@@ -53,7 +53,7 @@ impl Queues {
             // going again on the fresh one): the receipts are another subscription's.
             riding.results = Some(vec![Err(ReceiptError::Invalid); riding.receipts.len()]);
         }
-        let messages = self.take_messages(sub, req, Some(riding)).await?;
+        let messages = self.take_messages(sub, req, Some(riding), None).await?;
         sub.count(metrics::RECEIVED, messages.len() as u64);
         Ok(messages)
     }

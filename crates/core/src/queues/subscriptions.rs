@@ -106,7 +106,7 @@ impl Queues {
         names::validate("topic", topic)?;
         names::validate("subscription", name)?;
         spec.validate()?;
-        let mut attempt = 0;
+        let (mut attempt, mut checked) = (0, false);
         while attempt < MAX_ATTEMPTS {
             match self.sub(topic, name).await {
                 Ok(existing) if existing.record.spec.satisfies(&spec) => return Ok((existing.describe(), false)),
@@ -115,6 +115,12 @@ impl Queues {
                         code: Code::SubscriptionExists,
                         message: format!("subscription '{name}' of topic '{topic}' exists with other settings"),
                     })
+                }
+                Err(Error::SubscriptionNotFound { .. }) if !checked => {
+                    if let Some(push) = &spec.push {
+                        super::push::check_target(push, self.targets.as_deref()).await?;
+                    }
+                    checked = true;
                 }
                 Err(Error::SubscriptionNotFound { .. }) => {}
                 Err(e) => return Err(e),

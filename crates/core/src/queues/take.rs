@@ -56,6 +56,8 @@ pub(super) struct Plan {
     pub wake_at: Option<i64>,
     pub blocked: bool,
     keyed: bool,
+    /// A push subscription's retry: one lease taken whole, nothing read from the log.
+    alone: bool,
     /// The subscription has a filter: the log is read further ahead, as some of what is
     /// read will not be delivered.
     pub filtering: bool,
@@ -75,6 +77,7 @@ impl Plan {
             wake_at: None,
             blocked: false,
             keyed,
+            alone: false,
             filtering: false,
         };
         for (i, lease) in state.leases.iter().enumerate() {
@@ -99,9 +102,23 @@ impl Plan {
         plan
     }
 
+    /// A push subscription's batches (`webhook.rs`'s ids are theirs): the first due lease
+    /// delivered before is a batch that failed or was never settled, retried alone and
+    /// whole, so its retry carries the same messages (whose order is their offsets') and
+    /// so the same `webhook-id`; none of those is mixed into a new batch. Called before
+    /// anything is read from the log; without such a lease, nothing changes.
+    pub fn retry_batches_alone(&mut self) {
+        let Some(retry) = self.candidates.iter().find(|c| c.receives > 0).and_then(|c| c.lease) else { return };
+        self.candidates.retain(|c| c.lease == Some(retry));
+        self.alone = true;
+    }
+
     /// How many new messages to read from the log: only as far as they will be delivered
     /// or parked. Keyed, a look-ahead past blocked keys, not the whole park.
     pub fn room(&self, want: usize) -> usize {
+        if self.alone {
+            return 0;
+        }
         let room = if self.keyed {
             want + PARK_LIMIT.saturating_sub(self.parked_before).min(want * 3)
         } else {

@@ -19,7 +19,7 @@ pub async fn given_a_flaky_receiver_then_every_matching_event_is_pushed_at_least
     let (clock, log, queues) = manual(backend).await;
     let topic = new_topic(&log, "push", 2).await;
     let filter = json!({"value": {"kind": [{"anything-but": "noise"}]}});
-    let push = PushSpec { max_batch: 5, ..PushSpec::url("https://receiver.test/hook", None) };
+    let push = PushSpec { max_batch: 5, ..PushSpec::url("https://receiver.test/hook", Some(SECRET.into())) };
     let sub = subscribe(&queues, &topic, SubscriptionSpec { filter: Some(filter), ..push_spec(push, 6, 100) }).await;
     let n = scaled(backend, 120).max(40);
     let events: Vec<NewEvent> = (0..n)
@@ -56,7 +56,8 @@ pub async fn given_a_flaky_receiver_then_every_matching_event_is_pushed_at_least
                 ok(json!({"batchItemFailures": failures}))
             }
         }
-    });
+    })
+    .verifying(SECRET);
     let dispatcher = Dispatcher::new(queues.clone(), receiver.clone());
     drain_all(&dispatcher, &clock, &topic, 100).await;
 
@@ -89,7 +90,7 @@ pub async fn given_a_flaky_receiver_then_every_matching_event_is_pushed_at_least
     drain_all(&dispatcher, &clock, &topic, 100).await;
     assert!(poison.is_subset(&receiver.acked()), "a redrive pushes dead letters again");
     assert!(all_dead_letters(&queues, &topic, &sub).await.is_empty());
-    assert_eq!(*receiver.bad_signatures.lock().unwrap(), 0);
+    assert_eq!(*receiver.bad_signatures.lock().unwrap(), 0, "every delivery's signature verifies");
 }
 
 pub async fn given_ordering_by_key_under_four_pushers_then_per_key_in_offset_order_and_never_two_at_once(

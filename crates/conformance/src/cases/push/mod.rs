@@ -6,12 +6,16 @@
 
 mod deletion;
 mod delivery;
+mod faults;
 mod filters;
 mod receiver;
+mod retries;
 
 pub use deletion::*;
 pub use delivery::*;
+pub use faults::*;
 pub use filters::*;
+pub use retries::*;
 
 /// Generates one `#[tokio::test]` per push case; `$backend` is an async expression yielding a [`Backend`](crate::Backend).
 #[macro_export]
@@ -25,6 +29,12 @@ macro_rules! push_conformance_suite {
             given_a_filter_on_a_pull_subscription_then_only_matching_events_are_received_and_the_rest_counted,
             given_events_with_a_trace_context_then_a_delivery_carries_the_one_its_batch_shares,
             given_a_subscription_or_topic_deleted_mid_delivery_then_the_run_succeeds_and_the_others_are_delivered,
+            given_failed_attempts_then_a_retry_pushes_the_same_batch_under_the_same_webhook_id_and_a_partial_failure_the_named_messages_alone,
+            // The push fault cases (`faults.rs`).
+            given_the_ack_answer_after_a_2xx_is_lost_then_an_applied_ack_holds_and_a_lost_one_repushes_the_batch,
+            given_a_push_receive_whose_answer_is_lost_then_nothing_is_pushed_until_its_window_ends_then_once,
+            given_two_dispatchers_on_one_keyed_subscription_then_a_key_is_pushed_in_order_never_twice_at_once,
+            given_a_dispatcher_stopped_while_a_receive_takes_a_batch_then_the_batch_is_delivered_and_settled,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn given_ordering_by_key_under_four_pushers_then_per_key_in_offset_order_and_never_two_at_once() {

@@ -28,6 +28,10 @@ pub(super) struct Attempt {
 
 pub(super) type Script = dyn Fn(&Value, usize) -> Answer + Send + Sync;
 
+/// A URL target's signing secret the cases give (28 bytes), so a receiver checks every
+/// signature from the first delivery ([`Receiver::verifying`]).
+pub(super) const SECRET: &str = "whsec_c2x1aWNlLWNvbmZvcm1hbmNlLXB1c2gta2V5IQ==";
+
 /// A scripted push target: answers each attempt as `script` says (given the body and the
 /// attempt's number), keeps every attempt, and checks what at-least-once forbids.
 pub(super) struct Receiver {
@@ -58,6 +62,12 @@ impl Receiver {
         })
     }
 
+    /// Checks every delivery's signature with `secret`'s key from now on.
+    pub(super) fn verifying(self: Arc<Self>, secret: &str) -> Arc<Self> {
+        *self.key.lock().unwrap() = Some(sluice_core::queues::secret_key(secret).expect("a valid secret"));
+        self
+    }
+
     pub(super) fn attempts(&self) -> Vec<Attempt> {
         self.attempts.lock().unwrap().clone()
     }
@@ -66,9 +76,16 @@ impl Receiver {
         self.acked.lock().unwrap().clone()
     }
 
+    /// Counts a signed delivery whose signature does not verify, or that came while no key
+    /// was given (nothing would have checked it).
     fn check_signature(&self, delivery: &Delivery) {
-        let Some(key) = self.key.lock().unwrap().clone() else { return };
         let header = |name: &str| delivery.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
+        let Some(key) = self.key.lock().unwrap().clone() else {
+            if header("webhook-signature").is_some() {
+                *self.bad_signatures.lock().unwrap() += 1;
+            }
+            return;
+        };
         let (id, ts, sig) = (header("webhook-id"), header("webhook-timestamp"), header("webhook-signature"));
         let now_s = ts.as_deref().and_then(|t| t.parse().ok()).unwrap_or(0);
         let valid = match (id, ts, sig) {
