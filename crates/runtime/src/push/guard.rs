@@ -1,7 +1,7 @@
 //! Which addresses a webhook may be delivered to when private destinations are not allowed
 //! (on AWS): one judgement, [`refusal`], for a literal address in the URL and for every
-//! address a name resolves to. An IPv6 address that embeds an IPv4 one (IPv4-mapped and
-//! -compatible, NAT64, 6to4) is judged by the address it embeds, so a private IPv4 address
+//! address a name resolves to. An IPv6 address that embeds an IPv4 one (IPv4-mapped, -translated
+//! and -compatible, NAT64, 6to4) is judged by the address it embeds, so a private IPv4 address
 //! is not reached through a translator or relay. docs/API.md's push section lists the same
 //! ranges.
 
@@ -19,6 +19,7 @@ const V4_REFUSED: &[(Ipv4Addr, u8, &str)] = &[
     (Ipv4Addr::new(172, 16, 0, 0), 12, "private (172.16.0.0/12)"),
     (Ipv4Addr::new(192, 0, 0, 0), 24, "IETF protocol assignments (192.0.0.0/24)"),
     (Ipv4Addr::new(192, 0, 2, 0), 24, "documentation (192.0.2.0/24)"),
+    (Ipv4Addr::new(192, 88, 99, 0), 24, "6to4 relay anycast (192.88.99.0/24)"),
     (Ipv4Addr::new(192, 168, 0, 0), 16, "private (192.168.0.0/16)"),
     (Ipv4Addr::new(198, 18, 0, 0), 15, "benchmarking (198.18.0.0/15)"),
     (Ipv4Addr::new(198, 51, 100, 0), 24, "documentation (198.51.100.0/24)"),
@@ -46,6 +47,7 @@ const V6_REFUSED: &[(Ipv6Addr, u8, &str)] = &[
 /// address's first bit counted from the left).
 const V6_EMBEDDING: &[(Ipv6Addr, u8, &str, u32)] = &[
     (Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0, 0), 96, "IPv4-mapped", 96),
+    (Ipv6Addr::new(0, 0, 0, 0, 0xffff, 0, 0, 0), 96, "IPv4-translated", 96),
     (Ipv6Addr::UNSPECIFIED, 96, "IPv4-compatible", 96),
     (Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0, 0), 96, "NAT64", 96),
     (Ipv6Addr::new(0x2002, 0, 0, 0, 0, 0, 0, 0), 16, "6to4", 16),
