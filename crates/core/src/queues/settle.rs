@@ -159,7 +159,7 @@ impl Queues {
             }
             let unheld: Vec<u64> =
                 pending.iter().zip(&round.found).filter(|(_, f)| f.is_none()).map(|(r, _)| r.1.offset).collect();
-            let done = self.done_already(sub, partition, action, &leases, state.cursor.next, &unheld).await?;
+            let done = self.done_already(sub, partition, action, (&leases, &state), &unheld).await?;
             for ((i, r), found) in pending.iter().zip(&round.found) {
                 results[*i] = match found {
                     Some(_) => Ok(round.new_receipts.get(&r.offset).cloned()),
@@ -179,16 +179,16 @@ impl Queues {
     /// not dead-lettered, not removed by retention), a release's in a lease nobody holds.
     /// The others' receipts are stale: their messages were delivered again, released or
     /// dead-lettered since, and this action did not happen. `leases` is the whole partition,
-    /// as of one moment.
+    /// as of one moment, with its `state`.
     async fn done_already(
         &self,
         sub: &Sub,
         partition: u32,
         action: Settle,
-        leases: &BTreeMap<String, Lease>,
-        next: u64,
+        (leases, state): (&BTreeMap<String, Lease>, &QueueState),
         offsets: &[u64],
     ) -> Result<HashSet<u64>, Error> {
+        let next = state.cursor.next;
         let mut done: HashSet<u64> =
             offsets.iter().copied().filter(|&o| placed_already(action, leases, next, o)).collect();
         if matches!(action, Settle::Ack) && !done.is_empty() {
@@ -200,6 +200,12 @@ impl Queues {
                 {
                     done.remove(&offset);
                 }
+            }
+            // A message moves between a lease and the DLQ (buried, redriven) in a write of
+            // the cursor item: unchanged since the leases were read, the DLQ read above saw
+            // the same moment. Changed, nothing is claimed done (stale is the safe answer).
+            if !done.is_empty() && self.load(sub, partition, Some(1)).await?.cursor_version != state.cursor_version {
+                done.clear();
             }
         }
         Ok(done)
