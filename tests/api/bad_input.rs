@@ -78,6 +78,10 @@ pub fn bad_writes() -> Vec<Case> {
             "partition_out_of_range",
         ),
         (Method::DELETE, "/v1/topics/nope".into(), None, 404, "topic_not_found"),
+        (Method::PUT, "/v1/topics/r".into(), Some(br#"{"retention_ms": 0}"#.to_vec()), 400, "invalid_retention"),
+        (Method::PUT, "/v1/topics/r".into(), Some(br#"{"retention_bytes": -1}"#.to_vec()), 400, "invalid_retention"),
+        (Method::PUT, "/v1/topics/r".into(), Some(b"[2, null, null]".to_vec()), 400, "invalid_request"),
+        (Method::PUT, "/v1/topics/r".into(), Some(br#"{"partition": 2}"#.to_vec()), 400, "invalid_request"),
     ]
     .into_iter()
     .chain(bad_publish_shapes())
@@ -102,6 +106,22 @@ fn bad_publish_shapes() -> Vec<Case> {
         publish(r#"{"events": [[null, 1, null, {}, null, null]]}"#.into(), 400, "invalid_request"),
         publish(r#"{"events": [{"value": 1, "timestamp_ms": -1}]}"#.into(), 400, "invalid_event"),
         publish(format!(r#"{{"events": [{{"value": 1, "timestamp_ms": {far_future}}}]}}"#), 400, "invalid_event"),
+        // Keys and headers past their bounds (1 KiB, 256 bytes, 4 KiB), far below the request's.
+        publish(
+            json!({ "events": [{ "value": 1 }, { "value": 1, "key": "k".repeat(1025) }] }).to_string(),
+            400,
+            "invalid_event",
+        ),
+        publish(
+            json!({ "events": [{ "value": 1, "headers": { "h".repeat(257): "v" } }] }).to_string(),
+            400,
+            "invalid_event",
+        ),
+        publish(
+            json!({ "events": [{ "value": 1, "headers": { "h": "v".repeat(4097) } }] }).to_string(),
+            400,
+            "invalid_event",
+        ),
     ]
 }
 
@@ -140,6 +160,12 @@ pub fn bad_reads() -> Vec<Case> {
         (Method::GET, format!("{events}?offset=3"), None, 416, "offset_out_of_range"),
         (Method::GET, format!("{events}?limit=0"), None, 400, "invalid_limit"),
         (Method::GET, format!("{events}?wait_ms=20001"), None, 400, "invalid_wait"),
+        (Method::GET, format!("{events}?max_bytes=0"), None, 400, "invalid_max_bytes"),
+        (Method::GET, format!("{events}?max_bytes=6291457"), None, 400, "invalid_max_bytes"),
+        // Unknown parameters are refused, never ignored (a replay from the start for `ofset`).
+        (Method::GET, format!("{events}?ofset=3"), None, 400, "invalid_query"),
+        (Method::GET, format!("{events}?offset=0&limt=1"), None, 400, "invalid_query"),
+        (Method::GET, "/v1/topics/t/partitions/0/offsets?timestamp_ms=1&at=2".into(), None, 400, "invalid_query"),
         (Method::GET, "/v1/topics/t/partitions/0/offsets?timestamp_ms=soon".into(), None, 400, "invalid_timestamp"),
         (Method::GET, "/v1/topics/nope".into(), None, 404, "topic_not_found"),
         (Method::GET, "/v1/nothing-here".into(), None, 404, "not_found"),

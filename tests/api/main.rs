@@ -3,6 +3,7 @@
 //! topics API's cases are in `bad_input.rs`).
 
 mod bad_input;
+mod bounds;
 #[path = "../common/mod.rs"]
 mod common;
 
@@ -106,6 +107,20 @@ async fn given_bad_input_when_sent_then_documented_4xx_json_and_no_state_change(
         let got = (r.status().as_u16(), r.json::<Value>().await.unwrap());
         let what = format!("{method} {path} as {content_type}: {}", got.1);
         assert_eq!((got.0, got.1["error"]["code"].as_str()), (415, Some("unsupported_media_type")), "{what}");
+    }
+    for key in ["", "has space", "a\tb", &"k".repeat(256)] {
+        let r = c
+            .post(s.url("/v1/topics/t/events"))
+            .header("Idempotency-Key", key)
+            .json(&json!({ "events": [{ "value": 1 }] }));
+        let r = r.send().await.unwrap();
+        let got = (r.status().as_u16(), r.json::<Value>().await.unwrap());
+        assert_eq!(
+            (got.0, got.1["error"]["code"].as_str()),
+            (400, Some("invalid_idempotency_key")),
+            "{key:?}: {}",
+            got.1
+        );
     }
     for (content_type, body, status, code) in bad_input::bad_cloudevents() {
         let r = c.post(s.url("/v1/topics/t/events")).header("content-type", content_type).body(body.clone());

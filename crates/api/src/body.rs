@@ -77,6 +77,12 @@ pub fn parse_json_owned<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError>
     serde_json::from_str(utf8(body)?).map_err(json_error)
 }
 
+/// A request body of the documented shape: a JSON object (see [`Object`]), whose unknown
+/// fields the type refuses (`deny_unknown_fields`), each `400 invalid_request` naming it.
+pub fn parse_object<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    parse_json_owned::<Object<T>>(body).map(|Object(t)| t)
+}
+
 /// The body as text (JSON is UTF-8), checked once in one pass: `serde_json::from_slice`
 /// would check each string and each raw value on its own, at about twice the cost.
 fn utf8(body: &[u8]) -> Result<&str, ApiError> {

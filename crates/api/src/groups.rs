@@ -15,7 +15,7 @@ use sluice_wire::groups::{
     CommitRequest as Commit, LeaveRequest as Leave, PollRequest as Poll, Reset, SeekRequest as Seek,
 };
 
-use crate::body::{parse_json_owned, read_body};
+use crate::body::{parse_object, read_body};
 
 use crate::openapi::answers::{GroupDescription, GroupList, Polled, Sought};
 use crate::openapi::params::GroupPath;
@@ -41,7 +41,7 @@ pub async fn poll(
     headers: axum::http::HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let req: Poll = parse_json_owned(&read_body(body, MAX_BODY).await?)?;
+    let req: Poll = parse_object(&read_body(body, MAX_BODY).await?)?;
     // The core checks the bounds (the same contract for a program embedding it).
     let max_events = req.max_events.unwrap_or(DEFAULT_MAX_EVENTS);
     let max_bytes = req.max_bytes.unwrap_or(DEFAULT_MAX_BYTES);
@@ -133,7 +133,7 @@ pub async fn commit(
     Path(group): Path<String>,
     body: Body,
 ) -> Result<StatusCode, ApiError> {
-    let req: Commit = parse_json_owned(&read_body(body, MAX_BODY).await?)?;
+    let req: Commit = parse_object(&read_body(body, MAX_BODY).await?)?;
     let offsets: Vec<CommitOffset> = req
         .offsets
         .into_iter()
@@ -152,7 +152,7 @@ pub async fn leave(
     Path(group): Path<String>,
     body: Body,
 ) -> Result<StatusCode, ApiError> {
-    let req: Leave = parse_json_owned(&read_body(body, MAX_BODY).await?)?;
+    let req: Leave = parse_object(&read_body(body, MAX_BODY).await?)?;
     groups.leave(&group, &req.member_id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -166,7 +166,7 @@ pub async fn seek(
     Path(group): Path<String>,
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
-    let req: Seek = parse_json_owned(&read_body(body, MAX_BODY).await?)?;
+    let req: Seek = parse_object(&read_body(body, MAX_BODY).await?)?;
     let target = match (req.to.as_deref(), req.offset, req.timestamp_ms) {
         (Some("earliest"), None, None) => SeekTarget::Earliest,
         (Some("latest"), None, None) => SeekTarget::Latest,

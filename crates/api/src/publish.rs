@@ -42,7 +42,7 @@ pub(crate) struct Batch<'a> {
 #[serde(deny_unknown_fields)]
 #[schema(as = NewEvent)]
 pub(crate) struct JsonEvent<'a> {
-    /// Picks the partition, as Kafka's default partitioner does.
+    /// Picks the partition, as Kafka's default partitioner does; at most 1 KiB (UTF-8 bytes).
     #[serde(borrow)]
     #[schema(value_type = Option<String>)]
     key: Option<Cow<'a, str>>,
@@ -53,8 +53,8 @@ pub(crate) struct JsonEvent<'a> {
     /// Standard alphabet, padded; replayed as `value_base64`.
     #[schema(content_encoding = "base64")]
     value_base64: Option<String>,
-    /// At most 64. An event's own `traceparent` (and `tracestate`) is kept over the
-    /// request's trace context.
+    /// At most 64, each name at most 256 bytes and each value at most 4 KiB. An event's own
+    /// `traceparent` (and `tracestate`) is kept over the request's trace context.
     #[serde(default)]
     headers: BTreeMap<String, String>,
     /// Milliseconds since the epoch, 0 to 1 hour (the server's `SLUICE_MAX_TIMESTAMP_AHEAD_MS`)

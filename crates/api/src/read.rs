@@ -23,8 +23,17 @@ const DEFAULT_MAX_BYTES: usize = 1 << 20;
 
 pub(crate) type Params = Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>;
 
-pub(crate) fn params(q: Params) -> Result<HashMap<String, String>, ApiError> {
-    q.map(|Query(q)| q).map_err(|e| ApiError::bad_request(Code::InvalidQuery, e.body_text()))
+/// The query's parameters, checked as a body's fields are: one the route does not take
+/// (`known`) is `400 invalid_query` naming it, never ignored.
+pub(crate) fn params(q: Params, known: &[&str]) -> Result<HashMap<String, String>, ApiError> {
+    let q = q.map(|Query(q)| q).map_err(|e| ApiError::bad_request(Code::InvalidQuery, e.body_text()))?;
+    let mut unknown: Vec<&str> = q.keys().map(String::as_str).filter(|name| !known.contains(name)).collect();
+    if unknown.is_empty() {
+        return Ok(q);
+    }
+    unknown.sort_unstable();
+    let message = format!("unknown query parameter '{}': this route takes {}", unknown.join("', '"), known.join(", "));
+    Err(ApiError::bad_request(Code::InvalidQuery, message))
 }
 
 fn partition(raw: &str) -> Result<u32, ApiError> {
@@ -57,7 +66,7 @@ pub async fn events(
     Path((topic, p)): Path<(String, String)>,
     q: Params,
 ) -> Result<Response, ApiError> {
-    let q = params(q)?;
+    let q = params(q, &["offset", "limit", "max_bytes", "wait_ms"])?;
     let partition = partition(&p)?;
     let offset = match q.get("offset").map(String::as_str) {
         None | Some("earliest") => log.offset(&topic, partition, OffsetQuery::Earliest).await?,
@@ -151,7 +160,7 @@ pub async fn offsets(
     Path((topic, p)): Path<(String, String)>,
     q: Params,
 ) -> Result<Json<Value>, ApiError> {
-    let q = params(q)?;
+    let q = params(q, &["timestamp_ms"])?;
     let partition = partition(&p)?;
     let query = match q.get("timestamp_ms").map(String::as_str) {
         Some("earliest") => OffsetQuery::Earliest,
@@ -189,6 +198,17 @@ mod tests {
         write_record(&mut out, &record);
         out.push(b'}');
         serde_json::from_slice(&out).unwrap()
+    }
+
+    #[test]
+    fn unknown_query_parameters_are_refused_by_name_and_known_ones_pass() {
+        let query =
+            |names: &[&str]| -> Params { Ok(Query(names.iter().map(|n| (n.to_string(), "1".into())).collect())) };
+        let known = ["offset", "limit"];
+        assert_eq!(params(query(&["offset", "limit"]), &known).unwrap().len(), 2);
+        let e = params(query(&["zz", "limit", "ofset"]), &known).err().unwrap();
+        assert_eq!((e.status.as_u16(), e.code), (400, Code::InvalidQuery));
+        assert_eq!(e.message, "unknown query parameter 'ofset', 'zz': this route takes offset, limit");
     }
 
     #[test]

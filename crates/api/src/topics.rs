@@ -8,7 +8,7 @@ use axum::Json;
 use serde_json::{json, Value};
 use sluice_core::{Log, PartitionState, TopicConfig, TopicSpec};
 
-use crate::body::{parse_json, read_body};
+use crate::body::{parse_object, read_body};
 use crate::openapi::answers::{CreateTopic, Topic, TopicDescription, TopicList};
 use crate::openapi::params::TopicPath;
 use crate::openapi::{errors, examples as ex};
@@ -39,7 +39,7 @@ pub async fn create(
     let req: CreateTopic = if body.iter().all(u8::is_ascii_whitespace) {
         CreateTopic { partitions: 1, retention_ms: None, retention_bytes: None }
     } else {
-        parse_json(&body)?
+        parse_object(&body)?
     };
     let spec =
         TopicSpec { partitions: req.partitions, retention_ms: req.retention_ms, retention_bytes: req.retention_bytes };

@@ -171,11 +171,10 @@ impl Call {
     }
 }
 
-/// A successful answer: its status and body, and how many attempts it took.
+/// A successful answer: its status and body.
 pub(crate) struct Answer {
     pub status: u16,
     pub body: Vec<u8>,
-    pub attempts: u32,
 }
 
 impl Answer {
@@ -221,7 +220,7 @@ impl Client {
         loop {
             attempt += 1;
             let (error, retry_after) = match self.attempt(&call).await {
-                Ok((status, body)) => return (Ok(Answer { status, body, attempts: attempt }), attempt),
+                Ok((status, body)) => return (Ok(Answer { status, body }), attempt),
                 Err(failure) => failure,
             };
             if !(call.retry && error.is_transient() && attempt < policy.max_attempts) {

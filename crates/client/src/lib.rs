@@ -14,8 +14,8 @@
 //! the server's `Retry-After` when it sends one) only where a second application cannot
 //! do what the first did not mean to:
 //! - reads, creates (idempotent by settings), commits (fenced, never backwards), seeks,
-//!   leaves, acks/nacks/visibility (a retry's `stale_receipt` is its first attempt's
-//!   doing, and is reported done, as SQS does), receives (a lost answer's messages come
+//!   leaves, acks/nacks/visibility (the server answers a retry `ok` for a message its
+//!   first attempt settled, and `stale_receipt` only when this settle did not happen), receives (a lost answer's messages come
 //!   back after their visibility timeout), group polls (with positions, a retried poll
 //!   answers the same events), deletes (a retry's `404` is reported done), purges and
 //!   unbounded redrives;

@@ -39,20 +39,6 @@ pub struct Receive {
     pub ack: Vec<String>,
 }
 
-/// A retried request's `stale_receipt` may be its own first attempt's doing (the answer
-/// was lost): the message was settled. As SQS does, report it done.
-fn settled_on_retry(mut results: Vec<ReceiptResult>, attempts: u32) -> Vec<ReceiptResult> {
-    if attempts > 1 {
-        for result in &mut results {
-            if result.error.as_ref().is_some_and(|e| e.code == "stale_receipt") {
-                result.ok = true;
-                result.error = None;
-            }
-        }
-    }
-    results
-}
-
 impl Client {
     fn subscription(topic: &str, sub: &str) -> String {
         format!("/v1/topics/{topic}/subscriptions/{sub}")
@@ -87,8 +73,9 @@ impl Client {
     }
 
     /// Acks `request.ack`, then receives. Retried: a lost answer leaves its messages in
-    /// flight until their visibility timeout, then they are delivered again; a retried
-    /// ack's `stale_receipt` is reported done.
+    /// flight until their visibility timeout, then they are delivered again. A retry's acks
+    /// answer as the server finds them: `ok` for a message already acked (by the lost
+    /// attempt), `stale_receipt` only for one delivered again, released or dead-lettered.
     pub async fn receive(&self, topic: &str, sub: &str, request: &Receive) -> Result<Received, Error> {
         let mut body = json!({"max_messages": request.max_messages.max(1), "wait_ms": request.wait_ms});
         if let Some(ms) = request.visibility_timeout_ms {
@@ -99,15 +86,12 @@ impl Client {
         }
         let path = format!("{}/receive", Self::subscription(topic, sub));
         let call = Call::new(Method::POST, path).json(&body)?.waiting(request.wait_ms);
-        let answer = self.send(call).await?;
-        let mut received: Received = answer.parse()?;
-        received.acks = settled_on_retry(received.acks, answer.attempts);
-        Ok(received)
+        self.fetch(call).await
     }
 
     /// The messages are done. One result per receipt, in order.
     pub async fn ack(&self, topic: &str, sub: &str, receipts: &[String]) -> Result<Vec<ReceiptResult>, Error> {
-        self.settle(topic, sub, "ack", json!({"receipts": receipts}), true).await
+        self.settle(topic, sub, "ack", json!({"receipts": receipts})).await
     }
 
     /// Gives the messages back, visible again after `delay_ms`.
@@ -118,7 +102,7 @@ impl Client {
         receipts: &[String],
         delay_ms: u64,
     ) -> Result<Vec<ReceiptResult>, Error> {
-        self.settle(topic, sub, "nack", json!({"receipts": receipts, "delay_ms": delay_ms}), true).await
+        self.settle(topic, sub, "nack", json!({"receipts": receipts, "delay_ms": delay_ms})).await
     }
 
     /// Keeps the messages hidden for `visibility_timeout_ms` from now; an `ok` result
@@ -131,23 +115,14 @@ impl Client {
         visibility_timeout_ms: u64,
     ) -> Result<Vec<ReceiptResult>, Error> {
         let body = json!({"receipts": receipts, "visibility_timeout_ms": visibility_timeout_ms});
-        // An extension leaves the receipt valid: a retry's `stale_receipt` means the hold is
-        // lost. A release (0) settles like a nack.
-        self.settle(topic, sub, "visibility", body, visibility_timeout_ms == 0).await
+        self.settle(topic, sub, "visibility", body).await
     }
 
-    async fn settle(
-        &self,
-        topic: &str,
-        sub: &str,
-        verb: &str,
-        body: Value,
-        settles: bool,
-    ) -> Result<Vec<ReceiptResult>, Error> {
+    /// Retried: the server answers a retry truthfully (a message an earlier attempt settled
+    /// is `ok`; `stale_receipt` means this settle did not happen), so results are as sent.
+    async fn settle(&self, topic: &str, sub: &str, verb: &str, body: Value) -> Result<Vec<ReceiptResult>, Error> {
         let call = Call::new(Method::POST, format!("{}/{verb}", Self::subscription(topic, sub))).json(&body)?;
-        let answer = self.send(call).await?;
-        let results = answer.parse::<Settled>()?.results;
-        Ok(if settles { settled_on_retry(results, answer.attempts) } else { results })
+        Ok(self.fetch::<Settled>(call).await?.results)
     }
 
     /// A page of dead letters, after `after` (the previous page's `next`).
@@ -185,25 +160,5 @@ impl Client {
     pub async fn purge_dead_letters(&self, topic: &str, sub: &str) -> Result<u64, Error> {
         let call = Call::new(Method::DELETE, format!("{}/dlq", Self::subscription(topic, sub)));
         Ok(self.fetch::<Value>(call).await?["purged"].as_u64().unwrap_or_default())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::types::ReceiptError;
-
-    fn stale() -> ReceiptResult {
-        let error = ReceiptError { code: "stale_receipt".into(), message: "m".into() };
-        ReceiptResult { receipt: Some("r".into()), ok: false, error: Some(error) }
-    }
-
-    #[test]
-    fn given_stale_receipt_then_done_only_on_a_retried_request() {
-        assert!(!settled_on_retry(vec![stale()], 1)[0].ok);
-        assert!(settled_on_retry(vec![stale()], 2)[0].ok);
-        let mut invalid = stale();
-        invalid.error = Some(ReceiptError { code: "invalid_receipt".into(), message: "m".into() });
-        assert!(!settled_on_retry(vec![invalid], 3)[0].ok, "an invalid receipt stays refused");
     }
 }

@@ -414,3 +414,36 @@ async fn given_serve_then_the_examples_produce_consume_and_work_through_the_same
     let backlog = &client.describe_subscription("orders", "invoices").await.unwrap()["backlog"];
     assert_eq!((backlog["visible"].as_u64(), backlog["in_flight"].as_u64()), (Some(0), Some(0)), "{backlog}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_lost_ack_answers_then_a_retry_is_ok_only_where_the_ack_happened() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LocalServer::start(dir.path()).await.unwrap();
+    // Every second ack is applied and its answer lost: the client sends it again.
+    let (url, proxy) = lossy(server.url(), "/ack", 2).await;
+    let (direct, lossy) = (Client::new(server.url()).unwrap(), quick_retries(&url));
+    direct.create_topic("acks", &TopicSettings::partitions(1)).await.unwrap();
+    direct.create_subscription("acks", "w", &json!({ "start": "earliest" })).await.unwrap();
+    let events = json!({ "events": [{ "value": 1 }, { "value": 2 }] });
+    let published = reqwest::Client::new().post(format!("{}/v1/topics/acks/events", server.url())).json(&events);
+    assert!(published.send().await.unwrap().status().is_success());
+    let one = sluice_client::Receive { max_messages: 1, ..Default::default() };
+    let receive = || async { direct.receive("acks", "w", &one).await.unwrap().messages.remove(0) };
+    // The proxy's first ack is answered: a receipt of no subscription, refused either way.
+    assert!(!lossy.ack("acks", "w", &["nothing".to_owned()]).await.unwrap()[0].ok);
+
+    let first = receive().await;
+    let acked = lossy.ack("acks", "w", std::slice::from_ref(&first.receipt)).await.unwrap();
+    assert!(acked[0].ok, "the lost attempt acked it, and the retry is told so: {acked:?}");
+
+    // A receipt of a delivery that is over: released, then received again by someone else.
+    let second = receive().await;
+    assert!(direct.change_visibility("acks", "w", std::slice::from_ref(&second.receipt), 0).await.unwrap()[0].ok);
+    let again = receive().await;
+    assert_eq!(again.receive_count, 2);
+    let stale = lossy.ack("acks", "w", std::slice::from_ref(&second.receipt)).await.unwrap();
+    let code = stale[0].error.as_ref().map(|e| e.code.as_str());
+    assert_eq!((stale[0].ok, code), (false, Some("stale_receipt")), "the retry of an ack that did not happen");
+    assert_eq!(proxy.lost.load(Ordering::SeqCst), 2, "both acks were retried");
+    assert!(direct.ack("acks", "w", &[again.receipt]).await.unwrap()[0].ok, "the new holder still holds it");
+}

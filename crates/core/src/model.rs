@@ -95,6 +95,12 @@ pub struct Limits {
     pub max_request_bytes: usize,
     pub max_events_per_publish: usize,
     pub max_headers_per_event: usize,
+    /// Bytes of an event's key, of a header's name and of a header's value: far below the
+    /// request's size, so the largest event still renders inside one page
+    /// ([`Limits::max_response_bytes`]) even with every byte escaped.
+    pub max_key_bytes: usize,
+    pub max_header_name_bytes: usize,
+    pub max_header_value_bytes: usize,
     /// Arrays and objects a JSON value may open inside one another: every client reads it
     /// back (serde_json stops at 128 levels, counting those of the page around the value).
     pub max_value_depth: usize,
@@ -142,6 +148,9 @@ impl Default for Limits {
             max_request_bytes: 6 << 20,
             max_events_per_publish: 1000,
             max_headers_per_event: 64,
+            max_key_bytes: 1024,
+            max_header_name_bytes: 256,
+            max_header_value_bytes: 4096,
             max_value_depth: 64,
             max_timestamp_ahead_ms: 3_600_000,
             max_partitions: 1024,

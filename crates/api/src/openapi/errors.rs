@@ -30,7 +30,7 @@ const PATH: &[Code] = &[Code::InvalidPath, Code::InvalidName];
 /// A JSON body that is malformed, of the wrong shape, unreadable or too large.
 const BODY: &[Code] =
     &[Code::InvalidJson, Code::InvalidRequest, Code::UnreadableBody, Code::RequestTooLarge, Code::UnsupportedMediaType];
-/// A query string that does not parse.
+/// A query string that does not parse, or names a parameter the route does not take.
 const QUERY: &[Code] = &[Code::InvalidQuery];
 /// A subscription that is not there.
 const SUB: &[Code] = &[Code::TopicNotFound, Code::SubscriptionNotFound];
@@ -84,9 +84,9 @@ errors! {
     /// `changeVisibility`.
     Visibility: [PATH, BODY, SUB] TooManyReceipts, InvalidVisibilityTimeout;
     /// `listDeadLetters`.
-    ListDeadLetters: [PATH, QUERY, SUB] InvalidLimit, InvalidDeadLetterId;
+    ListDeadLetters: [PATH, QUERY, SUB] InvalidLimit, InvalidDeadLetterId, PartitionNotFound;
     /// `redrive`.
     Redrive: [PATH, BODY, SUB];
     /// `deleteDeadLetter`.
-    DeleteDeadLetter: [PATH, SUB] InvalidDeadLetterId, DeadLetterNotFound;
+    DeleteDeadLetter: [PATH, SUB] InvalidDeadLetterId, DeadLetterNotFound, PartitionNotFound;
 }

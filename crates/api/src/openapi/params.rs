@@ -116,8 +116,8 @@ pub(crate) struct OffsetsQuery {
 #[derive(IntoParams)]
 #[into_params(parameter_in = Query)]
 pub(crate) struct DeadLettersQuery {
-    /// Dead letters per page: 1 to 1000 (default 100; larger asks get 1000).
-    #[param(minimum = 1, example = 100)]
+    /// Dead letters per page: 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000, example = 100)]
     limit: Option<u32>,
     /// Start after this id: the `next` of the previous page.
     #[param(example = "0-1")]

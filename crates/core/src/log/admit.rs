@@ -20,32 +20,42 @@ pub(super) fn check(limits: &Limits, events: &[NewEvent], now_ms: i64) -> Result
         ));
     }
     let latest = now_ms.saturating_add(l.max_timestamp_ahead_ms);
-    for (i, e) in events.iter().enumerate() {
-        if e.value.len() > l.max_value_bytes {
-            return Err(Error::too_large(
-                Code::ValueTooLarge,
-                format!("event {i}: value is {} bytes; the limit is {}", e.value.len(), l.max_value_bytes),
-            ));
+    events.iter().enumerate().try_for_each(|(i, e)| check_event(l, i, e, latest))
+}
+
+/// One event, `i` in the request, against `limits`; `latest` is the last timestamp taken.
+fn check_event(l: &Limits, i: usize, e: &NewEvent, latest: i64) -> Result<(), Error> {
+    if e.value.len() > l.max_value_bytes {
+        return Err(Error::too_large(
+            Code::ValueTooLarge,
+            format!("event {i}: value is {} bytes; the limit is {}", e.value.len(), l.max_value_bytes),
+        ));
+    }
+    if e.headers.len() > l.max_headers_per_event {
+        return Err(Error::invalid(
+            Code::TooManyHeaders,
+            format!("event {i}: {} headers; the limit is {}", e.headers.len(), l.max_headers_per_event),
+        ));
+    }
+    let invalid = |why: String| Err(Error::invalid(Code::InvalidEvent, format!("event {i}: {why}")));
+    if let Some(key) = e.key.as_ref().filter(|k| k.len() > l.max_key_bytes) {
+        return invalid(format!("key is {} bytes; the limit is {}", key.len(), l.max_key_bytes));
+    }
+    for (name, value) in &e.headers {
+        if name.len() > l.max_header_name_bytes {
+            return invalid(format!("a header name is {} bytes; the limit is {}", name.len(), l.max_header_name_bytes));
         }
-        if e.headers.len() > l.max_headers_per_event {
-            return Err(Error::invalid(
-                Code::TooManyHeaders,
-                format!("event {i}: {} headers; the limit is {}", e.headers.len(), l.max_headers_per_event),
-            ));
+        if value.len() > l.max_header_value_bytes {
+            let limit = l.max_header_value_bytes;
+            return invalid(format!("header '{name}' is {} bytes; the limit is {limit}", value.len()));
         }
-        if e.value_is_json && nests_deeper_than(&e.value, l.max_value_depth) {
-            return Err(Error::invalid(
-                Code::InvalidEvent,
-                format!("event {i}: value nests more than {} levels of arrays and objects", l.max_value_depth),
-            ));
-        }
-        if let Some(ts) = e.timestamp_ms.filter(|ts| !(0..=latest).contains(ts)) {
-            let ahead = l.max_timestamp_ahead_ms;
-            return Err(Error::invalid(
-                Code::InvalidEvent,
-                format!("event {i}: timestamp {ts} ms is before the epoch or more than {ahead} ms ahead of now"),
-            ));
-        }
+    }
+    if e.value_is_json && nests_deeper_than(&e.value, l.max_value_depth) {
+        return invalid(format!("value nests more than {} levels of arrays and objects", l.max_value_depth));
+    }
+    if let Some(ts) = e.timestamp_ms.filter(|ts| !(0..=latest).contains(ts)) {
+        let ahead = l.max_timestamp_ahead_ms;
+        return invalid(format!("timestamp {ts} ms is before the epoch or more than {ahead} ms ahead of now"));
     }
     Ok(())
 }
@@ -145,5 +155,59 @@ mod tests {
         }
         let wider = Limits { max_timestamp_ahead_ms: 2 * hour, ..l };
         assert!(check(&wider, &[event("1", true, Some(now + hour + 1))], now).is_ok());
+    }
+
+    #[test]
+    fn keys_and_headers_past_their_bounds_are_refused_by_index_naming_the_bound() {
+        let l = Limits::default();
+        let with = |key: usize, name: usize, value: usize| NewEvent {
+            key: Some(Bytes::from("k".repeat(key))),
+            headers: vec![("n".repeat(name), Bytes::from("v".repeat(value)))],
+            ..event("1", true, None)
+        };
+        let cases: Vec<(NewEvent, Option<&str>)> = vec![
+            (with(1024, 256, 4096), None),
+            (with(1025, 1, 1), Some("key is 1025 bytes; the limit is 1024")),
+            (with(1, 257, 1), Some("a header name is 257 bytes; the limit is 256")),
+            (with(1, 1, 4097), Some("header 'n' is 4097 bytes; the limit is 4096")),
+        ];
+        for (e, refused) in cases {
+            let events = [event("1", true, None), e];
+            match (check(&l, &events, 0), refused) {
+                (Ok(()), None) => {}
+                (Err(err @ Error::Invalid { code: Code::InvalidEvent, .. }), Some(why)) => {
+                    assert_eq!(err.to_string(), format!("event 1: {why}"));
+                }
+                (got, want) => panic!("got {got:?}, want a refusal {want:?}"),
+            }
+        }
+    }
+
+    /// The largest event the limits admit, every byte of its key and headers escaped and its
+    /// value bytes (base64), renders inside one replay page, so a page of one always fits.
+    #[test]
+    fn the_largest_admitted_event_renders_inside_one_page() {
+        let l = Limits::default();
+        let control = |n: usize| Bytes::from(vec![1u8; n]);
+        let record = crate::segment::Record {
+            timestamp_ms: i64::MAX,
+            key: Some(control(l.max_key_bytes)),
+            headers: (0..l.max_headers_per_event)
+                .map(|_| ("\u{1}".repeat(l.max_header_name_bytes), control(l.max_header_value_bytes)))
+                .collect(),
+            value: control(l.max_value_bytes),
+            value_is_json: false,
+        };
+        let events = [NewEvent {
+            key: record.key.clone(),
+            headers: record.headers.clone(),
+            value: record.value.clone(),
+            value_is_json: false,
+            timestamp_ms: None,
+            partition: None,
+        }];
+        assert!(check(&l, &events, 0).is_ok(), "the limits admit it");
+        let rendered = crate::log::read::rendered_size(&record);
+        assert!(rendered <= l.max_response_bytes, "{rendered} bytes rendered, past a page's {}", l.max_response_bytes);
     }
 }

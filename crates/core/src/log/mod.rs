@@ -364,12 +364,12 @@ impl Log {
 fn place(topic: &TopicConfig, events: Vec<NewEvent>, sticky: u32, now: i64) -> Result<Vec<(u32, Record)>, Error> {
     let partitions = topic.spec.partitions;
     let mut placed = Vec::with_capacity(events.len());
-    for e in events {
+    for (i, e) in events.into_iter().enumerate() {
         let partition = match (e.partition, &e.key) {
             (Some(p), _) if p >= partitions => {
                 return Err(Error::invalid(
                     Code::PartitionOutOfRange,
-                    format!("partition {p} does not exist: topic '{}' has {partitions}", topic.name),
+                    format!("event {i}: partition {p} does not exist: topic '{}' has {partitions}", topic.name),
                 ))
             }
             (Some(p), _) => p,

@@ -3,13 +3,22 @@
 use super::*;
 use crate::Code;
 
-fn parse_dead_id(id: &str, partitions: u32) -> Result<(u32, u64), Error> {
-    id.split_once('-')
+/// Dead letters per page, at most (and at least one).
+const MAX_DEAD_LETTERS_PER_PAGE: usize = 1000;
+
+/// A dead letter id, `<partition>-<offset>`, of a partition `topic` has: one it does not
+/// have is `partition_not_found`, as on every route that names a partition.
+fn parse_dead_id(id: &str, topic: &TopicConfig) -> Result<(u32, u64), Error> {
+    let (partition, offset) = id
+        .split_once('-')
         .and_then(|(p, o)| Some((p.parse::<u32>().ok()?, o.parse::<u64>().ok()?)))
-        .filter(|(p, _)| *p < partitions)
         .ok_or_else(|| {
             Error::invalid(Code::InvalidDeadLetterId, format!("'{id}' is not a dead letter id (<partition>-<offset>)"))
-        })
+        })?;
+    if partition >= topic.spec.partitions {
+        return Err(Error::PartitionNotFound { topic: topic.name.clone(), partition });
+    }
+    Ok((partition, offset))
 }
 
 impl Queues {
@@ -21,9 +30,12 @@ impl Queues {
         after: Option<&str>,
         limit: usize,
     ) -> Result<DeadLetterPage, Error> {
+        if !(1..=MAX_DEAD_LETTERS_PER_PAGE).contains(&limit) {
+            let message = format!("limit must be between 1 and {MAX_DEAD_LETTERS_PER_PAGE}");
+            return Err(Error::invalid(Code::InvalidLimit, message));
+        }
         let sub = self.sub(topic, name).await?;
-        let limit = limit.clamp(1, 1000);
-        let after = after.map(|id| parse_dead_id(id, sub.topic.spec.partitions)).transpose()?;
+        let after = after.map(|id| parse_dead_id(id, &sub.topic)).transpose()?;
         let heads = topics::heads(self.store(), &sub.topic).await?;
         let mut entries = Vec::new();
         for p in after.map_or(0, |(p, _)| p)..sub.topic.spec.partitions {
@@ -65,7 +77,7 @@ impl Queues {
     /// Deletes one dead letter for good.
     pub async fn delete_dead_letter(&self, topic: &str, name: &str, id: &str) -> Result<(), Error> {
         let sub = self.sub(topic, name).await?;
-        let (partition, offset) = parse_dead_id(id, sub.topic.spec.partitions)?;
+        let (partition, offset) = parse_dead_id(id, &sub.topic)?;
         let key = dead_key(sub.record.id, partition, offset);
         let mut attempt = 0;
         while attempt < MAX_ATTEMPTS {

@@ -157,9 +157,13 @@ impl Queues {
                     continue;
                 }
             }
+            let unheld: Vec<u64> =
+                pending.iter().zip(&round.found).filter(|(_, f)| f.is_none()).map(|(r, _)| r.1.offset).collect();
+            let done = self.done_already(sub, partition, action, (&leases, &state), &unheld).await?;
             for ((i, r), found) in pending.iter().zip(&round.found) {
                 results[*i] = match found {
                     Some(_) => Ok(round.new_receipts.get(&r.offset).cloned()),
+                    None if done.contains(&r.offset) => Ok(None),
                     None => Err(ReceiptError::Stale),
                 };
             }
@@ -167,6 +171,44 @@ impl Queues {
             attempt = 0;
         }
         Ok(())
+    }
+
+    /// Of `offsets`, whose receipts no lease holds under their delivery, those whose messages
+    /// are already where `action` would put them, as after an earlier attempt of the same
+    /// request whose answer was lost: an ack's message acked (in no lease, below the cursor,
+    /// not dead-lettered, not removed by retention), a release's in a lease nobody holds.
+    /// The others' receipts are stale: their messages were delivered again, released or
+    /// dead-lettered since, and this action did not happen. `leases` is the whole partition,
+    /// as of one moment, with its `state`.
+    async fn done_already(
+        &self,
+        sub: &Sub,
+        partition: u32,
+        action: Settle,
+        (leases, state): (&BTreeMap<String, Lease>, &QueueState),
+        offsets: &[u64],
+    ) -> Result<HashSet<u64>, Error> {
+        let next = state.cursor.next;
+        let mut done: HashSet<u64> =
+            offsets.iter().copied().filter(|&o| placed_already(action, leases, next, o)).collect();
+        if matches!(action, Settle::Ack) && !done.is_empty() {
+            // In no lease are also a message dead-lettered (the DLQ tells) and one retention
+            // removed (below the log start: acked or not, it cannot tell, so not done).
+            let log_start = self.log.offset_of(&sub.topic, partition, OffsetQuery::Earliest).await?;
+            for offset in done.clone() {
+                if offset < log_start || self.store().get(&dead_key(sub.record.id, partition, offset)).await?.is_some()
+                {
+                    done.remove(&offset);
+                }
+            }
+            // A message moves between a lease and the DLQ (buried, redriven) in a write of
+            // the cursor item: unchanged since the leases were read, the DLQ read above saw
+            // the same moment. Changed, nothing is claimed done (stale is the safe answer).
+            if !done.is_empty() && self.load(sub, partition, Some(1)).await?.cursor_version != state.cursor_version {
+                done.clear();
+            }
+        }
+        Ok(done)
     }
 
     /// The leases the receipts name, by sort key; the whole partition (as of one moment)
@@ -211,6 +253,18 @@ impl Queues {
             return Ok(Some((leases, loaded)));
         }
         Ok(state.map(|state| (leases, state)))
+    }
+}
+
+/// Whether the message at `offset` is where `action` puts it, as far as the leases tell
+/// (`next`: the partition's cursor): an ack's in no lease and received once (below the
+/// cursor), a release's in a lease nobody holds. A hold is never done by another.
+fn placed_already(action: Settle, leases: &BTreeMap<String, Lease>, next: u64, offset: u64) -> bool {
+    let mut holding = leases.values().filter(|l| l.record.msgs.iter().any(|m| m.offset == offset));
+    match action {
+        Settle::Ack => offset < next && holding.next().is_none(),
+        Settle::Release { .. } => holding.next().is_some_and(|l| l.record.held_until.is_none()),
+        Settle::Hold { .. } => false,
     }
 }
 
@@ -393,6 +447,28 @@ mod tests {
         let r = round(&leases, &[receipt(1, 100, 9)], Settle::Ack);
         assert!(r.found[0].is_some());
         assert_eq!(shape(&r), vec![format!("delete {}", lease_sk(300, 9))]);
+    }
+
+    #[test]
+    fn a_receipt_no_lease_holds_is_done_already_only_where_the_action_would_have_put_it() {
+        let held = lease(100, 9, &[1]);
+        let mut released = lease(200, 8, &[2]);
+        released.record.held_until = None;
+        let leases = by_sk(&[held, released]);
+        let (ack, release) = (Settle::Ack, Settle::Release { at: 0 });
+        let cases = [
+            (ack, 0, true, "in no lease, below the cursor: acked"),
+            (ack, 1, false, "held by a later delivery"),
+            (ack, 2, false, "released, waiting for a receiver"),
+            (ack, 3, false, "at the cursor: never received"),
+            (release, 2, true, "released, held by nobody"),
+            (release, 1, false, "held by a later delivery"),
+            (release, 0, false, "acked"),
+            (Settle::Hold { until: 5 }, 2, false, "a hold is only this delivery's"),
+        ];
+        for (action, offset, done, why) in cases {
+            assert_eq!(placed_already(action, &leases, 3, offset), done, "{action:?} of {offset}: {why}");
+        }
     }
 
     #[test]

@@ -99,19 +99,38 @@ pub async fn given_receive_failed_before_applying_then_the_message_is_still_visi
     assert_eq!(got.receive_count, 1, "nothing was delivered before");
 }
 
-/// The ack was applied but its answer lost: the client's retry is told `stale_receipt`
-/// (the message is acked either way), and the message never comes back.
-pub async fn given_ack_applied_but_answer_lost_then_the_retry_is_stale_and_the_message_never_comes_back(
+/// The ack was applied but its answer lost: the retry is told `ok` (the message is acked:
+/// in no lease, not dead-lettered), never `stale_receipt`, and the message never comes back.
+pub async fn given_ack_applied_but_answer_lost_then_the_retry_is_ok_and_the_message_never_comes_back(
     backend: &dyn Backend,
 ) {
     let (clock, store, faulty, clean, topic, sub) = faulty_queue(backend, &[]).await;
     let held = receive_one(&clean, &topic, &sub).await;
     store.faults.lock().unwrap().push_back(QueueFault::LoseAnswer);
     assert!(matches!(faulty.ack(&topic, &sub, std::slice::from_ref(&held.receipt)).await, Err(Error::Unavailable(_))));
-    assert_eq!(ack(&faulty, &topic, &sub, &held.receipt).await, Err(ReceiptError::Stale), "the retry");
+    assert_eq!(ack(&faulty, &topic, &sub, &held.receipt).await, Ok(()), "the retry: acked by its first attempt");
     assert_eq!(backlog(&clean, &topic, &sub).await, [0; 4]);
     clock.advance(3_600_000);
     assert_nothing(&clean, &topic, &sub, "an acked message, its ack's answer lost").await;
+}
+
+/// A nack applied with its answer lost: the retry is `ok` while the message waits for a
+/// receiver, and `stale_receipt` once another receive holds it (that nack did not happen).
+pub async fn given_nack_applied_but_answer_lost_then_the_retry_is_ok_until_the_message_is_received_again(
+    backend: &dyn Backend,
+) {
+    let (_clock, store, faulty, clean, topic, sub) = faulty_queue(backend, &[]).await;
+    let held = receive_one(&clean, &topic, &sub).await;
+    store.faults.lock().unwrap().push_back(QueueFault::LoseAnswer);
+    let lost = faulty.nack(&topic, &sub, std::slice::from_ref(&held.receipt), 0).await;
+    assert!(matches!(lost, Err(Error::Unavailable(_))), "{lost:?}");
+    assert_eq!(nack(&faulty, &topic, &sub, &held.receipt, 0).await, Ok(()), "the retry: released by its first attempt");
+    assert_eq!(backlog(&clean, &topic, &sub).await, [1, 0, 0, 0], "visible, released once");
+    let again = receive_one(&clean, &topic, &sub).await;
+    assert_eq!(again.receive_count, 2);
+    assert_eq!(nack(&faulty, &topic, &sub, &held.receipt, 0).await, Err(ReceiptError::Stale), "held by another now");
+    assert_eq!(ack(&faulty, &topic, &sub, &held.receipt).await, Err(ReceiptError::Stale), "not acked: held by another");
+    assert_eq!(backlog(&clean, &topic, &sub).await, [0, 1, 0, 0], "the new holder keeps it");
 }
 
 /// (visible, in_flight, delayed, dead, expired) of the subscription, checked against its one partition.

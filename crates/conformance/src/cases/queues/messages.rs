@@ -66,7 +66,7 @@ pub async fn given_a_worker_that_never_acks_then_redelivered_after_the_timeout_e
     assert_eq!(fifth.receive_count, 5, "visible at once after a visibility change to 0");
     assert_eq!(ack(&queues, &topic, &sub, &fourth.receipt).await, Err(ReceiptError::Stale), "redelivered since");
     assert_eq!(ack(&queues, &topic, &sub, &fifth.receipt).await, Ok(()));
-    assert_eq!(ack(&queues, &topic, &sub, &fifth.receipt).await, Err(ReceiptError::Stale), "acked already");
+    assert_eq!(ack(&queues, &topic, &sub, &fifth.receipt).await, Ok(()), "acked already: a retry is told so");
     clock.advance(24 * 3600 * 1000);
     assert_nothing(&queues, &topic, &sub, "an acked message came back a day later").await;
     assert_eq!(backlog(&queues, &topic, &sub).await, [0; 4]);
