@@ -12,7 +12,7 @@ use axum::extract::{Request, State};
 use axum::response::Response;
 use futures_util::FutureExt;
 use serde_json::json;
-use sluice_client::{Client, From, Producer, ProducerConfig, RetryPolicy, TopicSettings};
+use sluice_client::{Client, From, Producer, ProducerConfig, Record, RetryPolicy, TopicSettings};
 use sluice_runtime::LocalServer;
 use tokio::sync::Notify;
 
@@ -135,4 +135,31 @@ async fn given_a_topic_failing_and_retrying_when_another_topic_sends_then_its_se
     }
     let page = client.read("stuck", 0, From::Earliest, 100, 0).await.unwrap();
     assert_eq!(page.events.len(), 6, "no batch written twice");
+}
+
+/// An event naming a partition the topic does not have fails alone: the events batched with
+/// it land (sent, it would have made the server refuse their whole batch).
+#[tokio::test]
+async fn given_an_event_for_a_partition_the_topic_lacks_then_it_fails_alone_and_its_batch_lands() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LocalServer::start(dir.path()).await.unwrap();
+    let client = Client::builder(server.url()).build().unwrap();
+    client.create_topic("two", &TopicSettings::partitions(2)).await.unwrap();
+    let config =
+        ProducerConfig { max_batch_events: 10, linger: Duration::from_millis(50), ..ProducerConfig::default() };
+    let producer = Producer::with_config(client.clone(), config);
+    let mut deliveries = Vec::new();
+    for partition in [0, 5, 1] {
+        let mut record = Record::json(json!(partition));
+        record.partition = Some(partition);
+        deliveries.push(producer.send_record("two", record).await.unwrap());
+    }
+    producer.flush().await.unwrap();
+    let mut outcomes = Vec::new();
+    for delivery in deliveries {
+        outcomes.push(delivery.await.map(|d| d.partition).map_err(|e| e.to_string()));
+    }
+    assert_eq!(outcomes[0], Ok(0));
+    assert!(matches!(&outcomes[1], Err(e) if e.contains("partition 5 does not exist")), "{:?}", outcomes[1]);
+    assert_eq!(outcomes[2], Ok(1), "the event batched after it lands");
 }

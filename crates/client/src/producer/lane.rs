@@ -141,21 +141,37 @@ impl Batcher {
     }
 
     /// The partition a record will land on, as far as the client can tell: `None` for
-    /// the unkeyed events of a batch, which the server puts on one partition together.
+    /// the unkeyed events of a batch, which the server puts on one partition together. An
+    /// explicit partition the topic does not have fails this record alone: sent, it would
+    /// make the server refuse the whole batch it rides in.
     async fn partition_of(&mut self, record: &Record) -> Result<Option<u32>, Error> {
         if let Some(partition) = record.partition {
+            // The count is asked again before refusing, in case the topic was made anew wider.
+            if partition >= self.partition_count(false).await? {
+                let count = self.partition_count(true).await?;
+                if partition >= count {
+                    let topic = &self.topic;
+                    let why = format!("partition {partition} does not exist: topic '{topic}' has {count} partitions");
+                    return Err(Error::Invalid(why));
+                }
+            }
             return Ok(Some(partition));
         }
         let Some(key) = &record.key else { return Ok(None) };
-        let count = match self.partitions.load(Ordering::SeqCst) {
-            0 => {
+        let count = self.partition_count(false).await?;
+        Ok(Some(partition_for_key(key.as_bytes(), count)))
+    }
+
+    /// The topic's partition count: the one known, unless `fresh` or none is, then asked.
+    async fn partition_count(&mut self, fresh: bool) -> Result<u32, Error> {
+        match self.partitions.load(Ordering::SeqCst) {
+            count if count > 0 && !fresh => Ok(count),
+            _ => {
                 let count = self.shared.client.describe_topic(&self.topic).await?.partitions;
                 self.partitions.store(count, Ordering::SeqCst);
-                count
+                Ok(count)
             }
-            count => count,
-        };
-        Ok(Some(partition_for_key(key.as_bytes(), count)))
+        }
     }
 }
 
