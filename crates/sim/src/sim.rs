@@ -16,6 +16,7 @@ use std::fmt::Write as _;
 
 use sluice_core::Clock;
 
+use crate::fault::Fault;
 use crate::world::{Act, Done, Inflight, Kind, Member, Res, World, SUB_Q, SUB_QK, T0, TOPIC_A, TOPIC_B};
 
 pub use crate::world::{Options, Outcome, Violation};
@@ -67,6 +68,9 @@ impl World {
         stats.insert("objects_deleted", deleted);
         stats.insert("items", self.mem.len() as u64);
         stats.insert("facts", self.facts.len() as u64);
+        for (fault, n) in self.chaos.fired() {
+            stats.insert(fault.name(), n);
+        }
         Outcome {
             seed: self.seed,
             violation: self.violation,
@@ -99,7 +103,7 @@ impl World {
         let faulty = !self.options.no_faults && self.step <= self.options.steps;
         if faulty && !matches!(res, Res::Crashed) && self.answers.chance(self.answers_lost) {
             self.trace.line(format!("step {} c{} ANSWER LOST {:?}", self.step, op.client, op.act));
-            self.stat("answers_lost");
+            self.chaos.record(Fault::ClientAnswerLost);
             res = Res::Crashed;
         }
         let done = Done {
@@ -194,7 +198,7 @@ impl World {
         self.procs[pid].life.kill();
         let victims: Vec<u64> = self.inflight.iter().filter(|(_, op)| op.pid == pid).map(|(id, _)| *id).collect();
         self.trace.line(format!("step {} CRASH p{pid} ({} ops in flight)", self.step, victims.len()));
-        self.stat("crashes");
+        self.chaos.record(Fault::Crash);
         for id in victims {
             let op = self.inflight.remove(&id).unwrap();
             op.handle.abort();
@@ -229,7 +233,10 @@ impl World {
             self.step,
             victims.len()
         ));
-        self.stat("power_cuts");
+        self.chaos.record(Fault::PowerCut);
+        if lost > 0 {
+            self.chaos.record(Fault::PowerCutLosingWrites);
+        }
         // Nothing undone: every answer stands (the acks carried by durable writes too).
         if lost == 0 {
             self.restart_all();
