@@ -45,6 +45,17 @@ pub(crate) struct CommitSeen {
     pub(crate) durable: u64,
 }
 
+/// The stored group as a commit began, read directly: its record and the committing
+/// member's item (version, value, expiry), with what could change them unseen in between
+/// (deletes and seeks, power cuts).
+#[derive(Clone, PartialEq)]
+pub(crate) struct GroupSnap {
+    pub(crate) meta: Option<(u64, Bytes)>,
+    pub(crate) member: Option<(u64, Bytes, Option<i64>)>,
+    pub(crate) touch: u64,
+    pub(crate) power_cuts: u64,
+}
+
 #[derive(Default)]
 pub(crate) struct GroupModel {
     pub(crate) delivered: BTreeMap<u32, BTreeSet<u64>>,

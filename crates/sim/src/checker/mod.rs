@@ -3,6 +3,9 @@
 
 mod drain;
 mod end;
+mod fences;
+#[cfg(test)]
+mod selftest;
 
 use bytes::Bytes;
 use std::collections::BTreeMap;

@@ -3,11 +3,11 @@
 
 use std::collections::BTreeSet;
 
-use sluice_core::queues::{Queues, ReceiveRequest};
+use sluice_core::queues::{Queues, ReceiptError, ReceiveRequest};
 use sluice_core::{Clock, Error};
 
 use crate::world::{
-    code, receipt_parts, uncertain, Act, Done, Held, Kind, Res, SettleHow, World, SUB_Q, SUB_QK, TOPIC_A,
+    code, receipt_parts, uncertain, Acks, Act, Done, Held, Kind, Res, SettleHow, World, SUB_Q, SUB_QK, T0, TOPIC_A,
 };
 
 impl World {
@@ -217,6 +217,9 @@ impl World {
             // Unknown: may or may not have applied.
             _ => vec![None; held.len()],
         };
+        if let (SettleHow::Ack, Res::Acks(Ok(rs))) = (how, &d.res) {
+            self.check_ack_refusals(d, held, rs);
+        }
         let mut keep = Vec::new();
         let durable = self.mem.durable_count();
         for (h, r) in held.iter().zip(results) {
@@ -244,6 +247,40 @@ impl World {
         if let Kind::Worker { holding, .. } = &mut self.clients[d.client].kind {
             if how != SettleHow::Ack || self.rng.chance(0.8) {
                 holding.extend(keep);
+            }
+        }
+    }
+
+    /// An ack refused as stale must be of a receipt that was: a delivery whose window may
+    /// have ended before the ack was done, one settled by an earlier op (an ack, a nack, a
+    /// release), or one of a subscription deleted since. A refusal of a receipt surely still
+    /// held, the subscription live throughout, is a broken promise (the holder's ack lost).
+    pub(crate) fn check_ack_refusals(&mut self, d: &Done, held: &[Held], results: &Acks) {
+        let sub_deletes = self.inflight.values().any(|op| matches!(op.act, Act::SubDelete { .. }));
+        for (h, r) in held.iter().zip(results) {
+            if !matches!(r, Err(ReceiptError::Stale)) || sub_deletes {
+                continue;
+            }
+            let Some(name) = self.subs.get(&h.sub_id).map(|s| s.name) else { continue };
+            if self.sub_now(TOPIC_A, name).is_none_or(|r| r.id != h.sub_id) {
+                continue;
+            }
+            let end_ms = d.end_ms;
+            let start_seq = d.start_seq;
+            let Some(dl) = self.delivery_mut(h) else { continue };
+            let first_settle = dl.release_seq.is_none_or(|r| r >= start_seq);
+            if first_settle && end_ms < dl.until_lo {
+                let until = dl.until_lo - T0;
+                self.violate(
+                    "ack-refused",
+                    format!(
+                        "sub {:x} {}@{}: the holder's ack (done by {}) refused, its window lasting until at least {until}",
+                        h.sub_id,
+                        h.partition,
+                        h.offset,
+                        end_ms - T0
+                    ),
+                );
             }
         }
     }

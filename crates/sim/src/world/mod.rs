@@ -20,7 +20,7 @@ use sluice_core::{Clock, Log, LogConfig, ObjectStore, SeededRandom, TopicSpec};
 use sluice_testkit::{Layered, LayeredObjects, MemObjects, MemStore, SimClock};
 
 use crate::fault::{Chaos, FaultConfig, FaultyObjects, FaultyStore, Life};
-use crate::model::{Delivery, EventInfo, GroupModel, Request, SimFilter, SubModel};
+use crate::model::{Delivery, EventInfo, GroupModel, GroupSnap, Request, SimFilter, SubModel};
 use crate::rng::Rng;
 use crate::trace::Trace;
 
@@ -118,6 +118,8 @@ pub(crate) struct World {
     /// rest of a seed's schedule is the same with and without it.
     pub(crate) answers_lost: f64,
     pub(crate) answers: Rng,
+    /// The stored group as each commit in flight began (by its start seq).
+    pub(crate) commit_snaps: BTreeMap<u64, GroupSnap>,
 }
 
 impl World {
@@ -170,6 +172,7 @@ impl World {
             long_next: false,
             answers_lost: 0.03 * intensity,
             answers: Rng::new(seed.rotate_left(17) ^ 0xa45e_0f1a_5717),
+            commit_snaps: BTreeMap::new(),
         };
         let nprocs = world.rng.range(2, 3) as usize;
         for pid in 0..nprocs {
