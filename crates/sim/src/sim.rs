@@ -157,8 +157,11 @@ impl World {
             self.add(Kind::Member(Member { session, auto, keeps_positions, instance, ..Member::default() }));
         }
         self.add(Kind::GroupAdmin);
-        for i in 0..workers {
-            let sub = if i == 0 { SUB_QK } else { SUB_Q };
+        // One to three on SUB_Q, two or three on the key-ordered SUB_QK (whose order holds
+        // across workers).
+        let keyed = self.rng.range(2, 3);
+        for i in 0..workers + keyed - 1 {
+            let sub = if i < keyed { SUB_QK } else { SUB_Q };
             let slow = self.rng.chance(0.3);
             self.add(Kind::Worker { sub, holding: Vec::new(), slow });
         }

@@ -4,6 +4,7 @@
 mod drain;
 mod end;
 mod fences;
+mod quiet;
 #[cfg(test)]
 mod selftest;
 
@@ -27,6 +28,7 @@ impl World {
         let items = self.mem.peek_all(&sluice_core::keys::segments_pk(topic_id, partition));
         let mut expect: Option<u64> = None;
         let mut problems = Vec::new();
+        let mut bytes = 0;
         for item in items {
             let Ok(base) = sluice_core::keys::offset_of(&item.key.sk) else { continue };
             let Ok((seg, inline)) = layout::decode_segment_item(&item.value) else {
@@ -44,6 +46,10 @@ impl World {
                 _ => {}
             }
             expect = Some(seg.next);
+            if base == head.start {
+                self.first_segments.insert((topic_id, partition), (seg.next, seg.len, seg.max_ts));
+            }
+            bytes += seg.len;
             if !seg.parts.is_empty() {
                 self.stat("checked_segments_in_parts");
             }
@@ -74,6 +80,16 @@ impl World {
         if !dense {
             problems.push(format!("events of {}..{} not dense", head.start, head.next));
         }
+        if bytes != head.bytes {
+            // Known: a compaction re-encodes a run in fewer bytes and leaves the head's count.
+            self.violate(
+                "head-bytes-exact",
+                format!(
+                    "topic {topic_id:x}/{partition}: the head counts {} bytes, its segments hold {bytes}",
+                    head.bytes
+                ),
+            );
+        }
         if !problems.is_empty() {
             self.violate("index-tiles", format!("topic {topic_id:x}/{partition}: {}", problems.join("; ")));
         }
@@ -89,6 +105,9 @@ impl World {
         for name in [TOPIC_A, TOPIC_B] {
             let Some(tid) = self.live_topic_id(name) else { continue };
             for p in 0..self.topic_specs[name].partitions {
+                if let Some(first) = self.first_segments.get(&(tid, p)) {
+                    self.last_first_segments.insert((tid, p), *first);
+                }
                 let (head, log) = self.true_log(tid, p);
                 for (o, record) in log.range(head.start..head.next) {
                     self.check_event(name, tid, p, *o, record, "truth");
@@ -106,6 +125,9 @@ impl World {
                     self.acked.range((tid, p, head.next)..(tid, p, u64::MAX)).map(|(k, _)| k.2).collect();
                 if let Some(o) = gone_too_far.first() {
                     self.violate("never-lost", format!("{name}/{p}: acked offset {o} is past the head {}", head.next));
+                }
+                if let Some(bytes) = self.topic_specs[name].retention_bytes {
+                    self.check_size_retention(name, tid, p, &head, bytes as u64);
                 }
                 // Time retention takes only segments whose newest event is past it.
                 if let (Some(ms), None) = (self.topic_specs[name].retention_ms, self.topic_specs[name].retention_bytes)
@@ -127,6 +149,28 @@ impl World {
                     }
                 }
             }
+        }
+    }
+
+    /// Size retention removes no more than its bound needs: the segment it removed last went
+    /// while the partition held more than the bound (by the head's count, which retention
+    /// reads), so what is left plus it is still more; unless time retention took it. Known
+    /// when the last check saw that segment first in the log and the start is now its end
+    /// (a compaction merges from the log start on, so no merged segment ends there).
+    fn check_size_retention(&mut self, name: &str, tid: u64, p: u32, head: &HeadRecord, bound: u64) {
+        let Some(&(next, len, max_ts)) = self.last_first_segments.get(&(tid, p)) else { return };
+        if next != head.start {
+            return;
+        }
+        let expired = self.topic_specs[name].retention_ms.is_some_and(|ms| max_ts < self.clock.now_ms() - ms);
+        if !expired && head.bytes + len <= bound {
+            self.violate(
+                "retention-size-excess",
+                format!(
+                    "{name}/{p}: the segment below the log start {} ({len} bytes) went, leaving {} of a bound of {bound}",
+                    head.start, head.bytes
+                ),
+            );
         }
     }
 
