@@ -342,6 +342,8 @@ impl World {
             Act::QDescribe { .. } => {}
             Act::Redrive { sub } => self.on_redrive(sub),
             Act::DeadLetters { sub } => self.on_dead_letters(&d, sub),
+            Act::DlqPurge { sub } => self.on_dlq_removal(&d, sub, None),
+            Act::DlqDelete { sub, partition, offset } => self.on_dlq_removal(&d, sub, Some((partition, offset))),
             Act::SubDelete { .. } => {}
             Act::SubCreate { sub } => self.on_sub_create(&d, sub),
             Act::TopicDelete { .. } => {}

@@ -293,12 +293,7 @@ impl World {
         if count == 0 || count > max {
             problems.push(("receive-count", format!("receive count {count} (max {max})")));
         }
-        let filter = if s.name == SUB_Q { self.q_filter } else { SimFilter::None };
-        if let Some(event) = facts_key.and_then(|(tid, _)| self.facts.get(&(tid, p, o))).map(|e| &self.events[e]) {
-            if !filter.passes(event) {
-                problems.push(("filtered-delivered", format!("delivered, but {filter:?} does not pass it")));
-            }
-        }
+        problems.extend(self.content_problems(sub_id, d, p, o));
         if let Some(m) = s.msgs.get(&(p, o)) {
             for prev in &m.deliveries {
                 if prev.nonce == nonce {
@@ -349,6 +344,27 @@ impl World {
             ack_durable: 0,
             ack_maybe: false,
         });
+    }
+
+    /// A delivery of `p@o` that must not be at all: its event fails the filter, or its dead
+    /// letter was removed before the receive began.
+    fn content_problems(&self, sub_id: u64, d: &Done, p: u32, o: u64) -> Vec<(&'static str, String)> {
+        let s = &self.subs[&sub_id];
+        let facts_key = self.live_topic_id(TOPIC_A).map(|tid| (tid, p));
+        let mut problems = Vec::new();
+        let filter = if s.name == SUB_Q { self.q_filter } else { SimFilter::None };
+        if let Some(event) = facts_key.and_then(|(tid, _)| self.facts.get(&(tid, p, o))).map(|e| &self.events[e]) {
+            if !filter.passes(event) {
+                problems.push(("filtered-delivered", format!("delivered, but {filter:?} does not pass it")));
+            }
+        }
+        if let Some(removed) = s.removed_dead.get(&(p, o)).filter(|r| **r < d.start_seq) {
+            problems.push((
+                "dlq-removed-delivered",
+                format!("delivered after its dead letter was removed (seq {removed})"),
+            ));
+        }
+        problems
     }
 
     /// The earlier offsets of the key of `p@o` not done (acked, or dead) when its delivery was seen.

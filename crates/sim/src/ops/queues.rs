@@ -13,7 +13,7 @@ use crate::world::{
 impl World {
     pub(crate) fn start_queue_admin(&mut self, c: usize, queues: Queues) {
         let sub = if self.rng.chance(0.7) { SUB_Q } else { SUB_QK };
-        match self.rng.weighted(&[5, 2, 2, 1, 1]) {
+        match self.rng.weighted(&[5, 2, 2, 1, 1, 1, 1]) {
             0 => self.spawn(c, Act::QDescribe { sub }, Some(TOPIC_A), async move {
                 Res::QDescribe(queues.describe(TOPIC_A, sub).await)
             }),
@@ -29,10 +29,27 @@ impl World {
             3 => self.spawn(c, Act::SubDelete { sub: SUB_Q }, Some(TOPIC_A), async move {
                 Res::Unit(queues.delete(TOPIC_A, SUB_Q).await)
             }),
-            _ => {
+            4 => {
                 let spec = self.sub_specs[SUB_Q].clone();
                 self.spawn(c, Act::SubCreate { sub: SUB_Q }, Some(TOPIC_A), async move {
                     Res::SubCreate(queues.create(TOPIC_A, SUB_Q, spec).await)
+                })
+            }
+            5 => self.spawn(c, Act::DlqPurge { sub }, Some(TOPIC_A), async move {
+                Res::Count(queues.purge_dead_letters(TOPIC_A, sub).await)
+            }),
+            _ => {
+                // One of the dead letters the latest listing named (or one never dead).
+                let listed: Vec<(u32, u64)> = self
+                    .subs
+                    .values()
+                    .filter(|s| s.name == sub)
+                    .flat_map(|s| s.listed_dead.1.iter().copied())
+                    .collect();
+                let (partition, offset) = if listed.is_empty() { (0, 0) } else { *self.rng.pick(&listed) };
+                let id = format!("{partition}-{offset}");
+                self.spawn(c, Act::DlqDelete { sub, partition, offset }, Some(TOPIC_A), async move {
+                    Res::Unit(queues.delete_dead_letter(TOPIC_A, sub, &id).await)
                 })
             }
         }
@@ -311,6 +328,45 @@ impl World {
             if !seen.insert((e.partition, e.offset)) {
                 self.violate("dlq-once", format!("{sub}: dead letter {} listed twice", e.id));
             }
+        }
+        let live = self.sub_now(TOPIC_A, sub).map(|r| r.id);
+        if let Some(s) = live.and_then(|id| self.subs.get_mut(&id)) {
+            s.listed_dead = (d.start_seq, seen);
+        }
+    }
+
+    /// A purge (`one`: None) or a delete of one dead letter. Answered ok, what it removed is
+    /// gone for good: the one deleted, or every dead letter a listing named before the purge
+    /// began, unless a redrive since may have moved it back first.
+    pub(crate) fn on_dlq_removal(&mut self, d: &Done, sub: &'static str, one: Option<(u32, u64)>) {
+        let Some(sub_id) = self.sub_now(TOPIC_A, sub).map(|r| r.id) else { return };
+        let Some(s) = self.subs.get_mut(&sub_id) else { return };
+        let n = match (&d.res, one) {
+            (Res::Count(Ok(n)), None) => *n,
+            (Res::Unit(Ok(())), Some(_)) => 1,
+            (Res::Count(Err(e)) | Res::Unit(Err(e)), _) if !uncertain(e) => return,
+            _ => {
+                s.removed_unknown = true;
+                return;
+            }
+        };
+        self.stat(if one.is_some() { "dead_letters_deleted" } else { "dead_letter_purges" });
+        let s = self.subs.get_mut(&sub_id).unwrap();
+        s.removed_count += n;
+        let removed: Vec<(u32, u64)> = match one {
+            Some(m) => vec![m],
+            None => {
+                let (listed_at, listed) = &s.listed_dead;
+                let redriven = s.redrives_in_flight > 0 || s.redrive_seqs.iter().any(|r| r > listed_at);
+                if redriven || *listed_at == 0 {
+                    Vec::new()
+                } else {
+                    listed.iter().copied().collect()
+                }
+            }
+        };
+        for m in removed {
+            s.removed_dead.entry(m).or_insert(d.end_seq);
         }
     }
 }

@@ -315,6 +315,10 @@ impl World {
             record,
             msgs: BTreeMap::new(),
             redrive_seqs: Vec::new(),
+            listed_dead: (0, BTreeSet::new()),
+            removed_dead: BTreeMap::new(),
+            removed_count: 0,
+            removed_unknown: false,
             redrives_in_flight: 0,
             lost_receives: Vec::new(),
         });
