@@ -5,7 +5,7 @@
 //! The switches exist only with the `sim-mutations` feature, which only sluice-sim's
 //! dev-dependency turns on (its `tests/quiet.rs` checks that no other manifest does); even
 //! then each is off until a test turns it on, for its own thread only. Without the feature,
-//! [`skipped`] is a constant `false` and the checks below it are the product's, unchanged.
+//! `skipped` is a constant `false` and the checks behind it are the product's, unchanged.
 
 /// A safety check a test may skip.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
