@@ -22,6 +22,7 @@ pub mod layout;
 pub mod log;
 pub mod metrics;
 pub mod model;
+pub mod mutation;
 pub mod names;
 pub mod ports;
 pub mod push;

@@ -6,6 +6,7 @@
 //! nothing through any more: every call of its tasks fails, and a write in flight at the
 //! crash may or may not have applied.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -37,17 +38,95 @@ pub struct FaultConfig {
     pub max_yields: u32,
 }
 
+/// Every kind of fault the simulation injects, counted as it fires ([`Chaos::fired`]): a
+/// test holds that each fires over a fixed seed range, so that none goes quiet unnoticed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Fault {
+    /// A state-store call refused before it applied (`Unavailable`).
+    StateRefused,
+    /// A state-store call throttled before it applied.
+    StateThrottled,
+    /// A state-store write (or delete) applied, its answer lost.
+    StateAnswerLost,
+    /// A query read item by item while writes land between.
+    TornQuery,
+    /// An object put, list or delete refused before it applied.
+    ObjectRefused,
+    /// An object read failing.
+    ObjectReadFailed,
+    /// An object put or delete applied, its answer lost.
+    ObjectAnswerLost,
+    /// A process killed, its calls in flight cut off.
+    Crash,
+    /// Every process killed at once, the store keeping only its durable writes.
+    PowerCut,
+    /// A power cut that undid deferred writes (some were at risk and lost).
+    PowerCutLosingWrites,
+    /// An answer lost on its way back to the client, the operation applied.
+    ClientAnswerLost,
+}
+
+impl Fault {
+    pub const ALL: [Fault; 11] = [
+        Fault::StateRefused,
+        Fault::StateThrottled,
+        Fault::StateAnswerLost,
+        Fault::TornQuery,
+        Fault::ObjectRefused,
+        Fault::ObjectReadFailed,
+        Fault::ObjectAnswerLost,
+        Fault::Crash,
+        Fault::PowerCut,
+        Fault::PowerCutLosingWrites,
+        Fault::ClientAnswerLost,
+    ];
+
+    /// Its name in a seed's stats (`Outcome::stats`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::StateRefused => "fault_state_refused",
+            Fault::StateThrottled => "fault_state_throttled",
+            Fault::StateAnswerLost => "fault_state_answer_lost",
+            Fault::TornQuery => "fault_torn_query",
+            Fault::ObjectRefused => "fault_object_refused",
+            Fault::ObjectReadFailed => "fault_object_read_failed",
+            Fault::ObjectAnswerLost => "fault_object_answer_lost",
+            Fault::Crash => "crashes",
+            Fault::PowerCut => "power_cuts",
+            Fault::PowerCutLosingWrites => "power_cuts_losing_writes",
+            Fault::ClientAnswerLost => "answers_lost",
+        }
+    }
+}
+
 /// The faults of one simulation, and the generator that decides them.
 pub struct Chaos {
     rng: Mutex<Rng>,
     config: Mutex<FaultConfig>,
     trace: Trace,
     verbose: AtomicBool,
+    fired: Mutex<BTreeMap<Fault, u64>>,
 }
 
 impl Chaos {
     pub fn new(seed: u64, config: FaultConfig, trace: Trace) -> Self {
-        Self { rng: Mutex::new(Rng::new(seed)), config: Mutex::new(config), trace, verbose: AtomicBool::new(false) }
+        Self {
+            rng: Mutex::new(Rng::new(seed)),
+            config: Mutex::new(config),
+            trace,
+            verbose: AtomicBool::new(false),
+            fired: Mutex::default(),
+        }
+    }
+
+    /// Counts a fault that fired (those the world injects itself: crashes, power cuts, lost answers).
+    pub fn record(&self, fault: Fault) {
+        *self.fired.lock().unwrap().entry(fault).or_insert(0) += 1;
+    }
+
+    /// How often each fault fired so far.
+    pub fn fired(&self) -> BTreeMap<Fault, u64> {
+        self.fired.lock().unwrap().clone()
     }
 
     pub fn config(&self) -> FaultConfig {
@@ -67,9 +146,14 @@ impl Chaos {
         self.config.lock().unwrap().enabled = enabled;
     }
 
-    fn chance(&self, p: f64) -> bool {
+    /// Whether `fault` fires now, with probability `p`; counted if it does.
+    fn fires(&self, fault: Fault, p: f64) -> bool {
         let config = self.config();
-        config.enabled && p > 0.0 && self.rng.lock().unwrap().chance(p)
+        let fires = config.enabled && p > 0.0 && self.rng.lock().unwrap().chance(p);
+        if fires {
+            self.record(fault);
+        }
+        fires
     }
 
     fn yields(&self) -> u32 {
@@ -175,7 +259,7 @@ impl FaultyStore {
         if self.chaos.verbose() {
             self.note(&format!("write applied? {:?} [{keys}]", out.as_ref().map_err(|e| e.to_string())));
         }
-        if out.is_ok() && self.chaos.chance(self.chaos.config().lost_answer) {
+        if out.is_ok() && self.chaos.fires(Fault::StateAnswerLost, self.chaos.config().lost_answer) {
             self.note(&format!("lost the answer of an applied write [{keys}]"));
             self.chaos.pause().await;
             return Err(unavailable("answer lost after the write applied"));
@@ -203,11 +287,11 @@ impl FaultyStore {
             return Err(unavailable("process crashed"));
         }
         let c = self.chaos.config();
-        if self.chaos.chance(c.throttle) {
+        if self.chaos.fires(Fault::StateThrottled, c.throttle) {
             self.note(&format!("throttled {what}"));
             return Err(throttled(what));
         }
-        if self.chaos.chance(c.fail_before) {
+        if self.chaos.fires(Fault::StateRefused, c.fail_before) {
             self.note(&format!("failed before {what}"));
             return Err(unavailable(what));
         }
@@ -269,7 +353,7 @@ impl StateLayer for FaultyStore {
     async fn query(&self, inner: &dyn StateStore, query: &Query) -> Result<Page, StorageError> {
         self.before("query").await?;
         let c = self.chaos.config();
-        let out = if query.limit > 1 && self.chaos.chance(c.torn_query) {
+        let out = if query.limit > 1 && self.chaos.fires(Fault::TornQuery, c.torn_query) {
             self.torn_query(inner, query).await
         } else {
             inner.query(query).await
@@ -296,7 +380,7 @@ impl StateLayer for FaultyStore {
                 return Err(unavailable("process crashed during delete_many"));
             }
         }
-        if self.chaos.chance(self.chaos.config().lost_answer) {
+        if self.chaos.fires(Fault::StateAnswerLost, self.chaos.config().lost_answer) {
             self.note("lost the answer of delete_many");
             return Err(unavailable("answer of delete_many lost"));
         }
@@ -327,12 +411,12 @@ impl FaultyObjects {
         self.chaos.trace.line(format!("  fault p{}.{} {what}", self.life.pid, self.life.incarnation));
     }
 
-    async fn before(&self, what: &str, p: f64) -> Result<(), StorageError> {
+    async fn before(&self, what: &str, fault: Fault, p: f64) -> Result<(), StorageError> {
         self.chaos.pause().await;
         if self.life.dead() {
             return Err(unavailable("process crashed"));
         }
-        if self.chaos.chance(p) {
+        if self.chaos.fires(fault, p) {
             self.note(&format!("failed object {what}"));
             return Err(unavailable(what));
         }
@@ -352,9 +436,9 @@ impl FaultyObjects {
 impl ObjectLayer for FaultyObjects {
     async fn put(&self, inner: &dyn ObjectStore, bytes: Bytes) -> Result<BlobRef, StorageError> {
         let c = self.chaos.config();
-        self.before("put", c.fail_before).await?;
+        self.before("put", Fault::ObjectRefused, c.fail_before).await?;
         let out = inner.put(bytes).await;
-        if out.is_ok() && self.chaos.chance(c.lost_answer) {
+        if out.is_ok() && self.chaos.fires(Fault::ObjectAnswerLost, c.lost_answer) {
             self.note("lost the answer of an object put");
             return Err(unavailable("answer of an object put lost"));
         }
@@ -370,7 +454,7 @@ impl ObjectLayer for FaultyObjects {
         len: u64,
     ) -> Result<Bytes, StorageError> {
         let c = self.chaos.config();
-        self.before("read", c.object_read).await?;
+        self.before("read", Fault::ObjectReadFailed, c.object_read).await?;
         let out = inner.read(object, position, len).await;
         self.after().await?;
         out
@@ -383,7 +467,7 @@ impl ObjectLayer for FaultyObjects {
         limit: usize,
     ) -> Result<Vec<ObjectInfo>, StorageError> {
         let c = self.chaos.config();
-        self.before("list", c.fail_before).await?;
+        self.before("list", Fault::ObjectRefused, c.fail_before).await?;
         let out = inner.list(after, limit).await;
         self.after().await?;
         out
@@ -391,9 +475,9 @@ impl ObjectLayer for FaultyObjects {
 
     async fn delete(&self, inner: &dyn ObjectStore, object: &str) -> Result<(), StorageError> {
         let c = self.chaos.config();
-        self.before("delete", c.fail_before).await?;
+        self.before("delete", Fault::ObjectRefused, c.fail_before).await?;
         let out = inner.delete(object).await;
-        if out.is_ok() && self.chaos.chance(c.lost_answer) {
+        if out.is_ok() && self.chaos.fires(Fault::ObjectAnswerLost, c.lost_answer) {
             self.note("lost the answer of an object delete");
             return Err(unavailable("answer of an object delete lost"));
         }

@@ -45,6 +45,17 @@ pub(crate) struct CommitSeen {
     pub(crate) durable: u64,
 }
 
+/// The stored group as a commit began, read directly: its record and the committing
+/// member's item (version, value, expiry), with what could change them unseen in between
+/// (deletes and seeks, power cuts).
+#[derive(Clone, PartialEq)]
+pub(crate) struct GroupSnap {
+    pub(crate) meta: Option<(u64, Bytes)>,
+    pub(crate) member: Option<(u64, Bytes, Option<i64>)>,
+    pub(crate) touch: u64,
+    pub(crate) power_cuts: u64,
+}
+
 #[derive(Default)]
 pub(crate) struct GroupModel {
     pub(crate) delivered: BTreeMap<u32, BTreeSet<u64>>,
@@ -99,6 +110,13 @@ pub(crate) struct SubModel {
     pub(crate) redrives_in_flight: u32,
     /// End seqs of receives whose answer was lost: each may have delivered (to nobody) any message.
     pub(crate) lost_receives: Vec<u64>,
+    /// The dead letters the latest listing answered, and its start seq.
+    pub(crate) listed_dead: (u64, BTreeSet<(u32, u64)>),
+    /// Dead letters surely removed (deleted, or purged while listed), and when: never delivered again.
+    pub(crate) removed_dead: BTreeMap<(u32, u64), u64>,
+    /// How many dead letters purges and deletes answered ok removed; whether one's answer was lost.
+    pub(crate) removed_count: u64,
+    pub(crate) removed_unknown: bool,
 }
 
 /// A content filter on SUB_Q, and the model's own answer to whether an event passes it

@@ -16,6 +16,7 @@ use std::fmt::Write as _;
 
 use sluice_core::Clock;
 
+use crate::fault::Fault;
 use crate::world::{Act, Done, Inflight, Kind, Member, Res, World, SUB_Q, SUB_QK, T0, TOPIC_A, TOPIC_B};
 
 pub use crate::world::{Options, Outcome, Violation};
@@ -67,6 +68,9 @@ impl World {
         stats.insert("objects_deleted", deleted);
         stats.insert("items", self.mem.len() as u64);
         stats.insert("facts", self.facts.len() as u64);
+        for (fault, n) in self.chaos.fired() {
+            stats.insert(fault.name(), n);
+        }
         Outcome {
             seed: self.seed,
             violation: self.violation,
@@ -99,7 +103,7 @@ impl World {
         let faulty = !self.options.no_faults && self.step <= self.options.steps;
         if faulty && !matches!(res, Res::Crashed) && self.answers.chance(self.answers_lost) {
             self.trace.line(format!("step {} c{} ANSWER LOST {:?}", self.step, op.client, op.act));
-            self.stat("answers_lost");
+            self.chaos.record(Fault::ClientAnswerLost);
             res = Res::Crashed;
         }
         let done = Done {
@@ -153,8 +157,11 @@ impl World {
             self.add(Kind::Member(Member { session, auto, keeps_positions, instance, ..Member::default() }));
         }
         self.add(Kind::GroupAdmin);
-        for i in 0..workers {
-            let sub = if i == 0 { SUB_QK } else { SUB_Q };
+        // One to three on SUB_Q, two or three on the key-ordered SUB_QK (whose order holds
+        // across workers).
+        let keyed = self.rng.range(2, 3);
+        for i in 0..workers + keyed - 1 {
+            let sub = if i < keyed { SUB_QK } else { SUB_Q };
             let slow = self.rng.chance(0.3);
             self.add(Kind::Worker { sub, holding: Vec::new(), slow });
         }
@@ -194,7 +201,7 @@ impl World {
         self.procs[pid].life.kill();
         let victims: Vec<u64> = self.inflight.iter().filter(|(_, op)| op.pid == pid).map(|(id, _)| *id).collect();
         self.trace.line(format!("step {} CRASH p{pid} ({} ops in flight)", self.step, victims.len()));
-        self.stat("crashes");
+        self.chaos.record(Fault::Crash);
         for id in victims {
             let op = self.inflight.remove(&id).unwrap();
             op.handle.abort();
@@ -229,7 +236,10 @@ impl World {
             self.step,
             victims.len()
         ));
-        self.stat("power_cuts");
+        self.chaos.record(Fault::PowerCut);
+        if lost > 0 {
+            self.chaos.record(Fault::PowerCutLosingWrites);
+        }
         // Nothing undone: every answer stands (the acks carried by durable writes too).
         if lost == 0 {
             self.restart_all();
@@ -332,6 +342,8 @@ impl World {
             Act::QDescribe { .. } => {}
             Act::Redrive { sub } => self.on_redrive(sub),
             Act::DeadLetters { sub } => self.on_dead_letters(&d, sub),
+            Act::DlqPurge { sub } => self.on_dlq_removal(&d, sub, None),
+            Act::DlqDelete { sub, partition, offset } => self.on_dlq_removal(&d, sub, Some((partition, offset))),
             Act::SubDelete { .. } => {}
             Act::SubCreate { sub } => self.on_sub_create(&d, sub),
             Act::TopicDelete { .. } => {}

@@ -35,7 +35,8 @@ impl Groups {
             if !state.record.members.contains_key(member_id) {
                 return Err(conflict(Code::UnknownMember, format!("member '{member_id}' is not in group '{group}'")));
             }
-            if generation != state.record.generation {
+            let fenced = !crate::mutation::skipped(crate::mutation::Mutation::CommitGenerationFence);
+            if generation != state.record.generation && fenced {
                 return Err(conflict(
                     Code::StaleGeneration,
                     format!("generation {generation} is stale: group '{group}' is at {}", state.record.generation),

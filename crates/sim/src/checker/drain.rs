@@ -190,6 +190,8 @@ impl World {
         // expired instead, so each event still in the log that passes must have been
         // delivered and settled (it cannot have expired).
         let mut failing = 0u64;
+        // Settled by a purge, perhaps: no more of them than purges and deletes removed.
+        let mut unsettled = Vec::new();
         for (p, start) in s.record.starts.iter().enumerate() {
             let p = p as u32;
             let head = self.head_now(tid, p);
@@ -201,10 +203,17 @@ impl World {
                 let settled = acked.contains(&(p, o)) || dead.contains(&(p, o)) || maybe.contains(&(p, o));
                 if !passes {
                     failing += 1;
-                } else if o >= head.start && !settled {
-                    problems.push(format!("{p}@{o} passes {filter:?} and is in the log, but was never settled"));
+                } else if o >= head.start && !settled && !s.removed_dead.contains_key(&(p, o)) {
+                    unsettled.push(format!("{p}@{o}"));
                 }
             }
+        }
+        if !s.removed_unknown && unsettled.len() as u64 > s.removed_count.saturating_sub(s.removed_dead.len() as u64) {
+            unsettled.truncate(4);
+            problems.push(format!(
+                "{unsettled:?} pass {filter:?} and are in the log, but were never settled ({} dead letters removed)",
+                s.removed_count
+            ));
         }
         if b.filtered > failing {
             problems.push(format!("{} filtered, but only {failing} events fail {filter:?}", b.filtered));
@@ -215,11 +224,21 @@ impl World {
         if b.dead != dead.len() as u64 {
             problems.push(format!("dead counted {} but {} listed", b.dead, dead.len()));
         }
+        // Dead letters purged or deleted count as settled, by the answers' counts, towards the
+        // lower bound only (if an answer was lost, how many went is unknown, and none holds):
+        // merged with the settle changes of main, a few seeds count 1-4 more settled than
+        // published when purges ran, not yet explained (see the branch's report).
+        let removed = s.removed_count;
+        let unknown = s.removed_unknown;
+        for m in s.removed_dead.keys().filter(|m| dead.contains(m)) {
+            problems.push(format!("{}@{} removed from the dead letters, and listed there", m.0, m.1));
+        }
         let accounted =
             acked.iter().filter(|k| !dead.contains(k)).count() as u64 + dead.len() as u64 + b.expired + b.filtered;
-        if accounted > total || accounted + (maybe.len() as u64) < total {
+        if accounted > total || (!unknown && accounted + removed + (maybe.len() as u64) < total) {
             problems.push(format!(
-                "{} acked (+{} perhaps) + {} dead + {} expired + {} filtered = {accounted}, but {total} messages were published",
+                "{} acked (+{} perhaps) + {} dead + {} expired + {} filtered = {accounted} (+{removed} removed), \
+                 but {total} messages were published",
                 acked.len(),
                 maybe.len(),
                 dead.len(),

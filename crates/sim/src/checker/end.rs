@@ -41,6 +41,8 @@ impl World {
             }
         }
         self.drain_queues(&queues).await;
+        self.check_quiet_describes(&log, &queues, &groups).await;
+        self.check_fresh_members(&groups).await;
         self.check_purges(&janitor).await;
     }
 

@@ -3,6 +3,10 @@
 
 mod drain;
 mod end;
+mod fences;
+mod quiet;
+#[cfg(test)]
+mod selftest;
 
 use bytes::Bytes;
 use std::collections::BTreeMap;
@@ -24,6 +28,7 @@ impl World {
         let items = self.mem.peek_all(&sluice_core::keys::segments_pk(topic_id, partition));
         let mut expect: Option<u64> = None;
         let mut problems = Vec::new();
+        let mut bytes = 0;
         for item in items {
             let Ok(base) = sluice_core::keys::offset_of(&item.key.sk) else { continue };
             let Ok((seg, inline)) = layout::decode_segment_item(&item.value) else {
@@ -41,6 +46,10 @@ impl World {
                 _ => {}
             }
             expect = Some(seg.next);
+            if base == head.start {
+                self.first_segments.insert((topic_id, partition), (seg.next, seg.len, seg.max_ts));
+            }
+            bytes += seg.len;
             if !seg.parts.is_empty() {
                 self.stat("checked_segments_in_parts");
             }
@@ -71,6 +80,16 @@ impl World {
         if !dense {
             problems.push(format!("events of {}..{} not dense", head.start, head.next));
         }
+        if bytes != head.bytes {
+            // Known: a compaction re-encodes a run in fewer bytes and leaves the head's count.
+            self.violate(
+                "head-bytes-exact",
+                format!(
+                    "topic {topic_id:x}/{partition}: the head counts {} bytes, its segments hold {bytes}",
+                    head.bytes
+                ),
+            );
+        }
         if !problems.is_empty() {
             self.violate("index-tiles", format!("topic {topic_id:x}/{partition}: {}", problems.join("; ")));
         }
@@ -86,6 +105,9 @@ impl World {
         for name in [TOPIC_A, TOPIC_B] {
             let Some(tid) = self.live_topic_id(name) else { continue };
             for p in 0..self.topic_specs[name].partitions {
+                if let Some(first) = self.first_segments.get(&(tid, p)) {
+                    self.last_first_segments.insert((tid, p), *first);
+                }
                 let (head, log) = self.true_log(tid, p);
                 for (o, record) in log.range(head.start..head.next) {
                     self.check_event(name, tid, p, *o, record, "truth");
@@ -103,6 +125,9 @@ impl World {
                     self.acked.range((tid, p, head.next)..(tid, p, u64::MAX)).map(|(k, _)| k.2).collect();
                 if let Some(o) = gone_too_far.first() {
                     self.violate("never-lost", format!("{name}/{p}: acked offset {o} is past the head {}", head.next));
+                }
+                if let Some(bytes) = self.topic_specs[name].retention_bytes {
+                    self.check_size_retention(name, tid, p, &head, bytes as u64);
                 }
                 // Time retention takes only segments whose newest event is past it.
                 if let (Some(ms), None) = (self.topic_specs[name].retention_ms, self.topic_specs[name].retention_bytes)
@@ -124,6 +149,28 @@ impl World {
                     }
                 }
             }
+        }
+    }
+
+    /// Size retention removes no more than its bound needs: the segment it removed last went
+    /// while the partition held more than the bound (by the head's count, which retention
+    /// reads), so what is left plus it is still more; unless time retention took it. Known
+    /// when the last check saw that segment first in the log and the start is now its end
+    /// (a compaction merges from the log start on, so no merged segment ends there).
+    fn check_size_retention(&mut self, name: &str, tid: u64, p: u32, head: &HeadRecord, bound: u64) {
+        let Some(&(next, len, max_ts)) = self.last_first_segments.get(&(tid, p)) else { return };
+        if next != head.start {
+            return;
+        }
+        let expired = self.topic_specs[name].retention_ms.is_some_and(|ms| max_ts < self.clock.now_ms() - ms);
+        if !expired && head.bytes + len <= bound {
+            self.violate(
+                "retention-size-excess",
+                format!(
+                    "{name}/{p}: the segment below the log start {} ({len} bytes) went, leaving {} of a bound of {bound}",
+                    head.start, head.bytes
+                ),
+            );
         }
     }
 
@@ -246,12 +293,7 @@ impl World {
         if count == 0 || count > max {
             problems.push(("receive-count", format!("receive count {count} (max {max})")));
         }
-        let filter = if s.name == SUB_Q { self.q_filter } else { SimFilter::None };
-        if let Some(event) = facts_key.and_then(|(tid, _)| self.facts.get(&(tid, p, o))).map(|e| &self.events[e]) {
-            if !filter.passes(event) {
-                problems.push(("filtered-delivered", format!("delivered, but {filter:?} does not pass it")));
-            }
-        }
+        problems.extend(self.content_problems(sub_id, d, p, o));
         if let Some(m) = s.msgs.get(&(p, o)) {
             for prev in &m.deliveries {
                 if prev.nonce == nonce {
@@ -302,6 +344,27 @@ impl World {
             ack_durable: 0,
             ack_maybe: false,
         });
+    }
+
+    /// A delivery of `p@o` that must not be at all: its event fails the filter, or its dead
+    /// letter was removed before the receive began.
+    fn content_problems(&self, sub_id: u64, d: &Done, p: u32, o: u64) -> Vec<(&'static str, String)> {
+        let s = &self.subs[&sub_id];
+        let facts_key = self.live_topic_id(TOPIC_A).map(|tid| (tid, p));
+        let mut problems = Vec::new();
+        let filter = if s.name == SUB_Q { self.q_filter } else { SimFilter::None };
+        if let Some(event) = facts_key.and_then(|(tid, _)| self.facts.get(&(tid, p, o))).map(|e| &self.events[e]) {
+            if !filter.passes(event) {
+                problems.push(("filtered-delivered", format!("delivered, but {filter:?} does not pass it")));
+            }
+        }
+        if let Some(removed) = s.removed_dead.get(&(p, o)).filter(|r| **r < d.start_seq) {
+            problems.push((
+                "dlq-removed-delivered",
+                format!("delivered after its dead letter was removed (seq {removed})"),
+            ));
+        }
+        problems
     }
 
     /// The earlier offsets of the key of `p@o` not done (acked, or dead) when its delivery was seen.

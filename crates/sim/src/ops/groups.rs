@@ -69,6 +69,8 @@ impl World {
                     .collect();
                 let member = id.clone();
                 let act = Act::Commit { generation, offsets, member: member.clone() };
+                let snap = self.group_snap(&member);
+                self.commit_snaps.insert(self.seq + 1, snap);
                 self.spawn(c, act, None, async move {
                     Res::Unit(groups.commit(GROUP, &member, generation, &commits).await)
                 });
@@ -199,6 +201,7 @@ impl World {
     }
 
     pub(crate) fn on_commit(&mut self, d: &Done, generation: u64, offsets: &[(u32, u64)], member: &str) {
+        self.check_commit_refusal(d, generation, offsets, member);
         let Res::Unit(r) = &d.res else { return };
         match r {
             Ok(()) => {

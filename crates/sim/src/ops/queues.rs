@@ -3,17 +3,17 @@
 
 use std::collections::BTreeSet;
 
-use sluice_core::queues::{Queues, ReceiveRequest};
+use sluice_core::queues::{Queues, ReceiptError, ReceiveRequest};
 use sluice_core::{Clock, Error};
 
 use crate::world::{
-    code, receipt_parts, uncertain, Act, Done, Held, Kind, Res, SettleHow, World, SUB_Q, SUB_QK, TOPIC_A,
+    code, receipt_parts, uncertain, Acks, Act, Done, Held, Kind, Res, SettleHow, World, SUB_Q, SUB_QK, T0, TOPIC_A,
 };
 
 impl World {
     pub(crate) fn start_queue_admin(&mut self, c: usize, queues: Queues) {
         let sub = if self.rng.chance(0.7) { SUB_Q } else { SUB_QK };
-        match self.rng.weighted(&[5, 2, 2, 1, 1]) {
+        match self.rng.weighted(&[5, 2, 2, 1, 1, 1, 1]) {
             0 => self.spawn(c, Act::QDescribe { sub }, Some(TOPIC_A), async move {
                 Res::QDescribe(queues.describe(TOPIC_A, sub).await)
             }),
@@ -29,10 +29,27 @@ impl World {
             3 => self.spawn(c, Act::SubDelete { sub: SUB_Q }, Some(TOPIC_A), async move {
                 Res::Unit(queues.delete(TOPIC_A, SUB_Q).await)
             }),
-            _ => {
+            4 => {
                 let spec = self.sub_specs[SUB_Q].clone();
                 self.spawn(c, Act::SubCreate { sub: SUB_Q }, Some(TOPIC_A), async move {
                     Res::SubCreate(queues.create(TOPIC_A, SUB_Q, spec).await)
+                })
+            }
+            5 => self.spawn(c, Act::DlqPurge { sub }, Some(TOPIC_A), async move {
+                Res::Count(queues.purge_dead_letters(TOPIC_A, sub).await)
+            }),
+            _ => {
+                // One of the dead letters the latest listing named (or one never dead).
+                let listed: Vec<(u32, u64)> = self
+                    .subs
+                    .values()
+                    .filter(|s| s.name == sub)
+                    .flat_map(|s| s.listed_dead.1.iter().copied())
+                    .collect();
+                let (partition, offset) = if listed.is_empty() { (0, 0) } else { *self.rng.pick(&listed) };
+                let id = format!("{partition}-{offset}");
+                self.spawn(c, Act::DlqDelete { sub, partition, offset }, Some(TOPIC_A), async move {
+                    Res::Unit(queues.delete_dead_letter(TOPIC_A, sub, &id).await)
                 })
             }
         }
@@ -217,6 +234,9 @@ impl World {
             // Unknown: may or may not have applied.
             _ => vec![None; held.len()],
         };
+        if let (SettleHow::Ack, Res::Acks(Ok(rs))) = (how, &d.res) {
+            self.check_ack_refusals(d, held, rs);
+        }
         let mut keep = Vec::new();
         let durable = self.mem.durable_count();
         for (h, r) in held.iter().zip(results) {
@@ -248,6 +268,40 @@ impl World {
         }
     }
 
+    /// An ack refused as stale must be of a receipt that was: a delivery whose window may
+    /// have ended before the ack was done, one settled by an earlier op (an ack, a nack, a
+    /// release), or one of a subscription deleted since. A refusal of a receipt surely still
+    /// held, the subscription live throughout, is a broken promise (the holder's ack lost).
+    pub(crate) fn check_ack_refusals(&mut self, d: &Done, held: &[Held], results: &Acks) {
+        let sub_deletes = self.inflight.values().any(|op| matches!(op.act, Act::SubDelete { .. }));
+        for (h, r) in held.iter().zip(results) {
+            if !matches!(r, Err(ReceiptError::Stale)) || sub_deletes {
+                continue;
+            }
+            let Some(name) = self.subs.get(&h.sub_id).map(|s| s.name) else { continue };
+            if self.sub_now(TOPIC_A, name).is_none_or(|r| r.id != h.sub_id) {
+                continue;
+            }
+            let end_ms = d.end_ms;
+            let start_seq = d.start_seq;
+            let Some(dl) = self.delivery_mut(h) else { continue };
+            let first_settle = dl.release_seq.is_none_or(|r| r >= start_seq);
+            if first_settle && end_ms < dl.until_lo {
+                let until = dl.until_lo - T0;
+                self.violate(
+                    "ack-refused",
+                    format!(
+                        "sub {:x} {}@{}: the holder's ack (done by {}) refused, its window lasting until at least {until}",
+                        h.sub_id,
+                        h.partition,
+                        h.offset,
+                        end_ms - T0
+                    ),
+                );
+            }
+        }
+    }
+
     /// Acks riding on a receive: checked as an ack and a receive over the same span, the
     /// acks applied no later than the receive's write. A failure leaves both unknown (the
     /// acks may have ridden on a write, or not), but for a subscription not found.
@@ -274,6 +328,45 @@ impl World {
             if !seen.insert((e.partition, e.offset)) {
                 self.violate("dlq-once", format!("{sub}: dead letter {} listed twice", e.id));
             }
+        }
+        let live = self.sub_now(TOPIC_A, sub).map(|r| r.id);
+        if let Some(s) = live.and_then(|id| self.subs.get_mut(&id)) {
+            s.listed_dead = (d.start_seq, seen);
+        }
+    }
+
+    /// A purge (`one`: None) or a delete of one dead letter. Answered ok, what it removed is
+    /// gone for good: the one deleted, or every dead letter a listing named before the purge
+    /// began, unless a redrive since may have moved it back first.
+    pub(crate) fn on_dlq_removal(&mut self, d: &Done, sub: &'static str, one: Option<(u32, u64)>) {
+        let Some(sub_id) = self.sub_now(TOPIC_A, sub).map(|r| r.id) else { return };
+        let Some(s) = self.subs.get_mut(&sub_id) else { return };
+        let n = match (&d.res, one) {
+            (Res::Count(Ok(n)), None) => *n,
+            (Res::Unit(Ok(())), Some(_)) => 1,
+            (Res::Count(Err(e)) | Res::Unit(Err(e)), _) if !uncertain(e) => return,
+            _ => {
+                s.removed_unknown = true;
+                return;
+            }
+        };
+        self.stat(if one.is_some() { "dead_letters_deleted" } else { "dead_letter_purges" });
+        let s = self.subs.get_mut(&sub_id).unwrap();
+        s.removed_count += n;
+        let removed: Vec<(u32, u64)> = match one {
+            Some(m) => vec![m],
+            None => {
+                let (listed_at, listed) = &s.listed_dead;
+                let redriven = s.redrives_in_flight > 0 || s.redrive_seqs.iter().any(|r| r > listed_at);
+                if redriven || *listed_at == 0 {
+                    Vec::new()
+                } else {
+                    listed.iter().copied().collect()
+                }
+            }
+        };
+        for m in removed {
+            s.removed_dead.entry(m).or_insert(d.end_seq);
         }
     }
 }

@@ -73,6 +73,14 @@ pub(crate) enum Act {
     DeadLetters {
         sub: &'static str,
     },
+    DlqPurge {
+        sub: &'static str,
+    },
+    DlqDelete {
+        sub: &'static str,
+        partition: u32,
+        offset: u64,
+    },
     SubDelete {
         sub: &'static str,
     },

@@ -1,0 +1,78 @@
+//! The simulation cannot go quiet: over a fixed range of seeds every fault it defines fires,
+//! and a core with one safety check skipped (`sluice_core::mutation`) is caught. (That the
+//! checker flags a wrongly refused ack and an over-fenced commit is tested beside it, in
+//! `src/checker/selftest.rs`: it needs the checker's insides.)
+
+use std::collections::BTreeMap;
+
+use sluice_core::mutation::{skip, Mutation};
+use sluice_sim::fault::Fault;
+use sluice_sim::{run_seed, Options};
+
+/// The seeds every test here runs (and CI's budget runs too): short runs, all faults on.
+const SEEDS: std::ops::Range<u64> = 1000..1012;
+const STEPS: u64 = 700;
+
+#[test]
+fn every_fault_kind_and_power_cut_fires_over_the_fixed_seeds() {
+    let options = Options { steps: STEPS, ..Options::default() };
+    let mut fired: BTreeMap<&'static str, u64> = BTreeMap::new();
+    for seed in SEEDS {
+        let out = run_seed(seed, &options);
+        assert!(out.violation.is_none(), "seed {seed}: {:?}", out.violation);
+        for fault in Fault::ALL {
+            *fired.entry(fault.name()).or_default() += out.stats.get(fault.name()).copied().unwrap_or(0);
+        }
+    }
+    let quiet: Vec<&str> = fired.iter().filter(|(_, n)| **n == 0).map(|(k, _)| *k).collect();
+    assert!(quiet.is_empty(), "never fired over seeds {SEEDS:?}: {quiet:?} (all: {fired:?})");
+}
+
+#[test]
+fn a_commit_fence_skipped_in_the_core_is_caught() {
+    let options = Options { steps: STEPS, ..Options::default() };
+    skip(Some(Mutation::CommitGenerationFence));
+    let caught =
+        SEEDS.map(|seed| (seed, run_seed(seed, &options))).find_map(|(seed, out)| Some((seed, out.violation?)));
+    skip(None);
+    let Some((seed, violation)) = caught else {
+        panic!("a core that accepts stale generations' commits passed seeds {SEEDS:?}")
+    };
+    assert_eq!(violation.property, "fenced-commit", "seed {seed}: {violation:?}");
+    // The same seed with the fence in place passes: the mutation, not the seed, was caught.
+    let out = run_seed(seed, &options);
+    assert!(out.violation.is_none(), "seed {seed} fails without the mutation too: {:?}", out.violation);
+}
+
+/// Only sluice-sim's tests compile the core's mutation switches: no other manifest names the
+/// feature, and sluice-sim's names it as a dev-dependency's only.
+#[test]
+fn only_the_simulation_tests_enable_sim_mutations() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut manifests = vec![root.join("Cargo.toml"), root.join("fuzz/Cargo.toml")];
+    for dir in ["crates", "functions", "examples"] {
+        for entry in std::fs::read_dir(root.join(dir)).into_iter().flatten().flatten() {
+            manifests.push(entry.path().join("Cargo.toml"));
+        }
+    }
+    let mut checked = 0;
+    for path in manifests {
+        let Ok(text) = std::fs::read_to_string(&path) else { continue };
+        checked += 1;
+        let name = path.strip_prefix(&root).unwrap_or(&path).display().to_string();
+        let uses: Vec<&str> = text.lines().filter(|l| l.contains("sim-mutations")).collect();
+        match name.as_str() {
+            // Declares it.
+            "crates/core/Cargo.toml" => {
+                assert!(uses.iter().all(|l| l.starts_with("sim-mutations = []") || l.starts_with('#')))
+            }
+            "crates/sim/Cargo.toml" => {
+                let dev = text.split("[dev-dependencies]").nth(1).unwrap_or_default();
+                let before = text.split("[dev-dependencies]").next().unwrap_or_default();
+                assert!(dev.contains("sim-mutations") && !before.contains("sim-mutations"), "{name}: {uses:?}");
+            }
+            _ => assert!(uses.is_empty(), "{name} enables sim-mutations: {uses:?}"),
+        }
+    }
+    assert!(checked > 10, "found only {checked} manifests under {}", root.display());
+}
