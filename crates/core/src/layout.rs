@@ -144,9 +144,20 @@ pub struct SegmentRecord {
     /// same atomic write as the head that makes them visible, so one durable write, and no object.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub inline: bool,
+    /// What the partition's head counted for these events when they were published, where it
+    /// is not `len`: a compaction re-encodes a run in other bytes without writing the head (a
+    /// head in the merge's write would conflict with every publish to the partition), so
+    /// retention takes this off the head's count, which stays the sum of its segments'.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counted: Option<u64>,
 }
 
 impl SegmentRecord {
+    /// The bytes the partition's head counts for this segment (see [`SegmentRecord::counted`]).
+    pub fn counted_bytes(&self) -> u64 {
+        self.counted.unwrap_or(self.len)
+    }
+
     /// Refuses a record that no commit or compaction writes, so that readers can trust its
     /// arithmetic: offsets `base..next` not empty, a length no segment reaches
     /// ([`MAX_STORED_SEGMENT_BYTES`]), its bytes' end within `u64`, and parts that
@@ -299,8 +310,16 @@ mod tests {
 
     #[test]
     fn segment_items_carry_inline_bytes_after_the_record_and_nothing_else() {
-        let mut record =
-            SegmentRecord { next: 9, object: "o".into(), pos: 40, len: 3, max_ts: 1, parts: Vec::new(), inline: false };
+        let mut record = SegmentRecord {
+            next: 9,
+            object: "o".into(),
+            pos: 40,
+            len: 3,
+            max_ts: 1,
+            parts: Vec::new(),
+            inline: false,
+            counted: None,
+        };
         let plain = encode_segment_item(&record, None);
         assert_eq!(decode_segment_item(&plain).unwrap(), (record.clone(), None));
         assert_eq!(plain, encode(&record), "a segment in an object is stored as before");

@@ -357,6 +357,7 @@ mod tests {
             max_ts,
             parts: parts.starts,
             inline: false,
+            counted: None,
         };
         let mut offsets = Vec::new();
         for (delta, off, len) in record.pieces() {

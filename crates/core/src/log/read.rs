@@ -378,6 +378,7 @@ mod tests {
             max_ts: 0,
             parts: Vec::new(),
             inline: false,
+            counted: None,
         };
         Segment { base, record, version: 1, data: None }
     }

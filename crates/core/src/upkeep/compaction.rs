@@ -144,6 +144,7 @@ async fn merge(
     let mut blob = Vec::new();
     let parts = encode_parts(&records.iter().map(|(_, r)| r).collect::<Vec<_>>(), part_bytes, &mut blob);
     let (len, max_ts) = (parts.len as u64, parts.max_timestamp_ms);
+    let counted: u64 = run.iter().map(|s| s.record.counted_bytes()).sum();
     let at = objects.put(Bytes::from(blob)).await?;
     let merged = SegmentRecord {
         next: last.record.next,
@@ -153,6 +154,7 @@ async fn merge(
         max_ts,
         parts: parts.starts,
         inline: false,
+        counted: Some(counted).filter(|c| *c != len),
     };
     let mut changes: ObjectChanges = BTreeMap::new();
     for seg in run {
@@ -196,8 +198,16 @@ mod tests {
     use super::*;
 
     fn seg(base: u64, next: u64, len: u64) -> Segment {
-        let record =
-            SegmentRecord { next, object: "o".into(), pos: 0, len, max_ts: 0, parts: Vec::new(), inline: false };
+        let record = SegmentRecord {
+            next,
+            object: "o".into(),
+            pos: 0,
+            len,
+            max_ts: 0,
+            parts: Vec::new(),
+            inline: false,
+            counted: None,
+        };
         Segment { base, version: 1, record, data: None }
     }
 

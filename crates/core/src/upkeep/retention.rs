@@ -76,7 +76,7 @@ pub async fn retain(
             break;
         }
         after.start = seg.record.next;
-        after.bytes = after.bytes.saturating_sub(seg.record.len);
+        after.bytes = after.bytes.saturating_sub(seg.record.counted_bytes());
         report.segments_expired += 1;
         report.bytes_expired += seg.record.len;
     }

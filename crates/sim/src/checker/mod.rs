@@ -47,9 +47,9 @@ impl World {
             }
             expect = Some(seg.next);
             if base == head.start {
-                self.first_segments.insert((topic_id, partition), (seg.next, seg.len, seg.max_ts));
+                self.first_segments.insert((topic_id, partition), (seg.next, seg.counted_bytes(), seg.max_ts));
             }
-            bytes += seg.len;
+            bytes += seg.counted_bytes();
             if !seg.parts.is_empty() {
                 self.stat("checked_segments_in_parts");
             }
@@ -81,7 +81,10 @@ impl World {
             problems.push(format!("events of {}..{} not dense", head.start, head.next));
         }
         if bytes != head.bytes {
-            // Known: a compaction re-encodes a run in fewer bytes and leaves the head's count.
+            // The head counts each segment's bytes as published, a merged one's included
+            // (`SegmentRecord::counted`). Known and allowed (3 of seeds 1000..1400): retention
+            // that removes a segment a compaction merged meanwhile takes off only that part,
+            // and the merged segment, across the log start, is taken off whole later.
             self.violate(
                 "head-bytes-exact",
                 format!(

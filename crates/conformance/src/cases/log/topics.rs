@@ -89,6 +89,7 @@ async fn write_index_items(store: &dyn StateStore, topic_id: u64, items: usize) 
                     max_ts: 0,
                     parts: Vec::new(),
                     inline: false,
+                    counted: None,
                 };
                 WriteOp::create(sluice_core::keys::segment_key(topic_id, 0, base), layout::encode(&record))
             })

@@ -70,6 +70,52 @@ pub async fn given_many_one_event_segments_then_compaction_keeps_every_event_and
     assert_eq!(replay(&log, &topic, 0, 0).await.unwrap(), before);
 }
 
+/// Size retention of a compacted run: the merged segment (re-encoded in fewer bytes than its
+/// events were counted at when published) goes with what the partition's count held for it,
+/// so the count stays what the segments left hold, and the bound keeps what it should.
+pub async fn given_a_compacted_run_removed_by_size_retention_then_the_byte_count_stays_exact(backend: &dyn Backend) {
+    let _turn = ONE_JANITOR_AT_A_TIME.lock().await;
+    let t0 = real_now();
+    let clock = Arc::new(ManualClock::new(t0));
+    let stores = backend.open_with(clock.clone()).await;
+    let log = log_at(stores.clone(), &clock);
+    let values: Vec<String> = (0..20).map(|i| format!("{i}:{}", "x".repeat(40))).collect();
+    // The bytes the twenty one-event segments count, on a probe topic without a bound.
+    let probe = unique_topic("probe");
+    log.create_topic(&probe, TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None }).await.unwrap();
+    for v in &values {
+        log.publish(&probe, vec![event(v.clone(), 0, Some(t0))], None).await.unwrap();
+    }
+    let counted = log.describe_topic(&probe).await.unwrap().1[0].bytes;
+    // A bound they fit under, with little room left.
+    let topic = unique_topic("compact-sized");
+    let spec = TopicSpec { partitions: 1, retention_ms: None, retention_bytes: Some(counted as i64 + 10) };
+    log.create_topic(&topic, spec).await.unwrap();
+    for v in &values {
+        log.publish(&topic, vec![event(v.clone(), 0, Some(t0))], None).await.unwrap();
+    }
+    let config = JanitorConfig { grace_ms: 0, compaction_target_bytes: 8 << 20, ..JanitorConfig::default() };
+    let janitor = janitor(&stores, &clock, config);
+    janitor.run(STEP_BUDGET).await.unwrap();
+    let id = log.describe_topic(&topic).await.unwrap().0.id;
+    assert!(live_segments(&stores, id, 0).await.len() < 20, "the run was compacted");
+    // One more event puts the partition over its bound: the merged segment goes.
+    log.publish(&topic, vec![event("over".repeat(10), 0, Some(t0))], None).await.unwrap();
+    janitor.run(STEP_BUDGET).await.unwrap();
+    let (_, states) = log.describe_topic(&topic).await.unwrap();
+    assert!(states[0].log_start_offset > 0, "size retention removed the merged segment");
+    let held: u64 =
+        live_segments(&stores, id, states[0].log_start_offset).await.iter().map(|s| s.counted_bytes()).sum();
+    assert_eq!(states[0].bytes, held, "the partition's count is what its segments hold");
+}
+
+/// The index records of partition 0 of topic `id` that hold offsets at or above `start`.
+async fn live_segments(stores: &crate::Stores, id: u64, start: u64) -> Vec<sluice_core::layout::SegmentRecord> {
+    let items = stores.0.query(&Query::all(keys::segments_pk(id, 0), 1000)).await.unwrap().items;
+    let records = items.iter().map(|i| sluice_core::layout::decode_segment_item(&i.value).unwrap().0);
+    records.filter(|r| r.next > start).collect()
+}
+
 pub async fn given_readers_replaying_during_compaction_and_retention_then_no_error_no_gap_same_bytes(
     backend: &dyn Backend,
 ) {

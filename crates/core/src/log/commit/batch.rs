@@ -73,7 +73,8 @@ impl Stored {
             Self::Inline(name) => (name.clone(), 0, true),
         };
         let parts = s.parts.clone();
-        let entry = SegmentRecord { next, object, pos, len: s.len, max_ts: s.max_timestamp_ms, parts, inline };
+        let entry =
+            SegmentRecord { next, object, pos, len: s.len, max_ts: s.max_timestamp_ms, parts, inline, counted: None };
         let bytes = inline.then(|| &layout.blob[s.start as usize..(s.start + s.len) as usize]);
         layout::encode_segment_item(&entry, bytes)
     }
