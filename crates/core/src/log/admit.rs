@@ -64,6 +64,12 @@ fn check_event(l: &Limits, i: usize, e: &NewEvent, latest: i64) -> Result<(), Er
 /// one pass over the bytes, counting brackets outside strings (the text was parsed already,
 /// so it is well-formed), stopping at the first level past `max`.
 pub(crate) fn nests_deeper_than(json: &[u8], max: usize) -> bool {
+    // Nesting past `max` opens more than `max` brackets, so a text with no more than that
+    // (strings' included) cannot: one cheap count spares most events the scan below
+    // (a 1 KB event: 5.5 k instructions instead of 14.9 k, by callgrind).
+    if json.iter().map(|&b| usize::from(b == b'[' || b == b'{')).sum::<usize>() <= max {
+        return false;
+    }
     let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
     for &b in json {
         if in_string {
