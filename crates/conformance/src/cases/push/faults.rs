@@ -3,8 +3,8 @@
 //! subscription. The promises are the pull queue's: nothing pushed again after its ack
 //! was applied, nothing lost when it was not, one holder per window, per key in order.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
 
 use serde_json::json;
 use sluice_core::ports::state::{StateStore, WriteOp};
@@ -14,42 +14,9 @@ use sluice_core::{Clock, Log, ManualClock, NewEvent, StorageError};
 use sluice_testkit::{Layered, StateLayer};
 
 use super::receiver::*;
+use crate::cases::support::faults::{Fault, QueueWriteFaults};
 use crate::cases::support::queues::{manual, mix, new_topic, publish, queues_on, scaled, subscribe, START_MS};
 use crate::Backend;
-
-/// What a queue write (one touching a queue collection) meets, in order; `None` passes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fault {
-    /// Applied, then its answer is lost.
-    LoseAnswer,
-    /// Not applied, and its answer is lost.
-    FailBefore,
-}
-
-struct FaultyQueueWrites {
-    script: Mutex<VecDeque<Option<Fault>>>,
-}
-
-#[async_trait::async_trait]
-impl StateLayer for FaultyQueueWrites {
-    async fn write(&self, inner: &dyn StateStore, ops: Vec<WriteOp>) -> Result<(), StorageError> {
-        let queue_write = ops.iter().any(|op| op.key().pk.starts_with(sluice_core::keys::QUEUE_PREFIX));
-        let fault = if queue_write { self.script.lock().unwrap().pop_front().flatten() } else { None };
-        let lost = || StorageError::Unavailable { message: "injected: answer lost".into(), source: None };
-        match fault {
-            None => inner.write(ops).await,
-            Some(Fault::LoseAnswer) => {
-                inner.write(ops).await?;
-                Err(lost())
-            }
-            Some(Fault::FailBefore) => Err(lost()),
-        }
-    }
-
-    async fn write_deferred(&self, inner: &dyn StateStore, ops: Vec<WriteOp>) -> Result<(), StorageError> {
-        self.write(inner, ops).await
-    }
-}
 
 /// A one-partition topic with three messages and a push subscription (backoff 100 ms) on
 /// clean queues, and queues on the same storage whose queue writes meet `script`.
@@ -57,8 +24,7 @@ async fn faulty(backend: &dyn Backend, script: &[Option<Fault>]) -> (Arc<ManualC
     let clock = Arc::new(ManualClock::new(START_MS));
     let (log, clean) = queues_on(backend, clock.clone()).await;
     let (store, objects) = backend.open_with(clock.clone()).await;
-    let layer = FaultyQueueWrites { script: Mutex::new(script.iter().copied().collect()) };
-    let store = Arc::new(Layered::new(store, layer));
+    let store = Arc::new(Layered::new(store, QueueWriteFaults::new(script)));
     let faulty = Queues::new(Log::new(store, objects, clock.clone(), crate::log_config()));
     let topic = new_topic(&log, "push-faults", 1).await;
     let sub =
@@ -102,6 +68,7 @@ pub async fn given_the_ack_answer_after_a_2xx_is_lost_then_an_applied_ack_holds_
                 assert_eq!(attempts[1].webhook_id, attempts[0].webhook_id, "under the same webhook-id");
                 assert!(attempts[1].items.iter().all(|m| m.2 == 2));
             }
+            Fault::Throttle => unreachable!("not in this case's list"),
         }
         let d = clean.describe(&topic, &sub).await.unwrap();
         assert_eq!((d.backlog.visible, d.backlog.in_flight, d.backlog.dead), (0, 0, 0), "{fault:?}");

@@ -1,65 +1,27 @@
 //! A queue write whose answer is lost (applied or not), and messages the log start
 //! passes before they are delivered.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use sluice_core::ports::state::{StateStore, WriteOp};
 use sluice_core::queues::{Queues, ReceiptError, ReceiveRequest, StartAt, SubscriptionSpec};
-use sluice_core::{Error, Log, ManualClock, StorageError};
-use sluice_testkit::{Layered, StateLayer};
+use sluice_core::{Error, Log, ManualClock};
+use sluice_testkit::Layered;
 
+use crate::cases::support::faults::{Fault, QueueWriteFaults};
 use crate::cases::support::groups::advance_log_start;
 use crate::cases::support::queues::*;
 use crate::Backend;
-
-/// What the next queue write (one touching a queue collection) meets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum QueueFault {
-    /// Applied, then its answer is lost.
-    LoseAnswer,
-    /// Not applied, and its answer is lost.
-    FailBefore,
-}
-
-/// A state-store layer injecting faults into queue writes, in order.
-struct FaultyQueueStore {
-    faults: Mutex<std::collections::VecDeque<QueueFault>>,
-}
-
-#[async_trait::async_trait]
-impl StateLayer for FaultyQueueStore {
-    async fn write(&self, inner: &dyn StateStore, ops: Vec<WriteOp>) -> Result<(), StorageError> {
-        let queue_write = ops.iter().any(|op| op.key().pk.starts_with(sluice_core::keys::QUEUE_PREFIX));
-        let fault = if queue_write { self.faults.lock().unwrap().pop_front() } else { None };
-        let lost = || StorageError::Unavailable { message: "injected: answer lost".into(), source: None };
-        match fault {
-            None => inner.write(ops).await,
-            Some(QueueFault::LoseAnswer) => {
-                inner.write(ops).await?;
-                Err(lost())
-            }
-            Some(QueueFault::FailBefore) => Err(lost()),
-        }
-    }
-
-    /// As a write (the port's default for a store without the distinction): an ack's
-    /// answer is lost as any queue write's.
-    async fn write_deferred(&self, inner: &dyn StateStore, ops: Vec<WriteOp>) -> Result<(), StorageError> {
-        self.write(inner, ops).await
-    }
-}
 
 /// A topic of one partition with one message, a subscription (10 s visibility), queues whose
 /// writes meet `faults`, and clean queues on the same storage.
 async fn faulty_queue(
     backend: &dyn Backend,
-    faults: &[QueueFault],
-) -> (Arc<ManualClock>, Arc<Layered<FaultyQueueStore>>, Queues, Queues, String, String) {
+    faults: &[Option<Fault>],
+) -> (Arc<ManualClock>, Arc<Layered<QueueWriteFaults>>, Queues, Queues, String, String) {
     let clock = Arc::new(ManualClock::new(START_MS));
     let (clean_log, clean) = queues_on(backend, clock.clone()).await;
     let (store, objects) = backend.open_with(clock.clone()).await;
-    let faulty_store =
-        Arc::new(Layered::new(store, FaultyQueueStore { faults: Mutex::new(faults.iter().copied().collect()) }));
+    let faulty_store = Arc::new(Layered::new(store, QueueWriteFaults::new(faults)));
     let faulty = Queues::new(Log::new(faulty_store.clone(), objects, clock.clone(), crate::log_config()));
     let topic = new_topic(&clean_log, "faults", 1).await;
     let sub_spec = SubscriptionSpec { visibility_timeout_ms: 10_000, ..spec(StartAt::Earliest) };
@@ -74,7 +36,7 @@ async fn faulty_queue(
 pub async fn given_receive_applied_but_answer_lost_then_nobody_holds_it_until_the_timeout_and_it_comes_back_once(
     backend: &dyn Backend,
 ) {
-    let (clock, _, faulty, clean, topic, sub) = faulty_queue(backend, &[QueueFault::LoseAnswer]).await;
+    let (clock, _, faulty, clean, topic, sub) = faulty_queue(backend, &[Some(Fault::LoseAnswer)]).await;
     let req = ReceiveRequest { max_messages: 10, wait_ms: 0, visibility_timeout_ms: None };
     assert!(matches!(faulty.receive(&topic, &sub, &req).await, Err(Error::Unavailable(_))));
     assert_eq!(backlog(&clean, &topic, &sub).await, [0, 1, 0, 0], "in flight, to a receiver that never heard");
@@ -91,7 +53,7 @@ pub async fn given_receive_applied_but_answer_lost_then_nobody_holds_it_until_th
 
 /// The receive's write never happened: the message is visible at once, still undelivered.
 pub async fn given_receive_failed_before_applying_then_the_message_is_still_visible(backend: &dyn Backend) {
-    let (_clock, _, faulty, clean, topic, sub) = faulty_queue(backend, &[QueueFault::FailBefore]).await;
+    let (_clock, _, faulty, clean, topic, sub) = faulty_queue(backend, &[Some(Fault::FailBefore)]).await;
     let req = ReceiveRequest { max_messages: 10, wait_ms: 0, visibility_timeout_ms: None };
     assert!(matches!(faulty.receive(&topic, &sub, &req).await, Err(Error::Unavailable(_))));
     assert_eq!(backlog(&clean, &topic, &sub).await, [1, 0, 0, 0]);
@@ -106,7 +68,7 @@ pub async fn given_ack_applied_but_answer_lost_then_the_retry_is_ok_and_the_mess
 ) {
     let (clock, store, faulty, clean, topic, sub) = faulty_queue(backend, &[]).await;
     let held = receive_one(&clean, &topic, &sub).await;
-    store.faults.lock().unwrap().push_back(QueueFault::LoseAnswer);
+    store.then(Fault::LoseAnswer);
     assert!(matches!(faulty.ack(&topic, &sub, std::slice::from_ref(&held.receipt)).await, Err(Error::Unavailable(_))));
     assert_eq!(ack(&faulty, &topic, &sub, &held.receipt).await, Ok(()), "the retry: acked by its first attempt");
     assert_eq!(backlog(&clean, &topic, &sub).await, [0; 4]);
@@ -121,7 +83,7 @@ pub async fn given_nack_applied_but_answer_lost_then_the_retry_is_ok_until_the_m
 ) {
     let (_clock, store, faulty, clean, topic, sub) = faulty_queue(backend, &[]).await;
     let held = receive_one(&clean, &topic, &sub).await;
-    store.faults.lock().unwrap().push_back(QueueFault::LoseAnswer);
+    store.then(Fault::LoseAnswer);
     let lost = faulty.nack(&topic, &sub, std::slice::from_ref(&held.receipt), 0).await;
     assert!(matches!(lost, Err(Error::Unavailable(_))), "{lost:?}");
     assert_eq!(nack(&faulty, &topic, &sub, &held.receipt, 0).await, Ok(()), "the retry: released by its first attempt");

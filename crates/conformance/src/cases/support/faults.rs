@@ -31,6 +31,46 @@ pub enum Fault {
     Throttle,
 }
 
+/// A state-store layer whose queue writes (those touching a queue collection) meet a script
+/// of faults in order, `None` passing one; other writes, and queue writes past the script,
+/// pass untouched. A deferred write (an ack's) meets the script as any write.
+#[derive(Default)]
+pub struct QueueWriteFaults {
+    script: Mutex<std::collections::VecDeque<Option<Fault>>>,
+}
+
+impl QueueWriteFaults {
+    pub fn new(script: &[Option<Fault>]) -> Self {
+        Self { script: Mutex::new(script.iter().copied().collect()) }
+    }
+
+    /// Adds `fault` to the end of the script.
+    pub fn then(&self, fault: Fault) {
+        self.script.lock().unwrap().push_back(Some(fault));
+    }
+}
+
+#[async_trait]
+impl StateLayer for QueueWriteFaults {
+    async fn write(&self, inner: &dyn StateStore, ops: Vec<WriteOp>) -> Result<(), StorageError> {
+        let queue_write = ops.iter().any(|op| op.key().pk.starts_with(sluice_core::keys::QUEUE_PREFIX));
+        let fault = if queue_write { self.script.lock().unwrap().pop_front().flatten() } else { None };
+        match fault {
+            None => inner.write(ops).await,
+            Some(Fault::LoseAnswer) => {
+                inner.write(ops).await?;
+                Err(lost())
+            }
+            Some(Fault::FailBefore) => Err(lost()),
+            Some(Fault::Throttle) => Err(StorageError::Throttled { message: "injected".into(), source: None }),
+        }
+    }
+
+    async fn write_deferred(&self, inner: &dyn StateStore, ops: Vec<WriteOp>) -> Result<(), StorageError> {
+        self.write(inner, ops).await
+    }
+}
+
 /// Work a rule runs beside the write it matched.
 pub type Rival = Pin<Box<dyn Future<Output = ()> + Send>>;
 
