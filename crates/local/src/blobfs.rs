@@ -33,21 +33,36 @@ use std::path::Path;
 ///   of the directory holding it returns, if that directory's own name is;
 /// - nothing else: a write not yet synced may be lost, kept, or torn (a prefix kept,
 ///   or garbage in its place), and a name not yet synced may vanish with its file.
+///
+/// Each method defaults to the operating system's own operation ([`OsFs`] is the trait with
+/// nothing overridden), so a wrapper that watches syncs overrides just those.
 #[doc(hidden)]
 pub trait BlobFs: Send + Sync + 'static {
     /// `std::fs::create_dir_all`.
-    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(dir)
+    }
     /// Creates `path`, which must not exist, open for reading and writing
     /// (`OpenOptions::new().create_new(true).read(true).write(true)`).
-    fn create_new(&self, path: &Path) -> io::Result<File>;
+    fn create_new(&self, path: &Path) -> io::Result<File> {
+        OpenOptions::new().create_new(true).read(true).write(true).open(path)
+    }
     /// `FileExt::write_all_at` on `file`, which [`BlobFs::create_new`] opened at `path`.
-    fn write_all_at(&self, path: &Path, file: &File, bytes: &[u8], position: u64) -> io::Result<()>;
+    fn write_all_at(&self, _path: &Path, file: &File, bytes: &[u8], position: u64) -> io::Result<()> {
+        file.write_all_at(bytes, position)
+    }
     /// `File::sync_data` (`fdatasync`) on `file`, opened at `path`.
-    fn sync_data(&self, path: &Path, file: &File) -> io::Result<()>;
+    fn sync_data(&self, _path: &Path, file: &File) -> io::Result<()> {
+        file.sync_data()
+    }
     /// `fsync` of the directory `dir`, which makes the names in it durable.
-    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
     /// `std::fs::remove_file`.
-    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
 }
 
 /// The operating system's file system: what every store opened without
@@ -56,31 +71,7 @@ pub trait BlobFs: Send + Sync + 'static {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct OsFs;
 
-impl BlobFs for OsFs {
-    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
-        std::fs::create_dir_all(dir)
-    }
-
-    fn create_new(&self, path: &Path) -> io::Result<File> {
-        OpenOptions::new().create_new(true).read(true).write(true).open(path)
-    }
-
-    fn write_all_at(&self, _path: &Path, file: &File, bytes: &[u8], position: u64) -> io::Result<()> {
-        file.write_all_at(bytes, position)
-    }
-
-    fn sync_data(&self, _path: &Path, file: &File) -> io::Result<()> {
-        file.sync_data()
-    }
-
-    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        File::open(dir)?.sync_all()
-    }
-
-    fn remove_file(&self, path: &Path) -> io::Result<()> {
-        std::fs::remove_file(path)
-    }
-}
+impl BlobFs for OsFs {}
 
 /// Creates `dir` and its missing parents so that their names survive a power cut: after
 /// `create_dir_all`, the directory holding each one created is synced. (Syncing only a
@@ -119,15 +110,6 @@ pub(crate) struct Synced {
 
 #[cfg(test)]
 impl BlobFs for Synced {
-    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
-        OsFs.create_dir_all(dir)
-    }
-    fn create_new(&self, path: &Path) -> io::Result<File> {
-        OsFs.create_new(path)
-    }
-    fn write_all_at(&self, path: &Path, file: &File, bytes: &[u8], position: u64) -> io::Result<()> {
-        OsFs.write_all_at(path, file, bytes, position)
-    }
     fn sync_data(&self, path: &Path, file: &File) -> io::Result<()> {
         self.files.lock().unwrap_or_else(|p| p.into_inner()).push(path.to_owned());
         OsFs.sync_data(path, file)
@@ -135,9 +117,6 @@ impl BlobFs for Synced {
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         self.dirs.lock().unwrap_or_else(|p| p.into_inner()).push(dir.to_owned());
         OsFs.sync_dir(dir)
-    }
-    fn remove_file(&self, path: &Path) -> io::Result<()> {
-        OsFs.remove_file(path)
     }
 }
 

@@ -106,15 +106,6 @@ unsafe extern "C" fn sync(file: *mut ffi::sqlite3_file, flags: c_int) -> c_int {
 pub(crate) struct WalSyncs;
 
 impl BlobFs for WalSyncs {
-    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
-        OsFs.create_dir_all(dir)
-    }
-    fn create_new(&self, path: &Path) -> io::Result<File> {
-        OsFs.create_new(path)
-    }
-    fn write_all_at(&self, path: &Path, file: &File, bytes: &[u8], position: u64) -> io::Result<()> {
-        OsFs.write_all_at(path, file, bytes, position)
-    }
     fn sync_data(&self, path: &Path, file: &File) -> io::Result<()> {
         let len = file.metadata()?.len();
         OsFs.sync_data(path, file)?;
@@ -122,11 +113,5 @@ impl BlobFs for WalSyncs {
             record(path, len);
         }
         Ok(())
-    }
-    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        OsFs.sync_dir(dir)
-    }
-    fn remove_file(&self, path: &Path) -> io::Result<()> {
-        OsFs.remove_file(path)
     }
 }
