@@ -34,7 +34,14 @@ ADAPTERS = ROOT / "crates" / "aws" / "src"
 RESOURCES = {
     "objects": {"Fn::Sub": "${SegmentBucket.Arn}/segments/*"},
     "bucket": {"Fn::GetAtt": ["SegmentBucket", "Arn"]},
-    "table": {"Fn::GetAtt": ["IndexTable", "Arn"]},
+    # The stack's table, or the one restored from it (RestoredTableName).
+    "table": {
+        "Fn::If": [
+            "UsesRestoredTable",
+            {"Fn::Sub": "arn:${AWS::Partition}:dynamodb:${AWS::Region}:${AWS::AccountId}:table/${RestoredTableName}"},
+            {"Fn::GetAtt": ["IndexTable", "Arn"]},
+        ]
+    },
     "push_targets": {"Ref": "PushLambdaArns"},
     "kms_key": {"Ref": "KmsKeyArn"},
 }
