@@ -7,10 +7,16 @@
 - a stream wake cannot block its shard: old wakes are dropped, failed batches not bisected;
 - the long-poll routes have routes, and throttles, of their own, and every route a
   throttle names exists;
-- the dispatcher's reserved concurrency can be left off (a new account deploys).
+- the dispatcher's reserved concurrency can be left off (a new account deploys);
+- the template, once SAM has transformed it, has no dependency cycle, counting references
+  anywhere in a resource (an alias's UpdatePolicy names its deployment group): cfn-lint
+  passes a cycle through the gradual deploys' alarm that CloudFormation refuses.
 
 Run by .ci/run next to cfn-lint; exits 1 naming each broken promise.
 """
+import logging
+import os
+import re
 import sys
 from pathlib import Path
 
@@ -98,10 +104,96 @@ def dispatcher(t):
         yield "the dispatcher's reserved concurrency is not left off at 0"
 
 
+def rollbacks(t):
+    """The API functions deploy gradually, each rolled back by an alarm the stack makes (named,
+    not referenced: see `cycles`)."""
+    res = t["Resources"]
+    names = [r["Properties"].get("AlarmName") for r in res.values() if r["Type"] == "AWS::CloudWatch::Alarm"]
+    for name, r in res.items():
+        props = r["Properties"]
+        if r["Type"] != "AWS::Serverless::Function" or not any(
+            e["Type"] == "HttpApi" for e in props.get("Events", {}).values()
+        ):
+            continue
+        preference = props.get("DeploymentPreference", {})
+        if props.get("AutoPublishAlias") != "live" or not preference.get("Alarms"):
+            yield f"{name}: serves the API but does not deploy gradually with a rollback alarm"
+        for alarm in preference.get("Alarms", []):
+            if alarm not in names:
+                yield f"{name}: rolls back on {alarm}, which is no alarm's AlarmName here"
+
+
+def transformed():
+    """The template as CloudFormation gets it after the SAM transform (offline: the
+    functions' code as `sam build` would upload it, managed policies by name)."""
+    from samtranslator.translator.transform import transform
+    from samtranslator.yaml_helper import yaml_parse
+
+    class Policies:
+        def load(self):
+            return {}
+
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    logging.getLogger("samtranslator").setLevel(logging.ERROR)
+    template = yaml_parse((ROOT / "template.yaml").read_text())
+    for resource in template["Resources"].values():
+        if resource["Type"] == "AWS::Serverless::Function":
+            resource["Properties"]["CodeUri"] = "s3://artifacts/code.zip"
+    return transform(template, {}, Policies())
+
+
+def references(value, found):
+    """Every resource name `value` refers to: Ref, GetAtt and ${...} in Sub."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            if key == "Ref" and isinstance(inner, str):
+                found.add(inner)
+            elif key == "Fn::GetAtt":
+                found.add(inner[0] if isinstance(inner, list) else inner.split(".")[0])
+            elif key == "Fn::Sub":
+                text = inner if isinstance(inner, str) else inner[0]
+                found.update(m.split(".")[0] for m in re.findall(r"\$\{([^}!]+)\}", text))
+                if not isinstance(inner, str):
+                    references(inner[1], found)
+            else:
+                references(inner, found)
+    elif isinstance(value, list):
+        for inner in value:
+            references(inner, found)
+    return found
+
+
+def cycles(_template):
+    resources = transformed()["Resources"]
+    graph = {}
+    for name, resource in resources.items():
+        found = references({k: v for k, v in resource.items() if k != "Type"}, set())
+        depends = resource.get("DependsOn", [])
+        found.update([depends] if isinstance(depends, str) else depends)
+        graph[name] = sorted(found & set(resources))
+    state, path = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        path.append(node)
+        for nxt in graph[node]:
+            if state.get(nxt) == "open":
+                yield " -> ".join(path[path.index(nxt):] + [nxt])
+            elif nxt not in state:
+                yield from visit(nxt)
+        path.pop()
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            for cycle in visit(node):
+                yield f"dependency cycle after the SAM transform: {cycle}"
+
+
 def main():
     template = plain(cfn_yaml.load(str(ROOT / "template.yaml")))
     errors = []
-    for check in (backups, encryption, stream, throttles, dispatcher):
+    for check in (backups, encryption, stream, throttles, dispatcher, rollbacks, cycles):
         try:
             errors += list(check(template))
         except (KeyError, StopIteration, TypeError, ValueError) as e:
@@ -109,7 +201,7 @@ def main():
     for error in errors:
         print(f"template_check: {error}", file=sys.stderr)
     if not errors:
-        print("template_check: backups, encryption, stream wakes, throttles and the dispatcher as documented")
+        print("template_check: backups, encryption, stream wakes, throttles, the dispatcher and rollbacks as documented; no cycle")
     return 1 if errors else 0
 
 
