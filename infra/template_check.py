@@ -52,7 +52,8 @@ def backups(t):
     for rule in rules:
         if "ExpirationInDays" in rule or "NoncurrentVersionTransitions" in rule or "Transitions" in rule:
             yield f"lifecycle rule {rule.get('Id')} moves or expires current objects"
-    if table["PointInTimeRecoverySpecification"].get("RecoveryPeriodInDays") != WINDOW:
+    period = table["PointInTimeRecoverySpecification"].get("RecoveryPeriodInDays")
+    if period != {"Fn::If": ["HasPointInTimeRecovery", WINDOW, {"Ref": "AWS::NoValue"}]}:
         yield "the table's PITR window is not BackupRetentionDays"
 
 
