@@ -7,7 +7,7 @@ mod cli;
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use sluice_runtime::Config;
 use tracing_subscriber::EnvFilter;
 
@@ -18,6 +18,9 @@ struct Cli {
     command: Command,
     #[command(flatten)]
     connection: cli::Connection,
+    /// `auto`: text on a terminal, JSON when piped (NDJSON for streams); `json`; `text`.
+    #[arg(short = 'o', long, global = true, value_enum, default_value = "auto")]
+    output: cli::Output,
 }
 
 #[derive(Subcommand)]
@@ -33,6 +36,19 @@ enum Command {
     /// Print the OpenAPI 3.1 document of the v1 API (what `GET /openapi.json` answers).
     #[command(after_help = "Example:\n  sluice openapi > docs/openapi.json")]
     Openapi,
+    /// Print a shell's completion script for `sluice`.
+    #[command(
+        after_help = "Examples:\n  sluice completions bash > ~/.local/share/bash-completion/completions/sluice\n  \
+                            sluice completions zsh > ~/.zfunc/_sluice\n  \
+                            sluice completions fish > ~/.config/fish/completions/sluice.fish"
+    )]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print `sluice`'s man page (roff).
+    #[command(after_help = "Example:\n  sluice man > sluice.1 && man ./sluice.1")]
+    Man,
     #[command(flatten)]
     Client(cli::Verb),
 }
@@ -82,9 +98,19 @@ async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             let _ = std::io::stdout().write_all(sluice_api::openapi_json().as_bytes());
             Ok(())
         }
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "sluice", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man => {
+            let mut page = Vec::new();
+            clap_mangen::Man::new(Cli::command()).render(&mut page)?;
+            let _ = std::io::Write::write_all(&mut std::io::stdout(), &page);
+            Ok(())
+        }
         Command::Client(verb) => {
-            if let Err(error) = cli::run(verb, &cli.connection).await {
-                eprintln!("{}", cli::describe_error(&error));
+            if let Err(error) = cli::run(verb, &cli.connection, cli.output).await {
+                eprintln!("{}", cli::describe_error(&error, &cli.connection));
                 std::process::exit(1);
             }
             Ok(())

@@ -5,9 +5,10 @@ use std::io::{BufWriter, Write};
 
 use clap::Args;
 use sluice_client::{Client, ConsumerConfig, Error, Event, From, GroupConsumer};
-use tokio::sync::mpsc;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::{mpsc, watch};
 
-use super::output::{print_event, Format};
+use super::output::{parse_time, print_event};
 
 #[derive(Args, Debug)]
 pub struct TailArgs {
@@ -22,20 +23,17 @@ pub struct TailArgs {
     /// Keep waiting for new events (until Ctrl-C).
     #[arg(long)]
     follow: bool,
-    /// Read as a member of this consumer group (committing what it printed).
+    /// Read as a member of this consumer group, committing what it printed; Ctrl-C (or
+    /// SIGTERM) commits and leaves the group, a second Ctrl-C exits at once.
     #[arg(long)]
     group: Option<String>,
-    /// `auto`: pretty on a terminal, NDJSON when piped.
-    #[arg(long, value_enum, default_value = "auto")]
-    format: Format,
 }
 
-pub async fn tail(client: &Client, args: TailArgs) -> Result<(), Error> {
-    let pretty = args.format.pretty();
+pub async fn tail(client: &Client, args: TailArgs, text: bool) -> Result<(), Error> {
     let mut out = BufWriter::new(std::io::stdout().lock());
     let mut print = |batch: &[Event]| -> bool {
         let written: std::io::Result<()> =
-            batch.iter().try_for_each(|e| print_event(&mut out, &args.topic, e, pretty)).and_then(|()| out.flush());
+            batch.iter().try_for_each(|e| print_event(&mut out, &args.topic, e, text)).and_then(|()| out.flush());
         // An error: the reader of our output went away (`| head`).
         written.is_ok()
     };
@@ -118,20 +116,15 @@ async fn start_of(client: &Client, topic: &str, partition: u32, from: &str) -> R
         "latest" => From::Latest,
         _ => match from.parse::<u64>() {
             Ok(offset) => From::Offset(offset),
-            Err(_) => {
-                let time = time::OffsetDateTime::parse(from, &time::format_description::well_known::Rfc3339).map_err(
-                    |_| Error::Invalid(format!("--from {from}: not earliest, latest, an offset or an RFC 3339 time")),
-                )?;
-                let ms = (time.unix_timestamp_nanos() / 1_000_000) as i64;
-                From::Offset(client.offset_for_time(topic, partition, ms).await?)
-            }
+            Err(_) => From::Offset(client.offset_for_time(topic, partition, parse_time("--from", from)?).await?),
         },
     })
 }
 
 /// Polls as a member of `group`; without `follow`, until a poll finds nothing new. Each
 /// batch is committed once printed, and only then: a reader that goes away (`| head`)
-/// leaves the rest to the group.
+/// leaves the rest to the group. On SIGINT or SIGTERM it stops polling and leaves, so its
+/// partitions go to the other members at once rather than at its session timeout.
 async fn as_member(
     client: Client,
     group: &str,
@@ -142,9 +135,21 @@ async fn as_member(
     let config =
         ConsumerConfig { wait_ms: if follow { 5_000 } else { 1_000 }, auto_commit: false, ..ConsumerConfig::default() };
     let mut consumer = GroupConsumer::new(client, group, &[topic]).with_config(config);
-    let mut printed_any = false;
-    loop {
-        let events = consumer.poll().await?;
+    let mut stop = stop_signals()?;
+    let (mut printed_any, mut joined) = (false, false);
+    while !*stop.borrow() {
+        // A poll is dropped at a signal once the member has joined (it can still leave); the
+        // poll that joins is let finish, else the server would hold a member nobody can
+        // name until its session timeout. Its events are then printed and committed.
+        let events = if joined {
+            tokio::select! {
+                polled = consumer.poll() => polled?,
+                _ = stop.changed() => break,
+            }
+        } else {
+            consumer.poll().await?
+        };
+        joined = true;
         if events.is_empty() && !follow && printed_any {
             break;
         }
@@ -160,4 +165,25 @@ async fn as_member(
         consumer.commit().await?;
     }
     consumer.leave().await
+}
+
+/// Becomes `true` at the first SIGINT or SIGTERM; the second exits the process at once.
+fn stop_signals() -> Result<watch::Receiver<bool>, Error> {
+    let listen = |kind| signal(kind).map_err(|e| Error::Invalid(format!("cannot listen for signals: {e}")));
+    let (mut interrupt, mut terminate) = (listen(SignalKind::interrupt())?, listen(SignalKind::terminate())?);
+    let (stop, stopped) = watch::channel(false);
+    tokio::spawn(async move {
+        for signals in 0.. {
+            tokio::select! {
+                _ = interrupt.recv() => {}
+                _ = terminate.recv() => {}
+            }
+            if signals > 0 {
+                std::process::exit(130);
+            }
+            eprintln!("stopping: committing and leaving group (Ctrl-C again to quit at once)");
+            let _ = stop.send(true);
+        }
+    });
+    Ok(stopped)
 }
