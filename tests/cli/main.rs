@@ -173,3 +173,20 @@ fn given_bad_requests_then_the_api_code_is_printed_and_the_exit_is_non_zero() {
         assert!(help.contains("Example"), "{verb:?} --help has an example: {help}");
     }
 }
+
+#[test]
+fn given_partitions_of_unequal_lengths_when_tailed_from_an_offset_then_each_starts_there_or_at_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    ok(&server, &["topics", "create", "t", "--partitions", "2"], None);
+    ok(&server, &["publish", "t", "1", "2", "3", "4", "--key", "a"], None);
+    ok(&server, &["publish", "t", "5", "--key", "b"], None);
+    // 4 and 1, or 5 and 0: one partition is shorter than 2 either way.
+    let described = json(&ok(&server, &["topics", "describe", "t"], None));
+    let ends: Vec<u64> = (0..2).map(|p| described["partition_states"][p]["high_watermark"].as_u64().unwrap()).collect();
+    assert!(ends.iter().any(|&end| end < 2), "{described}");
+    let expected: u64 = ends.iter().map(|end| end.saturating_sub(2)).sum();
+    let events = ndjson(&ok(&server, &["tail", "t", "--from", "2"], None));
+    assert_eq!(events.len() as u64, expected, "{events:?}");
+    assert!(events.iter().all(|e| e["offset"].as_u64() >= Some(2)), "{events:?}");
+}
