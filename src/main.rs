@@ -83,13 +83,23 @@ fn purge_freed_memory_at_once() {
 }
 
 async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        // Colours only for a terminal: a log file or journald gets plain text, and each
-        // request's span (its fields formatted when it opens) costs a third as much.
-        .with_ansi(std::io::stdout().is_terminal())
-        .init();
     let cli = Cli::parse();
+    if let Command::Client(_) = cli.command {
+        // A client verb's stdout is its output (JSON when piped): its logs go to stderr,
+        // and only warnings unless RUST_LOG asks for more.
+        tracing_subscriber::fmt()
+            .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+            .with_ansi(std::io::stderr().is_terminal())
+            .with_writer(std::io::stderr)
+            .init();
+    } else {
+        tracing_subscriber::fmt()
+            .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+            // Colours only for a terminal: a log file or journald gets plain text, and each
+            // request's span (its fields formatted when it opens) costs a third as much.
+            .with_ansi(std::io::stdout().is_terminal())
+            .init();
+    }
     match cli.command {
         Command::Serve { addr, config } => serve(addr, config).await,
         Command::Openapi => {

@@ -21,7 +21,8 @@ use sluice_client::{Client, Error};
 /// Where the Sluice is, and how to reach it.
 #[derive(Args, Debug, Clone)]
 pub struct Connection {
-    /// Base URL of the API: `serve`'s, or the API Gateway stage URL of a deployment.
+    /// Base URL of the API: `serve`'s, or the API Gateway stage URL of a deployment
+    /// (`http://` is assumed without a scheme: `localhost:8080`).
     #[arg(long, global = true, env = "SLUICE_URL", default_value = "http://127.0.0.1:8080")]
     pub url: String,
     /// Sign requests with SigV4 (credentials and region from the standard AWS chain).

@@ -49,6 +49,22 @@ fn given_output_json_then_every_verb_prints_json() {
 }
 
 #[test]
+fn given_logs_asked_for_then_they_go_to_stderr_and_stdout_stays_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["topics", "list", "-o", "json"])
+        .env("SLUICE_URL", &server.base)
+        .env("RUST_LOG", "debug")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(crate::json(&stdout)["topics"], serde_json::json!([]), "{stdout}");
+    assert!(!out.stderr.is_empty(), "the debug logs went to stderr");
+}
+
+#[test]
 fn given_output_text_then_changes_are_sentences_with_plurals_and_lists_are_tables() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
