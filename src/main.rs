@@ -109,7 +109,11 @@ async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             Ok(())
         }
         Command::Completions { shell } => {
-            clap_complete::generate(shell, &mut Cli::command(), "sluice", &mut std::io::stdout());
+            // Written whole, as `openapi`: clap_complete panics on a write error, and a
+            // closed pipe (`| head`) is no error.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "sluice", &mut script);
+            let _ = std::io::Write::write_all(&mut std::io::stdout(), &script);
             Ok(())
         }
         Command::Man => {

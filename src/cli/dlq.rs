@@ -7,7 +7,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use sluice_client::{Client, DeadLetter, Error};
 
-use super::output::{count, print_change, rfc3339};
+use super::output::{count, print_change, rfc3339, say};
 
 #[derive(Subcommand, Debug)]
 pub enum DlqVerb {
@@ -88,7 +88,7 @@ async fn list(client: &Client, topic: &str, sub: &str, limit: Option<usize>, tex
         }
     }
     if text && printed == 0 {
-        println!("no dead letters in {topic}/{sub}");
+        say!("no dead letters in {topic}/{sub}");
     }
     Ok(())
 }

@@ -8,6 +8,16 @@ use std::io::{IsTerminal, Write};
 use serde::Serialize;
 use sluice_client::{Event, Message};
 
+/// `println!` that lets a closed pipe (`| head`) go, where `println!` panics: the reader
+/// has what it wanted.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+pub(crate) use say;
+
 /// The global `-o/--output`.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Output {
@@ -43,13 +53,13 @@ pub fn print_json(value: &impl Serialize) {
     } else {
         serde_json::to_string(value)
     };
-    println!("{}", text.unwrap_or_default());
+    say!("{}", text.unwrap_or_default());
 }
 
 /// A change's outcome: its sentence as text, else `json`.
 pub fn print_change(text: bool, sentence: &str, json: &impl Serialize) {
     if text {
-        println!("{sentence}");
+        say!("{sentence}");
     } else {
         print_json(json);
     }
@@ -75,7 +85,7 @@ pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
             .zip(&numeric)
             .map(|((cell, &w), &right)| if right { format!("{cell:>w$}") } else { format!("{cell:<w$}") })
             .collect();
-        println!("{}", padded.join("  ").trim_end());
+        say!("{}", padded.join("  ").trim_end());
     };
     line(header.to_vec());
     for row in rows {

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use sluice_client::{Client, Delivery, Error, Producer, ProducerConfig, Record};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use super::output::{count, print_json};
+use super::output::{count, print_json, say};
 
 #[derive(Args, Debug)]
 pub struct PublishArgs {
@@ -108,7 +108,7 @@ pub async fn publish(client: &Client, args: PublishArgs, text: bool) -> Result<(
     let seconds = started.elapsed().as_secs_f64();
     if text {
         let spread: Vec<String> = partitions.iter().map(|(p, (lo, hi))| format!("{p}:{lo}..={hi}")).collect();
-        println!(
+        say!(
             "published {landed} of {} to {} in {seconds:.1} s; partition:offsets {}",
             count(sent, "event", "events"),
             args.topic,

@@ -6,7 +6,7 @@ use clap::Args;
 use serde_json::json;
 use sluice_client::{Client, Error, ReceiptResult};
 
-use super::output::{count, print_json};
+use super::output::{count, print_json, say};
 
 /// The subscription and the receipts a settle takes.
 #[derive(Args, Debug)]
@@ -68,10 +68,10 @@ pub async fn visibility(client: &Client, args: VisibilityArgs, text: bool) -> Re
         )
     };
     if text {
-        println!("{sentence}");
+        say!("{sentence}");
         for (sent, result) in receipts.iter().zip(&results) {
             if let (true, Some(new)) = (result.ok, &result.receipt) {
-                println!("  {sent} -> {new}");
+                say!("  {sent} -> {new}");
             }
         }
         return failures(receipts, &results);
@@ -86,7 +86,7 @@ fn settled(results: &[ReceiptResult]) -> String {
 /// Prints the sentence (or `{"results": […]}`), then fails if a receipt did nothing.
 fn report(receipts: &[String], results: &[ReceiptResult], text: bool, sentence: &str) -> Result<(), Error> {
     if text {
-        println!("{sentence}");
+        say!("{sentence}");
     } else {
         print_json(&json!({ "results": results }));
     }

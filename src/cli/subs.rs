@@ -5,7 +5,7 @@ use clap::Subcommand;
 use serde_json::{json, Value};
 use sluice_client::{Client, Error};
 
-use super::output::{parse_time, print_change, print_json, print_table};
+use super::output::{parse_time, print_change, print_json, print_table, say};
 
 #[derive(Subcommand, Debug)]
 pub enum SubVerb {
@@ -151,13 +151,13 @@ async fn create(client: &Client, args: CreateArgs, text: bool) -> Result<(), Err
         return Ok(());
     }
     if existed {
-        println!("subscription {topic}/{sub} already exists with these settings");
+        say!("subscription {topic}/{sub} already exists with these settings");
         return Ok(());
     }
-    println!("created subscription {topic}/{sub} ({})", summary(&created));
+    say!("created subscription {topic}/{sub} ({})", summary(&created));
     if let Some(secret) = created["push"]["secret"].as_str() {
-        println!("push signing secret (shown once: store it now):");
-        println!("{secret}");
+        say!("push signing secret (shown once: store it now):");
+        say!("{secret}");
     }
     Ok(())
 }
@@ -209,14 +209,14 @@ fn row(sub: &Value) -> Vec<String> {
 fn print_description(sub: &Value) {
     let backlog = &sub["backlog"];
     let n = |v: &Value| v.as_u64().unwrap_or_default();
-    println!(
+    say!(
         "subscription {}/{}  ({})",
         sub["topic"].as_str().unwrap_or_default(),
         sub["name"].as_str().unwrap_or_default(),
         summary(sub)
     );
     let unscanned = backlog.get("unscanned").and_then(Value::as_u64).map(|u| format!(", {u} unscanned"));
-    println!(
+    say!(
         "backlog: {} visible, {} in flight, {} delayed, {} dead, {} expired, {} filtered{}",
         n(&backlog["visible"]),
         n(&backlog["in_flight"]),

@@ -4,7 +4,7 @@ use clap::Subcommand;
 use serde_json::json;
 use sluice_client::{Client, Code, Error, GroupDescription, SeekTo, Topic, TopicDescription, TopicSettings};
 
-use super::output::{count, parse_time, print_change, print_json, print_table, rfc3339};
+use super::output::{count, parse_time, print_change, print_json, print_table, rfc3339, say};
 
 #[derive(Subcommand, Debug)]
 pub enum TopicVerb {
@@ -92,7 +92,7 @@ fn print_topic(topic: &TopicDescription) {
     let retention =
         topic.retention_ms.map_or("the server's default retention".to_owned(), |ms| format!("kept {ms} ms"));
     let bound = topic.retention_bytes.map_or(String::new(), |b| format!(", at most {b} bytes a partition"));
-    println!("topic {}  ({}, {retention}{bound})", topic.name, count(topic.partitions, "partition", "partitions"));
+    say!("topic {}  ({}, {retention}{bound})", topic.name, count(topic.partitions, "partition", "partitions"));
     let rows: Vec<Vec<String>> = topic
         .partition_states
         .iter()
@@ -148,7 +148,7 @@ pub async fn groups(client: &Client, verb: GroupVerb, text: bool) -> Result<(), 
         GroupVerb::List => {
             let groups = client.list_groups().await?;
             if text {
-                groups.iter().for_each(|g| println!("{g}"));
+                groups.iter().for_each(|g| say!("{g}"));
             } else {
                 print_json(&json!({ "groups": groups }));
             }
@@ -175,7 +175,7 @@ pub async fn groups(client: &Client, verb: GroupVerb, text: bool) -> Result<(), 
                 print_json(&json!({ "offsets": offsets }));
                 return Ok(());
             }
-            println!("moved group {group} in {}:", count(offsets.len() as u64, "partition", "partitions"));
+            say!("moved group {group} in {}:", count(offsets.len() as u64, "partition", "partitions"));
             let rows: Vec<Vec<String>> =
                 offsets.iter().map(|o| vec![format!("{}/{}", o.topic, o.partition), o.offset.to_string()]).collect();
             print_table(&["partition", "offset"], &rows);
@@ -190,17 +190,17 @@ pub async fn groups(client: &Client, verb: GroupVerb, text: bool) -> Result<(), 
 
 /// A group as a table, for people.
 fn print_group(group: &GroupDescription) {
-    println!("group {}  generation {}  lag {}", group.group, group.generation, group.lag);
-    println!("members:");
+    say!("group {}  generation {}  lag {}", group.group, group.generation, group.lag);
+    say!("members:");
     for m in &group.members {
         let assigned: Vec<String> = m.assignment.iter().map(|tp| format!("{}/{}", tp.topic, tp.partition)).collect();
-        println!("  {}  [{}]", m.member_id, assigned.join(", "));
+        say!("  {}  [{}]", m.member_id, assigned.join(", "));
     }
-    println!("{:<24} {:>9} {:>12} {:>12} {:>10}  member", "partition", "committed", "log start", "high mark", "lag");
+    say!("{:<24} {:>9} {:>12} {:>12} {:>10}  member", "partition", "committed", "log start", "high mark", "lag");
     for p in &group.partitions {
         let committed = p.committed_offset.map_or("-".to_owned(), |o| o.to_string());
         let tp = format!("{}/{}", p.topic, p.partition);
         let owner = p.member_id.as_deref().unwrap_or("-");
-        println!("{tp:<24} {committed:>9} {:>12} {:>12} {:>10}  {owner}", p.log_start_offset, p.high_watermark, p.lag);
+        say!("{tp:<24} {committed:>9} {:>12} {:>12} {:>10}  {owner}", p.log_start_offset, p.high_watermark, p.lag);
     }
 }

@@ -99,6 +99,19 @@ fn given_completions_and_man_then_each_shell_gets_a_script_and_the_page_is_roff(
         let script = ok(&server, &["completions", shell], None);
         assert!(script.contains("sluice") && script.contains("visibility"), "{shell}: {script:.200}");
     }
+    // A reader that stops at once (`| head -c 1`): no panic, exit 0. The script is larger
+    // than a pipe holds, so the write meets the closed pipe.
+    let mut head = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["completions", "bash"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 1];
+    std::io::Read::read_exact(head.stdout.as_mut().unwrap(), &mut first).unwrap();
+    drop(head.stdout.take());
+    let closed = head.wait_with_output().unwrap();
+    assert!(closed.status.success(), "{}", String::from_utf8_lossy(&closed.stderr));
     let page = ok(&server, &["man"], None);
     assert!(page.starts_with(".ie") || page.starts_with(".TH"), "{page:.200}");
     assert!(page.contains(".TH sluice 1"), "{page:.400}");
