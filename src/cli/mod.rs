@@ -69,8 +69,10 @@ pub enum Verb {
                             sluice tail orders --partition 3 --from 2026-12-01T00:00:00Z --follow\n  \
                             sluice tail orders --group billing --follow")]
     Tail(tail::TailArgs),
-    /// Receive messages from a subscription (and ack them with `--ack`); on a terminal each
-    /// message's receipt is printed under it, for `ack`, `nack` and `visibility`.
+    /// Receive messages from a subscription, each with its receipt (ack with `--ack`).
+    ///
+    /// On a terminal each message's receipt is printed on the line under it, for `ack`,
+    /// `nack` and `visibility`; piped, it is each NDJSON line's `receipt`.
     #[command(after_help = "Examples:\n  sluice receive orders billing --count 10 --ack\n  \
                             sluice receive orders billing -o json | jq -r .receipt")]
     Receive(queues::ReceiveArgs),
@@ -80,8 +82,9 @@ pub enum Verb {
     /// Give received messages back, visible again now or after `--delay-ms`.
     #[command(after_help = "Example:\n  sluice nack orders billing AAAAAAAB… --delay-ms 60000")]
     Nack(settle::NackArgs),
-    /// Keep received messages hidden for `--timeout-ms` from now (0: visible at once);
-    /// prints the receipts to use from then on.
+    /// Keep received messages hidden for `--timeout-ms` from now; prints the new receipts.
+    ///
+    /// `--timeout-ms 0` makes them visible again at once.
     #[command(after_help = "Example:\n  sluice visibility orders billing AAAAAAAB… --timeout-ms 120000")]
     Visibility(settle::VisibilityArgs),
     /// List, delete, redrive or purge a subscription's dead-letter queue.

@@ -55,7 +55,8 @@ pub struct CreateArgs {
     /// waiting for receivers.
     #[arg(long, conflicts_with = "push_lambda")]
     push_url: Option<String>,
-    /// Push each batch to this Lambda function (its name or ARN) instead.
+    /// Push each batch to this Lambda function (its name or ARN) instead; `serve` needs
+    /// `--lambda-endpoint` for it.
     #[arg(long)]
     push_lambda: Option<String>,
     /// Any other settings, as the JSON body docs/API.md describes (e.g. redelivery_backoff_ms);
