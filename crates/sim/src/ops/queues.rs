@@ -244,6 +244,10 @@ impl World {
             let Some(dl) = self.delivery_mut(h) else { continue };
             match (how, r) {
                 (SettleHow::Ack, Some(true)) => {
+                    // Surely held as the ack began: no release-like op but acks before it, and
+                    // the window not over. Otherwise the ok may be a removed dead letter's.
+                    let held = dl.release_seq == dl.ack_seq && now < dl.until_lo;
+                    dl.ack_blind = dl.acked_ok.is_none_or(|_| dl.ack_blind) && !held;
                     dl.acked_ok = Some(d.end_seq);
                     dl.ack_durable = durable;
                 }
