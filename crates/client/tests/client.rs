@@ -355,14 +355,24 @@ async fn given_a_slow_handler_holding_a_slot_then_the_others_acks_go_out_before_
     let log = calls.clone();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let stop = Arc::new(Mutex::new(Some(stop)));
+    let probe = client.clone();
     let handler = move |message: Message| {
         let value = message.event.value.clone().unwrap_or_default().as_str().unwrap_or_default().to_owned();
         log.lock().unwrap().push(value.clone());
-        let stop = stop.clone();
+        let (stop, probe) = (stop.clone(), probe.clone());
         async move {
             if value == "slow" {
-                // Longer than the fast message's timeout: its receipt must not wait for this.
-                tokio::time::sleep(Duration::from_millis(3_500)).await;
+                // Holds its slot until the server sees the fast message acked (only this one
+                // in flight), or past the fast one's timeout: its receipt must not wait for
+                // this handler, and if it does, the fast message comes back (asserted below).
+                let patience = tokio::time::Instant::now() + Duration::from_millis(3_500);
+                while tokio::time::Instant::now() < patience {
+                    let backlog = probe.describe_subscription("mixed", "w").await.unwrap()["backlog"].clone();
+                    if (backlog["in_flight"].as_u64(), backlog["visible"].as_u64()) == (Some(1), Some(0)) {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
                 if let Some(stop) = stop.lock().unwrap().take() {
                     let _ = stop.send(());
                 }
