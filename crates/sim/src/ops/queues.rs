@@ -237,7 +237,7 @@ impl World {
         if let (SettleHow::Ack, Res::Acks(Ok(rs))) = (how, &d.res) {
             self.check_ack_refusals(d, held, rs);
         }
-        let mut keep = Vec::new();
+        let (mut keep, mut unheld) = (Vec::new(), 0);
         let durable = self.mem.durable_count();
         for (h, r) in held.iter().zip(results) {
             let now = d.start_ms;
@@ -247,6 +247,7 @@ impl World {
                     // Surely held as the ack began: no release-like op but acks before it, and
                     // the window not over. Otherwise the ok may be a removed dead letter's.
                     let held = dl.release_seq == dl.ack_seq && now < dl.until_lo;
+                    unheld += u64::from(!held);
                     dl.ack_blind = dl.acked_ok.is_none_or(|_| dl.ack_blind) && !held;
                     dl.acked_ok = Some(d.end_seq);
                     dl.ack_durable = durable;
@@ -264,6 +265,7 @@ impl World {
                 _ => {}
             }
         }
+        *self.stats.entry("acks_ok_unheld").or_default() += unheld;
         // What it still holds (or may): it retries those later.
         if let Kind::Worker { holding, .. } = &mut self.clients[d.client].kind {
             if how != SettleHow::Ack || self.rng.chance(0.8) {
