@@ -83,6 +83,47 @@ async fn lossy_refusing(upstream: &str, suffix: &'static str, every: u64, refuse
     (url, proxy)
 }
 
+/// Forwards to `upstream`, but holds the first answer to a receive that brings messages
+/// until `open` is notified, after notifying `answered` (the server put them in flight).
+#[derive(Default)]
+struct Holding {
+    upstream: String,
+    answered: tokio::sync::Notify,
+    open: tokio::sync::Notify,
+    held: std::sync::atomic::AtomicBool,
+    http: reqwest::Client,
+}
+
+async fn hold_receive(State(proxy): State<Arc<Holding>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let body = to_bytes(body, usize::MAX).await.unwrap_or_default();
+    let url = format!("{}{}", proxy.upstream, parts.uri.path_and_query().map_or("", |p| p.as_str()));
+    let outgoing = proxy.http.request(parts.method.clone(), url).header("content-type", "application/json");
+    let answer = outgoing.body(body).send().await.expect("the server answers");
+    let (status, bytes) = (answer.status(), answer.bytes().await.unwrap_or_default());
+    let brought =
+        serde_json::from_slice::<Value>(&bytes).is_ok_and(|v| v["messages"].as_array().is_some_and(|m| !m.is_empty()));
+    if parts.uri.path().ends_with("/receive") && brought && !proxy.held.swap(true, Ordering::SeqCst) {
+        proxy.answered.notify_one();
+        proxy.open.notified().await;
+    }
+    Response::builder()
+        .status(status.as_u16())
+        .header("content-type", "application/json")
+        .body(Body::from(bytes))
+        .unwrap()
+}
+
+/// A [`Holding`] proxy in front of `upstream` on a loopback port; answers its URL.
+async fn holding(upstream: &str) -> (String, Arc<Holding>) {
+    let proxy = Arc::new(Holding { upstream: upstream.to_owned(), ..Holding::default() });
+    let app = axum::Router::new().fallback(hold_receive).with_state(proxy.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, proxy)
+}
+
 fn quick_retries(url: &str) -> Client {
     let retry = RetryPolicy {
         max_attempts: 5,
@@ -314,14 +355,24 @@ async fn given_a_slow_handler_holding_a_slot_then_the_others_acks_go_out_before_
     let log = calls.clone();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let stop = Arc::new(Mutex::new(Some(stop)));
+    let probe = client.clone();
     let handler = move |message: Message| {
         let value = message.event.value.clone().unwrap_or_default().as_str().unwrap_or_default().to_owned();
         log.lock().unwrap().push(value.clone());
-        let stop = stop.clone();
+        let (stop, probe) = (stop.clone(), probe.clone());
         async move {
             if value == "slow" {
-                // Longer than the fast message's timeout: its receipt must not wait for this.
-                tokio::time::sleep(Duration::from_millis(3_500)).await;
+                // Holds its slot until the server sees the fast message acked (only this one
+                // in flight), or past the fast one's timeout: its receipt must not wait for
+                // this handler, and if it does, the fast message comes back (asserted below).
+                let patience = tokio::time::Instant::now() + Duration::from_millis(3_500);
+                while tokio::time::Instant::now() < patience {
+                    let backlog = probe.describe_subscription("mixed", "w").await.unwrap()["backlog"].clone();
+                    if (backlog["in_flight"].as_u64(), backlog["visible"].as_u64()) == (Some(1), Some(0)) {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
                 if let Some(stop) = stop.lock().unwrap().take() {
                     let _ = stop.send(());
                 }
@@ -385,6 +436,53 @@ async fn given_a_consumer_dropped_without_leaving_then_its_member_leaves_at_once
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(members, 0, "the member left without waiting out its 45 s session");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_receive_under_way_at_shutdown_then_its_messages_are_released_unhandled() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LocalServer::start(dir.path()).await.unwrap();
+    let direct = Client::new(server.url()).unwrap();
+    direct.create_topic("late", &TopicSettings::partitions(1)).await.unwrap();
+    // A window far longer than the test: a message hidden by it does not come back here.
+    direct
+        .create_subscription("late", "w", &json!({"start": "earliest", "visibility_timeout_ms": 600_000}))
+        .await
+        .unwrap();
+    direct.publish("late", &[sluice_client::Record::json(json!("late"))], None).await.unwrap();
+    let (url, proxy) = holding(server.url()).await;
+    let handled = Arc::new(AtomicU64::new(0));
+    let count = handled.clone();
+    let handler = move |_: Message| {
+        count.fetch_add(1, Ordering::SeqCst);
+        async { Ok::<(), Nack>(()) }
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let config = WorkerConfig { receivers: 1, wait_ms: 1_000, ..WorkerConfig::default() };
+    let run = Worker::new(Client::new(&url).unwrap(), "late", "w").with_config(config).run(handler, async move {
+        let _ = stopped.await;
+    });
+    let mut worker = tokio::spawn(run);
+    // The server answered the receive (the message is in flight for it); the answer is held.
+    proxy.answered.notified().await;
+    stop.send(()).unwrap();
+    // A worker that drops its receive on shutdown ends now; one that waits for it, only once
+    // the answer comes. The patience only lets the first show itself: either way, what the
+    // test checks is where the message is afterwards.
+    let ended = match tokio::time::timeout(Duration::from_millis(300), &mut worker).await {
+        Ok(ended) => ended,
+        Err(_) => {
+            proxy.open.notify_one();
+            worker.await
+        }
+    };
+    let stats = ended.unwrap().unwrap();
+    proxy.open.notify_one();
+    assert_eq!((handled.load(Ordering::SeqCst), stats.received), (0, 0), "received after the stop: not handled");
+    let request = sluice_client::Receive { max_messages: 10, wait_ms: 0, ..Default::default() };
+    let again = direct.receive("late", "w", &request).await.unwrap().messages;
+    assert_eq!(again.len(), 1, "released at once, not hidden for its 10-minute window");
+    assert_eq!(again[0].receive_count, 2, "{:?} {stats:?}", again[0]);
 }
 
 // The examples, compiled into this test: each `run` is what its `main` prints.

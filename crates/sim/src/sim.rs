@@ -312,7 +312,7 @@ impl World {
                 Kind::QueueAdmin
             }
             Kind::TopicAdmin => {
-                self.start_topic_admin(c, log);
+                self.start_topic_admin(c, log, groups, queues);
                 Kind::TopicAdmin
             }
         };
@@ -348,6 +348,7 @@ impl World {
             Act::SubCreate { sub } => self.on_sub_create(&d, sub),
             Act::TopicDelete { .. } => {}
             Act::TopicCreate { topic } => self.on_topic_create(&d, topic),
+            Act::BusyDelete => self.on_busy_delete(&d),
         }
     }
 

@@ -344,6 +344,7 @@ impl World {
             release_seq: None,
             ack_seq: None,
             acked_ok: None,
+            ack_blind: false,
             ack_durable: 0,
             ack_maybe: false,
         });

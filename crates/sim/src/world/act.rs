@@ -93,6 +93,8 @@ pub(crate) enum Act {
     TopicCreate {
         topic: &'static str,
     },
+    /// TOPIC_B set up in use, deleted, created again (`ops/busy_delete.rs`).
+    BusyDelete,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,8 +125,55 @@ pub(crate) enum Res {
     Dlq(Result<DeadLetterPage, Error>),
     SubCreate(Result<(Subscription, bool), Error>),
     TopicCreate(Result<(TopicConfig, bool), Error>),
+    BusyDelete(Box<BusyDelete>),
     /// The process serving it crashed: the answer never came.
     Crashed,
+}
+
+/// What `ops/busy_delete.rs`'s scripted sequence was answered, step by step (`None`: not reached).
+#[derive(Default)]
+pub(crate) struct BusyDelete {
+    pub(crate) created: Option<Result<(TopicConfig, bool), Error>>,
+    /// Messages in flight for the subscription as the topic was deleted.
+    pub(crate) held: usize,
+    pub(crate) committed: Option<Result<(), Error>>,
+    pub(crate) deleted: Option<Result<(), Error>>,
+    pub(crate) receive: Option<Result<Vec<Message>, Error>>,
+    pub(crate) acks: Option<Result<Acks, Error>>,
+    pub(crate) describe: Option<Result<SubscriptionDescription, Error>>,
+    pub(crate) group: Option<Result<GroupDescription, Error>>,
+    pub(crate) recreated: Option<Result<(TopicConfig, bool), Error>>,
+    pub(crate) describe_again: Option<Result<SubscriptionDescription, Error>>,
+    pub(crate) group_again: Option<Result<GroupDescription, Error>>,
+}
+
+impl std::fmt::Debug for BusyDelete {
+    /// One line for the trace: each step's answer, or its error code.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        fn c<T>(r: &Option<Result<T, Error>>) -> String {
+            match r {
+                None => "-".into(),
+                Some(Ok(_)) => "ok".into(),
+                Some(Err(e)) => code(e),
+            }
+        }
+        let received = self.receive.as_ref().map(|r| r.as_ref().map(Vec::len).map_err(code));
+        let acked =
+            self.acks.as_ref().map(|r| r.as_ref().map(|rs| rs.iter().filter(|a| a.is_ok()).count()).map_err(code));
+        write!(
+            f,
+            "held {} committed {} deleted {} then receive {received:?} acked {acked:?} describe {} group {} \
+             recreated {} describe {} group {}",
+            self.held,
+            c(&self.committed),
+            c(&self.deleted),
+            c(&self.describe),
+            c(&self.group),
+            c(&self.recreated),
+            c(&self.describe_again),
+            c(&self.group_again),
+        )
+    }
 }
 
 pub(crate) struct Inflight {
@@ -344,6 +393,9 @@ impl Res {
                 }
                 Err(e) => line.push_str(&code(e)),
             },
+            Res::BusyDelete(b) => {
+                let _ = write!(line, "{b:?}");
+            }
             _ => {}
         }
     }
