@@ -304,10 +304,10 @@ use crate::keys::{
     receipt_signing_key, sub_purge_key, sub_purge_pk, subs_pk, CURSOR_SK, LEASE_PREFIX, PUSH_STATS_SK,
 };
 use crate::layout::{self, HeadRecord};
-use crate::log::read::rendered_size;
 use crate::log::topics;
 use crate::log::Log;
 use crate::model::{OffsetQuery, TopicConfig};
+use crate::page::event_size;
 use crate::ports::state::{Expect, Key, Query, StateStore, WriteOp, MAX_WRITE_OPS};
 use crate::Code;
 use crate::{names, Error, StorageError};
