@@ -78,9 +78,27 @@ pub mod emf {
         Ok(collector)
     }
 
+    /// Time kept back from an invocation's deadline for the answer: the longest an AWS
+    /// request may take, its retries included, and a second to send the answer. A publish
+    /// that starts no request after its [`sluice_api::Deadline`] thus answers before the
+    /// function is stopped.
+    const ANSWER_RESERVE_MS: i64 = sluice_aws::Deadlines::AWS.operation.as_millis() as i64 + 1000;
+
     /// Runs an HTTP function (an API router) under lambda_http, flushing its metrics
-    /// after each invocation.
+    /// after each invocation. Each request carries its invocation's [`sluice_api::Deadline`].
     pub async fn run_http(router: axum::Router) -> Result<(), lambda_http::Error> {
+        let router = router.layer(axum::middleware::map_request(with_deadline));
         metrics_cloudwatch_embedded::lambda::service::run_http(collector()?, router).await
+    }
+
+    /// Adds the deadline of the invocation that carries `request` (lambda_http puts its
+    /// context in the extensions).
+    async fn with_deadline(mut request: axum::extract::Request) -> axum::extract::Request {
+        if let Some(context) = request.extensions().get::<lambda_http::Context>() {
+            let now_ms = sluice_core::Clock::now_ms(&sluice_core::SystemClock);
+            let deadline = crate::invocation_deadline_ms(context.deadline, now_ms) - ANSWER_RESERVE_MS;
+            request.extensions_mut().insert(sluice_api::Deadline(deadline));
+        }
+        request
     }
 }
