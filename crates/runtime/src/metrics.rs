@@ -101,4 +101,22 @@ pub mod emf {
         }
         request
     }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[tokio::test]
+        async fn given_an_invocation_then_its_requests_carry_its_deadline_less_the_reserve() {
+            let mut context = lambda_http::Context::default();
+            context.deadline = 1_796_225_545_000;
+            let mut request = axum::extract::Request::new(axum::body::Body::empty());
+            request.extensions_mut().insert(context);
+            let request = with_deadline(request).await;
+            let deadline = request.extensions().get::<sluice_api::Deadline>().copied();
+            assert_eq!(deadline, Some(sluice_api::Deadline(1_796_225_545_000 - 11_000)));
+            let bare = with_deadline(axum::extract::Request::new(axum::body::Body::empty())).await;
+            assert_eq!(bare.extensions().get::<sluice_api::Deadline>(), None, "outside Lambda: no deadline");
+        }
+    }
 }
