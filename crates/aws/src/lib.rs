@@ -7,7 +7,7 @@
 //! retries ambiguous failures (timeouts, 5xx) of conditional writes, and a
 //! conditional put that in fact landed, retried, reports a lost race: the log
 //! would then commit the same events a second time at the next offset. Here
-//! ([`resend`]) throttling, which AWS answers before doing anything, is retried for
+//! (`resend.rs`) throttling, which AWS answers before doing anything, is retried for
 //! every request, and transient failures (5xx, timeouts, a stale pooled connection)
 //! only for requests whose repeat has the effect and the answer of one: reads, a
 //! `TransactWriteItems` under its `ClientRequestToken`, deletes without a condition,
@@ -47,8 +47,9 @@ pub use s3::S3ObjectStore;
 use sluice_core::{Clock, StorageError};
 pub use state::DynamoStateStore;
 
-/// Pooled connections idle longer are closed rather than reused: under the freezes
-/// between invocations, and under the idle timeouts of DynamoDB's and S3's endpoints.
+/// Pooled connections idle longer are closed rather than reused: shorter than most freezes
+/// between invocations, and well under the idle timeouts servers and load balancers
+/// commonly close connections at, at the price of a TLS handshake after 4 s of quiet.
 pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 
 /// How long a request may take before it ends as [`StorageError::Unavailable`].
