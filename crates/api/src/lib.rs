@@ -40,6 +40,13 @@ impl App {
     }
 }
 
+/// When a request's answer must be on its way, in milliseconds since the epoch on the
+/// log's clock: what a Lambda function's runtime puts in the request's extensions (its
+/// invocation's deadline, less time to answer). A request without one has no limit
+/// (`serve`). Publishing honours it (a commit stops retrying in time: `503`, `Retry-After`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadline(pub i64);
+
 /// An app with the default groups config (tests and tools).
 impl From<Log> for App {
     fn from(log: Log) -> Self {

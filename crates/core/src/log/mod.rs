@@ -269,6 +269,30 @@ impl Log {
         events: Vec<NewEvent>,
         idempotency: Option<IdempotencyKey>,
     ) -> Result<Vec<Position>, Error> {
+        self.publish_within(topic, events, idempotency, None).await
+    }
+
+    /// [`Log::publish`] that answers by `deadline_ms` (this log's clock): a commit that
+    /// keeps losing races or meeting a busy store stops retrying before then and answers
+    /// [`Error::Unavailable`] (the client retries), rather than run past the end of the
+    /// function that serves it.
+    pub async fn publish_before(
+        &self,
+        topic: &str,
+        events: Vec<NewEvent>,
+        idempotency: Option<IdempotencyKey>,
+        deadline_ms: i64,
+    ) -> Result<Vec<Position>, Error> {
+        self.publish_within(topic, events, idempotency, Some(deadline_ms)).await
+    }
+
+    async fn publish_within(
+        &self,
+        topic: &str,
+        events: Vec<NewEvent>,
+        idempotency: Option<IdempotencyKey>,
+        deadline_ms: Option<i64>,
+    ) -> Result<Vec<Position>, Error> {
         names::validate("topic", topic)?;
         admit::check(self.limits(), &events, self.inner.clock.now_ms())?;
         let topic = match &idempotency {
@@ -293,7 +317,7 @@ impl Log {
         }
         let name = topic.name.clone();
         let (reply, answer) = oneshot::channel();
-        let pending = Pending { topic, events: placed, idempotency, reply };
+        let pending = Pending { topic, events: placed, idempotency, deadline_ms, reply };
         let closed =
             || Error::Unavailable(StorageError::Unavailable { message: "log is shutting down".into(), source: None });
         self.inner.commits.send(pending).await.map_err(|_| closed())?;

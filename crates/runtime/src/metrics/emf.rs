@@ -44,12 +44,31 @@ pub fn flush_policy(value: Option<&str>) -> Result<FlushPolicy, String> {
     Ok(FlushPolicy::every(every_ms))
 }
 
+/// Time kept back from an invocation's deadline for the answer: the longest an AWS
+/// request may take, its retries included, and a second to send the answer. A publish
+/// that starts no request after its [`sluice_api::Deadline`] thus answers before the
+/// function is stopped.
+const ANSWER_RESERVE_MS: i64 = sluice_aws::Deadlines::AWS.operation.as_millis() as i64 + 1000;
+
 /// Runs an HTTP function (an API router) under lambda_http, writing its metrics as
-/// `SLUICE_METRICS_FLUSH_MS` says.
+/// `SLUICE_METRICS_FLUSH_MS` says. Each request carries its invocation's
+/// [`sluice_api::Deadline`].
 pub async fn run_http(router: axum::Router) -> Result<(), lambda_http::Error> {
+    let router = router.layer(axum::middleware::map_request(with_deadline));
     let policy = flush_policy(std::env::var("SLUICE_METRICS_FLUSH_MS").ok().as_deref())?;
     let layer = FlushLayer::new(collector()?, policy, Arc::new(SystemClock), Arc::new(to_stdout));
     Runtime::new(lambda_http::Adapter::from(router)).layer(layer).run().await
+}
+
+/// Adds the deadline of the invocation that carries `request` (lambda_http puts its
+/// context in the extensions).
+async fn with_deadline(mut request: axum::extract::Request) -> axum::extract::Request {
+    if let Some(context) = request.extensions().get::<lambda_http::Context>() {
+        let now_ms = SystemClock.now_ms();
+        let deadline = crate::invocation_deadline_ms(context.deadline, now_ms) - ANSWER_RESERVE_MS;
+        request.extensions_mut().insert(sluice_api::Deadline(deadline));
+    }
+    request
 }
 
 /// Where written documents go: stdout on Lambda, a buffer in tests.
@@ -140,5 +159,23 @@ impl<F: Future> Future for Flushing<F> {
         let output = std::task::ready!(self.inner.as_mut().poll(cx));
         self.flusher.ended();
         Poll::Ready(output)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn given_an_invocation_then_its_requests_carry_its_deadline_less_the_reserve() {
+        let mut context = lambda_http::Context::default();
+        context.deadline = 1_796_225_545_000;
+        let mut request = axum::extract::Request::new(axum::body::Body::empty());
+        request.extensions_mut().insert(context);
+        let request = with_deadline(request).await;
+        let deadline = request.extensions().get::<sluice_api::Deadline>().copied();
+        assert_eq!(deadline, Some(sluice_api::Deadline(1_796_225_545_000 - 11_000)));
+        let bare = with_deadline(axum::extract::Request::new(axum::body::Body::empty())).await;
+        assert_eq!(bare.extensions().get::<sluice_api::Deadline>(), None, "outside Lambda: no deadline");
     }
 }
