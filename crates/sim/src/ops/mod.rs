@@ -3,5 +3,6 @@
 
 mod groups;
 mod log;
+mod push;
 mod queues;
 mod upkeep;
