@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use sluice_core::keys::cursor_key;
 use sluice_core::layout;
 use sluice_core::push::{Drained, Topics};
-use sluice_core::queues::{CursorItem, PushStatsRecord, Queues};
+use sluice_core::queues::{CursorItem, PushStatsRecord, PushSubscription, Queues};
 use sluice_core::Clock;
 
 use crate::model::SimFilter;
@@ -133,6 +133,11 @@ impl World {
     /// receiver calm: no waits, fewer failures), the clock passing every backoff between
     /// rounds, until nothing is left; then the end's promises.
     pub(crate) async fn push_end(&mut self) {
+        // Only the subscriptions created at the start, on the topic they were created on.
+        let live = |w: &World, sub: &PushSubscription| w.sub_now(TOPIC_A, &sub.name).is_some_and(|r| r.id == sub.id);
+        if !self.push.subs.values().all(|s| live(self, s)) {
+            return;
+        }
         self.push.receiver.set_calm(true);
         let dispatchers: Vec<_> = self.procs.iter().map(|p| p.dispatcher.clone()).collect();
         for d in &dispatchers {
