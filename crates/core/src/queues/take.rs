@@ -86,7 +86,7 @@ impl Plan {
             }
             if lease.due > now {
                 plan.wake_at = min_time(plan.wake_at, lease.due);
-                if keyed {
+                if keyed && !crate::mutation::skipped(crate::mutation::Mutation::KeyedLeaseBlocks) {
                     plan.blocked_keys.extend(lease.record.msgs.iter().filter_map(|m| m.key));
                 }
             } else if !dead.contains(&i) {

@@ -4,6 +4,7 @@
 mod drain;
 mod end;
 mod fences;
+mod push;
 mod quiet;
 #[cfg(test)]
 mod selftest;

@@ -4,5 +4,6 @@
 mod busy_delete;
 mod groups;
 mod log;
+mod push;
 mod queues;
 mod upkeep;

@@ -3,6 +3,7 @@
 
 use sluice_core::groups::{GroupDescription, PollAnswer, SeekTarget};
 use sluice_core::layout::HeadRecord;
+use sluice_core::push::Drained;
 use sluice_core::queues::{
     DeadLetterPage, Message, ReceiptError, Subscription, SubscriptionDescription, VisibilityResult,
 };
@@ -95,6 +96,14 @@ pub(crate) enum Act {
     },
     /// TOPIC_B set up in use, deleted, created again (`ops/busy_delete.rs`).
     BusyDelete,
+    /// A dispatcher's receive and delivery of one batch (`Dispatcher::receive`, `deliver`).
+    Push {
+        sub: &'static str,
+    },
+    /// A dispatcher's run over TOPIC_A's push subscriptions (`Dispatcher::drain`).
+    PushDrain {
+        deadline_ms: i64,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +112,9 @@ pub(crate) enum SettleHow {
     Nack(u64),
     Visibility(u64),
 }
+
+/// A message a push worker received: partition, offset, its receipt's nonce, receive count.
+pub(crate) type Pushed = (u32, u64, u64, u32);
 
 /// An answer per receipt.
 pub(crate) type Acks = Vec<Result<(), ReceiptError>>;
@@ -126,6 +138,10 @@ pub(crate) enum Res {
     SubCreate(Result<(Subscription, bool), Error>),
     TopicCreate(Result<(TopicConfig, bool), Error>),
     BusyDelete(Box<BusyDelete>),
+    /// The batch received (by receipt: partition, offset, nonce, receive count), and how its
+    /// delivery and settling went (the messages that failed).
+    Push(Result<(Vec<Pushed>, Result<usize, Error>), Error>),
+    PushDrain(Result<Drained, Error>),
     /// The process serving it crashed: the answer never came.
     Crashed,
 }
@@ -236,6 +252,7 @@ impl Res {
             Res::Publish(_) | Res::Read(_) | Res::Lookup(_) | Res::Janitor(_) => self.write_log_answer(line),
             Res::Poll(_) | Res::Unit(_) | Res::Seek(_) | Res::GDescribe(_) => self.write_group_answer(line),
             Res::Crashed => line.push_str("CRASHED"),
+            Res::Push(_) | Res::PushDrain(_) => self.write_push_answer(line),
             _ => self.write_queue_answer(line),
         }
     }
