@@ -10,6 +10,7 @@ mod groups;
 pub mod metrics;
 mod openapi;
 mod path;
+mod peek;
 mod publish;
 mod queues;
 mod read;
@@ -108,7 +109,7 @@ fn groups_routes() -> OpenApiRouter<App> {
         .routes(routes!(groups::seek))
 }
 
-/// Work queues: subscriptions of a topic, receive, ack, nack, visibility, dead letters.
+/// Work queues: subscriptions of a topic, receive, peek, ack, nack, visibility, dead letters.
 pub fn queues_router(app: impl Into<App>) -> Router {
     finish(queues_routes(), app.into())
 }
@@ -118,6 +119,7 @@ fn queues_routes() -> OpenApiRouter<App> {
         .routes(routes!(queues::list))
         .routes(routes!(queues::create, queues::describe, queues::delete))
         .routes(routes!(queues::receive))
+        .routes(routes!(peek::peek))
         .routes(routes!(queues::ack))
         .routes(routes!(queues::nack))
         .routes(routes!(queues::visibility))

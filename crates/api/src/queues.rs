@@ -149,7 +149,7 @@ fn backlog_json(b: &Backlog) -> Value {
     })
 }
 
-fn json_response(body: Vec<u8>) -> Response {
+pub(crate) fn json_response(body: Vec<u8>) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 

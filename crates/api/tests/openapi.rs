@@ -27,6 +27,7 @@ const STORY: &[(&str, u16)] = &[
     ("createSubscription", 201),
     ("listSubscriptions", 200),
     ("describeSubscription", 200),
+    ("peek", 200),
     ("receive", 200),
     ("changeVisibility", 200),
     ("nack", 200),

@@ -447,3 +447,34 @@ async fn given_lost_ack_answers_then_a_retry_is_ok_only_where_the_ack_happened()
     assert_eq!(proxy.lost.load(Ordering::SeqCst), 2, "both acks were retried");
     assert!(direct.ack("acks", "w", &[again.receipt]).await.unwrap()[0].ok, "the new holder still holds it");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_peek_with_lost_answers_then_it_shows_visible_messages_and_receive_still_gets_them_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LocalServer::start(dir.path()).await.unwrap();
+    // Every second peek's answer is lost: the client asks again (a peek changes nothing).
+    let (url, proxy) = lossy(server.url(), "/messages", 2).await;
+    let (direct, lossy) = (Client::new(server.url()).unwrap(), quick_retries(&url));
+    direct.create_topic("peeks", &TopicSettings::partitions(1)).await.unwrap();
+    direct.create_subscription("peeks", "w", &json!({ "start": "earliest" })).await.unwrap();
+    let events = json!({ "events": [{ "value": 1, "key": "a" }, { "value": 2 }] });
+    let published = reqwest::Client::new().post(format!("{}/v1/topics/peeks/events", server.url())).json(&events);
+    assert!(published.send().await.unwrap().status().is_success());
+
+    for _ in 0..2 {
+        let peeked = lossy.peek("peeks", "w", 10).await.unwrap();
+        let seen: Vec<_> = peeked.iter().map(|m| (m.event.offset, m.receive_count, m.event.value.clone())).collect();
+        assert_eq!(seen, [(0, 0, Some(json!(1))), (1, 0, Some(json!(2)))]);
+        assert_eq!(peeked[0].event.key.as_deref(), Some("a"));
+    }
+    assert_eq!(proxy.lost.load(Ordering::SeqCst), 1, "the second peek's answer was lost and asked again");
+    assert_eq!(lossy.peek("peeks", "w", 1).await.unwrap().len(), 1, "limit");
+
+    let one = sluice_client::Receive { max_messages: 1, ..Default::default() };
+    let first = direct.receive("peeks", "w", &one).await.unwrap().messages.remove(0);
+    assert_eq!((first.event.offset, first.receive_count), (0, 1), "peeks counted no delivery");
+    let left = direct.peek("peeks", "w", 10).await.unwrap();
+    assert_eq!(left.iter().map(|m| m.event.offset).collect::<Vec<_>>(), [1], "a held message is not visible");
+    let refused = direct.peek("peeks", "w", 0).await.unwrap_err();
+    assert!(refused.to_string().contains("limit"), "{refused}");
+}

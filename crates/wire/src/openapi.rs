@@ -11,8 +11,9 @@ use crate::groups::{
     GroupDescription, GroupEvent, GroupList, GroupPartition, Member, Moved, Polled, Sought, TopicPartition,
 };
 use crate::queues::{
-    Backlog, DeadLetter, DeadLetters, Deliveries, Exponential, Message, PartitionBacklog, Purged, Push, ReceiptError,
-    ReceiptResult, Received, Record, Redriven, Settled, Subscription, SubscriptionDescription, SubscriptionList,
+    Backlog, DeadLetter, DeadLetters, Deliveries, Exponential, Message, PartitionBacklog, Peeked, PeekedMessage,
+    Purged, Push, ReceiptError, ReceiptResult, Received, Record, Redriven, Settled, Subscription,
+    SubscriptionDescription, SubscriptionList,
 };
 use crate::read::{Event, ReadPage};
 use crate::topics::{PartitionState, Position, Published, Topic, TopicDescription, TopicList, Upkeep};
@@ -51,6 +52,8 @@ pub fn closed_schemas() -> Vec<Cow<'static, str>> {
         PartitionBacklog::name(),
         Message::name(),
         Received::name(),
+        Peeked::name(),
+        PeekedMessage::name(),
         Settled::name(),
         ReceiptResult::name(),
         ReceiptError::name(),

@@ -77,6 +77,8 @@ errors! {
     /// `receive`.
     Receive: [PATH, BODY, SUB] InvalidMaxMessages, InvalidWait, InvalidVisibilityTimeout, TooManyReceipts,
         PushSubscription;
+    /// `peek`.
+    Peek: [PATH, QUERY, SUB] InvalidLimit;
     /// `ack`.
     Ack: [PATH, BODY, SUB] TooManyReceipts;
     /// `nack`.

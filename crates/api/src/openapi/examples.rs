@@ -110,6 +110,13 @@ pub(crate) fn received() -> Value {
     ] })
 }
 
+pub(crate) fn peeked() -> Value {
+    json!({ "messages": [
+        { "partition": 0, "offset": 0, "receive_count": 0, "timestamp_ms": CREATED_MS, "key": "order-42",
+          "headers": { "source": "shop" }, "value": { "status": "created" } },
+    ] })
+}
+
 pub(crate) fn visibility() -> Value {
     json!({ "receipts": ["AAAAAQAAAAAAAAAAAAAAAWSFb2Jx"], "visibility_timeout_ms": 60000 })
 }

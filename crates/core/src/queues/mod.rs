@@ -41,6 +41,8 @@ mod dead;
 mod deliveries;
 pub use deliveries::PushSubscription;
 mod describe;
+mod peek;
+pub use peek::{Peeked, MAX_PEEK_MESSAGES};
 mod inline;
 mod purge;
 mod push;
