@@ -7,6 +7,7 @@ mod body;
 mod cloudevents;
 mod error;
 mod groups;
+mod health;
 pub mod metrics;
 mod openapi;
 mod path;
@@ -128,7 +129,7 @@ fn queues_routes() -> OpenApiRouter<App> {
         .routes(routes!(queues::delete_dead_letter))
 }
 
-/// Every v1 route, and `GET /openapi.json`: what `serve` runs. Each Lambda function runs
+/// Every v1 route, `GET /openapi.json`, `GET /healthz` and `GET /readyz`: what `serve` runs. Each Lambda function runs
 /// the part it is for.
 pub fn router(app: impl Into<App>) -> Router {
     finish(all_routes(), app.into())
@@ -138,7 +139,13 @@ pub fn router(app: impl Into<App>) -> Router {
 /// this one list, so the document cannot leave a route out.
 fn all_routes() -> OpenApiRouter<App> {
     let routes = OpenApiRouter::with_openapi(openapi::base()).merge(publish_routes()).merge(read_routes());
-    routes.merge(admin_routes()).merge(groups_routes()).merge(queues_routes()).merge(openapi::routes())
+    let routes = routes.merge(admin_routes()).merge(groups_routes()).merge(queues_routes());
+    routes.merge(openapi::routes()).merge(health_routes())
+}
+
+/// `GET /healthz` and `GET /readyz`, in [`router`] (what `serve` runs).
+fn health_routes() -> OpenApiRouter<App> {
+    OpenApiRouter::new().routes(routes!(health::healthz)).routes(routes!(health::readyz))
 }
 
 /// The OpenAPI 3.1 document of every route of [`router`], as pretty JSON: what

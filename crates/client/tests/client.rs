@@ -478,3 +478,21 @@ async fn given_a_peek_with_lost_answers_then_it_shows_visible_messages_and_recei
     let refused = direct.peek("peeks", "w", 0).await.unwrap_err();
     assert!(refused.to_string().contains("limit"), "{refused}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_serve_then_healthz_and_readyz_answer_and_the_dashboard_links_metrics_and_the_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LocalServer::start(dir.path()).await.unwrap();
+    let http = reqwest::Client::new();
+    for (path, status) in [("/healthz", "ok"), ("/readyz", "ready")] {
+        let answer = http.get(format!("{}{path}", server.url())).send().await.unwrap();
+        assert_eq!(answer.status(), 200, "{path}");
+        assert_eq!(answer.json::<Value>().await.unwrap(), json!({ "status": status }), "{path}");
+    }
+    let page = http.get(format!("{}/", server.url())).send().await.unwrap().text().await.unwrap();
+    for link in ["/metrics", "/openapi.json"] {
+        assert!(page.contains(&format!("href=\"{link}\"")), "the dashboard links {link}");
+        let answer = http.get(format!("{}{link}", server.url())).send().await.unwrap();
+        assert_eq!(answer.status(), 200, "{link} answers on serve");
+    }
+}

@@ -16,7 +16,7 @@ use crate::queues::{
     SubscriptionDescription, SubscriptionList,
 };
 use crate::read::{Event, ReadPage};
-use crate::topics::{PartitionState, Position, Published, Topic, TopicDescription, TopicList, Upkeep};
+use crate::topics::{Health, PartitionState, Position, Published, Topic, TopicDescription, TopicList, Upkeep};
 
 /// The answers' object schemas, which the document closes (`additionalProperties: false`):
 /// an answer that gains a field the document lacks then fails the replay of the document's
@@ -26,6 +26,7 @@ use crate::topics::{PartitionState, Position, Published, Topic, TopicDescription
 pub fn closed_schemas() -> Vec<Cow<'static, str>> {
     vec![
         Topic::name(),
+        Health::name(),
         TopicList::name(),
         TopicDescription::name(),
         PartitionState::name(),

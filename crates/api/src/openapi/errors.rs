@@ -38,6 +38,8 @@ const SUB: &[Code] = &[Code::TopicNotFound, Code::SubscriptionNotFound];
 errors! {
     /// `createTopic`.
     CreateTopic: [PATH, BODY] InvalidPartitions, InvalidRetention, TopicExists;
+    /// `readyz`: only the store's faults.
+    Ready: [];
     /// `listTopics`.
     ListTopics: [];
     /// `describeTopic` and `deleteTopic`.
