@@ -496,3 +496,22 @@ async fn given_serve_then_healthz_and_readyz_answer_and_the_dashboard_links_metr
         assert_eq!(answer.status(), 200, "{link} answers on serve");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_serve_without_a_lambda_endpoint_then_a_lambda_push_target_is_refused_saying_how_to_set_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LocalServer::start(dir.path()).await.unwrap();
+    let http = reqwest::Client::new();
+    let url = |path: &str| format!("{}/v1/topics/pushed{path}", server.url());
+    assert_eq!(http.put(url("")).json(&json!({})).send().await.unwrap().status(), 201);
+    let lambda = json!({ "push": { "lambda": "consumer" } });
+    let answer = http.put(url("/subscriptions/fn")).json(&lambda).send().await.unwrap();
+    assert_eq!(answer.status(), 400);
+    let error = answer.json::<Value>().await.unwrap()["error"].clone();
+    assert_eq!(error["code"], "invalid_push", "{error}");
+    assert!(error["message"].as_str().unwrap().contains("--lambda-endpoint"), "says how to set it: {error}");
+    let gone = http.get(url("/subscriptions/fn")).send().await.unwrap();
+    assert_eq!(gone.status(), 404, "nothing was created");
+    let webhook = json!({ "push": { "url": "http://127.0.0.1:9/hook" } });
+    assert_eq!(http.put(url("/subscriptions/hook")).json(&webhook).send().await.unwrap().status(), 201);
+}

@@ -34,6 +34,10 @@ pub async fn serve(
     let mut app = App::new(log, config.groups_config());
     // One process answers every request: its receives and settles keep their subscription.
     app.queues = sluice_core::queues::Queues::caching_subscriptions(app.log.clone());
+    if config.lambda_endpoint.is_none() {
+        // Nothing could deliver to a Lambda target: its subscription is refused, saying how.
+        app.queues = app.queues.with_push_targets(std::sync::Arc::new(crate::push::NoLambdaEndpoint));
+    }
     // Push subscriptions are delivered by this process, with the queues the API serves.
     let (stop, stopping) = tokio::sync::watch::channel(false);
     let dispatcher = dispatcher(config, app.queues.clone()).await?;
