@@ -145,6 +145,7 @@ fn backlog_json(b: &Backlog) -> Value {
         "dead": b.dead,
         "expired": b.expired,
         "filtered": b.filtered,
+        "unscanned": b.unscanned,
         "oldest_visible_age_ms": b.oldest_visible_age_ms,
     })
 }

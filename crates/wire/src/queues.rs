@@ -100,6 +100,9 @@ pub struct Backlog {
     pub dead: u64,
     pub expired: u64,
     pub filtered: u64,
+    /// A filtered subscription's messages past its cursor not yet matched against the filter.
+    #[serde(default)]
+    pub unscanned: u64,
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub oldest_visible_age_ms: Option<u64>,
 }
