@@ -7,9 +7,11 @@ mod body;
 mod cloudevents;
 mod error;
 mod groups;
+mod health;
 pub mod metrics;
 mod openapi;
 mod path;
+mod peek;
 mod publish;
 mod queues;
 mod read;
@@ -115,7 +117,7 @@ fn groups_routes() -> OpenApiRouter<App> {
         .routes(routes!(groups::seek))
 }
 
-/// Work queues: subscriptions of a topic, receive, ack, nack, visibility, dead letters.
+/// Work queues: subscriptions of a topic, receive, peek, ack, nack, visibility, dead letters.
 pub fn queues_router(app: impl Into<App>) -> Router {
     finish(queues_routes(), app.into())
 }
@@ -125,6 +127,7 @@ fn queues_routes() -> OpenApiRouter<App> {
         .routes(routes!(queues::list))
         .routes(routes!(queues::create, queues::describe, queues::delete))
         .routes(routes!(queues::receive))
+        .routes(routes!(peek::peek))
         .routes(routes!(queues::ack))
         .routes(routes!(queues::nack))
         .routes(routes!(queues::visibility))
@@ -133,7 +136,7 @@ fn queues_routes() -> OpenApiRouter<App> {
         .routes(routes!(queues::delete_dead_letter))
 }
 
-/// Every v1 route, and `GET /openapi.json`: what `serve` runs. Each Lambda function runs
+/// Every v1 route, `GET /openapi.json`, `GET /healthz` and `GET /readyz`: what `serve` runs. Each Lambda function runs
 /// the part it is for.
 pub fn router(app: impl Into<App>) -> Router {
     finish(all_routes(), app.into())
@@ -143,7 +146,13 @@ pub fn router(app: impl Into<App>) -> Router {
 /// this one list, so the document cannot leave a route out.
 fn all_routes() -> OpenApiRouter<App> {
     let routes = OpenApiRouter::with_openapi(openapi::base()).merge(publish_routes()).merge(read_routes());
-    routes.merge(admin_routes()).merge(groups_routes()).merge(queues_routes()).merge(openapi::routes())
+    let routes = routes.merge(admin_routes()).merge(groups_routes()).merge(queues_routes());
+    routes.merge(openapi::routes()).merge(health_routes())
+}
+
+/// `GET /healthz` and `GET /readyz`, in [`router`] (what `serve` runs).
+fn health_routes() -> OpenApiRouter<App> {
+    OpenApiRouter::new().routes(routes!(health::healthz)).routes(routes!(health::readyz))
 }
 
 /// The OpenAPI 3.1 document of every route of [`router`], as pretty JSON: what

@@ -150,3 +150,20 @@ async fn given_a_deadline_when_the_commit_keeps_being_refused_then_503_with_retr
         (Some(0), Some(0))
     );
 }
+
+#[tokio::test]
+async fn given_a_store_unavailable_then_readyz_answers_503_and_healthz_still_200() {
+    let clock: Arc<dyn sluice_core::Clock> = Arc::new(sluice_core::SteppingClock::new(1_767_225_600_000));
+    let store = Arc::new(Layered::new(Arc::new(MemStore::new(clock.clone())), Faulty::default()));
+    let objects = Arc::new(MemObjects::new(clock.clone()));
+    let app =
+        sluice_api::router(sluice_core::Log::new(store.clone(), objects, clock, sluice_core::LogConfig::default()));
+    let (ready, _, answer) = call(&app, Method::GET, "/readyz", "").await;
+    assert_eq!((ready, answer["status"].as_str()), (StatusCode::OK, Some("ready")));
+    store.0.store(UNAVAILABLE, Ordering::SeqCst);
+    let (ready, retry, answer) = call(&app, Method::GET, "/readyz", "").await;
+    assert_eq!((ready, answer["error"]["code"].as_str()), (StatusCode::SERVICE_UNAVAILABLE, Some("unavailable")));
+    assert_eq!(retry.as_deref(), Some("1"));
+    let (live, _, answer) = call(&app, Method::GET, "/healthz", "").await;
+    assert_eq!((live, answer["status"].as_str()), (StatusCode::OK, Some("ok")), "liveness reads nothing");
+}

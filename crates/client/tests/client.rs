@@ -545,3 +545,71 @@ async fn given_lost_ack_answers_then_a_retry_is_ok_only_where_the_ack_happened()
     assert_eq!(proxy.lost.load(Ordering::SeqCst), 2, "both acks were retried");
     assert!(direct.ack("acks", "w", &[again.receipt]).await.unwrap()[0].ok, "the new holder still holds it");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_peek_with_lost_answers_then_it_shows_visible_messages_and_receive_still_gets_them_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LocalServer::start(dir.path()).await.unwrap();
+    // Every second peek's answer is lost: the client asks again (a peek changes nothing).
+    let (url, proxy) = lossy(server.url(), "/messages", 2).await;
+    let (direct, lossy) = (Client::new(server.url()).unwrap(), quick_retries(&url));
+    direct.create_topic("peeks", &TopicSettings::partitions(1)).await.unwrap();
+    direct.create_subscription("peeks", "w", &json!({ "start": "earliest" })).await.unwrap();
+    let events = json!({ "events": [{ "value": 1, "key": "a" }, { "value": 2 }] });
+    let published = reqwest::Client::new().post(format!("{}/v1/topics/peeks/events", server.url())).json(&events);
+    assert!(published.send().await.unwrap().status().is_success());
+
+    for _ in 0..2 {
+        let peeked = lossy.peek("peeks", "w", 10).await.unwrap();
+        let seen: Vec<_> = peeked.iter().map(|m| (m.event.offset, m.receive_count, m.event.value.clone())).collect();
+        assert_eq!(seen, [(0, 0, Some(json!(1))), (1, 0, Some(json!(2)))]);
+        assert_eq!(peeked[0].event.key.as_deref(), Some("a"));
+    }
+    assert_eq!(proxy.lost.load(Ordering::SeqCst), 1, "the second peek's answer was lost and asked again");
+    assert_eq!(lossy.peek("peeks", "w", 1).await.unwrap().len(), 1, "limit");
+
+    let one = sluice_client::Receive { max_messages: 1, ..Default::default() };
+    let first = direct.receive("peeks", "w", &one).await.unwrap().messages.remove(0);
+    assert_eq!((first.event.offset, first.receive_count), (0, 1), "peeks counted no delivery");
+    let left = direct.peek("peeks", "w", 10).await.unwrap();
+    assert_eq!(left.iter().map(|m| m.event.offset).collect::<Vec<_>>(), [1], "a held message is not visible");
+    let refused = direct.peek("peeks", "w", 0).await.unwrap_err();
+    assert!(refused.to_string().contains("limit"), "{refused}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_serve_then_healthz_and_readyz_answer_and_the_dashboard_links_metrics_and_the_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LocalServer::start(dir.path()).await.unwrap();
+    let http = reqwest::Client::new();
+    for (path, status) in [("/healthz", "ok"), ("/readyz", "ready")] {
+        let answer = http.get(format!("{}{path}", server.url())).send().await.unwrap();
+        assert_eq!(answer.status(), 200, "{path}");
+        assert_eq!(answer.json::<Value>().await.unwrap(), json!({ "status": status }), "{path}");
+    }
+    let page = http.get(format!("{}/", server.url())).send().await.unwrap().text().await.unwrap();
+    for link in ["/metrics", "/openapi.json"] {
+        assert!(page.contains(&format!("href=\"{link}\"")), "the dashboard links {link}");
+        let answer = http.get(format!("{}{link}", server.url())).send().await.unwrap();
+        assert_eq!(answer.status(), 200, "{link} answers on serve");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_serve_without_a_lambda_endpoint_then_a_lambda_push_target_is_refused_saying_how_to_set_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LocalServer::start(dir.path()).await.unwrap();
+    let http = reqwest::Client::new();
+    let url = |path: &str| format!("{}/v1/topics/pushed{path}", server.url());
+    assert_eq!(http.put(url("")).json(&json!({})).send().await.unwrap().status(), 201);
+    let lambda = json!({ "push": { "lambda": "consumer" } });
+    let answer = http.put(url("/subscriptions/fn")).json(&lambda).send().await.unwrap();
+    assert_eq!(answer.status(), 400);
+    let error = answer.json::<Value>().await.unwrap()["error"].clone();
+    assert_eq!(error["code"], "invalid_push", "{error}");
+    assert!(error["message"].as_str().unwrap().contains("--lambda-endpoint"), "says how to set it: {error}");
+    let gone = http.get(url("/subscriptions/fn")).send().await.unwrap();
+    assert_eq!(gone.status(), 404, "nothing was created");
+    let webhook = json!({ "push": { "url": "http://127.0.0.1:9/hook" } });
+    assert_eq!(http.put(url("/subscriptions/hook")).json(&webhook).send().await.unwrap().status(), 201);
+}

@@ -225,6 +225,13 @@ impl Log {
         Ok(topics::list(self.inner.store.as_ref()).await?)
     }
 
+    /// Whether the state store answers a read: one query of at most one item, whatever it finds.
+    pub async fn ready(&self) -> Result<(), Error> {
+        let query = crate::ports::state::Query::all(keys::topics_pk(), 1);
+        self.inner.store.query(&query).await?;
+        Ok(())
+    }
+
     /// The topic and the state of each of its partitions.
     pub async fn describe_topic(&self, name: &str) -> Result<(TopicConfig, Vec<PartitionState>), Error> {
         names::validate("topic", name)?;

@@ -64,7 +64,12 @@ impl World {
                 Ok(ms) if ms.is_empty() => {
                     let described = queues.describe(TOPIC_A, sub).await;
                     match described {
-                        Ok(s) if s.backlog.visible + s.backlog.in_flight + s.backlog.delayed == 0 => return true,
+                        Ok(s)
+                            if s.backlog.visible + s.backlog.in_flight + s.backlog.delayed + s.backlog.unscanned
+                                == 0 =>
+                        {
+                            return true
+                        }
                         Ok(_) => self.clock.advance(1000),
                         Err(e) => {
                             self.violate("queue-drain", format!("{sub}: describe {}", code(&e)));
@@ -218,7 +223,7 @@ impl World {
         if b.filtered > failing {
             problems.push(format!("{} filtered, but only {failing} events fail {filter:?}", b.filtered));
         }
-        if b.visible + b.in_flight + b.delayed != 0 {
+        if b.visible + b.in_flight + b.delayed + b.unscanned != 0 {
             problems.push(format!("backlog not empty: {b:?}"));
         }
         if b.dead != dead.len() as u64 {
