@@ -27,8 +27,9 @@ struct Cli {
 enum Command {
     /// Serve the HTTP API on the embedded backend (local files + SQLite).
     Serve {
-        /// Address to listen on; loopback unless you say otherwise.
-        #[arg(long, env = "SLUICE_ADDR", default_value = "127.0.0.1:8080")]
+        /// Address to listen on: HOST:PORT, localhost:PORT or :PORT (both loopback); loopback
+        /// unless you say otherwise (0.0.0.0:PORT for every interface).
+        #[arg(long, env = "SLUICE_ADDR", default_value = "127.0.0.1:8080", value_parser = listen_addr)]
         addr: SocketAddr,
         #[command(flatten)]
         config: Config,
@@ -101,7 +102,13 @@ async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             .init();
     }
     match cli.command {
-        Command::Serve { addr, config } => serve(addr, config).await,
+        Command::Serve { addr, config } => {
+            if let Err(error) = serve(addr, config).await {
+                eprintln!("error: {error}");
+                std::process::exit(1);
+            }
+            Ok(())
+        }
         Command::Openapi => {
             use std::io::Write;
             // As the committed docs/openapi.json has it; a closed pipe (`| head`) is no error.
@@ -132,15 +139,58 @@ async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     }
 }
 
-async fn serve(addr: SocketAddr, config: Config) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    let local = listener.local_addr()?;
-    tracing::info!(addr = %local, data_dir = %config.data_dir.display(), "sluice listening");
+/// `serve`: the backend is opened, then the address bound, and only then does anything say
+/// "listening"; a failure of either is one line naming what failed (the caller prints it,
+/// and exits 1).
+async fn serve(addr: SocketAddr, config: Config) -> Result<(), String> {
+    let dir = config.data_dir.display().to_string();
+    let opened = sluice_runtime::Opened::open(&config)
+        .await
+        .map_err(|e| format!("cannot open the data directory {dir}: {}", causes(e.as_ref())))?;
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| match e.kind() {
+        std::io::ErrorKind::AddrInUse => {
+            format!("cannot listen on {addr}: the address is in use (another server?); choose another with --addr")
+        }
+        _ => format!("cannot listen on {addr}: {e}"),
+    })?;
+    let local = listener.local_addr().map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    tracing::info!(addr = %local, data_dir = %dir, "sluice listening");
     // A plain line for people and for tests that start the server on port 0.
     println!("listening on http://{local}");
-    sluice_runtime::serve(listener, &config, shutdown()).await?;
+    opened.serve(listener, shutdown()).await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// An error and its causes on one line: "a: b: c".
+fn causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            line = format!("{line}: {text}");
+        }
+        source = cause.source();
+    }
+    line.replace('\n', " ")
+}
+
+/// `--addr`: a socket address, `localhost:PORT` or `:PORT` (both on loopback), or a host
+/// name and port, resolved once.
+fn listen_addr(text: &str) -> Result<SocketAddr, String> {
+    let expected = || format!("'{text}' is not an address to listen on: use HOST:PORT, localhost:PORT or :PORT");
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    let (host, port) = text.rsplit_once(':').ok_or_else(expected)?;
+    let port: u16 = port.parse().map_err(|_| expected())?;
+    if host.is_empty() || host.eq_ignore_ascii_case("localhost") {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    use std::net::ToSocketAddrs;
+    let mut resolved = (host, port).to_socket_addrs().map_err(|e| format!("{}: {e}", expected()))?;
+    resolved.next().ok_or_else(expected)
 }
 
 /// Resolves on Ctrl-C or SIGTERM; in-flight requests then finish before the process exits.
@@ -164,6 +214,20 @@ async fn shutdown() {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn addr_takes_localhost_and_a_bare_port_on_loopback() {
+        let loopback = |port| std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        assert_eq!(super::listen_addr("localhost:8080"), Ok(loopback(8080)));
+        assert_eq!(super::listen_addr(":9000"), Ok(loopback(9000)));
+        assert_eq!(super::listen_addr("127.0.0.1:0"), Ok(loopback(0)));
+        assert_eq!(super::listen_addr("0.0.0.0:80"), Ok(std::net::SocketAddr::from(([0, 0, 0, 0], 80))));
+        assert_eq!(super::listen_addr("[::1]:80").map(|a| a.is_ipv6()), Ok(true));
+        for bad in ["8080", "localhost", "localhost:http", ":99999"] {
+            let e = super::listen_addr(bad).unwrap_err();
+            assert!(e.contains("HOST:PORT, localhost:PORT or :PORT"), "{bad}: {e}");
+        }
+    }
+
     /// The option set at start-up is the purge delay: the only one whose default is 1000 (ms).
     #[test]
     #[allow(unsafe_code)]

@@ -67,14 +67,21 @@ pub async fn json_only(request: axum::extract::Request, next: axum::middleware::
     }
 }
 
-/// Parses JSON, telling malformed JSON (`invalid_json`) from a well-formed body of the wrong shape.
+/// Parses JSON, telling malformed JSON (`invalid_json`) from a well-formed body of the wrong
+/// shape (`invalid_request`, naming the field, what it takes and what it got).
 pub fn parse_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError> {
-    serde_json::from_str(utf8(body)?).map_err(json_error)
+    let mut json = serde_json::Deserializer::from_str(utf8(body)?);
+    let value = serde_path_to_error::deserialize(&mut json).map_err(|e| {
+        let path = e.path().to_string();
+        json_error(e.into_inner(), &path)
+    })?;
+    json.end().map_err(|e| json_error(e, "."))?;
+    Ok(value)
 }
 
 /// [`parse_json`] into a type that borrows nothing from the body.
 pub fn parse_json_owned<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_str(utf8(body)?).map_err(json_error)
+    parse_json(body)
 }
 
 /// A request body of the documented shape: a JSON object (see [`Object`]), whose unknown
@@ -111,14 +118,71 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
     }
 }
 
-fn json_error(e: serde_json::Error) -> ApiError {
+/// The error of a body that failed to parse; `path` is the field it failed at (`.` for the
+/// body itself, `events[0].key` inside).
+fn json_error(e: serde_json::Error, path: &str) -> ApiError {
     use serde_json::error::Category;
     match e.classify() {
         Category::Syntax | Category::Eof | Category::Io => {
             ApiError::bad_request(Code::InvalidJson, format!("malformed JSON: {e}"))
         }
-        Category::Data => ApiError::bad_request(Code::InvalidRequest, e.to_string()),
+        Category::Data => ApiError::bad_request(Code::InvalidRequest, shape_message(&e.to_string(), path)),
     }
+}
+
+/// serde's "invalid value: integer `-1`, expected u32 at line 1 column 17", said as
+/// "partitions: expected an integer from 1 to 1024, got -1": the field, what it takes (in the
+/// API's words where it has a documented range), what it got. Other messages (a missing or
+/// unknown field) keep serde's words, after the field they are in.
+fn shape_message(serde: &str, path: &str) -> String {
+    let message = serde.rfind(" at line ").map_or(serde, |at| &serde[..at]);
+    let wrong = message.strip_prefix("invalid type: ").or_else(|| message.strip_prefix("invalid value: "));
+    let Some((got, expected)) = wrong.and_then(|m| m.split_once(", expected ")) else {
+        return if path == "." { message.to_owned() } else { format!("{path}: {message}") };
+    };
+    let field = path.rsplit('.').next().unwrap_or(path);
+    let expected = expected_for(field).map_or_else(|| plain_type(expected), str::to_owned);
+    let field = if path == "." { "body".to_owned() } else { path.to_owned() };
+    format!("{field}: expected {expected}, got {}", plain_value(got))
+}
+
+/// The documented range of a numeric field the body parsers read, by name.
+fn expected_for(field: &str) -> Option<&'static str> {
+    use std::sync::LazyLock;
+    static RANGES: LazyLock<Vec<(&str, String)>> = LazyLock::new(|| {
+        use sluice_core::queues::*;
+        let partitions = sluice_core::model::Limits::default().max_partitions;
+        vec![
+            ("partitions", format!("an integer from 1 to {partitions}")),
+            ("max_messages", format!("an integer from 1 to {MAX_RECEIVE_MESSAGES}")),
+            ("wait_ms", format!("an integer from 0 to {MAX_RECEIVE_WAIT_MS}")),
+            ("visibility_timeout_ms", format!("an integer from 0 to {MAX_VISIBILITY_TIMEOUT_MS}")),
+            ("max_receive_count", format!("an integer from 1 to {MAX_RECEIVE_COUNT}")),
+            ("delay_ms", format!("an integer from 0 to {MAX_DELAY_MS}")),
+        ]
+    });
+    RANGES.iter().find(|(name, _)| *name == field).map(|(_, text)| text.as_str())
+}
+
+/// serde's name of a type, in the API's words.
+fn plain_type(expected: &str) -> String {
+    match expected {
+        "u8" | "u16" | "u32" | "u64" | "usize" => "a non-negative integer".into(),
+        "i8" | "i16" | "i32" | "i64" | "isize" => "an integer".into(),
+        "f32" | "f64" => "a number".into(),
+        "a boolean" | "bool" => "true or false".into(),
+        other => other.to_owned(),
+    }
+}
+
+/// serde's account of a value (`integer \`-1\``, `string "x"`), as the JSON it was.
+fn plain_value(got: &str) -> String {
+    for kind in ["integer ", "floating point ", "boolean "] {
+        if let Some(v) = got.strip_prefix(kind) {
+            return v.trim_matches('`').to_owned();
+        }
+    }
+    got.strip_prefix("string ").map_or_else(|| got.to_owned(), str::to_owned)
 }
 
 #[cfg(test)]
@@ -147,6 +211,38 @@ mod tests {
         assert_eq!(e.code, Code::InvalidJson);
         let e = parse_json::<Shape>(br#"{"value": 1}"#).err().unwrap();
         assert_eq!(e.code, Code::InvalidRequest, "well-formed, wrong shape: {}", e.message);
+    }
+
+    #[derive(Deserialize, Debug)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Numbers {
+        partitions: Option<u32>,
+        other: Option<u64>,
+        name: Option<String>,
+        inner: Option<Vec<Numbers>>,
+    }
+
+    #[test]
+    fn a_wrong_type_or_value_names_the_field_what_it_takes_and_what_it_got() {
+        let cases = [
+            (r#"{"partitions": -1}"#, "partitions: expected an integer from 1 to 1024, got -1"),
+            (r#"{"partitions": "4"}"#, r#"partitions: expected an integer from 1 to 1024, got "4""#),
+            (r#"{"other": 1.5}"#, "other: expected a non-negative integer, got 1.5"),
+            (r#"{"name": true}"#, "name: expected a string, got true"),
+            (r#"{"inner": [{"partitions": 0.5}]}"#, "inner[0].partitions: expected an integer from 1 to 1024, got 0.5"),
+            (
+                r#"{"inner": [{"nope": 1}]}"#,
+                "inner[0].nope: unknown field `nope`, expected one of `partitions`, `other`, `name`, `inner`",
+            ),
+            (r#"[1]"#, "body: expected a JSON object, got sequence"),
+        ];
+        for (body, want) in cases {
+            let e = parse_object::<Numbers>(body.as_bytes()).err().unwrap();
+            assert_eq!((e.code, e.message.as_str()), (Code::InvalidRequest, want), "{body}");
+        }
+        let e = parse_object::<Numbers>(br#"{"partitions": 2} x"#).err().unwrap();
+        assert_eq!(e.code, Code::InvalidJson, "trailing characters: {}", e.message);
     }
 
     #[test]

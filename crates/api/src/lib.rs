@@ -7,9 +7,11 @@ mod body;
 mod cloudevents;
 mod error;
 mod groups;
+mod health;
 pub mod metrics;
 mod openapi;
 mod path;
+mod peek;
 mod publish;
 mod queues;
 mod read;
@@ -39,6 +41,13 @@ impl App {
         Self { groups: Groups::with_config(log.clone(), groups), queues: Queues::new(log.clone()), log }
     }
 }
+
+/// When a request's answer must be on its way, in milliseconds since the epoch on the
+/// log's clock: what a Lambda function's runtime puts in the request's extensions (its
+/// invocation's deadline, less time to answer). A request without one has no limit
+/// (`serve`). Publishing honours it (a commit stops retrying in time: `503`, `Retry-After`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadline(pub i64);
 
 /// An app with the default groups config (tests and tools).
 impl From<Log> for App {
@@ -108,7 +117,7 @@ fn groups_routes() -> OpenApiRouter<App> {
         .routes(routes!(groups::seek))
 }
 
-/// Work queues: subscriptions of a topic, receive, ack, nack, visibility, dead letters.
+/// Work queues: subscriptions of a topic, receive, peek, ack, nack, visibility, dead letters.
 pub fn queues_router(app: impl Into<App>) -> Router {
     finish(queues_routes(), app.into())
 }
@@ -118,6 +127,7 @@ fn queues_routes() -> OpenApiRouter<App> {
         .routes(routes!(queues::list))
         .routes(routes!(queues::create, queues::describe, queues::delete))
         .routes(routes!(queues::receive))
+        .routes(routes!(peek::peek))
         .routes(routes!(queues::ack))
         .routes(routes!(queues::nack))
         .routes(routes!(queues::visibility))
@@ -126,7 +136,7 @@ fn queues_routes() -> OpenApiRouter<App> {
         .routes(routes!(queues::delete_dead_letter))
 }
 
-/// Every v1 route, and `GET /openapi.json`: what `serve` runs. Each Lambda function runs
+/// Every v1 route, `GET /openapi.json`, `GET /healthz` and `GET /readyz`: what `serve` runs. Each Lambda function runs
 /// the part it is for.
 pub fn router(app: impl Into<App>) -> Router {
     finish(all_routes(), app.into())
@@ -136,7 +146,13 @@ pub fn router(app: impl Into<App>) -> Router {
 /// this one list, so the document cannot leave a route out.
 fn all_routes() -> OpenApiRouter<App> {
     let routes = OpenApiRouter::with_openapi(openapi::base()).merge(publish_routes()).merge(read_routes());
-    routes.merge(admin_routes()).merge(groups_routes()).merge(queues_routes()).merge(openapi::routes())
+    let routes = routes.merge(admin_routes()).merge(groups_routes()).merge(queues_routes());
+    routes.merge(openapi::routes()).merge(health_routes())
+}
+
+/// `GET /healthz` and `GET /readyz`, in [`router`] (what `serve` runs).
+fn health_routes() -> OpenApiRouter<App> {
+    OpenApiRouter::new().routes(routes!(health::healthz)).routes(routes!(health::readyz))
 }
 
 /// The OpenAPI 3.1 document of every route of [`router`], as pretty JSON: what

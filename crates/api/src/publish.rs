@@ -9,6 +9,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use base64::Engine;
 use bytes::Bytes;
 use serde::Deserialize;
@@ -25,7 +26,7 @@ use crate::openapi::params::TopicPath;
 use crate::openapi::{errors, examples as ex};
 use crate::path::Path;
 use crate::read::write_int;
-use crate::{metrics, trace, ApiError};
+use crate::{metrics, trace, ApiError, Deadline};
 
 /// A batch of 1 to 1000 events.
 #[derive(Deserialize, ToSchema)]
@@ -85,10 +86,12 @@ pub(crate) struct JsonEvent<'a> {
 pub async fn publish(
     State(log): State<Log>,
     Path(topic): Path<String>,
+    deadline: Option<Extension<Deadline>>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let outcome = store(&log, &topic, &headers, body).await;
+    let deadline = deadline.map(|Extension(d)| d);
+    let outcome = store(&log, &topic, &headers, body, deadline).await;
     // Counted per topic only for a topic that exists (many refusals come before the log
     // looks it up): made-up names must not add label sets.
     let exists = match &outcome {
@@ -109,6 +112,7 @@ async fn store(
     topic: &str,
     headers: &HeaderMap,
     body: Body,
+    deadline: Option<Deadline>,
 ) -> Result<(Vec<Position>, metrics::Stored), ApiError> {
     let body = read_body(body, log.limits().max_request_bytes).await?;
     let idempotency = idempotency_key(headers, &body)?;
@@ -135,7 +139,10 @@ async fn store(
     }
     let stored = metrics::Stored::of(&events);
     let started = std::time::Instant::now();
-    let results = log.publish(topic, events, idempotency).await?;
+    let results = match deadline {
+        Some(Deadline(ms)) => log.publish_before(topic, events, idempotency, ms).await?,
+        None => log.publish(topic, events, idempotency).await?,
+    };
     Ok((results, stored.committed_in(started.elapsed())))
 }
 

@@ -145,11 +145,12 @@ fn backlog_json(b: &Backlog) -> Value {
         "dead": b.dead,
         "expired": b.expired,
         "filtered": b.filtered,
+        "unscanned": b.unscanned,
         "oldest_visible_age_ms": b.oldest_visible_age_ms,
     })
 }
 
-fn json_response(body: Vec<u8>) -> Response {
+pub(crate) fn json_response(body: Vec<u8>) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 

@@ -18,6 +18,8 @@ const REGENERATE: &str = "cargo run -p sluice-api --example openapi > docs/opena
 
 /// Every operation, in the order the examples tell their story, with the status each answers.
 const STORY: &[(&str, u16)] = &[
+    ("healthz", 200),
+    ("readyz", 200),
     ("createTopic", 201),
     ("listTopics", 200),
     ("describeTopic", 200),
@@ -27,6 +29,7 @@ const STORY: &[(&str, u16)] = &[
     ("createSubscription", 201),
     ("listSubscriptions", 200),
     ("describeSubscription", 200),
+    ("peek", 200),
     ("receive", 200),
     ("changeVisibility", 200),
     ("nack", 200),

@@ -1,5 +1,6 @@
 //! A store that answers unavailable or throttled: every route answers `503 unavailable` or
 //! `429 throttled` with `Retry-After: 1` (the client's cue to retry), and nothing changes.
+//! A publish with a deadline (a Lambda invocation's) answers `503` by then.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
@@ -17,6 +18,8 @@ use tower::ServiceExt;
 const THROUGH: u8 = 0;
 const UNAVAILABLE: u8 = 1;
 const THROTTLED: u8 = 2;
+/// Reads go through; every write is refused as throttled.
+const WRITES_THROTTLED: u8 = 3;
 
 /// Answers every call with the fault it is set to, or passes it through.
 #[derive(Default)]
@@ -29,6 +32,13 @@ impl Faulty {
             UNAVAILABLE => Err(StorageError::Unavailable { message, source: None }),
             THROTTLED => Err(StorageError::Throttled { message, source: None }),
             _ => Ok(()),
+        }
+    }
+
+    fn write_fault(&self) -> Result<(), StorageError> {
+        match self.0.load(Ordering::SeqCst) {
+            WRITES_THROTTLED => Err(StorageError::Throttled { message: "injected".into(), source: None }),
+            _ => self.fault(),
         }
     }
 }
@@ -46,19 +56,23 @@ impl StateLayer for Faulty {
     }
 
     async fn write(&self, inner: &dyn StateStore, ops: Vec<WriteOp>) -> Result<(), StorageError> {
-        self.fault()?;
+        self.write_fault()?;
         inner.write(ops).await
     }
 
     async fn write_deferred(&self, inner: &dyn StateStore, ops: Vec<WriteOp>) -> Result<(), StorageError> {
-        self.fault()?;
+        self.write_fault()?;
         inner.write_deferred(ops).await
     }
 }
 
 async fn call(app: &Router, method: Method, path: &str, body: &str) -> (StatusCode, Option<String>, Value) {
     let request = Request::builder().method(method).uri(path).header("content-type", "application/json");
-    let response = app.clone().oneshot(request.body(Body::from(body.to_owned())).unwrap()).await.unwrap();
+    send(app, request.body(Body::from(body.to_owned())).unwrap()).await
+}
+
+async fn send(app: &Router, request: Request<Body>) -> (StatusCode, Option<String>, Value) {
+    let response = app.clone().oneshot(request).await.unwrap();
     let (status, retry) = (response.status(), response.headers().get("retry-after").cloned());
     let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
     let retry = retry.map(|v| v.to_str().unwrap().to_owned());
@@ -104,4 +118,52 @@ async fn given_a_store_unavailable_or_throttled_then_503_or_429_with_retry_after
         let subscription = call(&app, Method::GET, "/v1/topics/t/subscriptions/s", "").await.0;
         assert_eq!(subscription, StatusCode::NOT_FOUND, "under {code}");
     }
+}
+
+/// A store that keeps refusing a publish's commit (throttled, as under rival commits) and a
+/// request with a deadline: the commit stops retrying in time and the answer is a `503` with
+/// `Retry-After` before the deadline, not a function stopped mid-retry (a platform error).
+#[tokio::test]
+async fn given_a_deadline_when_the_commit_keeps_being_refused_then_503_with_retry_after_before_it() {
+    let clock = Arc::new(sluice_core::SteppingClock::new(1_767_225_600_000));
+    let store = Arc::new(Layered::new(Arc::new(MemStore::new(clock.clone())), Faulty::default()));
+    let objects = Arc::new(MemObjects::new(clock.clone()));
+    let log = sluice_core::Log::new(store.clone(), objects, clock.clone(), sluice_core::LogConfig::default());
+    let app = sluice_api::router(log);
+    assert_eq!(call(&app, Method::PUT, "/v1/topics/t", r#"{"partitions": 2}"#).await.0, StatusCode::CREATED);
+    store.0.store(WRITES_THROTTLED, Ordering::SeqCst);
+
+    let deadline = sluice_core::Clock::now_ms(clock.as_ref()) + 3_000;
+    let mut request = Request::builder().method(Method::POST).uri("/v1/topics/t/events");
+    request = request.header("content-type", "application/json").extension(sluice_api::Deadline(deadline));
+    let (status, retry, answer) = send(&app, request.body(Body::from(r#"{"events": [{"value": 1}]}"#)).unwrap()).await;
+    let now = sluice_core::Clock::now_ms(clock.as_ref());
+    assert_eq!((status, answer["error"]["code"].as_str()), (StatusCode::SERVICE_UNAVAILABLE, Some("unavailable")));
+    assert_eq!(retry.as_deref(), Some("1"), "Retry-After");
+    assert!(now <= deadline, "answered {} ms after the deadline", now - deadline);
+
+    store.0.store(THROUGH, Ordering::SeqCst);
+    let events = call(&app, Method::GET, "/v1/topics/t/partitions/0/events?offset=0", "").await.2;
+    let more = call(&app, Method::GET, "/v1/topics/t/partitions/1/events?offset=0", "").await.2;
+    assert_eq!(
+        (events["events"].as_array().map(Vec::len), more["events"].as_array().map(Vec::len)),
+        (Some(0), Some(0))
+    );
+}
+
+#[tokio::test]
+async fn given_a_store_unavailable_then_readyz_answers_503_and_healthz_still_200() {
+    let clock: Arc<dyn sluice_core::Clock> = Arc::new(sluice_core::SteppingClock::new(1_767_225_600_000));
+    let store = Arc::new(Layered::new(Arc::new(MemStore::new(clock.clone())), Faulty::default()));
+    let objects = Arc::new(MemObjects::new(clock.clone()));
+    let app =
+        sluice_api::router(sluice_core::Log::new(store.clone(), objects, clock, sluice_core::LogConfig::default()));
+    let (ready, _, answer) = call(&app, Method::GET, "/readyz", "").await;
+    assert_eq!((ready, answer["status"].as_str()), (StatusCode::OK, Some("ready")));
+    store.0.store(UNAVAILABLE, Ordering::SeqCst);
+    let (ready, retry, answer) = call(&app, Method::GET, "/readyz", "").await;
+    assert_eq!((ready, answer["error"]["code"].as_str()), (StatusCode::SERVICE_UNAVAILABLE, Some("unavailable")));
+    assert_eq!(retry.as_deref(), Some("1"));
+    let (live, _, answer) = call(&app, Method::GET, "/healthz", "").await;
+    assert_eq!((live, answer["status"].as_str()), (StatusCode::OK, Some("ok")), "liveness reads nothing");
 }

@@ -6,24 +6,35 @@
 //! Retries: the SDKs' own retries are switched off. Their standard policy also
 //! retries ambiguous failures (timeouts, 5xx) of conditional writes, and a
 //! conditional put that in fact landed, retried, reports a lost race: the log
-//! would then commit the same events a second time at the next offset. Here only
-//! throttling, which AWS answers before doing anything, is retried (with
-//! exponential backoff and full jitter); everything else reaches the caller as
-//! [`StorageError::Unavailable`] with the SDK error as its source. Doing the
-//! retries here also makes [`RequestCounts`] count every request sent.
+//! would then commit the same events a second time at the next offset. Here
+//! (`resend.rs`) throttling, which AWS answers before doing anything, is retried for
+//! every request, and transient failures (5xx, timeouts, a stale pooled connection)
+//! only for requests whose repeat has the effect and the answer of one: reads, a
+//! `TransactWriteItems` under its `ClientRequestToken`, deletes without a condition,
+//! an object put under a fresh name. Everything else reaches the caller as
+//! [`StorageError::Unavailable`] with the SDK error as its source. Doing the retries
+//! here also makes [`RequestCounts`] count every request sent.
 //!
-//! Timeouts: every request has deadlines ([`Deadlines::AWS`]) well under the
-//! functions' own timeout, so a stalled request ends as [`StorageError::Unavailable`] (for a
-//! write: outcome unknown) while the function can still answer, rather than
-//! with the function killed mid-request.
+//! Timeouts: every request, its retries included, has deadlines ([`Deadlines::AWS`])
+//! well under the functions' own timeout, so a stalled request ends as
+//! [`StorageError::Unavailable`] (for a write: outcome unknown) while the function can
+//! still answer, rather than with the function killed mid-request. The core bounds its
+//! own retries (a publish's commit) by the invocation's deadline, kept back by
+//! [`Deadlines::AWS`]'s `operation` so that its last request ends in time.
+//!
+//! Connections: pooled connections idle longer than [`POOL_IDLE_TIMEOUT`] are not reused.
+//! A function is frozen between invocations, for any time; a connection that sat in the
+//! pool across a long freeze has often been closed by the other side, and the next
+//! request on it fails. Under the timeout, the first request after such a gap opens a
+//! new connection instead.
 
 pub mod billing;
 pub mod lambda;
+mod resend;
 pub mod s3;
 pub mod state;
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,13 +44,13 @@ use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 pub use lambda::LambdaInvoker;
 pub use s3::S3ObjectStore;
-use sluice_core::retry::Backoff;
 use sluice_core::{Clock, StorageError};
 pub use state::DynamoStateStore;
 
-/// Throttled attempts before a request gives up with [`StorageError::Throttled`].
-const MAX_THROTTLED_ATTEMPTS: u32 = 6;
-const THROTTLED: Backoff = Backoff { base_ms: 25, cap_ms: 2000 };
+/// Pooled connections idle longer are closed rather than reused: shorter than most freezes
+/// between invocations, and well under the idle timeouts servers and load balancers
+/// commonly close connections at, at the price of a TLS handshake after 4 s of quiet.
+pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 
 /// How long a request may take before it ends as [`StorageError::Unavailable`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,7 +85,10 @@ pub struct AwsSettings {
 /// `default-https-client` feature (see the workspace's Cargo.toml), would add aws-lc.
 pub fn http_client() -> aws_sdk_dynamodb::config::SharedHttpClient {
     use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
-    aws_smithy_http_client::Builder::new().tls_provider(Provider::Rustls(CryptoMode::Ring)).build_https()
+    aws_smithy_http_client::Builder::new()
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+        .tls_provider(Provider::Rustls(CryptoMode::Ring))
+        .build_https()
 }
 
 /// Builds both clients from the environment's credentials and region; `clock`
@@ -112,9 +126,9 @@ pub fn from_sdk_config(
         .timeout_config(timeouts(deadlines))
         .force_path_style(settings.endpoint_url.is_some())
         .build();
-    let state =
-        DynamoStateStore::new(aws_sdk_dynamodb::Client::from_conf(dynamo_config), settings.table.clone(), clock);
-    let objects = S3ObjectStore::new(aws_sdk_s3::Client::from_conf(s3_config), settings.bucket.clone());
+    let dynamo = aws_sdk_dynamodb::Client::from_conf(dynamo_config);
+    let state = DynamoStateStore::new(dynamo, settings.table.clone(), clock, deadlines);
+    let objects = S3ObjectStore::new(aws_sdk_s3::Client::from_conf(s3_config), settings.bucket.clone(), deadlines);
     (Arc::new(state), Arc::new(objects))
 }
 
@@ -150,50 +164,6 @@ impl RequestCounts {
     }
 }
 
-/// Sends one request through `send`, again after a backoff while AWS throttles it.
-async fn send_counted<T, E, R, Fut>(
-    counts: &RequestCounts,
-    operation: &'static str,
-    mut send: impl FnMut() -> Fut,
-) -> Result<T, SdkError<E, R>>
-where
-    Fut: Future<Output = Result<T, SdkError<E, R>>>,
-    E: ProvideErrorMetadata,
-{
-    let mut attempt = 0;
-    loop {
-        counts.add(operation);
-        match send().await {
-            Err(e) if is_throttling(&e) && attempt + 1 < MAX_THROTTLED_ATTEMPTS => {
-                tracing::debug!(operation, attempt, "throttled; backing off");
-                tokio::time::sleep(backoff(attempt)).await;
-                attempt += 1;
-            }
-            result => return result,
-        }
-    }
-}
-
-/// Full jitter (the core's policy), with AWS's own base and cap.
-fn backoff(attempt: u32) -> Duration {
-    Duration::from_millis(THROTTLED.wait_ms(attempt, rand::random::<u64>()))
-}
-
-/// Errors AWS returns before doing anything, because the caller is going too fast.
-fn is_throttling<E: ProvideErrorMetadata, R>(e: &SdkError<E, R>) -> bool {
-    let Some(service) = e.as_service_error() else { return false };
-    matches!(
-        service.code(),
-        Some(
-            "ThrottlingException"
-                | "ProvisionedThroughputExceededException"
-                | "RequestLimitExceeded"
-                | "SlowDown"
-                | "TooManyRequestsException"
-        )
-    )
-}
-
 /// The domain error for an SDK failure that no operation-specific case claimed.
 fn unexpected<E, R>(operation: &'static str, e: SdkError<E, R>) -> StorageError
 where
@@ -205,7 +175,7 @@ where
         None => operation.to_owned(),
     };
     // A transaction in flight on the item refused a single-item write before it did anything.
-    if is_throttling(&e) || e.code() == Some("TransactionConflictException") {
+    if resend::is_throttling(&e) || e.code() == Some("TransactionConflictException") {
         return StorageError::Throttled { message, source: Some(Box::new(e)) };
     }
     // A request DynamoDB will never accept (an item over 400 KB, …): nothing was written.
@@ -213,19 +183,4 @@ where
         return StorageError::Invalid(format!("{message}: {}", e.message().unwrap_or("")));
     }
     StorageError::Unavailable { message, source: Some(Box::new(e)) }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_stays_under_its_growing_cap() {
-        for attempt in 0..20 {
-            for _ in 0..50 {
-                assert!(backoff(attempt) <= Duration::from_millis(THROTTLED.ceiling_ms(attempt)));
-            }
-        }
-        assert_eq!(THROTTLED.ceiling_ms(16), 2000, "the cap is reached");
-    }
 }

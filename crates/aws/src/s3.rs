@@ -2,18 +2,32 @@
 //! with `If-None-Match: *` so nothing is ever overwritten, and read back with
 //! ranged GETs, so a reader fetches one partition's segment out of an object
 //! that holds the segments of every partition a publish touched.
+//!
+//! A missing object: S3 answers a GET of a missing key with `404 NoSuchKey` to a caller
+//! allowed `s3:ListBucket` on the bucket, and with `403 AccessDenied` to one that is not
+//! (so that it cannot learn which keys exist). template.yaml grants the functions that
+//! read `s3:ListBucket` on `segments/`, so the answer is a 404 and maps to
+//! [`StorageError::NotFound`]. A 403 is then a real refusal, and is not hidden: on a 403
+//! the store lists the key (one `ListObjectsV2`, only then). Listed: the object exists
+//! and reading it was refused, an [`StorageError::Unavailable`] an operator must see. Not
+//! listed: missing, `NotFound`. The listing refused too: the policy lacks
+//! `s3:ListBucket`, the 403 cannot be told from a missing key, and it is taken for one
+//! (logged as a warning). That is safe for the core: a `NotFound` only makes a reader
+//! look at the index again (a compaction or retention race), never skip data the index
+//! still points at, so a refused object still ends the read with an error.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use aws_sdk_s3::error::ProvideErrorMetadata;
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::operation::get_object::GetObjectError;
 use aws_sdk_s3::primitives::ByteStream;
 use bytes::Bytes;
 use sluice_core::ports::objects::{BlobRef, ObjectInfo};
 use sluice_core::{ObjectStore, StorageError};
 
-use crate::{send_counted, unexpected, RequestCounts};
+use crate::resend::{Resend, Sender};
+use crate::{unexpected, Deadlines, RequestCounts};
 
 /// Fresh names tried before a put gives up (a clash of 128 random bits means something is wrong).
 const NAME_ATTEMPTS: u32 = 3;
@@ -26,17 +40,39 @@ const MAX_LIST_KEYS: usize = 1000;
 pub struct S3ObjectStore {
     client: aws_sdk_s3::Client,
     bucket: String,
-    requests: RequestCounts,
+    sender: Sender,
 }
 
 impl S3ObjectStore {
-    pub fn new(client: aws_sdk_s3::Client, bucket: String) -> Self {
-        Self { client, bucket, requests: RequestCounts::default() }
+    /// A store in `bucket`; every request, its retries included, ends within `deadlines`.
+    pub fn new(client: aws_sdk_s3::Client, bucket: String, deadlines: Deadlines) -> Self {
+        Self { client, bucket, sender: Sender::new(deadlines) }
     }
 
-    /// The S3 requests this store has sent.
+    /// The S3 requests this store has sent, every attempt counted.
     pub fn requests(&self) -> &RequestCounts {
-        &self.requests
+        &self.sender.counts
+    }
+}
+
+impl S3ObjectStore {
+    /// What a GET of `object` answered `403 AccessDenied` means: see the module's header.
+    async fn refused(&self, object: &str, refused: SdkError<GetObjectError>) -> StorageError {
+        let listed = self
+            .sender
+            .send("s3:ListObjectsV2", Resend::OnTransient, || {
+                self.client.list_objects_v2().bucket(&self.bucket).prefix(object).max_keys(1).send()
+            })
+            .await;
+        match listed {
+            Ok(out) if out.contents().iter().any(|o| o.key() == Some(object)) => unexpected("s3:GetObject", refused),
+            Ok(_) => StorageError::NotFound(format!("object {object}")),
+            Err(e) if e.code() == Some("AccessDenied") => {
+                tracing::warn!(object, "s3:GetObject refused without s3:ListBucket: taken for a missing object");
+                StorageError::NotFound(format!("object {object} (refused; s3:ListBucket not granted)"))
+            }
+            Err(e) => unexpected("s3:ListObjectsV2", e),
+        }
     }
 }
 
@@ -56,16 +92,18 @@ impl ObjectStore for S3ObjectStore {
     async fn put(&self, bytes: Bytes) -> Result<BlobRef, StorageError> {
         for _ in 0..NAME_ATTEMPTS {
             let key = object_name();
-            let sent = send_counted(&self.requests, "s3:PutObject", || {
-                self.client
-                    .put_object()
-                    .bucket(&self.bucket)
-                    .key(&key)
-                    .if_none_match("*")
-                    .body(ByteStream::from(bytes.clone()))
-                    .send()
-            })
-            .await;
+            let sent = self
+                .sender
+                .send("s3:PutObject", Resend::OnTransient, || {
+                    self.client
+                        .put_object()
+                        .bucket(&self.bucket)
+                        .key(&key)
+                        .if_none_match("*")
+                        .body(ByteStream::from(bytes.clone()))
+                        .send()
+                })
+                .await;
             match sent {
                 Ok(_) => return Ok(BlobRef { object: key, position: 0 }),
                 // The name is taken (412), or another conditional write to it is in flight (409).
@@ -87,15 +125,18 @@ impl ObjectStore for S3ObjectStore {
             return Ok(Bytes::new());
         }
         let range = format!("bytes={position}-{}", position + len - 1);
-        let sent = send_counted(&self.requests, "s3:GetObject", || {
-            self.client.get_object().bucket(&self.bucket).key(object).range(&range).send()
-        })
-        .await;
+        let sent = self
+            .sender
+            .send("s3:GetObject", Resend::OnTransient, || {
+                self.client.get_object().bucket(&self.bucket).key(object).range(&range).send()
+            })
+            .await;
         let output = match sent {
             Ok(o) => o,
             Err(e) if matches!(e.as_service_error(), Some(GetObjectError::NoSuchKey(_))) => {
                 return Err(StorageError::NotFound(format!("object {object}")));
             }
+            Err(e) if e.code() == Some("AccessDenied") => return Err(self.refused(object, e).await),
             Err(e) if e.code() == Some("InvalidRange") => {
                 return Err(StorageError::Corrupt(format!("object {object} holds no bytes at {position}")));
             }
@@ -123,16 +164,18 @@ impl ObjectStore for S3ObjectStore {
             return Ok(Vec::new());
         }
         let max_keys = i32::try_from(limit.min(MAX_LIST_KEYS)).unwrap_or(1000);
-        let sent = send_counted(&self.requests, "s3:ListObjectsV2", || {
-            self.client
-                .list_objects_v2()
-                .bucket(&self.bucket)
-                .prefix(PREFIX)
-                .set_start_after(after.map(str::to_owned))
-                .max_keys(max_keys)
-                .send()
-        })
-        .await;
+        let sent = self
+            .sender
+            .send("s3:ListObjectsV2", Resend::OnTransient, || {
+                self.client
+                    .list_objects_v2()
+                    .bucket(&self.bucket)
+                    .prefix(PREFIX)
+                    .set_start_after(after.map(str::to_owned))
+                    .max_keys(max_keys)
+                    .send()
+            })
+            .await;
         let output = sent.map_err(|e| unexpected("s3:ListObjectsV2", e))?;
         let objects = output
             .contents()
@@ -155,10 +198,12 @@ impl ObjectStore for S3ObjectStore {
         if object.len() <= PREFIX.len() || !object.starts_with(PREFIX) {
             return Err(StorageError::Invalid(format!("object name {object:?} is not under {PREFIX}")));
         }
-        let sent = send_counted(&self.requests, "s3:DeleteObject", || {
-            self.client.delete_object().bucket(&self.bucket).key(object).send()
-        })
-        .await;
+        let sent = self
+            .sender
+            .send("s3:DeleteObject", Resend::OnTransient, || {
+                self.client.delete_object().bucket(&self.bucket).key(object).send()
+            })
+            .await;
         sent.map(|_| ()).map_err(|e| unexpected("s3:DeleteObject", e))
     }
 }

@@ -43,7 +43,8 @@ use bytes::Bytes;
 use sluice_core::ports::state::{Expect, Item, Key, Page, Query, StateStore, WriteOp};
 use sluice_core::{Clock, StorageError};
 
-use crate::{send_counted, unexpected, RequestCounts};
+use crate::resend::{Resend, Sender};
+use crate::{unexpected, Deadlines, RequestCounts};
 
 /// Items per `BatchWriteItem` (DynamoDB's limit).
 const BATCH_WRITE_ITEMS: usize = 25;
@@ -62,7 +63,7 @@ pub struct DynamoStateStore {
     client: aws_sdk_dynamodb::Client,
     table: String,
     clock: Arc<dyn Clock>,
-    requests: RequestCounts,
+    sender: Sender,
 }
 
 /// One operation of a write as DynamoDB expressions.
@@ -139,30 +140,33 @@ fn ttl_seconds(ms: i64) -> i64 {
 }
 
 impl DynamoStateStore {
-    /// A store on `table`; `clock` decides which items have expired.
-    pub fn new(client: aws_sdk_dynamodb::Client, table: String, clock: Arc<dyn Clock>) -> Self {
-        Self { client, table, clock, requests: RequestCounts::default() }
+    /// A store on `table`; `clock` decides which items have expired; every request, its
+    /// retries included, ends within `deadlines`.
+    pub fn new(client: aws_sdk_dynamodb::Client, table: String, clock: Arc<dyn Clock>, deadlines: Deadlines) -> Self {
+        Self { client, table, clock, sender: Sender::new(deadlines) }
     }
 
-    /// The DynamoDB requests this store has sent.
+    /// The DynamoDB requests this store has sent, every attempt counted.
     pub fn requests(&self) -> &RequestCounts {
-        &self.requests
+        &self.sender.counts
     }
 
     /// One put (`op` is the index of `put` in its write) as an `UpdateItem`.
     async fn update_one(&self, op: usize, put: &WriteOp, now_ms: i64) -> Result<(), StorageError> {
         let e = expression(put, now_ms);
-        let sent = send_counted(&self.requests, "dynamodb:UpdateItem", || {
-            self.client
-                .update_item()
-                .table_name(&self.table)
-                .set_key(Some(key_attributes(put.key())))
-                .set_update_expression(e.update.clone())
-                .set_condition_expression(e.condition())
-                .set_expression_attribute_values(e.values())
-                .send()
-        })
-        .await;
+        let sent = self
+            .sender
+            .send("dynamodb:UpdateItem", Resend::OnThrottling, || {
+                self.client
+                    .update_item()
+                    .table_name(&self.table)
+                    .set_key(Some(key_attributes(put.key())))
+                    .set_update_expression(e.update.clone())
+                    .set_condition_expression(e.condition())
+                    .set_expression_attribute_values(e.values())
+                    .send()
+            })
+            .await;
         match sent {
             Ok(_) => Ok(()),
             Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {
@@ -175,16 +179,20 @@ impl DynamoStateStore {
     /// One delete (`op` is the index of `delete` in its write) as a `DeleteItem`.
     async fn delete_one(&self, op: usize, delete: &WriteOp, now_ms: i64) -> Result<(), StorageError> {
         let e = expression(delete, now_ms);
-        let sent = send_counted(&self.requests, "dynamodb:DeleteItem", || {
-            self.client
-                .delete_item()
-                .table_name(&self.table)
-                .set_key(Some(key_attributes(delete.key())))
-                .set_condition_expression(e.condition())
-                .set_expression_attribute_values(e.values())
-                .send()
-        })
-        .await;
+        // Deleting twice does what deleting once does; a condition would fail on the repeat.
+        let resend = if e.condition.is_none() { Resend::OnTransient } else { Resend::OnThrottling };
+        let sent = self
+            .sender
+            .send("dynamodb:DeleteItem", resend, || {
+                self.client
+                    .delete_item()
+                    .table_name(&self.table)
+                    .set_key(Some(key_attributes(delete.key())))
+                    .set_condition_expression(e.condition())
+                    .set_expression_attribute_values(e.values())
+                    .send()
+            })
+            .await;
         match sent {
             Ok(_) => Ok(()),
             Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {
@@ -194,13 +202,22 @@ impl DynamoStateStore {
         }
     }
 
-    /// Operations (each with its index in the write) as one `TransactWriteItems`.
+    /// Operations (each with its index in the write) as one `TransactWriteItems`, under a
+    /// `ClientRequestToken` of its own: its attempts all carry it, so one that follows an
+    /// attempt that landed (its answer lost) is answered as that one was, and writes nothing.
     async fn transact(&self, ops: &[(usize, &WriteOp)], now_ms: i64) -> Result<(), StorageError> {
         let items = ops.iter().map(|(_, op)| self.transact_item(op, now_ms)).collect::<Result<Vec<_>, _>>()?;
-        let sent = send_counted(&self.requests, "dynamodb:TransactWriteItems", || {
-            self.client.transact_write_items().set_transact_items(Some(items.clone())).send()
-        })
-        .await;
+        let token = client_request_token();
+        let sent = self
+            .sender
+            .send("dynamodb:TransactWriteItems", Resend::OnTransient, || {
+                self.client
+                    .transact_write_items()
+                    .set_transact_items(Some(items.clone()))
+                    .client_request_token(&token)
+                    .send()
+            })
+            .await;
         let e = match sent {
             Ok(_) => return Ok(()),
             Err(e) => e,
@@ -281,11 +298,13 @@ impl DynamoStateStore {
             .collect::<Result<_, StorageError>>()?;
         let mut rounds = 0;
         while !pending.is_empty() {
-            let out = send_counted(&self.requests, "dynamodb:BatchWriteItem", || {
-                self.client.batch_write_item().request_items(&self.table, pending.clone()).send()
-            })
-            .await
-            .map_err(|e| unexpected("dynamodb:BatchWriteItem", e))?;
+            let out = self
+                .sender
+                .send("dynamodb:BatchWriteItem", Resend::OnTransient, || {
+                    self.client.batch_write_item().request_items(&self.table, pending.clone()).send()
+                })
+                .await
+                .map_err(|e| unexpected("dynamodb:BatchWriteItem", e))?;
             pending = out.unprocessed_items().and_then(|u| u.get(&self.table)).cloned().unwrap_or_default();
             rounds += 1;
             if !pending.is_empty() {
@@ -295,7 +314,7 @@ impl DynamoStateStore {
                         source: None,
                     });
                 }
-                tokio::time::sleep(crate::backoff(rounds)).await;
+                tokio::time::sleep(crate::resend::backoff(rounds)).await;
             }
         }
         Ok(())
@@ -306,16 +325,18 @@ impl DynamoStateStore {
 impl StateStore for DynamoStateStore {
     #[tracing::instrument(level = "debug", skip(self))]
     async fn get(&self, key: &Key) -> Result<Option<Item>, StorageError> {
-        let out = send_counted(&self.requests, "dynamodb:GetItem", || {
-            self.client
-                .get_item()
-                .table_name(&self.table)
-                .set_key(Some(key_attributes(key)))
-                .consistent_read(true)
-                .send()
-        })
-        .await
-        .map_err(|e| unexpected("dynamodb:GetItem", e))?;
+        let out = self
+            .sender
+            .send("dynamodb:GetItem", Resend::OnTransient, || {
+                self.client
+                    .get_item()
+                    .table_name(&self.table)
+                    .set_key(Some(key_attributes(key)))
+                    .consistent_read(true)
+                    .send()
+            })
+            .await
+            .map_err(|e| unexpected("dynamodb:GetItem", e))?;
         let now_ms = self.clock.now_ms();
         Ok(out.item().map(item_from_attributes).transpose()?.filter(|i| live(i, now_ms)))
     }
@@ -354,20 +375,22 @@ impl StateStore for DynamoStateStore {
         let now_ms = self.clock.now_ms();
         loop {
             let want = i32::try_from(limit - page.items.len()).unwrap_or(i32::MAX);
-            let out = send_counted(&self.requests, "dynamodb:Query", || {
-                self.client
-                    .query()
-                    .table_name(&self.table)
-                    .key_condition_expression(condition)
-                    .set_expression_attribute_values(Some(values.clone()))
-                    .set_exclusive_start_key(start.clone())
-                    .scan_index_forward(query.forward)
-                    .limit(want)
-                    .consistent_read(true)
-                    .send()
-            })
-            .await
-            .map_err(|e| unexpected("dynamodb:Query", e))?;
+            let out = self
+                .sender
+                .send("dynamodb:Query", Resend::OnTransient, || {
+                    self.client
+                        .query()
+                        .table_name(&self.table)
+                        .key_condition_expression(condition)
+                        .set_expression_attribute_values(Some(values.clone()))
+                        .set_exclusive_start_key(start.clone())
+                        .scan_index_forward(query.forward)
+                        .limit(want)
+                        .consistent_read(true)
+                        .send()
+                })
+                .await
+                .map_err(|e| unexpected("dynamodb:Query", e))?;
             for attributes in out.items() {
                 let item = item_from_attributes(attributes)?;
                 if live(&item, now_ms) {
@@ -435,6 +458,12 @@ pub(crate) fn shape(ops: &[WriteOp]) -> Shape<'_> {
         [one @ (_, WriteOp::Put { .. } | WriteOp::Delete { .. })] => Shape::One(*one),
         _ => Shape::Transaction(sent),
     }
+}
+
+/// A token no other transaction shares: 128 random bits in hex (DynamoDB takes up to 36
+/// characters), unique for far longer than its 10 minutes of idempotency.
+fn client_request_token() -> String {
+    format!("{:032x}", rand::random::<u128>())
 }
 
 fn live(item: &Item, now_ms: i64) -> bool {

@@ -1,4 +1,4 @@
-//! Work queues: subscriptions, receive, ack, nack, visibility, and the dead-letter queue.
+//! Work queues: subscriptions, receive, peek, ack, nack, visibility, and the dead-letter queue.
 //! Subscription settings and answers are JSON values: they have many optional parts
 //! (start, filter, push, backoff) that docs/API.md describes.
 
@@ -8,8 +8,13 @@ use serde_json::{json, Value};
 use sluice_wire::Settled;
 
 use crate::client::Call;
-use crate::types::{DeadLetterPage, Message, ReceiptResult};
+use crate::types::{DeadLetterPage, Message, PeekedMessage, ReceiptResult};
 use crate::{Client, Error};
+
+#[derive(Deserialize)]
+struct Peeked {
+    messages: Vec<PeekedMessage>,
+}
 
 #[derive(Deserialize)]
 struct Subscriptions {
@@ -87,6 +92,14 @@ impl Client {
         let path = format!("{}/receive", Self::subscription(topic, sub));
         let call = Call::new(Method::POST, path).json(&body)?.waiting(request.wait_ms);
         self.fetch(call).await
+    }
+
+    /// Up to `limit` (1 to 100) visible messages, without receiving them: no receipt, and
+    /// no receive count, lease or cursor changes, so the next receive gets them as before.
+    /// Retried (it changes nothing).
+    pub async fn peek(&self, topic: &str, sub: &str, limit: u32) -> Result<Vec<PeekedMessage>, Error> {
+        let call = Call::new(Method::GET, format!("{}/messages", Self::subscription(topic, sub))).query("limit", limit);
+        Ok(self.fetch::<Peeked>(call).await?.messages)
     }
 
     /// The messages are done. One result per receipt, in order.

@@ -184,6 +184,15 @@ pub struct Message {
     pub event: Event,
 }
 
+/// A visible message seen by a peek: no receipt, as nothing holds it.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct PeekedMessage {
+    /// Deliveries so far: 0 for a message never delivered.
+    pub receive_count: u32,
+    #[serde(flatten)]
+    pub event: Event,
+}
+
 /// A dead letter of a subscription. The client's own: its event is the JSON as answered
 /// (sluice-wire's [`DeadLetter`](sluice_wire::DeadLetter) types it as a record).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]

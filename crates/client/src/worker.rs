@@ -123,8 +123,10 @@ impl Worker {
         self
     }
 
-    /// Runs `handler` over the messages until `shutdown` resolves; then stops receiving,
-    /// lets running handlers finish, acks what they finished, and answers what it did.
+    /// Runs `handler` over the messages until `shutdown` resolves; then stops receiving
+    /// (a receive under way is answered first, and what it brings is released unhandled,
+    /// visible again at once), lets running handlers finish, acks what they finished, and
+    /// answers what it did.
     pub async fn run<H, F>(self, handler: H, shutdown: impl Future<Output = ()>) -> Result<WorkerStats, Error>
     where
         H: Fn(Message) -> F + Send + Sync + 'static,
@@ -212,7 +214,7 @@ impl Shared {
             let want = room.num_permits() as u32;
             let ack = self.take_done();
             // While handlers run or acks ride along, a short wait: acks go out soon, and a
-            // shutdown waits for a receive that carries acks (they may have been applied).
+            // shutdown waits for the receive under way.
             let busy = self.slots.available_permits() + (want as usize) < self.config.concurrency.max(1);
             let short = busy || !ack.is_empty();
             let request = Receive {
@@ -222,15 +224,10 @@ impl Shared {
                 ack,
             };
             let acks = request.ack.len() as u64;
-            let receiving = self.client.receive(&self.topic, &self.subscription, &request);
-            let received = if request.ack.is_empty() {
-                tokio::select! {
-                    () = stopped(&mut stopping) => return Ok(()),
-                    received = receiving => received,
-                }
-            } else {
-                receiving.await
-            };
+            // Never dropped once sent, even when told to stop: the server may have put
+            // messages in flight for it, and a dropped answer would hide them for a whole
+            // visibility window. A stop waits for it (its long poll at most `wait_ms`).
+            let received = self.client.receive(&self.topic, &self.subscription, &request).await;
             let received = match received {
                 Ok(received) => received,
                 // The server stayed busy or unreachable through the client's retries: the
@@ -252,8 +249,15 @@ impl Shared {
             let acked = received.acks.iter().filter(|a| a.ok).count() as u64;
             self.counters.acked.fetch_add(acks.min(acked), Ordering::Relaxed);
             // One permit per message, held by its handler; the unused ones go back now.
+            // Received once the worker is stopping (or past its room), a message is not
+            // handled but released at once, for another receiver.
+            let mut release = Vec::new();
             for message in received.messages {
-                let Some(permit) = room.split(1) else { break };
+                let permit = if *stopping.borrow() { None } else { room.split(1) };
+                let Some(permit) = permit else {
+                    release.push(message.receipt);
+                    continue;
+                };
                 self.counters.received.fetch_add(1, Ordering::Relaxed);
                 let (shared, handler) = (self.clone(), handler.clone());
                 tokio::spawn(async move {
@@ -261,6 +265,18 @@ impl Shared {
                     drop(permit);
                 });
             }
+            self.release(release).await;
+        }
+    }
+
+    /// Gives messages back unhandled, visible again at once (a nack with no delay).
+    async fn release(&self, receipts: Vec<String>) {
+        if receipts.is_empty() {
+            return;
+        }
+        match self.client.nack(&self.topic, &self.subscription, &receipts, 0).await {
+            Ok(results) if results.iter().all(|r| r.ok) => {}
+            other => tracing::warn!(?other, "release refused or failed: the messages come back after their timeout"),
         }
     }
 
@@ -273,6 +289,8 @@ impl Shared {
         stopping: &mut tokio::sync::watch::Receiver<bool>,
     ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, Error> {
         let mut room = tokio::select! {
+            // Stopping wins over free room: a receive after the stop would only be released.
+            biased;
             () = stopped(stopping) => return Ok(None),
             room = self.slots.clone().acquire_owned() => room.map_err(|_| Error::Closed)?,
         };

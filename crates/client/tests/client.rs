@@ -83,6 +83,47 @@ async fn lossy_refusing(upstream: &str, suffix: &'static str, every: u64, refuse
     (url, proxy)
 }
 
+/// Forwards to `upstream`, but holds the first answer to a receive that brings messages
+/// until `open` is notified, after notifying `answered` (the server put them in flight).
+#[derive(Default)]
+struct Holding {
+    upstream: String,
+    answered: tokio::sync::Notify,
+    open: tokio::sync::Notify,
+    held: std::sync::atomic::AtomicBool,
+    http: reqwest::Client,
+}
+
+async fn hold_receive(State(proxy): State<Arc<Holding>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let body = to_bytes(body, usize::MAX).await.unwrap_or_default();
+    let url = format!("{}{}", proxy.upstream, parts.uri.path_and_query().map_or("", |p| p.as_str()));
+    let outgoing = proxy.http.request(parts.method.clone(), url).header("content-type", "application/json");
+    let answer = outgoing.body(body).send().await.expect("the server answers");
+    let (status, bytes) = (answer.status(), answer.bytes().await.unwrap_or_default());
+    let brought =
+        serde_json::from_slice::<Value>(&bytes).is_ok_and(|v| v["messages"].as_array().is_some_and(|m| !m.is_empty()));
+    if parts.uri.path().ends_with("/receive") && brought && !proxy.held.swap(true, Ordering::SeqCst) {
+        proxy.answered.notify_one();
+        proxy.open.notified().await;
+    }
+    Response::builder()
+        .status(status.as_u16())
+        .header("content-type", "application/json")
+        .body(Body::from(bytes))
+        .unwrap()
+}
+
+/// A [`Holding`] proxy in front of `upstream` on a loopback port; answers its URL.
+async fn holding(upstream: &str) -> (String, Arc<Holding>) {
+    let proxy = Arc::new(Holding { upstream: upstream.to_owned(), ..Holding::default() });
+    let app = axum::Router::new().fallback(hold_receive).with_state(proxy.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, proxy)
+}
+
 fn quick_retries(url: &str) -> Client {
     let retry = RetryPolicy {
         max_attempts: 5,
@@ -314,14 +355,24 @@ async fn given_a_slow_handler_holding_a_slot_then_the_others_acks_go_out_before_
     let log = calls.clone();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let stop = Arc::new(Mutex::new(Some(stop)));
+    let probe = client.clone();
     let handler = move |message: Message| {
         let value = message.event.value.clone().unwrap_or_default().as_str().unwrap_or_default().to_owned();
         log.lock().unwrap().push(value.clone());
-        let stop = stop.clone();
+        let (stop, probe) = (stop.clone(), probe.clone());
         async move {
             if value == "slow" {
-                // Longer than the fast message's timeout: its receipt must not wait for this.
-                tokio::time::sleep(Duration::from_millis(3_500)).await;
+                // Holds its slot until the server sees the fast message acked (only this one
+                // in flight), or past the fast one's timeout: its receipt must not wait for
+                // this handler, and if it does, the fast message comes back (asserted below).
+                let patience = tokio::time::Instant::now() + Duration::from_millis(3_500);
+                while tokio::time::Instant::now() < patience {
+                    let backlog = probe.describe_subscription("mixed", "w").await.unwrap()["backlog"].clone();
+                    if (backlog["in_flight"].as_u64(), backlog["visible"].as_u64()) == (Some(1), Some(0)) {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
                 if let Some(stop) = stop.lock().unwrap().take() {
                     let _ = stop.send(());
                 }
@@ -387,6 +438,53 @@ async fn given_a_consumer_dropped_without_leaving_then_its_member_leaves_at_once
     assert_eq!(members, 0, "the member left without waiting out its 45 s session");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_receive_under_way_at_shutdown_then_its_messages_are_released_unhandled() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LocalServer::start(dir.path()).await.unwrap();
+    let direct = Client::new(server.url()).unwrap();
+    direct.create_topic("late", &TopicSettings::partitions(1)).await.unwrap();
+    // A window far longer than the test: a message hidden by it does not come back here.
+    direct
+        .create_subscription("late", "w", &json!({"start": "earliest", "visibility_timeout_ms": 600_000}))
+        .await
+        .unwrap();
+    direct.publish("late", &[sluice_client::Record::json(json!("late"))], None).await.unwrap();
+    let (url, proxy) = holding(server.url()).await;
+    let handled = Arc::new(AtomicU64::new(0));
+    let count = handled.clone();
+    let handler = move |_: Message| {
+        count.fetch_add(1, Ordering::SeqCst);
+        async { Ok::<(), Nack>(()) }
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let config = WorkerConfig { receivers: 1, wait_ms: 1_000, ..WorkerConfig::default() };
+    let run = Worker::new(Client::new(&url).unwrap(), "late", "w").with_config(config).run(handler, async move {
+        let _ = stopped.await;
+    });
+    let mut worker = tokio::spawn(run);
+    // The server answered the receive (the message is in flight for it); the answer is held.
+    proxy.answered.notified().await;
+    stop.send(()).unwrap();
+    // A worker that drops its receive on shutdown ends now; one that waits for it, only once
+    // the answer comes. The patience only lets the first show itself: either way, what the
+    // test checks is where the message is afterwards.
+    let ended = match tokio::time::timeout(Duration::from_millis(300), &mut worker).await {
+        Ok(ended) => ended,
+        Err(_) => {
+            proxy.open.notify_one();
+            worker.await
+        }
+    };
+    let stats = ended.unwrap().unwrap();
+    proxy.open.notify_one();
+    assert_eq!((handled.load(Ordering::SeqCst), stats.received), (0, 0), "received after the stop: not handled");
+    let request = sluice_client::Receive { max_messages: 10, wait_ms: 0, ..Default::default() };
+    let again = direct.receive("late", "w", &request).await.unwrap().messages;
+    assert_eq!(again.len(), 1, "released at once, not hidden for its 10-minute window");
+    assert_eq!(again[0].receive_count, 2, "{:?} {stats:?}", again[0]);
+}
+
 // The examples, compiled into this test: each `run` is what its `main` prints.
 #[allow(dead_code)]
 #[path = "../examples/group_consumer.rs"]
@@ -446,4 +544,72 @@ async fn given_lost_ack_answers_then_a_retry_is_ok_only_where_the_ack_happened()
     assert_eq!((stale[0].ok, code), (false, Some("stale_receipt")), "the retry of an ack that did not happen");
     assert_eq!(proxy.lost.load(Ordering::SeqCst), 2, "both acks were retried");
     assert!(direct.ack("acks", "w", &[again.receipt]).await.unwrap()[0].ok, "the new holder still holds it");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_peek_with_lost_answers_then_it_shows_visible_messages_and_receive_still_gets_them_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LocalServer::start(dir.path()).await.unwrap();
+    // Every second peek's answer is lost: the client asks again (a peek changes nothing).
+    let (url, proxy) = lossy(server.url(), "/messages", 2).await;
+    let (direct, lossy) = (Client::new(server.url()).unwrap(), quick_retries(&url));
+    direct.create_topic("peeks", &TopicSettings::partitions(1)).await.unwrap();
+    direct.create_subscription("peeks", "w", &json!({ "start": "earliest" })).await.unwrap();
+    let events = json!({ "events": [{ "value": 1, "key": "a" }, { "value": 2 }] });
+    let published = reqwest::Client::new().post(format!("{}/v1/topics/peeks/events", server.url())).json(&events);
+    assert!(published.send().await.unwrap().status().is_success());
+
+    for _ in 0..2 {
+        let peeked = lossy.peek("peeks", "w", 10).await.unwrap();
+        let seen: Vec<_> = peeked.iter().map(|m| (m.event.offset, m.receive_count, m.event.value.clone())).collect();
+        assert_eq!(seen, [(0, 0, Some(json!(1))), (1, 0, Some(json!(2)))]);
+        assert_eq!(peeked[0].event.key.as_deref(), Some("a"));
+    }
+    assert_eq!(proxy.lost.load(Ordering::SeqCst), 1, "the second peek's answer was lost and asked again");
+    assert_eq!(lossy.peek("peeks", "w", 1).await.unwrap().len(), 1, "limit");
+
+    let one = sluice_client::Receive { max_messages: 1, ..Default::default() };
+    let first = direct.receive("peeks", "w", &one).await.unwrap().messages.remove(0);
+    assert_eq!((first.event.offset, first.receive_count), (0, 1), "peeks counted no delivery");
+    let left = direct.peek("peeks", "w", 10).await.unwrap();
+    assert_eq!(left.iter().map(|m| m.event.offset).collect::<Vec<_>>(), [1], "a held message is not visible");
+    let refused = direct.peek("peeks", "w", 0).await.unwrap_err();
+    assert!(refused.to_string().contains("limit"), "{refused}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_serve_then_healthz_and_readyz_answer_and_the_dashboard_links_metrics_and_the_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LocalServer::start(dir.path()).await.unwrap();
+    let http = reqwest::Client::new();
+    for (path, status) in [("/healthz", "ok"), ("/readyz", "ready")] {
+        let answer = http.get(format!("{}{path}", server.url())).send().await.unwrap();
+        assert_eq!(answer.status(), 200, "{path}");
+        assert_eq!(answer.json::<Value>().await.unwrap(), json!({ "status": status }), "{path}");
+    }
+    let page = http.get(format!("{}/", server.url())).send().await.unwrap().text().await.unwrap();
+    for link in ["/metrics", "/openapi.json"] {
+        assert!(page.contains(&format!("href=\"{link}\"")), "the dashboard links {link}");
+        let answer = http.get(format!("{}{link}", server.url())).send().await.unwrap();
+        assert_eq!(answer.status(), 200, "{link} answers on serve");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_serve_without_a_lambda_endpoint_then_a_lambda_push_target_is_refused_saying_how_to_set_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LocalServer::start(dir.path()).await.unwrap();
+    let http = reqwest::Client::new();
+    let url = |path: &str| format!("{}/v1/topics/pushed{path}", server.url());
+    assert_eq!(http.put(url("")).json(&json!({})).send().await.unwrap().status(), 201);
+    let lambda = json!({ "push": { "lambda": "consumer" } });
+    let answer = http.put(url("/subscriptions/fn")).json(&lambda).send().await.unwrap();
+    assert_eq!(answer.status(), 400);
+    let error = answer.json::<Value>().await.unwrap()["error"].clone();
+    assert_eq!(error["code"], "invalid_push", "{error}");
+    assert!(error["message"].as_str().unwrap().contains("--lambda-endpoint"), "says how to set it: {error}");
+    let gone = http.get(url("/subscriptions/fn")).send().await.unwrap();
+    assert_eq!(gone.status(), 404, "nothing was created");
+    let webhook = json!({ "push": { "url": "http://127.0.0.1:9/hook" } });
+    assert_eq!(http.put(url("/subscriptions/hook")).json(&webhook).send().await.unwrap().status(), 201);
 }

@@ -9,6 +9,7 @@
 pub mod billed;
 pub mod cases;
 pub mod embedded;
+pub mod http_faults;
 pub mod memory;
 pub mod moto;
 pub mod objects;

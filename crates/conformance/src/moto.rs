@@ -79,9 +79,16 @@ pub const MOTO_DEADLINES: sluice_aws::Deadlines = sluice_aws::Deadlines {
 
 /// New AWS adapters on the moto server, with fake static credentials, reading time from `clock`.
 pub async fn adapters(settings: &AwsSettings, clock: Arc<dyn Clock>) -> (Arc<DynamoStateStore>, Arc<S3ObjectStore>) {
-    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .http_client(sluice_aws::http_client())
-        .test_credentials();
+    adapters_over(settings, clock, sluice_aws::http_client()).await
+}
+
+/// [`adapters`] sending through `http` (a client that injects faults).
+pub async fn adapters_over(
+    settings: &AwsSettings,
+    clock: Arc<dyn Clock>,
+    http: aws_smithy_runtime_api::client::http::SharedHttpClient,
+) -> (Arc<DynamoStateStore>, Arc<S3ObjectStore>) {
+    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest()).http_client(http).test_credentials();
     if let Some(region) = &settings.region {
         loader = loader.region(aws_config::Region::new(region.clone()));
     }

@@ -10,7 +10,8 @@
 //! - [`upkeep`]: the janitor (retention, compaction, collection, purges).
 //!
 //! Small shared pieces stay flat: the clock and randomness, names, the
-//! partitioner (sluice-wire's), the segment codec, the stored records' layout, retries.
+//! partitioner (sluice-wire's), the segment codec, the stored records' layout, retries,
+//! and what an event costs a page ([`page`]: its bytes as Lambda carries the answer).
 
 pub mod clock;
 pub mod error;
@@ -24,6 +25,7 @@ pub mod metrics;
 pub mod model;
 pub mod mutation;
 pub mod names;
+pub(crate) mod page;
 pub mod ports;
 pub mod push;
 pub mod queues;

@@ -96,8 +96,8 @@ pub struct Limits {
     pub max_events_per_publish: usize,
     pub max_headers_per_event: usize,
     /// Bytes of an event's key, of a header's name and of a header's value: far below the
-    /// request's size, so the largest event still renders inside one page
-    /// ([`Limits::max_response_bytes`]) even with every byte escaped.
+    /// request's size, so the largest event is still carried inside one page
+    /// ([`Limits::max_response_bytes`]) even with every byte escaped twice.
     pub max_key_bytes: usize,
     pub max_header_name_bytes: usize,
     pub max_header_value_bytes: usize,
@@ -110,7 +110,10 @@ pub struct Limits {
     pub max_partitions: u32,
     pub max_read_events: usize,
     pub max_read_bytes: usize,
-    /// A replay page stops before its JSON rendering could pass this (Lambda answers at most 6 MB).
+    /// A page (replay, group poll, queue receive) stops before its events, as Lambda carries
+    /// them (the JSON answer escaped once more as the proxy result's body, `page.rs`), pass
+    /// this: Lambda answers at most 6,291,556 bytes, and the rest of the proxy result (its
+    /// headers, a poll's assignment is counted in, a receive's ack results) fits in the rest.
     pub max_response_bytes: usize,
     pub max_wait_ms: u64,
 }

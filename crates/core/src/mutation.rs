@@ -12,6 +12,16 @@
 pub enum Mutation {
     /// `Groups::commit` accepts a commit of a stale generation (its fence skipped).
     CommitGenerationFence,
+    /// `push::Dispatcher::deliver` drops the acks of what its target took (they stay held
+    /// until their window ends, then go out again).
+    PushAck,
+    /// `push::Dispatcher::deliver` acks a batch before sending it (not held while its attempt
+    /// is under way: the ack lands before the delivery, and a key's next batch may go out
+    /// during it).
+    PushHoldDuringAttempt,
+    /// A take of a key-ordered queue lets a lease still held (not yet due) block its keys no
+    /// more: a key's next message goes out while the one before it is in flight.
+    KeyedLeaseBlocks,
 }
 
 #[cfg(feature = "sim-mutations")]

@@ -17,7 +17,7 @@ use std::sync::Arc;
 pub use backend::{janitor, open, open_backend, BackendChoice, IncompleteAwsConfig, OpenError};
 pub use config::Config;
 #[cfg(feature = "embedded")]
-pub use serve::{serve, LocalServer};
+pub use serve::{serve, LocalServer, Opened};
 pub use sluice_api::App;
 use sluice_core::push::Dispatcher;
 use sluice_core::queues::Queues;

@@ -16,6 +16,8 @@ use sluice_api::metrics::{sample, Detail, SampleBounds};
 use sluice_api::{ApiError, App};
 use tokio::sync::Mutex;
 
+pub mod flush;
+
 /// A gauge no sample has set for this long (what a deleted topic, group or
 /// subscription left) is dropped from the output.
 const GAUGE_IDLE: Duration = Duration::from_secs(300);
@@ -58,29 +60,6 @@ async fn scrape(State((app, scraping)): State<(App, std::sync::Arc<Mutex<()>>)>)
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
 }
 
-/// CloudWatch EMF for a Lambda function: installs the recorder, which writes every
-/// metric recorded during an invocation as EMF lines on stdout when it ends, in the
-/// namespace `SLUICE_METRICS_NAMESPACE` (default `Sluice`).
+// CloudWatch EMF for a Lambda function (the `aws` feature).
 #[cfg(feature = "aws")]
-pub mod emf {
-    pub use metrics_cloudwatch_embedded::lambda::service::run as run_service;
-    use metrics_cloudwatch_embedded::Collector;
-
-    /// Installs the EMF recorder once per process.
-    pub fn collector() -> Result<&'static Collector, lambda_http::Error> {
-        let namespace = std::env::var("SLUICE_METRICS_NAMESPACE").unwrap_or_else(|_| "Sluice".to_owned());
-        let collector = metrics_cloudwatch_embedded::Builder::new()
-            .cloudwatch_namespace(namespace)
-            .with_lambda_request_id("RequestId")
-            .init()?;
-        sluice_core::metrics::describe();
-        sluice_api::metrics::keep_handles();
-        Ok(collector)
-    }
-
-    /// Runs an HTTP function (an API router) under lambda_http, flushing its metrics
-    /// after each invocation.
-    pub async fn run_http(router: axum::Router) -> Result<(), lambda_http::Error> {
-        metrics_cloudwatch_embedded::lambda::service::run_http(collector()?, router).await
-    }
-}
+pub mod emf;

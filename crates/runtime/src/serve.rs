@@ -29,22 +29,48 @@ pub async fn serve(
     config: &Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let log = open_embedded(config)?;
-    let upkeep = tokio::spawn(janitor(config, &log)?.run_forever(config.janitor_interval_ms));
-    let mut app = App::new(log, config.groups_config());
-    // One process answers every request: its receives and settles keep their subscription.
-    app.queues = sluice_core::queues::Queues::caching_subscriptions(app.log.clone());
-    // Push subscriptions are delivered by this process, with the queues the API serves.
-    let (stop, stopping) = tokio::sync::watch::channel(false);
-    let dispatcher = dispatcher(config, app.queues.clone()).await?;
-    let pushing = tokio::spawn(async move { dispatcher.run(stopping).await });
-    let routes = sluice_api::router(app.clone()).merge(crate::metrics::router(app)).merge(crate::ui::router());
-    serve_http(listener, routes, shutdown).await;
-    // Deliveries under way finish and are settled; nothing new is received.
-    let _ = stop.send(true);
-    let _ = pushing.await;
-    upkeep.abort();
+    Opened::open(config).await?.serve(listener, shutdown).await;
     Ok(())
+}
+
+/// A server's backend, open and ready to serve: what can fail at start-up (the data
+/// directory, the janitor, the dispatcher) has, before anything listens.
+pub struct Opened {
+    app: App,
+    upkeep: JoinHandle<()>,
+    dispatcher: sluice_core::push::Dispatcher,
+}
+
+impl Opened {
+    /// Opens the embedded backend of `config` and starts its janitor.
+    pub async fn open(config: &Config) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+        let log = open_embedded(config)?;
+        let janitor = janitor(config, &log)?;
+        let mut app = App::new(log, config.groups_config());
+        // One process answers every request: its receives and settles keep their subscription.
+        app.queues = sluice_core::queues::Queues::caching_subscriptions(app.log.clone());
+        if config.lambda_endpoint.is_none() {
+            // Nothing could deliver to a Lambda target: its subscription is refused, saying how.
+            app.queues = app.queues.with_push_targets(std::sync::Arc::new(crate::push::NoLambdaEndpoint));
+        }
+        // Push subscriptions are delivered by this process, with the queues the API serves.
+        let dispatcher = dispatcher(config, app.queues.clone()).await?;
+        let upkeep = tokio::spawn(janitor.run_forever(config.janitor_interval_ms));
+        Ok(Self { app, upkeep, dispatcher })
+    }
+
+    /// Serves on `listener` until `shutdown` resolves, as [`serve`].
+    pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) {
+        let Self { app, upkeep, dispatcher } = self;
+        let (stop, stopping) = tokio::sync::watch::channel(false);
+        let pushing = tokio::spawn(async move { dispatcher.run(stopping).await });
+        let routes = sluice_api::router(app.clone()).merge(crate::metrics::router(app)).merge(crate::ui::router());
+        serve_http(listener, routes, shutdown).await;
+        // Deliveries under way finish and are settled; nothing new is received.
+        let _ = stop.send(true);
+        let _ = pushing.await;
+        upkeep.abort();
+    }
 }
 
 /// The most a connection's read buffer grows to. hyper's default (about 400 KiB) let each

@@ -74,6 +74,14 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_page_links_the_metrics_and_the_api_document() {
+        let page = ASSETS[0].2;
+        for link in ["href=\"/metrics\"", "href=\"/openapi.json\""] {
+            assert!(page.contains(link), "index.html has no {link}");
+        }
+    }
+
     /// Every `/ui/…` file the page names and every module an ES module imports is served,
     /// so the embedded list cannot fall behind the files.
     #[test]

@@ -91,6 +91,11 @@ pub(crate) struct Delivery {
     /// The start seq of the first ack of it, whatever its answer.
     pub(crate) ack_seq: Option<u64>,
     pub(crate) acked_ok: Option<u64>,
+    /// An ack answered ok while this delivery may no longer have held the message (released
+    /// by another op first, or its window perhaps over): the store then answers ok for a
+    /// message in no lease below the cursor, which is one acked, or a dead letter purged or
+    /// deleted since (`Queues::done_already` cannot tell them apart). Acked, or removed.
+    pub(crate) ack_blind: bool,
     /// The store's durable-write count when its ack was seen answered ok: a power cut
     /// before the count grows may undo that ack (`MemStore::power_cut`).
     pub(crate) ack_durable: u64,

@@ -58,6 +58,9 @@ impl World {
         if self.violation.is_none() {
             self.end_checks().await;
         }
+        if self.violation.is_none() {
+            self.push_end().await;
+        }
     }
 
     pub(crate) fn finish(self) -> Outcome {
@@ -96,6 +99,7 @@ impl World {
             let Some(op) = self.inflight.remove(&id) else { continue };
             self.complete(op, res);
         }
+        self.check_push_attempts();
     }
 
     pub(crate) fn complete(&mut self, op: Inflight, mut res: Res) {
@@ -167,6 +171,7 @@ impl World {
         }
         self.add(Kind::QueueAdmin);
         self.add(Kind::TopicAdmin);
+        self.setup_push(&queues).await;
         self.trace.line(format!("clients: {}", self.clients.len()));
     }
 
@@ -277,6 +282,7 @@ impl World {
             let p = &self.procs[pid];
             (p.log.clone(), p.groups.clone(), p.queues.clone(), p.janitor.clone())
         };
+        let dispatcher = self.procs[pid].dispatcher.clone();
         let kind = std::mem::replace(&mut self.clients[c].kind, Kind::Janitor);
         let kind = match kind {
             Kind::Publisher { topic, style, retry } => {
@@ -312,8 +318,12 @@ impl World {
                 Kind::QueueAdmin
             }
             Kind::TopicAdmin => {
-                self.start_topic_admin(c, log);
+                self.start_topic_admin(c, log, groups, queues);
                 Kind::TopicAdmin
+            }
+            Kind::Pusher { sub } => {
+                self.start_pusher(c, sub, dispatcher);
+                Kind::Pusher { sub }
             }
         };
         self.clients[c].kind = kind;
@@ -348,6 +358,9 @@ impl World {
             Act::SubCreate { sub } => self.on_sub_create(&d, sub),
             Act::TopicDelete { .. } => {}
             Act::TopicCreate { topic } => self.on_topic_create(&d, topic),
+            Act::BusyDelete => self.on_busy_delete(&d),
+            Act::Push { sub } => self.on_push(&d, sub),
+            Act::PushDrain { .. } => self.on_push_drain(),
         }
     }
 

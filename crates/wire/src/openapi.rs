@@ -11,11 +11,12 @@ use crate::groups::{
     GroupDescription, GroupEvent, GroupList, GroupPartition, Member, Moved, Polled, Sought, TopicPartition,
 };
 use crate::queues::{
-    Backlog, DeadLetter, DeadLetters, Deliveries, Exponential, Message, PartitionBacklog, Purged, Push, ReceiptError,
-    ReceiptResult, Received, Record, Redriven, Settled, Subscription, SubscriptionDescription, SubscriptionList,
+    Backlog, DeadLetter, DeadLetters, Deliveries, Exponential, Message, PartitionBacklog, Peeked, PeekedMessage,
+    Purged, Push, ReceiptError, ReceiptResult, Received, Record, Redriven, Settled, Subscription,
+    SubscriptionDescription, SubscriptionList,
 };
 use crate::read::{Event, ReadPage};
-use crate::topics::{PartitionState, Position, Published, Topic, TopicDescription, TopicList, Upkeep};
+use crate::topics::{Health, PartitionState, Position, Published, Topic, TopicDescription, TopicList, Upkeep};
 
 /// The answers' object schemas, which the document closes (`additionalProperties: false`):
 /// an answer that gains a field the document lacks then fails the replay of the document's
@@ -25,6 +26,7 @@ use crate::topics::{PartitionState, Position, Published, Topic, TopicDescription
 pub fn closed_schemas() -> Vec<Cow<'static, str>> {
     vec![
         Topic::name(),
+        Health::name(),
         TopicList::name(),
         TopicDescription::name(),
         PartitionState::name(),
@@ -51,6 +53,8 @@ pub fn closed_schemas() -> Vec<Cow<'static, str>> {
         PartitionBacklog::name(),
         Message::name(),
         Received::name(),
+        Peeked::name(),
+        PeekedMessage::name(),
         Settled::name(),
         ReceiptResult::name(),
         ReceiptError::name(),

@@ -100,6 +100,9 @@ pub struct Backlog {
     pub dead: u64,
     pub expired: u64,
     pub filtered: u64,
+    /// A filtered subscription's messages past its cursor not yet matched against the filter.
+    #[serde(default)]
+    pub unscanned: u64,
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub oldest_visible_age_ms: Option<u64>,
 }
@@ -143,6 +146,33 @@ pub struct Received {
     pub messages: Vec<Message>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub acks: Option<Vec<ReceiptResult>>,
+}
+
+/// A visible message seen by a peek: the event and its deliveries so far, no receipt (a
+/// peek holds nothing).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PeekedMessage {
+    pub partition: u32,
+    pub offset: u64,
+    /// Deliveries so far: 0 for a message never delivered.
+    pub receive_count: u32,
+    pub timestamp_ms: i64,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub key: Option<String>,
+    pub headers: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(content_encoding = "base64"))]
+    pub value_base64: Option<String>,
+}
+
+/// A peek's answer: visible messages, in partition order (due redeliveries, then new ones).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Peeked {
+    pub messages: Vec<PeekedMessage>,
 }
 
 /// One result per receipt, in the order of the request.

@@ -99,3 +99,11 @@ pub struct CreateTopic {
 fn one() -> u32 {
     1
 }
+
+/// `GET /healthz` and `GET /readyz`: the process answers (`ok`), the store answers a read (`ready`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Health {
+    #[cfg_attr(feature = "openapi", schema(example = "ok"))]
+    pub status: String,
+}

@@ -38,6 +38,8 @@ const SUB: &[Code] = &[Code::TopicNotFound, Code::SubscriptionNotFound];
 errors! {
     /// `createTopic`.
     CreateTopic: [PATH, BODY] InvalidPartitions, InvalidRetention, TopicExists;
+    /// `readyz`: only the store's faults.
+    Ready: [];
     /// `listTopics`.
     ListTopics: [];
     /// `describeTopic` and `deleteTopic`.
@@ -77,6 +79,8 @@ errors! {
     /// `receive`.
     Receive: [PATH, BODY, SUB] InvalidMaxMessages, InvalidWait, InvalidVisibilityTimeout, TooManyReceipts,
         PushSubscription;
+    /// `peek`.
+    Peek: [PATH, QUERY, SUB] InvalidLimit;
     /// `ack`.
     Ack: [PATH, BODY, SUB] TooManyReceipts;
     /// `nack`.

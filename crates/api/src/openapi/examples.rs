@@ -84,7 +84,7 @@ pub(crate) fn subscriptions() -> Value {
 
 fn backlog(visible: u64) -> Value {
     json!({ "visible": visible, "in_flight": 0, "delayed": 0, "dead": 0, "expired": 0, "filtered": 0,
-            "oldest_visible_age_ms": if visible > 0 { json!(1200) } else { Value::Null } })
+            "unscanned": 0, "oldest_visible_age_ms": if visible > 0 { json!(1200) } else { Value::Null } })
 }
 
 pub(crate) fn subscription_description() -> Value {
@@ -106,6 +106,13 @@ pub(crate) fn received() -> Value {
     json!({ "messages": [
         { "receipt": "AAAAAQAAAAAAAAAAAAAAAWSFb2Jx", "partition": 0, "offset": 0, "receive_count": 1,
           "first_receive_ms": CREATED_MS + 5000, "timestamp_ms": CREATED_MS, "key": "order-42",
+          "headers": { "source": "shop" }, "value": { "status": "created" } },
+    ] })
+}
+
+pub(crate) fn peeked() -> Value {
+    json!({ "messages": [
+        { "partition": 0, "offset": 0, "receive_count": 0, "timestamp_ms": CREATED_MS, "key": "order-42",
           "headers": { "source": "shop" }, "value": { "status": "created" } },
     ] })
 }

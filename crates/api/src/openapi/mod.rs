@@ -42,7 +42,7 @@ const TAGS: &[(&str, &str)] = &[
     ("read", "Replay a partition, and find offsets"),
     ("groups", "Consumer groups: partitions shared among members, committed offsets"),
     ("queues", "Work queues: subscriptions of a topic, receive and settle messages, dead letters"),
-    ("meta", "This document"),
+    ("meta", "This document, and the server's liveness and readiness"),
 ];
 
 /// The document's head: what the API is, its licence and tags; the paths come from the routers.

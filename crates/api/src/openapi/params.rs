@@ -123,3 +123,12 @@ pub(crate) struct DeadLettersQuery {
     #[param(example = "0-1")]
     after: Option<String>,
 }
+
+/// A peek's query.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct PeekQuery {
+    /// Messages at most: 1 to 100 (default 10).
+    #[param(minimum = 1, maximum = 100, example = 10)]
+    limit: Option<u32>,
+}

@@ -18,6 +18,12 @@ const PRICES: [(&str, f64); 4] =
     [(WRITE_UNITS, 0.625e-6), (READ_UNITS, 0.125e-6), ("s3:PutObject", 5.0e-6), ("s3:GetObject", 0.4e-6)];
 /// Dollars per HTTP request: API Gateway's HTTP API and a Lambda invocation.
 const PER_HTTP_REQUEST: f64 = 1.0e-6 + 0.2e-6;
+/// What an HTTP request adds that no counter here sees (docs/AWS.md, "Logs, egress and the
+/// idle month"): its CloudWatch Logs at the template's defaults, 350 bytes at $0.50 per GB
+/// (the access log line, about 300 bytes, and the metric documents written once per 32
+/// requests, 47 bytes a receive as sluice-runtime's `emf_flush` test measures them); and
+/// Lambda's duration as docs/AWS.md estimates it, 30 ms at 512 MB on arm64.
+const LOGS_AND_DURATION_PER_HTTP_REQUEST: f64 = 350.0 * 0.5e-9 + 0.030 * 0.5 * 0.000_013_333_4;
 
 /// Prints what `counts` costs per million items when `items` were handled by `http` API
 /// requests, line by line; answers the DynamoDB + S3 + request total (Lambda's duration,
@@ -62,15 +68,16 @@ async fn the_cost_targets_priced_from_counted_units() {
     assert_eq!(publish.get(WRITE_UNITS), Some(&(36 * BATCHES as u64)), "8 heads, 8 index items, 1 object record");
     // Issue 21 asked $0.15 for this shape; docs/AWS.md ("What $0.15 would take") shows no
     // commit that stays one transaction reaches it, and promises the first goal, $0.30.
-    let mut targets = vec![("publish, batch 100 over 8 partitions", 0.30)];
-    let mut priced = vec![price(targets[0].0, &publish, BATCHES, BATCHES * 100)];
+    let mut targets = vec![("publish, batch 100 over 8 partitions (before Lambda duration)", 0.30)];
+    let mut priced = vec![price("publish, batch 100 over 8 partitions", &publish, BATCHES, BATCHES * 100)];
 
-    targets.push(("consumer group, polls of 100 with commits riding", 0.10));
+    targets.push(("consumer group, polls of 100 with commits riding (before Lambda duration)", 0.10));
     priced.push(group_target(&counted, &topic).await);
-    targets.push(("work queue, batch 10, acks riding", 0.40));
+    // Issue 44's goal for this shape counts everything the request costs.
+    targets.push(("work queue, batch 10, acks riding (with logs and Lambda duration)", 0.30));
     priced.push(queue_target(&counted, &topic).await);
     for ((label, target), dollars) in targets.iter().zip(priced) {
-        println!("TARGET {label}: ${dollars:.3} per million before Lambda duration; the target ${target:.2}");
+        println!("TARGET {label}: ${dollars:.3} per million; the target ${target:.2}");
         assert!(dollars <= *target, "{label}: ${dollars:.3} per million, over the target ${target:.2}");
     }
 }
@@ -122,7 +129,7 @@ async fn group_target((state, objects, log): &Counted, topic: &str) -> f64 {
 
 /// A work queue, receiving from the start of the same log, at batches of 10 and 100 (acks
 /// separate, and riding on the next receive). Answers the price per million of batch 10 with
-/// acks riding.
+/// acks riding, its logs and Lambda's duration included.
 async fn queue_target((state, objects, log): &Counted, topic: &str) -> f64 {
     let mut riding_10 = 0.0;
     let queues = Queues::new(log.clone());
@@ -156,7 +163,9 @@ async fn queue_target((state, objects, log): &Counted, topic: &str) -> f64 {
         let label = format!("work queue, batch {batch}, acks riding on the next receive");
         let dollars = price(&label, &riding, CYCLES, CYCLES * batch);
         if batch == 10 {
-            riding_10 = dollars;
+            let rest = LOGS_AND_DURATION_PER_HTTP_REQUEST * CYCLES as f64 * 1e6 / (CYCLES * batch) as f64;
+            riding_10 = dollars + rest;
+            println!("PRICE {label}, with logs and Lambda duration: ${riding_10:.3} per million");
         }
     }
     riding_10

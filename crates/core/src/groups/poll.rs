@@ -332,8 +332,10 @@ impl Groups {
         let first = (self.log.random().next_u64() % positions.len() as u64) as usize;
         for round in 0..2 {
             let (mut events_left, mut bytes_left) = (max_events, max_bytes);
-            // The answer's rendering is bounded across partitions (each read bounds only its own).
-            let mut rendered_left = self.log.limits().max_response_bytes;
+            // The answer as Lambda carries it is bounded across partitions (each read bounds only
+            // its own), its assignment (one entry per position) counted first.
+            let assignment: usize = positions.iter().map(|(t, _, _)| crate::page::topic_size(&t.name)).sum();
+            let mut carried_left = self.log.limits().max_response_bytes.saturating_sub(assignment);
             'partitions: for i in 0..positions.len() {
                 let (topic, partition, offset) = &positions[(first + i) % positions.len()];
                 if events_left == 0 || bytes_left == 0 {
@@ -358,11 +360,11 @@ impl Groups {
                 for e in batch.events {
                     // Like a replay, the first event goes whatever its size; what does not fit
                     // is not answered, and the member's position stays before it.
-                    let rendering = crate::log::read::rendered_size(&e.record) + topic.name.len();
-                    if !events.is_empty() && rendering > rendered_left {
+                    let carried = crate::page::event_size(&e.record) + crate::page::topic_size(&topic.name);
+                    if !events.is_empty() && carried > carried_left {
                         break 'partitions;
                     }
-                    rendered_left = rendered_left.saturating_sub(rendering);
+                    carried_left = carried_left.saturating_sub(carried);
                     events_left -= 1;
                     bytes_left = bytes_left.saturating_sub(e.record.approx_size());
                     events.push(GroupEvent { topic: topic.name.clone(), event: e });

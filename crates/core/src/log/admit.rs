@@ -189,31 +189,38 @@ mod tests {
         }
     }
 
-    /// The largest event the limits admit, every byte of its key and headers escaped and its
-    /// value bytes (base64), renders inside one replay page, so a page of one always fits.
+    /// The largest event the limits admit, every byte of its key and headers a control
+    /// character and its value bytes (base64) or a string of escapes (JSON, doubling once
+    /// carried), takes less than one page as Lambda carries it, so a page of one always fits.
     #[test]
-    fn the_largest_admitted_event_renders_inside_one_page() {
+    fn the_largest_admitted_event_is_carried_inside_one_page() {
         let l = Limits::default();
         let control = |n: usize| Bytes::from(vec![1u8; n]);
-        let record = crate::segment::Record {
-            timestamp_ms: i64::MAX,
-            key: Some(control(l.max_key_bytes)),
-            headers: (0..l.max_headers_per_event)
-                .map(|_| ("\u{1}".repeat(l.max_header_name_bytes), control(l.max_header_value_bytes)))
-                .collect(),
-            value: control(l.max_value_bytes),
-            value_is_json: false,
-        };
-        let events = [NewEvent {
-            key: record.key.clone(),
-            headers: record.headers.clone(),
-            value: record.value.clone(),
-            value_is_json: false,
-            timestamp_ms: None,
-            partition: None,
-        }];
-        assert!(check(&l, &events, 0).is_ok(), "the limits admit it");
-        let rendered = crate::log::read::rendered_size(&record);
-        assert!(rendered <= l.max_response_bytes, "{rendered} bytes rendered, past a page's {}", l.max_response_bytes);
+        // `"\\"…"`: a JSON string of backslashes escaped, every byte escaped again when carried.
+        let mut escapes = vec![b'\\'; l.max_value_bytes - 2];
+        escapes.insert(0, b'"');
+        escapes.push(b'"');
+        for (value, value_is_json) in [(control(l.max_value_bytes), false), (Bytes::from(escapes), true)] {
+            let record = crate::segment::Record {
+                timestamp_ms: i64::MAX,
+                key: Some(control(l.max_key_bytes)),
+                headers: (0..l.max_headers_per_event)
+                    .map(|_| ("\u{1}".repeat(l.max_header_name_bytes), control(l.max_header_value_bytes)))
+                    .collect(),
+                value,
+                value_is_json,
+            };
+            let events = [NewEvent {
+                key: record.key.clone(),
+                headers: record.headers.clone(),
+                value: record.value.clone(),
+                value_is_json,
+                timestamp_ms: None,
+                partition: None,
+            }];
+            assert!(check(&l, &events, 0).is_ok(), "the limits admit it");
+            let carried = crate::page::event_size(&record);
+            assert!(carried <= l.max_response_bytes, "{carried} bytes carried, past a page's {}", l.max_response_bytes);
+        }
     }
 }

@@ -225,6 +225,13 @@ impl Log {
         Ok(topics::list(self.inner.store.as_ref()).await?)
     }
 
+    /// Whether the state store answers a read: one query of at most one item, whatever it finds.
+    pub async fn ready(&self) -> Result<(), Error> {
+        let query = crate::ports::state::Query::all(keys::topics_pk(), 1);
+        self.inner.store.query(&query).await?;
+        Ok(())
+    }
+
     /// The topic and the state of each of its partitions.
     pub async fn describe_topic(&self, name: &str) -> Result<(TopicConfig, Vec<PartitionState>), Error> {
         names::validate("topic", name)?;
@@ -269,6 +276,30 @@ impl Log {
         events: Vec<NewEvent>,
         idempotency: Option<IdempotencyKey>,
     ) -> Result<Vec<Position>, Error> {
+        self.publish_within(topic, events, idempotency, None).await
+    }
+
+    /// [`Log::publish`] that answers by `deadline_ms` (this log's clock): a commit that
+    /// keeps losing races or meeting a busy store stops retrying before then and answers
+    /// [`Error::Unavailable`] (the client retries), rather than run past the end of the
+    /// function that serves it.
+    pub async fn publish_before(
+        &self,
+        topic: &str,
+        events: Vec<NewEvent>,
+        idempotency: Option<IdempotencyKey>,
+        deadline_ms: i64,
+    ) -> Result<Vec<Position>, Error> {
+        self.publish_within(topic, events, idempotency, Some(deadline_ms)).await
+    }
+
+    async fn publish_within(
+        &self,
+        topic: &str,
+        events: Vec<NewEvent>,
+        idempotency: Option<IdempotencyKey>,
+        deadline_ms: Option<i64>,
+    ) -> Result<Vec<Position>, Error> {
         names::validate("topic", topic)?;
         admit::check(self.limits(), &events, self.inner.clock.now_ms())?;
         let topic = match &idempotency {
@@ -293,7 +324,7 @@ impl Log {
         }
         let name = topic.name.clone();
         let (reply, answer) = oneshot::channel();
-        let pending = Pending { topic, events: placed, idempotency, reply };
+        let pending = Pending { topic, events: placed, idempotency, deadline_ms, reply };
         let closed =
             || Error::Unavailable(StorageError::Unavailable { message: "log is shutting down".into(), source: None });
         self.inner.commits.send(pending).await.map_err(|_| closed())?;

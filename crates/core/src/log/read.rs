@@ -8,7 +8,7 @@ use super::{check_partition, topics, Log, ReadRequest, INDEX_PAGE, READ_CONCURRE
 use crate::layout::HeadRecord;
 use crate::model::{Event, ReadBatch, TopicConfig};
 use crate::ports::objects::StorageError;
-use crate::segment::{decode_segment, Record};
+use crate::segment::decode_segment;
 use crate::{names, Code, Error};
 use bytes::Bytes;
 use futures_util::{stream, StreamExt, TryStreamExt};
@@ -32,15 +32,6 @@ pub(crate) enum Lookup {
     /// query ([`segments_for_read`]): for offsets that usually fall inside a segment (a work
     /// queue's cursor, a lease's messages).
     Holder,
-}
-
-/// About how many bytes an event takes once rendered as JSON (base64 grows bytes by a third).
-pub(crate) fn rendered_size(r: &Record) -> usize {
-    // Keys and headers are JSON strings: a control character escapes to six bytes.
-    let headers: usize = r.headers.iter().map(|(k, v)| (k.len() + v.len()) * 6 + 6).sum();
-    let key = r.key.as_ref().map_or(4, |k| k.len() * 6 + 2);
-    let value = if r.value_is_json { r.value.len() } else { r.value.len().div_ceil(3) * 4 + 2 };
-    128 + key + headers + value
 }
 
 impl Log {
@@ -305,21 +296,22 @@ fn usable(page: Vec<Segment>, next: u64) -> Vec<Piece> {
 }
 
 /// The events a read gathers, within its bounds: `max_events`, about `max_bytes`, and the
-/// answer's rendering within `max_rendered`. Like Kafka, the first event goes whatever its size.
+/// answer as Lambda carries it within `max_carried` ([`crate::page`]). Like Kafka, the first
+/// event goes whatever its size.
 struct Gather {
     events: Vec<Event>,
     /// The next offset to read.
     next: u64,
     bytes: usize,
-    rendered: usize,
+    carried: usize,
     max_events: usize,
     max_bytes: usize,
-    max_rendered: usize,
+    max_carried: usize,
 }
 
 impl Gather {
-    fn new(offset: u64, max_events: usize, max_bytes: usize, max_rendered: usize) -> Self {
-        Gather { events: Vec::new(), next: offset, bytes: 0, rendered: 0, max_events, max_bytes, max_rendered }
+    fn new(offset: u64, max_events: usize, max_bytes: usize, max_carried: usize) -> Self {
+        Gather { events: Vec::new(), next: offset, bytes: 0, carried: 0, max_events, max_bytes, max_carried }
     }
 
     /// How many of the page's pieces this read can use.
@@ -344,14 +336,14 @@ impl Gather {
                 continue;
             }
             let size = d.record.approx_size();
-            let rendering = rendered_size(&d.record);
+            let carried = crate::page::event_size(&d.record);
             if !self.events.is_empty()
-                && (self.bytes + size > self.max_bytes || self.rendered + rendering > self.max_rendered)
+                && (self.bytes + size > self.max_bytes || self.carried + carried > self.max_carried)
             {
                 return true;
             }
             self.bytes += size;
-            self.rendered += rendering;
+            self.carried += carried;
             self.events.push(Event { partition, offset, record: d.record.clone() });
             self.next = offset + 1;
             if self.events.len() >= self.max_events {
@@ -367,7 +359,7 @@ impl Gather {
 mod tests {
     use super::*;
     use crate::layout::SegmentRecord;
-    use crate::segment::DecodedRecord;
+    use crate::segment::{DecodedRecord, Record};
 
     fn segment(base: u64, next: u64) -> Segment {
         let record = SegmentRecord {

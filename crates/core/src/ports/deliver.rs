@@ -60,6 +60,9 @@ pub enum TargetError {
     Refused(String),
     /// The service did not answer (throttled, unreachable): try again.
     Unavailable(String),
+    /// This process invokes no target of this kind (`serve` without a Lambda endpoint):
+    /// the reason says how to set one up.
+    Unsupported(String),
 }
 
 /// What a push target says of itself, asked when a push subscription is created (on AWS;

@@ -9,6 +9,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::{judge, webhook, DEFAULT_BACKOFF};
+use crate::mutation::Mutation;
 use crate::ports::deliver::{Deliver, Delivery, Destination};
 use crate::queues::{secret_key, Message, PushStatsRecord, PushSubscription, PushTarget, Queues, ReceiveRequest};
 use crate::trace::TraceContext;
@@ -142,6 +143,10 @@ impl Dispatcher {
             PushTarget::Lambda { function } => Destination::Lambda(function.clone()),
         };
         let delivery = Delivery { destination, headers, body, timeout_ms: sub.push.timeout_ms };
+        if crate::mutation::skipped(Mutation::PushHoldDuringAttempt) {
+            let all: Vec<String> = messages.iter().map(|m| m.receipt.clone()).collect();
+            self.queues.ack(&sub.topic, &sub.name, &all).await?;
+        }
         let answer = self.deliver.deliver(&delivery).await;
         let ids: Vec<String> =
             messages.iter().map(|m| webhook::message_id(&sub.topic, m.event.partition, m.event.offset)).collect();
@@ -166,7 +171,7 @@ impl Dispatcher {
             releases.entry(delay.min(crate::queues::MAX_RELEASE_DELAY_MS)).or_default().push(m.receipt);
         }
         // A stale receipt here means the window ended first: the message is due again anyway.
-        if !acks.is_empty() {
+        if !acks.is_empty() && !crate::mutation::skipped(Mutation::PushAck) {
             self.queues.ack(&sub.topic, &sub.name, &acks).await?;
         }
         for (delay, receipts) in releases {

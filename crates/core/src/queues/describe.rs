@@ -5,7 +5,8 @@ use super::*;
 impl Queues {
     /// The subscription with exact counts: every partition's leases are read (they are
     /// what is in flight or waiting, not the backlog), new messages are counted from the
-    /// cursor (or the log start, if retention moved it past the cursor) to the head.
+    /// cursor (or the log start, if retention moved it past the cursor) to the head; with a
+    /// filter, those are `unscanned` (no receive has matched them yet), not `visible`.
     /// `expired` is what retention took from the queue: counted when a receive passed
     /// over it, plus what a receive would pass over now (see [`Backlog::expired`]), so
     /// it is exact whether or not a receive came since the log start moved.
@@ -50,7 +51,10 @@ impl Queues {
                 }
             }
             let cursor = state.cursor.next.clamp(head.start, head.next.max(head.start));
-            if cursor < head.next {
+            if spec.filter.is_some() {
+                // Whether they match is known once a receive looks at them: not visible yet.
+                b.unscanned = head.next.saturating_sub(cursor);
+            } else if cursor < head.next {
                 // New messages are visible up to the first one still within `delay_ms`.
                 let boundary = if spec.delay_ms > 0 {
                     let since = now - spec.delay_ms as i64 + 1;
@@ -78,6 +82,7 @@ impl Queues {
             total.dead += b.dead;
             total.expired += b.expired;
             total.filtered += b.filtered;
+            total.unscanned += b.unscanned;
             partitions.push(PartitionBacklog { partition: p, cursor, high_watermark: head.next, backlog: b });
         }
         total.oldest_visible_age_ms = oldest.map(|t| now.saturating_sub(t).max(0) as u64);

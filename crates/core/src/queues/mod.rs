@@ -41,6 +41,8 @@ mod dead;
 mod deliveries;
 pub use deliveries::PushSubscription;
 mod describe;
+mod peek;
+pub use peek::{Peeked, MAX_PEEK_MESSAGES};
 mod inline;
 mod purge;
 mod push;
@@ -192,9 +194,12 @@ pub struct Backlog {
     /// still be acked meanwhile. So the number only grows, and exactly once per message.
     pub expired: u64,
     /// Passed over because they did not match the subscription's filter: never delivered.
-    /// Counted when a receive passes over them, so the number only grows; messages past
-    /// the cursor not yet looked at count as `visible` until then.
+    /// Counted when a receive passes over them, so the number only grows.
     pub filtered: u64,
+    /// A filtered subscription's new messages past its cursor, which no receive has matched
+    /// against the filter yet: each becomes visible (or delayed) or filtered once one does.
+    /// Always 0 without a filter.
+    pub unscanned: u64,
     /// How long the oldest visible message has been visible.
     pub oldest_visible_age_ms: Option<u64>,
 }
@@ -304,10 +309,10 @@ use crate::keys::{
     receipt_signing_key, sub_purge_key, sub_purge_pk, subs_pk, CURSOR_SK, LEASE_PREFIX, PUSH_STATS_SK,
 };
 use crate::layout::{self, HeadRecord};
-use crate::log::read::rendered_size;
 use crate::log::topics;
 use crate::log::Log;
 use crate::model::{OffsetQuery, TopicConfig};
+use crate::page::event_size;
 use crate::ports::state::{Expect, Key, Query, StateStore, WriteOp, MAX_WRITE_OPS};
 use crate::Code;
 use crate::{names, Error, StorageError};

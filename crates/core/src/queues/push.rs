@@ -163,6 +163,7 @@ pub(super) async fn check_target(push: &PushSpec, targets: Option<&dyn Targets>)
         Err(TargetError::Unavailable(why)) => {
             Err(Error::Unavailable(crate::StorageError::Unavailable { message: why, source: None }))
         }
+        Err(TargetError::Unsupported(how)) => Err(Error::invalid(Code::InvalidPush, format!("push.lambda: {how}"))),
     }
 }
 

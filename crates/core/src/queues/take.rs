@@ -86,7 +86,7 @@ impl Plan {
             }
             if lease.due > now {
                 plan.wake_at = min_time(plan.wake_at, lease.due);
-                if keyed {
+                if keyed && !crate::mutation::skipped(crate::mutation::Mutation::KeyedLeaseBlocks) {
                     plan.blocked_keys.extend(lease.record.msgs.iter().filter_map(|m| m.key));
                 }
             } else if !dead.contains(&i) {
@@ -281,7 +281,7 @@ impl Plan {
             if c.lease.is_none() && cut.is_some() {
                 continue;
             }
-            let size = payloads.get(&c.msg.offset).map(|e| rendered_size(&e.record));
+            let size = payloads.get(&c.msg.offset).map(|e| event_size(&e.record));
             match size {
                 Some(size) if size <= left || (first && kept.is_empty()) => {
                     left = left.saturating_sub(size);
@@ -598,7 +598,7 @@ mod tests {
         let s = state(10, vec![]);
         let log: Vec<Event> = (10..14).map(|o| event(o, None, 0)).collect();
         let payloads: HashMap<u64, Event> = log.iter().map(|e| (e.offset, e.clone())).collect();
-        let one = rendered_size(&log[0].record);
+        let one = event_size(&log[0].record);
 
         let mut plan = Plan::new(&s, 50, false, &[]);
         plan.add_new(&log, &SubscriptionSpec::default(), None, 50);

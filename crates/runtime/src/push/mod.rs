@@ -15,6 +15,22 @@ use async_trait::async_trait;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use sluice_core::ports::deliver::{Answer, Deliver, Delivery, Destination, MAX_ANSWER_BYTES};
 
+/// What a process without a Lambda endpoint (`serve` without `--lambda-endpoint`) says of
+/// Lambda targets: it cannot invoke them, so their subscriptions are refused at create
+/// rather than failing every attempt.
+pub struct NoLambdaEndpoint;
+
+#[async_trait]
+impl sluice_core::ports::deliver::Targets for NoLambdaEndpoint {
+    async fn lambda_timeout_ms(&self, _: &str) -> Result<u64, sluice_core::ports::deliver::TargetError> {
+        Err(sluice_core::ports::deliver::TargetError::Unsupported(
+            "this server has no Lambda endpoint to invoke functions with: start `sluice serve` with \
+             --lambda-endpoint URL (or SLUICE_LAMBDA_ENDPOINT), e.g. http://127.0.0.1:9000 for `cargo lambda watch`"
+                .into(),
+        ))
+    }
+}
+
 /// Sends deliveries over HTTP.
 pub struct HttpDeliverer {
     client: reqwest::Client,

@@ -1,9 +1,12 @@
 //! The end: once all is quiet, replay equals the model, offsets by time equal a brute-force
 //! search, what is committed was delivered, and nothing of what was deleted is left.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use sluice_core::layout::HeadRecord;
+use sluice_core::keys::{subs_pk, DLQ_PREFIX, QUEUE_PREFIX};
+use sluice_core::layout::{self, HeadRecord};
+use sluice_core::ports::state::{Query, StateStore};
+use sluice_core::queues::SubscriptionRecord;
 use sluice_core::segment::Record;
 use sluice_core::upkeep::Janitor;
 use sluice_core::{Log, OffsetQuery, ReadRequest};
@@ -157,9 +160,36 @@ impl World {
                 }
             }
         }
+        leaks.extend(self.orphan_queues(&census).await);
         if !leaks.is_empty() {
             leaks.truncate(4);
             self.violate("purge-complete", leaks.join("; "));
         }
+    }
+
+    /// The queue collections (leases, dead letters) of subscriptions no live topic lists:
+    /// deleted alone, or with their topic (TOPIC_B's, deleted in use). None is left once
+    /// the janitor is done.
+    async fn orphan_queues(&self, census: &BTreeMap<String, usize>) -> Vec<String> {
+        let mut live = BTreeSet::new();
+        for topic in [TOPIC_A, TOPIC_B] {
+            let Some(tid) = self.live_topic_id(topic) else { continue };
+            let Ok(page) = self.mem.query(&Query::all(subs_pk(tid), 1000)).await else { continue };
+            for item in page.items {
+                match layout::decode::<SubscriptionRecord>("subscription", &item.value) {
+                    Ok(r) if !r.deleted => live.insert(format!("{:016x}", r.id)),
+                    _ => false,
+                };
+            }
+        }
+        let sub_of = |pk: &str| {
+            let rest = pk.strip_prefix(QUEUE_PREFIX).or_else(|| pk.strip_prefix(DLQ_PREFIX))?;
+            rest.split('#').next().map(str::to_owned)
+        };
+        census
+            .iter()
+            .filter(|(pk, _)| sub_of(pk).is_some_and(|s| !live.contains(&s)))
+            .map(|(pk, n)| format!("{pk} ({n} items) of a subscription no live topic lists"))
+            .collect()
     }
 }

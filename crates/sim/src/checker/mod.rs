@@ -4,6 +4,7 @@
 mod drain;
 mod end;
 mod fences;
+mod push;
 mod quiet;
 #[cfg(test)]
 mod selftest;
@@ -344,6 +345,7 @@ impl World {
             release_seq: None,
             ack_seq: None,
             acked_ok: None,
+            ack_blind: false,
             ack_durable: 0,
             ack_maybe: false,
         });

@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
+use sluice_core::groups::Groups;
 use sluice_core::layout::HeadRecord;
+use sluice_core::queues::Queues;
 use sluice_core::{Clock, Error, IdempotencyKey, Log, NewEvent, OffsetQuery, Position, ReadRequest};
 
 use crate::model::{EventInfo, Request};
@@ -99,8 +101,10 @@ impl World {
         });
     }
 
-    pub(crate) fn start_topic_admin(&mut self, c: usize, log: Log) {
-        if self.rng.chance(0.5) {
+    pub(crate) fn start_topic_admin(&mut self, c: usize, log: Log, groups: Groups, queues: Queues) {
+        if self.rng.chance(0.25) {
+            self.start_busy_delete(c, log, groups, queues)
+        } else if self.rng.chance(0.5) {
             self.spawn(c, Act::TopicDelete { topic: TOPIC_B }, Some(TOPIC_B), async move {
                 Res::Unit(log.delete_topic(TOPIC_B).await)
             })

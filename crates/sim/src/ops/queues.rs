@@ -237,13 +237,21 @@ impl World {
         if let (SettleHow::Ack, Res::Acks(Ok(rs))) = (how, &d.res) {
             self.check_ack_refusals(d, held, rs);
         }
-        let mut keep = Vec::new();
+        let (mut keep, mut unheld) = (Vec::new(), 0);
         let durable = self.mem.durable_count();
         for (h, r) in held.iter().zip(results) {
             let now = d.start_ms;
+            let alone = self.alone_since(h, d.end_seq);
             let Some(dl) = self.delivery_mut(h) else { continue };
             match (how, r) {
                 (SettleHow::Ack, Some(true)) => {
+                    // Surely held as the ack began: no release-like op but acks before it, and
+                    // the window not over, or nobody could have received it since and its
+                    // count keeps it out of the DLQ. Otherwise the ok may be a removed dead
+                    // letter's.
+                    let held = dl.release_seq == dl.ack_seq && (now < dl.until_lo || alone);
+                    unheld += u64::from(!held);
+                    dl.ack_blind = dl.acked_ok.is_none_or(|_| dl.ack_blind) && !held;
                     dl.acked_ok = Some(d.end_seq);
                     dl.ack_durable = durable;
                 }
@@ -260,12 +268,24 @@ impl World {
                 _ => {}
             }
         }
+        *self.stats.entry("acks_ok_unheld").or_default() += unheld;
         // What it still holds (or may): it retries those later.
         if let Kind::Worker { holding, .. } = &mut self.clients[d.client].kind {
             if how != SettleHow::Ack || self.rng.chance(0.8) {
                 holding.extend(keep);
             }
         }
+    }
+
+    /// Whether nobody but the holder of `h` can have received its message by `seq`: no later
+    /// delivery seen, no receive answer lost since, and fewer receives than would bury it.
+    fn alone_since(&self, h: &Held, seq: u64) -> bool {
+        let Some(s) = self.subs.get(&h.sub_id) else { return false };
+        let Some(m) = s.msgs.get(&(h.partition, h.offset)) else { return false };
+        let Some(mine) = m.deliveries.iter().find(|d| d.nonce == h.nonce) else { return false };
+        let later = m.deliveries.iter().any(|d| d.start_seq > mine.start_seq && d.start_seq < seq);
+        let lost = s.lost_receives.iter().any(|r| *r > mine.start_seq);
+        !later && !lost && mine.count < s.record.spec.max_receive_count
     }
 
     /// An ack refused as stale must be of a receipt that was: a delivery whose window may

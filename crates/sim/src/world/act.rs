@@ -3,6 +3,7 @@
 
 use sluice_core::groups::{GroupDescription, PollAnswer, SeekTarget};
 use sluice_core::layout::HeadRecord;
+use sluice_core::push::Drained;
 use sluice_core::queues::{
     DeadLetterPage, Message, ReceiptError, Subscription, SubscriptionDescription, VisibilityResult,
 };
@@ -93,6 +94,16 @@ pub(crate) enum Act {
     TopicCreate {
         topic: &'static str,
     },
+    /// TOPIC_B set up in use, deleted, created again (`ops/busy_delete.rs`).
+    BusyDelete,
+    /// A dispatcher's receive and delivery of one batch (`Dispatcher::receive`, `deliver`).
+    Push {
+        sub: &'static str,
+    },
+    /// A dispatcher's run over TOPIC_A's push subscriptions (`Dispatcher::drain`).
+    PushDrain {
+        deadline_ms: i64,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,6 +112,9 @@ pub(crate) enum SettleHow {
     Nack(u64),
     Visibility(u64),
 }
+
+/// A message a push worker received: partition, offset, its receipt's nonce, receive count.
+pub(crate) type Pushed = (u32, u64, u64, u32);
 
 /// An answer per receipt.
 pub(crate) type Acks = Vec<Result<(), ReceiptError>>;
@@ -123,8 +137,59 @@ pub(crate) enum Res {
     Dlq(Result<DeadLetterPage, Error>),
     SubCreate(Result<(Subscription, bool), Error>),
     TopicCreate(Result<(TopicConfig, bool), Error>),
+    BusyDelete(Box<BusyDelete>),
+    /// The batch received (by receipt: partition, offset, nonce, receive count), and how its
+    /// delivery and settling went (the messages that failed).
+    Push(Result<(Vec<Pushed>, Result<usize, Error>), Error>),
+    PushDrain(Result<Drained, Error>),
     /// The process serving it crashed: the answer never came.
     Crashed,
+}
+
+/// What `ops/busy_delete.rs`'s scripted sequence was answered, step by step (`None`: not reached).
+#[derive(Default)]
+pub(crate) struct BusyDelete {
+    pub(crate) created: Option<Result<(TopicConfig, bool), Error>>,
+    /// Messages in flight for the subscription as the topic was deleted.
+    pub(crate) held: usize,
+    pub(crate) committed: Option<Result<(), Error>>,
+    pub(crate) deleted: Option<Result<(), Error>>,
+    pub(crate) receive: Option<Result<Vec<Message>, Error>>,
+    pub(crate) acks: Option<Result<Acks, Error>>,
+    pub(crate) describe: Option<Result<SubscriptionDescription, Error>>,
+    pub(crate) group: Option<Result<GroupDescription, Error>>,
+    pub(crate) recreated: Option<Result<(TopicConfig, bool), Error>>,
+    pub(crate) describe_again: Option<Result<SubscriptionDescription, Error>>,
+    pub(crate) group_again: Option<Result<GroupDescription, Error>>,
+}
+
+impl std::fmt::Debug for BusyDelete {
+    /// One line for the trace: each step's answer, or its error code.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        fn c<T>(r: &Option<Result<T, Error>>) -> String {
+            match r {
+                None => "-".into(),
+                Some(Ok(_)) => "ok".into(),
+                Some(Err(e)) => code(e),
+            }
+        }
+        let received = self.receive.as_ref().map(|r| r.as_ref().map(Vec::len).map_err(code));
+        let acked =
+            self.acks.as_ref().map(|r| r.as_ref().map(|rs| rs.iter().filter(|a| a.is_ok()).count()).map_err(code));
+        write!(
+            f,
+            "held {} committed {} deleted {} then receive {received:?} acked {acked:?} describe {} group {} \
+             recreated {} describe {} group {}",
+            self.held,
+            c(&self.committed),
+            c(&self.deleted),
+            c(&self.describe),
+            c(&self.group),
+            c(&self.recreated),
+            c(&self.describe_again),
+            c(&self.group_again),
+        )
+    }
 }
 
 pub(crate) struct Inflight {
@@ -187,6 +252,7 @@ impl Res {
             Res::Publish(_) | Res::Read(_) | Res::Lookup(_) | Res::Janitor(_) => self.write_log_answer(line),
             Res::Poll(_) | Res::Unit(_) | Res::Seek(_) | Res::GDescribe(_) => self.write_group_answer(line),
             Res::Crashed => line.push_str("CRASHED"),
+            Res::Push(_) | Res::PushDrain(_) => self.write_push_answer(line),
             _ => self.write_queue_answer(line),
         }
     }
@@ -344,6 +410,9 @@ impl Res {
                 }
                 Err(e) => line.push_str(&code(e)),
             },
+            Res::BusyDelete(b) => {
+                let _ = write!(line, "{b:?}");
+            }
             _ => {}
         }
     }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use sluice_core::groups::Groups;
 use sluice_core::groups::TopicPartition;
+use sluice_core::push::Dispatcher;
 use sluice_core::queues::Queues;
 use sluice_core::upkeep::Janitor;
 use sluice_core::Log;
@@ -24,15 +25,32 @@ pub(crate) struct Held {
 }
 
 pub(crate) enum Kind {
-    Publisher { topic: &'static str, style: u8, retry: Option<u64> },
-    Replayer { topic: &'static str, cursors: Vec<u64> },
-    Lookup { topic: &'static str },
+    Publisher {
+        topic: &'static str,
+        style: u8,
+        retry: Option<u64>,
+    },
+    Replayer {
+        topic: &'static str,
+        cursors: Vec<u64>,
+    },
+    Lookup {
+        topic: &'static str,
+    },
     Janitor,
     Member(Member),
     GroupAdmin,
-    Worker { sub: &'static str, holding: Vec<Held>, slow: bool },
+    Worker {
+        sub: &'static str,
+        holding: Vec<Held>,
+        slow: bool,
+    },
     QueueAdmin,
     TopicAdmin,
+    /// A push dispatcher's worker on one push subscription.
+    Pusher {
+        sub: &'static str,
+    },
 }
 
 #[derive(Default)]
@@ -64,4 +82,5 @@ pub(crate) struct Process {
     pub(crate) groups: Groups,
     pub(crate) queues: Queues,
     pub(crate) janitor: Janitor,
+    pub(crate) dispatcher: Dispatcher,
 }

@@ -3,10 +3,14 @@
 
 mod act;
 mod clients;
+mod push;
+mod receiver;
 mod truth;
 
 pub(crate) use act::*;
 pub(crate) use clients::*;
+pub(crate) use push::*;
+pub(crate) use receiver::{poison, stored_queue, Attempt, Script, Target};
 pub(crate) use truth::*;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,6 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use sluice_core::groups::Groups;
 use sluice_core::ports::state::StateStore;
+use sluice_core::push::Dispatcher;
 use sluice_core::queues::{Backoff, Ordering as KeyOrdering, Queues, StartAt, SubscriptionSpec};
 use sluice_core::upkeep::{Janitor, JanitorConfig};
 use sluice_core::{Clock, Log, LogConfig, ObjectStore, SeededRandom, TopicSpec};
@@ -127,6 +132,7 @@ pub(crate) struct World {
     /// retention's check).
     pub(crate) first_segments: BTreeMap<(u64, u32), (u64, u64, i64)>,
     pub(crate) last_first_segments: BTreeMap<(u64, u32), (u64, u64, i64)>,
+    pub(crate) push: PushModel,
 }
 
 impl World {
@@ -141,6 +147,7 @@ impl World {
         let jconfig = draw_janitor(&mut rng);
         let (a, b) = draw_topics(&mut rng);
         let (q_filter, q, qk) = draw_subscriptions(seed, &mut rng);
+        let push = PushModel::new(seed, clock.clone(), mem.clone(), trace.clone());
         let mut world = Self {
             seed,
             options,
@@ -182,6 +189,7 @@ impl World {
             commit_snaps: BTreeMap::new(),
             first_segments: BTreeMap::new(),
             last_first_segments: BTreeMap::new(),
+            push,
         };
         let nprocs = world.rng.range(2, 3) as usize;
         for pid in 0..nprocs {
@@ -227,7 +235,8 @@ impl World {
         let queues =
             if pid.is_multiple_of(2) { Queues::caching_subscriptions(log.clone()) } else { Queues::new(log.clone()) };
         let janitor = Janitor::new(store, objects, clock, self.jconfig.clone());
-        Process { life, log, groups, queues, janitor }
+        let dispatcher = Dispatcher::new(queues.clone(), self.push.receiver.clone());
+        Process { life, log, groups, queues, janitor, dispatcher }
     }
 
     pub(crate) fn add(&mut self, kind: Kind) {

@@ -5,10 +5,12 @@
 
 mod cache;
 mod delays;
+mod describe;
 mod faults;
 mod long_poll;
 mod lost_answers;
 mod messages;
+mod peek;
 mod riding;
 mod settings;
 mod start;
@@ -16,10 +18,12 @@ mod workers;
 
 pub use cache::*;
 pub use delays::*;
+pub use describe::*;
 pub use faults::*;
 pub use long_poll::*;
 pub use lost_answers::*;
 pub use messages::*;
+pub use peek::*;
 pub use riding::*;
 pub use settings::*;
 pub use start::*;
@@ -31,6 +35,8 @@ macro_rules! queue_conformance_suite {
     ($backend:expr) => {
         $crate::queue_conformance_suite!(@cases $backend;
             given_a_worker_that_never_acks_then_redelivered_after_the_timeout_extended_by_a_visibility_change_and_released_by_nack,
+            given_a_peek_then_it_shows_the_visible_messages_and_changes_nothing,
+            given_a_filtered_subscription_then_describe_reports_unmatched_events_as_unscanned_not_visible,
             given_a_poison_message_then_dead_lettered_once_after_max_receives_and_redrive_delivers_it_fresh,
             given_dead_letters_then_listed_in_pages_deleted_one_by_one_redriven_partly_and_purged,
             given_start_earliest_after_1000_events_on_four_partitions_then_each_received_exactly_once,

@@ -16,6 +16,7 @@
 //! with the blob written anew.
 
 mod batch;
+mod recover;
 
 pub(crate) use batch::Keeper;
 use batch::*;
@@ -62,6 +63,9 @@ pub(crate) struct Pending {
     /// Each event with the partition the log chose for it, in request order.
     pub events: Vec<(u32, Record)>,
     pub idempotency: Option<IdempotencyKey>,
+    /// When the answer must be on its way (a function's invocation ends soon after), on the
+    /// committer's clock; `None`: no limit (a server).
+    pub deadline_ms: Option<i64>,
     pub reply: oneshot::Sender<Result<Vec<Position>, Error>>,
 }
 
@@ -293,7 +297,10 @@ impl Committer {
     ) -> Result<(), CommitError> {
         // Bases of attempts whose outcome was lost: one of them may have landed.
         let mut unknown: Vec<Vec<u64>> = Vec::new();
+        let (deadline, mut wait) = (group.iter().filter_map(|p| p.deadline_ms).min(), 0);
         for attempt in 0..MAX_ATTEMPTS {
+            // The backoff after the last attempt, unless the group's deadline comes first.
+            self.pause(deadline, attempt, wait, !unknown.is_empty()).await?;
             self.load_heads(&layout.segments[chunk.clone()]).await?;
             // After a lost answer, look again with the heads just read: a write that landed
             // late shows in them, and so in its segment item now; one landing after this
@@ -348,9 +355,7 @@ impl Committer {
                 }
                 Err(e) => return Err(e.into()),
             };
-            if retry {
-                self.clock.sleep(Backoff::CONTENTION.wait_ms(attempt, self.keeper.random.next_u64())).await;
-            }
+            wait = if retry { Backoff::CONTENTION.wait_ms(attempt, self.keeper.random.next_u64()) } else { 0 };
         }
         Err(StorageError::Throttled { message: "too many concurrent commits to one partition".into(), source: None }
             .into())
@@ -405,24 +410,6 @@ impl Committer {
             expect,
         };
         (op, after, version + 1)
-    }
-
-    /// After the object record's condition failed: another commit added to it, retention or
-    /// compaction took from it, or the collector doomed (or deleted) it.
-    async fn reread_object(&mut self, object: &str) -> Result<(), CommitError> {
-        let item = self.store.get(&keys::object_key(object)).await?;
-        let record = match &item {
-            Some(item) => layout::decode::<ObjectRecord>("object", &item.value)?,
-            None => ObjectRecord::default(),
-        };
-        let expected = self.object.as_ref().filter(|(name, _, _)| name == object).map_or(0, |(_, _, v)| *v);
-        // Gone after this process saw it (collected), or doomed: nothing may be added to it.
-        if record.doomed || (item.is_none() && expected > 0) {
-            self.object = None;
-            return Err(CommitError::Doomed);
-        }
-        self.object = Some((object.to_owned(), record, item.map_or(0, |i| i.version)));
-        Ok(())
     }
 
     /// Reads the heads of the chunk's partitions that this process has no hint for.
@@ -504,60 +491,6 @@ impl Committer {
             self.heads.insert((s.topic_id, s.partition), *head);
         }
         self.committed.send_modify(|v| *v += 1);
-    }
-
-    /// Whether one of the attempts whose answer was lost in fact landed; if so, takes its bases.
-    /// An attempt landed if every one of its segment items is there, pointing at this blob's
-    /// bytes (or, inline, naming this commit): a write lands whole or not at all, no other commit can index these bytes, and at
-    /// most one attempt lands (each conditions on the heads the one before it moved). One
-    /// segment is not enough: two attempts can share the first partition's base and differ
-    /// on another (a rival committed there in between), and the first one's answer was
-    /// then taken for the second's.
-    async fn resolve_unknown(
-        &mut self,
-        layout: &Layout,
-        stored: &Stored,
-        chunk: Range<usize>,
-        unknown: &[Vec<u64>],
-        bases: &mut [u64],
-    ) -> Result<bool, StorageError> {
-        let segments = &layout.segments[chunk.clone()];
-        'attempts: for attempt in unknown {
-            for (s, base) in segments.iter().zip(attempt) {
-                let key = keys::segment_key(s.topic_id, s.partition, *base);
-                let Some(item) = self.store.get(&key).await? else { continue 'attempts };
-                let (seg, _) = layout::decode_segment_item(&item.value)?;
-                if !stored.wrote(s, &seg) {
-                    continue 'attempts;
-                }
-            }
-            tracing::info!("a commit whose answer was lost had landed");
-            bases[chunk.clone()].copy_from_slice(attempt);
-            for s in segments {
-                self.heads.remove(&(s.topic_id, s.partition));
-            }
-            self.committed.send_modify(|v| *v += 1);
-            return Ok(true);
-        }
-        Ok(false)
-    }
-
-    /// After a topic check failed: the topic changed. Live under the same id: remember
-    /// its version and retry; otherwise the topic is gone.
-    async fn reread_topic(&mut self, group: &[Pending], id: u64) -> Result<(), CommitError> {
-        let Some(name) = group.iter().find(|p| p.topic.id == id).map(|p| p.topic.name.clone()) else {
-            return Err(CommitError::TopicGone);
-        };
-        match topics::record(self.store.as_ref(), &name).await? {
-            Some((r, version)) if r.id == id && r.deleted_ms.is_none() => {
-                self.topic_versions.insert(id, version);
-                Ok(())
-            }
-            _ => {
-                self.heads.retain(|(topic, _), _| *topic != id);
-                Err(CommitError::TopicGone)
-            }
-        }
     }
 }
 
