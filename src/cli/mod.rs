@@ -76,6 +76,10 @@ pub enum Verb {
     #[command(after_help = "Examples:\n  sluice receive orders billing --count 10 --ack\n  \
                             sluice receive orders billing -o json | jq -r .receipt")]
     Receive(queues::ReceiveArgs),
+    /// Show the visible messages of a subscription without receiving them: no receive
+    /// count, lease or cursor changes.
+    #[command(after_help = "Example:\n  sluice peek orders billing --count 5")]
+    Peek(queues::PeekArgs),
     /// Acknowledge received messages by their receipts: they are done.
     #[command(after_help = "Example:\n  sluice ack orders billing AAAAAAAB… AAAAAAAC…")]
     Ack(settle::AckArgs),
@@ -104,6 +108,7 @@ pub async fn run(verb: Verb, connection: &Connection, output: Output) -> Result<
         Verb::Publish(args) => publish::publish(&client, args, text).await,
         Verb::Tail(args) => tail::tail(&client, args, text).await,
         Verb::Receive(args) => queues::receive(&client, args, text).await,
+        Verb::Peek(args) => queues::peek(&client, args, text).await,
         Verb::Ack(args) => settle::ack(&client, args, text).await,
         Verb::Nack(args) => settle::nack(&client, args, text).await,
         Verb::Visibility(args) => settle::visibility(&client, args, text).await,

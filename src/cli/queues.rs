@@ -1,11 +1,12 @@
-//! `sluice receive`: take messages from a subscription, printing each with its receipt.
+//! `sluice receive`: take messages from a subscription, printing each with its receipt;
+//! `sluice peek`: look at the visible ones without taking them.
 
 use std::io::Write;
 
 use clap::Args;
 use sluice_client::{Client, Error, Receive};
 
-use super::output::{count, print_message};
+use super::output::{count, print_event, print_message, say};
 
 #[derive(Args, Debug)]
 pub struct ReceiveArgs {
@@ -44,5 +45,37 @@ pub async fn receive(client: &Client, args: ReceiveArgs, text: bool) -> Result<(
     }
     let acked = if args.ack { format!(", acked {acked}") } else { String::new() };
     eprintln!("received {}{acked}", count(got, "message", "messages"));
+    Ok(())
+}
+
+#[derive(Args, Debug)]
+pub struct PeekArgs {
+    topic: String,
+    sub: String,
+    /// Most messages to show (1 to 100).
+    #[arg(long, default_value_t = 10)]
+    count: u32,
+}
+
+/// Prints the visible messages, each with its receive count so far; nothing is received.
+pub async fn peek(client: &Client, args: PeekArgs, text: bool) -> Result<(), Error> {
+    let messages = client.peek(&args.topic, &args.sub, args.count).await?;
+    let mut out = std::io::stdout().lock();
+    for message in &messages {
+        let written = if text {
+            write!(out, "[{}] ", count(message.receive_count, "receive", "receives"))
+                .and_then(|()| print_event(&mut out, &args.topic, &message.event, true))
+        } else {
+            let mut value = serde_json::to_value(message).unwrap_or_default();
+            value["topic"] = serde_json::Value::from(args.topic.as_str());
+            writeln!(out, "{value}")
+        };
+        if written.is_err() {
+            return Ok(()); // The reader went away (`| head`).
+        }
+    }
+    if text && messages.is_empty() {
+        say!("no visible messages in {}/{}", args.topic, args.sub);
+    }
     Ok(())
 }

@@ -34,6 +34,7 @@ fn given_output_json_then_every_verb_prints_json() {
     assert_eq!(one(&["groups", "list"])["groups"][0], "g");
     assert_eq!(one(&["groups", "describe", "g"])["group"], "g");
     assert!(one(&["groups", "seek", "g", "--topic", "t", "--to", "earliest"])["offsets"].is_array());
+    assert_eq!(json_lines(&server, &["peek", "t", "s"], None).len(), 4, "NDJSON: one message a line");
     let received = json_lines(&server, &["receive", "t", "s", "--count", "4", "--wait-ms", "0"], None);
     assert_eq!(received.len(), 4);
     let receipt = |n: usize| received[n]["receipt"].as_str().unwrap().to_owned();

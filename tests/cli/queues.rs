@@ -1,4 +1,4 @@
-//! The work-queue verbs: ack, nack and visibility by receipt, `dlq delete` and
+//! The work-queue verbs: peek, ack, nack and visibility by receipt, `dlq delete` and
 //! `dlq redrive --max`, and `subs create`'s flags.
 
 use serde_json::Value;
@@ -55,6 +55,25 @@ fn given_received_messages_when_acked_nacked_and_hidden_then_each_verb_settles_t
     let told = stderr(&stale);
     assert!(told.starts_with(&format!("error: 1 receipt did nothing: {} (stale_receipt: ", r[1])), "{told}");
     assert_eq!(backlog(&server)["in_flight"], 0);
+}
+
+#[test]
+fn given_visible_messages_when_peeked_then_they_are_shown_and_nothing_is_received() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    three_jobs(&server, "5");
+    let peeked = ndjson(&ok(&server, &["peek", "jobs", "w", "--count", "2"], None));
+    assert_eq!(peeked.len(), 2, "{peeked:?}");
+    assert!(peeked.iter().all(|m| m["receive_count"] == 0 && m.get("receipt").is_none()), "{peeked:?}");
+    assert_eq!((peeked[0]["value"]["job"].as_u64(), peeked[0]["topic"].as_str()), (Some(1), Some("jobs")));
+    let shown = ok(&server, &["peek", "jobs", "w", "-o", "text"], None);
+    assert_eq!(shown.lines().count(), 3, "{shown}");
+    assert!(shown.starts_with("[0 receives] jobs/0@0 "), "{shown}");
+    let b = backlog(&server);
+    assert_eq!((b["visible"].as_u64(), b["in_flight"].as_u64()), (Some(3), Some(0)), "nothing received: {b}");
+    let received = ndjson(&ok(&server, &["receive", "jobs", "w", "--count", "3", "--wait-ms", "0"], None));
+    assert!(received.iter().all(|m| m["receive_count"] == 1), "the first delivery still: {received:?}");
+    assert_eq!(ok(&server, &["peek", "jobs", "w", "-o", "text"], None).trim(), "no visible messages in jobs/w");
 }
 
 #[test]
