@@ -7,7 +7,7 @@ mod cli;
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use sluice_runtime::Config;
 use tracing_subscriber::EnvFilter;
 
@@ -18,6 +18,9 @@ struct Cli {
     command: Command,
     #[command(flatten)]
     connection: cli::Connection,
+    /// `auto`: text on a terminal, JSON when piped (NDJSON for streams); `json`; `text`.
+    #[arg(short = 'o', long, global = true, value_enum, default_value = "auto")]
+    output: cli::Output,
 }
 
 #[derive(Subcommand)]
@@ -34,6 +37,19 @@ enum Command {
     /// Print the OpenAPI 3.1 document of the v1 API (what `GET /openapi.json` answers).
     #[command(after_help = "Example:\n  sluice openapi > docs/openapi.json")]
     Openapi,
+    /// Print a shell's completion script for `sluice`.
+    #[command(
+        after_help = "Examples:\n  sluice completions bash > ~/.local/share/bash-completion/completions/sluice\n  \
+                            sluice completions zsh > ~/.zfunc/_sluice\n  \
+                            sluice completions fish > ~/.config/fish/completions/sluice.fish"
+    )]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print `sluice`'s man page (roff).
+    #[command(after_help = "Example:\n  sluice man > sluice.1 && man ./sluice.1")]
+    Man,
     #[command(flatten)]
     Client(cli::Verb),
 }
@@ -68,13 +84,23 @@ fn purge_freed_memory_at_once() {
 }
 
 async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        // Colours only for a terminal: a log file or journald gets plain text, and each
-        // request's span (its fields formatted when it opens) costs a third as much.
-        .with_ansi(std::io::stdout().is_terminal())
-        .init();
     let cli = Cli::parse();
+    if let Command::Client(_) = cli.command {
+        // A client verb's stdout is its output (JSON when piped): its logs go to stderr,
+        // and only warnings unless RUST_LOG asks for more.
+        tracing_subscriber::fmt()
+            .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+            .with_ansi(std::io::stderr().is_terminal())
+            .with_writer(std::io::stderr)
+            .init();
+    } else {
+        tracing_subscriber::fmt()
+            .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+            // Colours only for a terminal: a log file or journald gets plain text, and each
+            // request's span (its fields formatted when it opens) costs a third as much.
+            .with_ansi(std::io::stdout().is_terminal())
+            .init();
+    }
     match cli.command {
         Command::Serve { addr, config } => {
             if let Err(error) = serve(addr, config).await {
@@ -89,9 +115,23 @@ async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             let _ = std::io::stdout().write_all(sluice_api::openapi_json().as_bytes());
             Ok(())
         }
+        Command::Completions { shell } => {
+            // Written whole, as `openapi`: clap_complete panics on a write error, and a
+            // closed pipe (`| head`) is no error.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "sluice", &mut script);
+            let _ = std::io::Write::write_all(&mut std::io::stdout(), &script);
+            Ok(())
+        }
+        Command::Man => {
+            let mut page = Vec::new();
+            clap_mangen::Man::new(Cli::command()).render(&mut page)?;
+            let _ = std::io::Write::write_all(&mut std::io::stdout(), &page);
+            Ok(())
+        }
         Command::Client(verb) => {
-            if let Err(error) = cli::run(verb, &cli.connection).await {
-                eprintln!("{}", cli::describe_error(&error));
+            if let Err(error) = cli::run(verb, &cli.connection, cli.output).await {
+                eprintln!("{}", cli::describe_error(&error, &cli.connection));
                 std::process::exit(1);
             }
             Ok(())

@@ -5,9 +5,11 @@ use std::time::Instant;
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::Value;
+use serde_json::{json, Value};
 use sluice_client::{Client, Delivery, Error, Producer, ProducerConfig, Record};
 use tokio::io::{AsyncBufReadExt, BufReader};
+
+use super::output::{count, print_json, say};
 
 #[derive(Args, Debug)]
 pub struct PublishArgs {
@@ -44,7 +46,7 @@ impl PublishArgs {
     }
 }
 
-pub async fn publish(client: &Client, args: PublishArgs) -> Result<(), Error> {
+pub async fn publish(client: &Client, args: PublishArgs, text: bool) -> Result<(), Error> {
     let started = Instant::now();
     let config =
         ProducerConfig { max_batch_events: 1000, linger: std::time::Duration::from_millis(20), ..Default::default() };
@@ -52,7 +54,7 @@ pub async fn publish(client: &Client, args: PublishArgs) -> Result<(), Error> {
     let (deliveries, mut landed) = tokio::sync::mpsc::channel::<Delivery>(50_000);
     let progress = ProgressBar::new_spinner();
     progress.set_style(
-        ProgressStyle::with_template("{spinner} {pos} events published ({per_sec})")
+        ProgressStyle::with_template("{spinner} published: {pos} ({per_sec})")
             .unwrap_or_else(|_| ProgressStyle::default_spinner()),
     );
     let counter = progress.clone();
@@ -104,11 +106,18 @@ pub async fn publish(client: &Client, args: PublishArgs) -> Result<(), Error> {
     let (partitions, landed, first_error) = collector.await.map_err(|e| Error::Invalid(e.to_string()))?;
     progress.finish_and_clear();
     let seconds = started.elapsed().as_secs_f64();
-    let spread: Vec<String> = partitions.iter().map(|(p, (lo, hi))| format!("{p}:{lo}..={hi}")).collect();
-    eprintln!(
-        "published {landed} of {sent} events to {} in {seconds:.1} s; partition:offsets {}",
-        args.topic,
-        spread.join(" ")
-    );
+    if text {
+        let spread: Vec<String> = partitions.iter().map(|(p, (lo, hi))| format!("{p}:{lo}..={hi}")).collect();
+        say!(
+            "published {landed} of {} to {} in {seconds:.1} s; partition:offsets {}",
+            count(sent, "event", "events"),
+            args.topic,
+            spread.join(" ")
+        );
+    } else {
+        let spread: BTreeMap<String, Value> =
+            partitions.iter().map(|(p, (lo, hi))| (p.to_string(), json!({"first": lo, "last": hi}))).collect();
+        print_json(&json!({"topic": args.topic, "sent": sent, "published": landed, "partitions": spread}));
+    }
     first_error.map_or(Ok(()), Err)
 }

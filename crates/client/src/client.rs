@@ -171,9 +171,10 @@ impl Call {
     }
 }
 
-/// A successful answer: its status and body.
+/// A successful answer: its status, content type and body.
 pub(crate) struct Answer {
     pub status: u16,
+    pub content_type: Option<String>,
     pub body: Vec<u8>,
 }
 
@@ -181,6 +182,7 @@ impl Answer {
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, Error> {
         serde_json::from_slice(&self.body).map_err(|e| Error::Unexpected {
             status: self.status,
+            content_type: self.content_type.clone(),
             body: format!("{e}: {}", String::from_utf8_lossy(&self.body[..self.body.len().min(512)])),
         })
     }
@@ -220,7 +222,7 @@ impl Client {
         loop {
             attempt += 1;
             let (error, retry_after) = match self.attempt(&call).await {
-                Ok((status, body)) => return (Ok(Answer { status, body }), attempt),
+                Ok(answer) => return (Ok(answer), attempt),
                 Err(failure) => failure,
             };
             if !(call.retry && error.is_transient() && attempt < policy.max_attempts) {
@@ -236,7 +238,7 @@ impl Client {
         self.send(call).await?.parse()
     }
 
-    async fn attempt(&self, call: &Call) -> Result<(u16, Vec<u8>), (Error, Option<Duration>)> {
+    async fn attempt(&self, call: &Call) -> Result<Answer, (Error, Option<Duration>)> {
         let request = self.request(call).await.map_err(|e| (e, None))?;
         let response = self.inner.http.execute(request).await.map_err(|e| (Error::from(e), None))?;
         let status = response.status().as_u16();
@@ -245,11 +247,12 @@ impl Client {
             .get(RETRY_AFTER)
             .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok())
             .map(Duration::from_secs);
+        let content_type = response.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
         let body = response.bytes().await.map_err(|e| (Error::from(e), None))?;
         if (200..300).contains(&status) {
-            Ok((status, body.to_vec()))
+            Ok(Answer { status, content_type, body: body.to_vec() })
         } else {
-            Err((from_answer(status, &body), retry_after))
+            Err((from_answer(status, content_type, &body), retry_after))
         }
     }
 

@@ -25,6 +25,9 @@ pub enum Error {
     Unexpected {
         /// The HTTP status.
         status: u16,
+        /// The answer's `content-type`, if it had one (`text/html` from a web server that
+        /// is not Sluice, for instance).
+        content_type: Option<String>,
         /// The start of the body, as text.
         body: String,
     },
@@ -79,7 +82,7 @@ impl Error {
 }
 
 /// Reads an error answer: the API's JSON error if it is one, else [`Error::Unexpected`].
-pub(crate) fn from_answer(status: u16, body: &[u8]) -> Error {
+pub(crate) fn from_answer(status: u16, content_type: Option<String>, body: &[u8]) -> Error {
     let parsed: Option<serde_json::Value> = serde_json::from_slice(body).ok();
     let error = parsed.as_ref().and_then(|v| v.get("error"));
     match error.and_then(|e| Some((e.get("code")?.as_str()?, e.get("message")?.as_str()?))) {
@@ -91,7 +94,7 @@ pub(crate) fn from_answer(status: u16, body: &[u8]) -> Error {
         },
         None => {
             let text = String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned();
-            Error::Unexpected { status, body: text }
+            Error::Unexpected { status, content_type, body: text }
         }
     }
 }
@@ -103,7 +106,7 @@ mod tests {
     #[test]
     fn given_an_api_error_body_then_its_code_is_typed() {
         let body = br#"{"error":{"code":"offset_out_of_range","message":"m","log_start_offset":3,"high_watermark":9}}"#;
-        let error = from_answer(416, body);
+        let error = from_answer(416, None, body);
         assert_eq!(error.code(), Some(Code::OffsetOutOfRange));
         assert_eq!(error.status(), Some(416));
         assert!(!error.is_transient());
@@ -113,10 +116,10 @@ mod tests {
 
     #[test]
     fn given_a_gateway_answer_then_unexpected_and_busy_ones_are_transient() {
-        let error = from_answer(403, b"{\"message\":\"Forbidden\"}");
+        let error = from_answer(403, None, b"{\"message\":\"Forbidden\"}");
         assert!(matches!(error, Error::Unexpected { status: 403, .. }));
         assert!(!error.is_transient());
-        assert!(from_answer(503, b"<html>").is_transient());
-        assert!(from_answer(429, br#"{"error":{"code":"throttled","message":"m"}}"#).is_transient());
+        assert!(from_answer(503, Some("text/html".into()), b"<html>").is_transient());
+        assert!(from_answer(429, None, br#"{"error":{"code":"throttled","message":"m"}}"#).is_transient());
     }
 }

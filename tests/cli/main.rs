@@ -1,8 +1,16 @@
 //! The `sluice` command line, driven as a user would against a real `sluice serve`:
 //! publish a 10,000-line file, tail it back in order, read a group's lag, receive, dead
-//! letter and redrive, and see an error's code.
+//! letter and redrive, and see an error's code. The work-queue verbs (ack, nack,
+//! visibility, dlq delete, `subs create`'s flags) are in `queues.rs`, errors and their
+//! hints in `errors.rs`, `--output` on every verb with completions and the man page in
+//! `output.rs`, and Ctrl-C on a group's tail in `signals.rs`.
 
+#[path = "../common/mod.rs"]
 mod common;
+mod errors;
+mod output;
+mod queues;
+mod signals;
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
@@ -12,9 +20,14 @@ use serde_json::Value;
 
 /// Runs `sluice ARGS` against `server`, with `stdin` as its input.
 fn sluice(server: &Server, args: &[&str], stdin: Option<&[u8]>) -> Output {
+    sluice_at(&server.base, args, stdin)
+}
+
+/// Runs `sluice ARGS` with `SLUICE_URL` set to `url`.
+fn sluice_at(url: &str, args: &[&str], stdin: Option<&[u8]>) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(args)
-        .env("SLUICE_URL", &server.base)
+        .env("SLUICE_URL", url)
         .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -38,6 +51,15 @@ fn ndjson(text: &str) -> Vec<Value> {
     text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect()
 }
 
+/// Stdout as one JSON document.
+fn json(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 #[test]
 fn given_a_file_when_published_then_tail_replays_it_in_order_and_a_group_reads_it_to_lag_zero() {
     let dir = tempfile::tempdir().unwrap();
@@ -52,9 +74,10 @@ fn given_a_file_when_published_then_tail_replays_it_in_order_and_a_group_reads_i
         &["publish", "lines", "--key-field", "id", "--header", "source=file"],
         Some(file.join("\n").as_bytes()),
     );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("published 10000 of 10000 events to lines"), "{stderr}");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let published = json(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!((published["sent"].as_u64(), published["published"].as_u64()), (Some(10_000), Some(10_000)));
+    assert_eq!(published["partitions"]["0"], serde_json::json!({"first": 0, "last": 9_999}), "{published}");
 
     let events = ndjson(&ok(&server, &["tail", "lines", "--from", "earliest"], None));
     assert_eq!(events.len(), 10_000);
@@ -118,8 +141,8 @@ fn given_messages_that_die_when_redriven_then_they_are_back_in_the_queue() {
     assert_eq!(dead.len(), 3, "{dead:?}");
     assert_eq!(dead[0]["reason"], "max_receive_count_exceeded");
 
-    let out = sluice(&server, &["dlq", "redrive", "jobs", "w"], None);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("redrove 3 dead letters"), "{out:?}");
+    let out = sluice(&server, &["dlq", "redrive", "jobs", "w", "-o", "text"], None);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("redrove 3 dead letters of jobs/w"), "{out:?}");
     let sub: Value = serde_json::from_str(&ok(&server, &["subs", "describe", "jobs", "w"], None)).unwrap();
     assert_eq!((sub["backlog"]["dead"].as_u64(), sub["backlog"]["visible"].as_u64()), (Some(0), Some(3)), "{sub}");
     let acked = sluice(&server, &["receive", "jobs", "w", "--count", "3", "--ack"], None);
@@ -149,4 +172,21 @@ fn given_bad_requests_then_the_api_code_is_printed_and_the_exit_is_non_zero() {
         let help = ok(&server, &[verb, &["--help"]].concat(), None);
         assert!(help.contains("Example"), "{verb:?} --help has an example: {help}");
     }
+}
+
+#[test]
+fn given_partitions_of_unequal_lengths_when_tailed_from_an_offset_then_each_starts_there_or_at_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    ok(&server, &["topics", "create", "t", "--partitions", "2"], None);
+    ok(&server, &["publish", "t", "1", "2", "3", "4", "--key", "a"], None);
+    ok(&server, &["publish", "t", "5", "--key", "b"], None);
+    // 4 and 1, or 5 and 0: one partition is shorter than 2 either way.
+    let described = json(&ok(&server, &["topics", "describe", "t"], None));
+    let ends: Vec<u64> = (0..2).map(|p| described["partition_states"][p]["high_watermark"].as_u64().unwrap()).collect();
+    assert!(ends.iter().any(|&end| end < 2), "{described}");
+    let expected: u64 = ends.iter().map(|end| end.saturating_sub(2)).sum();
+    let events = ndjson(&ok(&server, &["tail", "t", "--from", "2"], None));
+    assert_eq!(events.len() as u64, expected, "{events:?}");
+    assert!(events.iter().all(|e| e["offset"].as_u64() >= Some(2)), "{events:?}");
 }

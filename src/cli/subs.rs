@@ -1,0 +1,246 @@
+//! `sluice subs …`: create (with every setting as a flag), list, describe and delete a
+//! topic's subscriptions.
+
+use clap::Subcommand;
+use serde_json::{json, Value};
+use sluice_client::{Client, Error};
+
+use super::output::{parse_time, print_change, print_json, print_table, say};
+
+#[derive(Subcommand, Debug)]
+pub enum SubVerb {
+    /// Create a subscription (or find it with exactly these settings).
+    #[command(
+        after_help = "Examples:\n  sluice subs create orders billing --start earliest --max-receive-count 3\n  \
+                            sluice subs create orders paid --filter '{\"value\": {\"status\": [\"paid\"]}}'\n  \
+                            sluice subs create orders hooks --push-url http://localhost:3000/hooks/orders\n  \
+                            sluice subs create orders audit --start 2026-12-01T00:00:00Z --ordering key"
+    )]
+    Create(CreateArgs),
+    /// List a topic's subscriptions.
+    #[command(after_help = "Example:\n  sluice subs list orders")]
+    List { topic: String },
+    /// A subscription with its backlog: visible, in flight, delayed, dead, expired, filtered.
+    #[command(after_help = "Example:\n  sluice subs describe orders billing")]
+    Describe { topic: String, sub: String },
+    /// Delete a subscription.
+    #[command(after_help = "Example:\n  sluice subs delete orders billing")]
+    Delete { topic: String, sub: String },
+}
+
+#[derive(clap::Args, Debug)]
+pub struct CreateArgs {
+    topic: String,
+    sub: String,
+    /// Where the queue begins: `latest` (the server's default), `earliest`, or an RFC 3339
+    /// time (each partition's first event at or after it, as `tail --from`).
+    #[arg(long)]
+    start: Option<String>,
+    /// How long a received message stays hidden from other receivers (default 30000).
+    #[arg(long)]
+    visibility_timeout_ms: Option<u64>,
+    /// Deliveries before a message goes to the dead-letter queue (default 5).
+    #[arg(long)]
+    max_receive_count: Option<u32>,
+    /// `key`: a key's messages one at a time, in order; `none` (default): any order.
+    #[arg(long, value_parser = ["none", "key"])]
+    ordering: Option<String>,
+    /// New messages become visible this long after their timestamp (default 0).
+    #[arg(long)]
+    delay_ms: Option<u64>,
+    /// An event pattern, as JSON: only matching events become messages (docs/API.md, Filters).
+    #[arg(long)]
+    filter: Option<String>,
+    /// Push each message to this HTTP endpoint, signed (Standard Webhooks), instead of
+    /// waiting for receivers.
+    #[arg(long, conflicts_with = "push_lambda")]
+    push_url: Option<String>,
+    /// Push each batch to this Lambda function (its name or ARN) instead; `serve` needs
+    /// `--lambda-endpoint` for it.
+    #[arg(long)]
+    push_lambda: Option<String>,
+    /// Any other settings, as the JSON body docs/API.md describes (e.g. redelivery_backoff_ms);
+    /// the flags above win over it.
+    #[arg(long)]
+    settings: Option<String>,
+}
+
+impl CreateArgs {
+    /// The request body: `--settings`, then each flag given over it.
+    fn body(&self) -> Result<Value, Error> {
+        let mut body: Value = match &self.settings {
+            Some(text) => json_flag("--settings", text)?,
+            None => json!({}),
+        };
+        let start = match self.start.as_deref() {
+            None => None,
+            Some(named @ ("earliest" | "latest")) => Some(Value::from(named)),
+            Some(time) => Some(json!({ "timestamp_ms": parse_time("--start", time)? })),
+        };
+        let filter = self.filter.as_deref().map(|f| json_flag("--filter", f)).transpose()?;
+        for (name, value) in [
+            ("start", start),
+            ("visibility_timeout_ms", self.visibility_timeout_ms.map(Value::from)),
+            ("max_receive_count", self.max_receive_count.map(Value::from)),
+            ("ordering", self.ordering.clone().map(Value::from)),
+            ("delay_ms", self.delay_ms.map(Value::from)),
+            ("filter", filter),
+        ] {
+            if let Some(value) = value {
+                body[name] = value;
+            }
+        }
+        let push = [("url", &self.push_url), ("lambda", &self.push_lambda)];
+        for (name, target) in push {
+            if let Some(target) = target {
+                if !body["push"].is_object() {
+                    body["push"] = json!({});
+                }
+                body["push"][name] = Value::from(target.as_str());
+            }
+        }
+        Ok(body)
+    }
+}
+
+fn json_flag(flag: &str, text: &str) -> Result<Value, Error> {
+    serde_json::from_str(text).map_err(|e| Error::Invalid(format!("{flag} is not JSON: {e}")))
+}
+
+pub async fn subs(client: &Client, verb: SubVerb, text: bool) -> Result<(), Error> {
+    match verb {
+        SubVerb::Create(args) => create(client, args, text).await?,
+        SubVerb::List { topic } => {
+            let subs = client.list_subscriptions(&topic).await?;
+            if !text {
+                print_json(&json!({ "subscriptions": subs }));
+                return Ok(());
+            }
+            let rows: Vec<Vec<String>> = subs.iter().map(row).collect();
+            print_table(&["name", "start", "visibility ms", "max receives", "ordering", "delivery"], &rows);
+        }
+        SubVerb::Describe { topic, sub } => {
+            let described = client.describe_subscription(&topic, &sub).await?;
+            if text {
+                print_description(&described);
+            } else {
+                print_json(&described);
+            }
+        }
+        SubVerb::Delete { topic, sub } => {
+            client.delete_subscription(&topic, &sub).await?;
+            let deleted = json!({"topic": topic, "subscription": sub, "deleted": true});
+            print_change(text, &format!("deleted subscription {topic}/{sub}"), &deleted);
+        }
+    }
+    Ok(())
+}
+
+/// Creates it, saying whether it was made now or found with these settings (a look first:
+/// the API answers both with the subscription), and a new push secret on its own line.
+async fn create(client: &Client, args: CreateArgs, text: bool) -> Result<(), Error> {
+    let body = args.body()?;
+    let (topic, sub) = (&args.topic, &args.sub);
+    let existed = match client.describe_subscription(topic, sub).await {
+        Ok(_) => true,
+        Err(e) if e.code() == Some(sluice_client::Code::SubscriptionNotFound) => false,
+        Err(e) => return Err(e),
+    };
+    let created = client.create_subscription(topic, sub, &body).await?;
+    if !text {
+        print_json(&created);
+        return Ok(());
+    }
+    if existed {
+        say!("subscription {topic}/{sub} already exists with these settings");
+        return Ok(());
+    }
+    say!("created subscription {topic}/{sub} ({})", summary(&created));
+    if let Some(secret) = created["push"]["secret"].as_str() {
+        say!("push signing secret (shown once: store it now):");
+        say!("{secret}");
+    }
+    Ok(())
+}
+
+/// `from earliest, push to http://…`: what a subscription does, in a few words.
+fn summary(sub: &Value) -> String {
+    let start = match &sub["start"] {
+        Value::String(s) => format!("from {s}"),
+        Value::Object(o) if o.contains_key("timestamp_ms") => {
+            format!("from {}", super::output::rfc3339(o["timestamp_ms"].as_i64().unwrap_or_default()))
+        }
+        other => format!("from {other}"),
+    };
+    let mut parts = vec![start, delivery(sub)];
+    if sub["filter"].is_object() {
+        parts.push("filtered".into());
+    }
+    if sub["ordering"] == "key" {
+        parts.push("ordered by key".into());
+    }
+    parts.join(", ")
+}
+
+fn delivery(sub: &Value) -> String {
+    match (&sub["push"]["url"], &sub["push"]["lambda"]) {
+        (Value::String(url), _) => format!("push to {url}"),
+        (_, Value::String(lambda)) => format!("push to Lambda {lambda}"),
+        _ => "pull".into(),
+    }
+}
+
+fn row(sub: &Value) -> Vec<String> {
+    let start = match &sub["start"] {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let number = |v: &Value| v.as_u64().map_or("-".into(), |n| n.to_string());
+    vec![
+        sub["name"].as_str().unwrap_or_default().to_owned(),
+        start,
+        number(&sub["visibility_timeout_ms"]),
+        number(&sub["max_receive_count"]),
+        sub["ordering"].as_str().unwrap_or("none").to_owned(),
+        delivery(sub) + if sub["filter"].is_object() { ", filtered" } else { "" },
+    ]
+}
+
+/// A subscription's description for people: what it is, its backlog, then per partition.
+fn print_description(sub: &Value) {
+    let backlog = &sub["backlog"];
+    let n = |v: &Value| v.as_u64().unwrap_or_default();
+    say!(
+        "subscription {}/{}  ({})",
+        sub["topic"].as_str().unwrap_or_default(),
+        sub["name"].as_str().unwrap_or_default(),
+        summary(sub)
+    );
+    let unscanned = backlog.get("unscanned").and_then(Value::as_u64).map(|u| format!(", {u} unscanned"));
+    say!(
+        "backlog: {} visible, {} in flight, {} delayed, {} dead, {} expired, {} filtered{}",
+        n(&backlog["visible"]),
+        n(&backlog["in_flight"]),
+        n(&backlog["delayed"]),
+        n(&backlog["dead"]),
+        n(&backlog["expired"]),
+        n(&backlog["filtered"]),
+        unscanned.unwrap_or_default(),
+    );
+    let columns = ["visible", "in_flight", "delayed", "dead", "expired", "filtered"];
+    let mut header = vec!["partition", "cursor", "high mark"];
+    header.extend(columns);
+    let rows: Vec<Vec<String>> = sub["partitions"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .map(|p| {
+            let mut row = vec![n(&p["partition"]).to_string(), n(&p["cursor"]).to_string()];
+            row.push(n(&p["high_watermark"]).to_string());
+            row.extend(columns.iter().map(|c| n(&p["backlog"][c]).to_string()));
+            row
+        })
+        .collect();
+    print_table(&header, &rows);
+}

@@ -1,0 +1,145 @@
+//! The work-queue verbs: peek, ack, nack and visibility by receipt, `dlq delete` and
+//! `dlq redrive --max`, and `subs create`'s flags.
+
+use serde_json::Value;
+
+use crate::common::Server;
+use crate::{json, ndjson, ok, sluice, stderr};
+
+/// A topic `jobs` with a subscription `w` from the start, and three jobs published.
+fn three_jobs(server: &Server, max_receive_count: &str) {
+    ok(server, &["topics", "create", "jobs"], None);
+    let create = ["subs", "create", "jobs", "w", "--start", "earliest", "--max-receive-count", max_receive_count];
+    ok(server, &create, None);
+    ok(server, &["publish", "jobs"], Some(b"{\"job\":1}\n{\"job\":2}\n{\"job\":3}\n"));
+}
+
+fn receipts(server: &Server, count: &str) -> Vec<String> {
+    let received = ndjson(&ok(server, &["receive", "jobs", "w", "--count", count, "--wait-ms", "0"], None));
+    received.iter().map(|m| m["receipt"].as_str().expect("a receipt").to_owned()).collect()
+}
+
+fn backlog(server: &Server) -> Value {
+    json(&ok(server, &["subs", "describe", "jobs", "w"], None))["backlog"].clone()
+}
+
+#[test]
+fn given_received_messages_when_acked_nacked_and_hidden_then_each_verb_settles_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    three_jobs(&server, "5");
+    let r = receipts(&server, "3");
+    assert_eq!(r.len(), 3);
+
+    let acked = ok(&server, &["ack", "jobs", "w", &r[0], "-o", "text"], None);
+    assert_eq!(acked.trim(), "acked 1 message of jobs/w");
+    let nacked = json(&ok(&server, &["nack", "jobs", "w", &r[1], "--delay-ms", "0"], None));
+    assert_eq!(nacked["results"][0]["ok"], true, "{nacked}");
+    let hidden = json(&ok(&server, &["visibility", "jobs", "w", &r[2], "--timeout-ms", "600000"], None));
+    let renewed = hidden["results"][0]["receipt"].as_str().expect("the receipt to use from now on").to_owned();
+    let b = backlog(&server);
+    assert_eq!((b["visible"].as_u64(), b["in_flight"].as_u64()), (Some(1), Some(1)), "the nacked one is back: {b}");
+
+    // The nacked message comes back with a new receipt: its old one is stale now, and a
+    // receipt that did nothing makes the exit 1, after the others were settled.
+    // On a terminal (`-o text`), each message's receipt is on a line under it.
+    let shown = ok(&server, &["receive", "jobs", "w", "--wait-ms", "0", "-o", "text"], None);
+    let lines: Vec<&str> = shown.lines().collect();
+    assert!(lines[0].starts_with("[receive 2] jobs/0@1 ") && lines[0].ends_with(r#"{"job":2}"#), "{shown}");
+    let again = [lines[1].strip_prefix("  receipt ").expect("the receipt under the message").to_owned()];
+    let stale = sluice(&server, &["ack", "jobs", "w", &r[1], &again[0], &renewed], None);
+    assert_eq!(stale.status.code(), Some(1), "{stale:?}");
+    let results = json(&String::from_utf8_lossy(&stale.stdout))["results"].clone();
+    let oks: Vec<Option<bool>> = (0..3).map(|n| results[n]["ok"].as_bool()).collect();
+    assert_eq!(oks, [Some(false), Some(true), Some(true)], "{results}");
+    let told = stderr(&stale);
+    assert!(told.starts_with(&format!("error: 1 receipt did nothing: {} (stale_receipt: ", r[1])), "{told}");
+    assert_eq!(backlog(&server)["in_flight"], 0);
+}
+
+#[test]
+fn given_visible_messages_when_peeked_then_they_are_shown_and_nothing_is_received() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    three_jobs(&server, "5");
+    let peeked = ndjson(&ok(&server, &["peek", "jobs", "w", "--count", "2"], None));
+    assert_eq!(peeked.len(), 2, "{peeked:?}");
+    assert!(peeked.iter().all(|m| m["receive_count"] == 0 && m.get("receipt").is_none()), "{peeked:?}");
+    assert_eq!((peeked[0]["value"]["job"].as_u64(), peeked[0]["topic"].as_str()), (Some(1), Some("jobs")));
+    let shown = ok(&server, &["peek", "jobs", "w", "-o", "text"], None);
+    assert_eq!(shown.lines().count(), 3, "{shown}");
+    assert!(shown.starts_with("[0 receives] jobs/0@0 "), "{shown}");
+    let b = backlog(&server);
+    assert_eq!((b["visible"].as_u64(), b["in_flight"].as_u64()), (Some(3), Some(0)), "nothing received: {b}");
+    let received = ndjson(&ok(&server, &["receive", "jobs", "w", "--count", "3", "--wait-ms", "0"], None));
+    assert!(received.iter().all(|m| m["receive_count"] == 1), "the first delivery still: {received:?}");
+    assert_eq!(ok(&server, &["peek", "jobs", "w", "-o", "text"], None).trim(), "no visible messages in jobs/w");
+}
+
+#[test]
+fn given_dead_letters_when_one_is_deleted_and_one_redriven_then_one_stays_dead() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    three_jobs(&server, "1");
+    // Given back at once, with one delivery allowed: the next receive dead-letters them.
+    let r = receipts(&server, "3");
+    ok(&server, &[&["nack", "jobs", "w"][..], &r.iter().map(String::as_str).collect::<Vec<_>>()].concat(), None);
+    assert!(receipts(&server, "3").is_empty(), "every message was dead-lettered");
+    let dead = ndjson(&ok(&server, &["dlq", "list", "jobs", "w"], None));
+    assert_eq!(dead.len(), 3, "{dead:?}");
+
+    let id = dead[0]["id"].as_str().unwrap();
+    let deleted = ok(&server, &["dlq", "delete", "jobs", "w", id, "-o", "text"], None);
+    assert_eq!(deleted.trim(), "deleted 1 dead letter of jobs/w");
+    let redriven = json(&ok(&server, &["dlq", "redrive", "jobs", "w", "--max", "1"], None));
+    assert_eq!(redriven["redriven"], 1, "{redriven}");
+    let b = backlog(&server);
+    assert_eq!((b["dead"].as_u64(), b["visible"].as_u64()), (Some(1), Some(1)), "{b}");
+    let listed = ok(&server, &["dlq", "list", "jobs", "w", "-o", "text"], None);
+    assert!(listed.contains("max_receive_count_exceeded after 1 receive,"), "{listed}");
+}
+
+#[test]
+fn given_subs_create_flags_then_the_subscription_has_those_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    ok(&server, &["topics", "create", "orders", "--partitions", "2"], None);
+    let args = [
+        "subs",
+        "create",
+        "orders",
+        "paid",
+        "--filter",
+        r#"{"value": {"status": ["paid"]}}"#,
+        "--ordering",
+        "key",
+        "--delay-ms",
+        "10",
+        "--start",
+        "2026-01-01T00:00:00Z",
+        "--visibility-timeout-ms",
+        "1000",
+    ];
+    let created = json(&ok(&server, &args, None));
+    assert_eq!(created["filter"]["value"]["status"][0], "paid", "{created}");
+    assert_eq!((created["ordering"].as_str(), created["delay_ms"].as_u64()), (Some("key"), Some(10)), "{created}");
+    assert_eq!(created["start"]["timestamp_ms"], 1_767_225_600_000_i64, "{created}");
+    let again = ok(&server, &[&args[..], &["-o", "text"]].concat(), None);
+    assert_eq!(again.trim(), "subscription orders/paid already exists with these settings");
+
+    // A push target: the secret on a line of its own, once.
+    let push = ["subs", "create", "orders", "hooks", "--push-url", "http://127.0.0.1:9/hooks", "-o", "text"];
+    let out = ok(&server, &push, None);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "created subscription orders/hooks (from latest, push to http://127.0.0.1:9/hooks)");
+    assert!(lines[1].contains("shown once: store it now"), "{out}");
+    assert!(lines[2].starts_with("whsec_") && !lines[2].contains(' '), "the secret alone: {out}");
+    let listed = ok(&server, &["subs", "list", "orders", "-o", "text"], None);
+    assert!(
+        listed.lines().any(|l| l.starts_with("hooks") && l.ends_with("push to http://127.0.0.1:9/hooks")),
+        "{listed}"
+    );
+    let bad = sluice(&server, &["subs", "create", "orders", "x", "--filter", "{not json"], None);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(stderr(&bad).starts_with("error: --filter is not JSON"), "{}", stderr(&bad));
+}
