@@ -9,9 +9,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::body::{to_bytes, Body};
-use axum::extract::{Request, State};
-use axum::response::Response;
 use serde_json::{json, Value};
 use sluice_client::{
     Client, ConsumerConfig, From, GroupConsumer, Message, Nack, Producer, ProducerConfig, RetryPolicy, TopicSettings,
@@ -19,110 +16,8 @@ use sluice_client::{
 };
 use sluice_runtime::LocalServer;
 
-/// Forwards to `upstream`; every `every`-th request whose path ends with `suffix` is
-/// applied by the server and answered `503` (a lost answer). The first `refused` such
-/// requests are not forwarded at all (the server is unreachable for a while).
-struct Lossy {
-    upstream: String,
-    suffix: &'static str,
-    every: u64,
-    refused: u64,
-    seen: AtomicU64,
-    lost: AtomicU64,
-    http: reqwest::Client,
-}
-
-async fn forward(State(proxy): State<Arc<Lossy>>, request: Request) -> Response {
-    let (parts, body) = request.into_parts();
-    if parts.uri.path().ends_with(proxy.suffix) && proxy.lost.load(Ordering::SeqCst) < proxy.refused {
-        proxy.lost.fetch_add(1, Ordering::SeqCst);
-        return Response::builder().status(503).body(Body::from("unreachable")).unwrap();
-    }
-    let body = to_bytes(body, usize::MAX).await.unwrap_or_default();
-    let url = format!("{}{}", proxy.upstream, parts.uri.path_and_query().map_or("", |p| p.as_str()));
-    let mut outgoing = proxy.http.request(parts.method.clone(), url).body(body);
-    for (name, value) in &parts.headers {
-        if name != "host" {
-            outgoing = outgoing.header(name, value);
-        }
-    }
-    let answer = outgoing.send().await.expect("the server answers");
-    let (status, bytes) = (answer.status(), answer.bytes().await.unwrap_or_default());
-    if parts.uri.path().ends_with(proxy.suffix)
-        && proxy.seen.fetch_add(1, Ordering::SeqCst) % proxy.every == proxy.every - 1
-    {
-        proxy.lost.fetch_add(1, Ordering::SeqCst);
-        return Response::builder().status(503).header("retry-after", "0").body(Body::from("lost")).unwrap();
-    }
-    Response::builder()
-        .status(status.as_u16())
-        .header("content-type", "application/json")
-        .body(Body::from(bytes))
-        .unwrap()
-}
-
-/// A proxy in front of `upstream` on a loopback port; answers its URL.
-async fn lossy(upstream: &str, suffix: &'static str, every: u64) -> (String, Arc<Lossy>) {
-    lossy_refusing(upstream, suffix, every, 0).await
-}
-
-async fn lossy_refusing(upstream: &str, suffix: &'static str, every: u64, refused: u64) -> (String, Arc<Lossy>) {
-    let proxy = Arc::new(Lossy {
-        upstream: upstream.to_owned(),
-        suffix,
-        every,
-        refused,
-        seen: AtomicU64::new(0),
-        lost: AtomicU64::new(0),
-        http: reqwest::Client::new(),
-    });
-    let app = axum::Router::new().fallback(forward).with_state(proxy.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (url, proxy)
-}
-
-/// Forwards to `upstream`, but holds the first answer to a receive that brings messages
-/// until `open` is notified, after notifying `answered` (the server put them in flight).
-#[derive(Default)]
-struct Holding {
-    upstream: String,
-    answered: tokio::sync::Notify,
-    open: tokio::sync::Notify,
-    held: std::sync::atomic::AtomicBool,
-    http: reqwest::Client,
-}
-
-async fn hold_receive(State(proxy): State<Arc<Holding>>, request: Request) -> Response {
-    let (parts, body) = request.into_parts();
-    let body = to_bytes(body, usize::MAX).await.unwrap_or_default();
-    let url = format!("{}{}", proxy.upstream, parts.uri.path_and_query().map_or("", |p| p.as_str()));
-    let outgoing = proxy.http.request(parts.method.clone(), url).header("content-type", "application/json");
-    let answer = outgoing.body(body).send().await.expect("the server answers");
-    let (status, bytes) = (answer.status(), answer.bytes().await.unwrap_or_default());
-    let brought =
-        serde_json::from_slice::<Value>(&bytes).is_ok_and(|v| v["messages"].as_array().is_some_and(|m| !m.is_empty()));
-    if parts.uri.path().ends_with("/receive") && brought && !proxy.held.swap(true, Ordering::SeqCst) {
-        proxy.answered.notify_one();
-        proxy.open.notified().await;
-    }
-    Response::builder()
-        .status(status.as_u16())
-        .header("content-type", "application/json")
-        .body(Body::from(bytes))
-        .unwrap()
-}
-
-/// A [`Holding`] proxy in front of `upstream` on a loopback port; answers its URL.
-async fn holding(upstream: &str) -> (String, Arc<Holding>) {
-    let proxy = Arc::new(Holding { upstream: upstream.to_owned(), ..Holding::default() });
-    let app = axum::Router::new().fallback(hold_receive).with_state(proxy.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (url, proxy)
-}
+mod proxies;
+use proxies::*;
 
 fn quick_retries(url: &str) -> Client {
     let retry = RetryPolicy {
