@@ -328,6 +328,7 @@ mod tests {
             receipt: String::new(),
             receive_count: 1,
             first_receive_ms: 0,
+            held_until_ms: 0,
             event: Event {
                 partition: 0,
                 offset,

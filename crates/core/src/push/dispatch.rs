@@ -80,6 +80,13 @@ async fn join(mut work: JoinSet<(Drained, Option<Error>)>) -> (Drained, Option<E
     (total, first_error)
 }
 
+/// An attempt's timeout: the subscription's, cut to what is left of the batch's window
+/// (ending at `window_end`); None once it has ended.
+fn attempt_timeout_ms(timeout_ms: u64, window_end: i64, now: i64) -> Option<u64> {
+    let left = u64::try_from(window_end.saturating_sub(now)).ok().filter(|left| *left > 0)?;
+    Some(timeout_ms.min(left))
+}
+
 /// Delivers push subscriptions' messages through a [`Deliver`] port. Clones share state.
 #[derive(Clone)]
 pub struct Dispatcher {
@@ -127,6 +134,15 @@ impl Dispatcher {
         if messages.is_empty() {
             return Ok(0);
         }
+        // The attempt ends by the end of the batch's window: a batch answered late in it (a
+        // slow receive, a process paused between receive and delivery) would otherwise be
+        // pushed again by another dispatcher, its key's next batch too, while this attempt
+        // is still under way. A window already over: the batch is due again, not ours.
+        let window_end = messages.iter().map(|m| m.held_until_ms).min().unwrap_or_default();
+        let Some(timeout_ms) = attempt_timeout_ms(sub.push.timeout_ms, window_end, self.now_ms()) else {
+            tracing::warn!(topic = %sub.topic, subscription = %sub.name, "push batch's window ended before its attempt");
+            return Ok(0);
+        };
         let body = webhook::body(&sub.topic, &sub.name, &messages);
         let id = webhook::delivery_id(sub.id, &messages);
         let mut headers = vec![("content-type".to_owned(), "application/json".to_owned())];
@@ -142,7 +158,7 @@ impl Dispatcher {
             PushTarget::Url { url, .. } => Destination::Url(url.clone()),
             PushTarget::Lambda { function } => Destination::Lambda(function.clone()),
         };
-        let delivery = Delivery { destination, headers, body, timeout_ms: sub.push.timeout_ms };
+        let delivery = Delivery { destination, headers, body, timeout_ms };
         if crate::mutation::skipped(Mutation::PushHoldDuringAttempt) {
             let all: Vec<String> = messages.iter().map(|m| m.receipt.clone()).collect();
             self.queues.ack(&sub.topic, &sub.name, &all).await?;
@@ -362,6 +378,26 @@ impl Dispatcher {
             if *stop.borrow() {
                 return;
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::attempt_timeout_ms;
+
+    #[test]
+    fn an_attempt_never_outlasts_its_batchs_window() {
+        let cases = [
+            // (timeout, window end, now) -> timeout of the attempt
+            ((3_000, 20_000, 10_000), Some(3_000)),
+            ((3_000, 12_000, 10_000), Some(2_000)),
+            ((3_000, 10_001, 10_000), Some(1)),
+            ((3_000, 10_000, 10_000), None),
+            ((3_000, 9_000, 10_000), None),
+        ];
+        for ((timeout, end, now), want) in cases {
+            assert_eq!(attempt_timeout_ms(timeout, end, now), want, "timeout {timeout}, window end {end}, now {now}");
         }
     }
 }

@@ -241,6 +241,9 @@ pub struct Message {
     /// Deliveries so far, this one included.
     pub receive_count: u32,
     pub first_receive_ms: i64,
+    /// When the visibility window this receive holds it for ends (the take's write plus
+    /// the window): a push attempt must not outlast it.
+    pub held_until_ms: i64,
     pub event: Event,
 }
 

@@ -548,7 +548,13 @@ fn taken(
     let messages = delivered
         .into_iter()
         .filter_map(|(offset, receipt, receive_count, first_receive_ms)| {
-            payloads.remove(&offset).map(|event| Message { receipt, receive_count, first_receive_ms, event })
+            payloads.remove(&offset).map(|event| Message {
+                receipt,
+                receive_count,
+                first_receive_ms,
+                held_until_ms: held_until,
+                event,
+            })
         })
         .collect();
     Taken { messages, held_until, wake_at: plan.wake_at, blocked: plan.blocked, idle_at: None }
