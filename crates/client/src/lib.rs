@@ -23,6 +23,49 @@
 //!   redrive never.
 //!
 //! Errors carry the API's code: [`Error::code`].
+//!
+//! # Example
+//! A producer, a member of the group `billing` and a worker on the subscription
+//! `emails`, against `sluice serve` (`http://127.0.0.1:8080`); `crates/client/examples/`
+//! has each as a program of its own.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use serde_json::json;
+//! use sluice_client::{Client, GroupConsumer, Message, Nack, Producer, TopicSettings, Worker};
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), sluice_client::Error> {
+//!     let client = Client::new("http://127.0.0.1:8080")?;
+//!     client.create_topic("orders", &TopicSettings::partitions(4)).await?; // 200 if it exists alike
+//!     client.create_subscription("orders", "emails", &json!({"start": "earliest"})).await?;
+//!
+//!     let producer = Producer::new(client.clone()); // batched, idempotent, in order per topic
+//!     for n in 0..10 {
+//!         let key = format!("customer-{}", n % 3);
+//!         producer.send("orders", Some(&key), json!({"order": n, "total": 9.5}), []).await?;
+//!     }
+//!     producer.flush().await?;
+//!
+//!     let mut consumer = GroupConsumer::new(client.clone(), "billing", &["orders"]);
+//!     for event in consumer.poll().await? { // a later poll commits this one's events
+//!         println!("{}/{} {:?}", event.partition, event.offset, event.value);
+//!     }
+//!     consumer.leave().await?; // commits, then hands the partitions over
+//!
+//!     let handler = |message: Message| async move {
+//!         match message.event.value.as_ref().and_then(|v| v["total"].as_f64()) {
+//!             Some(_) => Ok(()), // acked
+//!             None => Err(Nack::after(Duration::from_secs(5))), // again in 5 s
+//!         }
+//!     };
+//!     let stop = tokio::time::sleep(Duration::from_secs(2)); // or tokio::signal::ctrl_c()
+//!     let stats = Worker::new(client, "orders", "emails").run(handler, stop).await?;
+//!     println!("acked {}, nacked {}", stats.acked, stats.nacked);
+//!     Ok(())
+//! }
+//! ```
 
 mod admin;
 mod client;
@@ -45,3 +88,8 @@ pub use sluice_wire as wire;
 pub use sluice_wire::Code;
 pub use types::*;
 pub use worker::{Nack, Worker, WorkerConfig, WorkerStats};
+
+/// The README's example compiles (`cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
