@@ -11,7 +11,7 @@
 //!
 //! Small shared pieces stay flat: the clock and randomness, names, the
 //! partitioner (sluice-wire's), the segment codec, the stored records' layout, retries,
-//! and what an event costs a page ([`page`]: its bytes as Lambda carries the answer).
+//! and what an event costs a page (`page`: its bytes as Lambda carries the answer).
 
 pub mod clock;
 pub mod error;
