@@ -38,10 +38,18 @@ const DEFAULT_MAX_BYTES: usize = 1 << 20;
 pub async fn poll(
     State(groups): State<Groups>,
     Path(group): Path<String>,
+    deadline: Option<axum::Extension<crate::Deadline>>,
     headers: axum::http::HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let req: Poll = parse_object(&read_body(body, MAX_BODY).await?)?;
+    let (log, deadline) = (groups.log(), deadline.map(|axum::Extension(d)| d));
+    let wait_ms = crate::Deadline::cap_wait(
+        deadline,
+        req.wait_ms,
+        log.limits().max_wait_ms,
+        sluice_core::Clock::now_ms(log.clock().as_ref()),
+    );
     // The core checks the bounds (the same contract for a program embedding it).
     let max_events = req.max_events.unwrap_or(DEFAULT_MAX_EVENTS);
     let max_bytes = req.max_bytes.unwrap_or(DEFAULT_MAX_BYTES);
@@ -66,7 +74,7 @@ pub async fn poll(
         topics: req.topics,
         max_events,
         max_bytes,
-        wait_ms: req.wait_ms,
+        wait_ms,
         reset: match req.reset {
             Reset::Earliest => ResetPolicy::Earliest,
             Reset::Latest => ResetPolicy::Latest,

@@ -45,9 +45,22 @@ impl App {
 /// When a request's answer must be on its way, in milliseconds since the epoch on the
 /// log's clock: what a Lambda function's runtime puts in the request's extensions (its
 /// invocation's deadline, less time to answer). A request without one has no limit
-/// (`serve`). Publishing honours it (a commit stops retrying in time: `503`, `Retry-After`).
+/// (`serve`). Publishing honours it (a commit stops retrying in time: `503`, `Retry-After`);
+/// a long poll (replay, receive, group poll) waits no later than it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Deadline(pub i64);
+
+impl Deadline {
+    /// `wait_ms` shortened so that a wait starting at `now_ms` ends by `deadline` (none past
+    /// it: `0`); without a deadline, or above the route's `max` (the core refuses it, as
+    /// it would without a deadline), `wait_ms` as asked.
+    pub fn cap_wait(deadline: Option<Deadline>, wait_ms: u64, max: u64, now_ms: i64) -> u64 {
+        match deadline {
+            Some(Deadline(at)) if wait_ms <= max => wait_ms.min(u64::try_from(at - now_ms).unwrap_or(0)),
+            _ => wait_ms,
+        }
+    }
+}
 
 /// An app with the default groups config (tests and tools).
 impl From<Log> for App {

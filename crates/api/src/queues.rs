@@ -246,13 +246,20 @@ pub async fn delete(State(queues): State<Queues>, Path((topic, sub)): SubPath) -
 pub async fn receive(
     State(queues): State<Queues>,
     Path((topic, sub)): SubPath,
+    deadline: Option<axum::Extension<crate::Deadline>>,
     headers: axum::http::HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let req: Receive = parse_optional(&read_body(body, MAX_BODY).await?)?;
+    let now_ms = queues.log().clock().as_ref().now_ms();
     let request = ReceiveRequest {
         max_messages: req.max_messages,
-        wait_ms: req.wait_ms,
+        wait_ms: crate::Deadline::cap_wait(
+            deadline.map(|axum::Extension(d)| d),
+            req.wait_ms,
+            sluice_core::queues::MAX_RECEIVE_WAIT_MS,
+            now_ms,
+        ),
         visibility_timeout_ms: req.visibility_timeout_ms,
     };
     if req.ack.is_empty() {

@@ -64,6 +64,7 @@ pub(crate) fn number<T: std::str::FromStr>(
 pub async fn events(
     State(log): State<Log>,
     Path((topic, p)): Path<(String, String)>,
+    deadline: Option<axum::Extension<crate::Deadline>>,
     q: Params,
 ) -> Result<Response, ApiError> {
     let q = params(q, &["offset", "limit", "max_bytes", "wait_ms"])?;
@@ -77,6 +78,13 @@ pub async fn events(
     let max_events = number(&q, "limit", Code::InvalidLimit)?.unwrap_or(DEFAULT_LIMIT);
     let max_bytes = number(&q, "max_bytes", Code::InvalidMaxBytes)?.unwrap_or(DEFAULT_MAX_BYTES);
     let wait_ms = number(&q, "wait_ms", Code::InvalidWait)?.unwrap_or(0);
+    let deadline = deadline.map(|axum::Extension(d)| d);
+    let wait_ms = crate::Deadline::cap_wait(
+        deadline,
+        wait_ms,
+        log.limits().max_wait_ms,
+        sluice_core::Clock::now_ms(log.clock().as_ref()),
+    );
     let request = ReadRequest { topic, partition, offset, max_events, max_bytes, wait_ms };
     let batch = log.read(&request).await?;
     crate::metrics::read("replay", batch.events.iter().map(|e| (request.topic.as_str(), e)));

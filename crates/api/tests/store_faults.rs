@@ -167,3 +167,37 @@ async fn given_a_store_unavailable_then_readyz_answers_503_and_healthz_still_200
     let (live, _, answer) = call(&app, Method::GET, "/healthz", "").await;
     assert_eq!((live, answer["status"].as_str()), (StatusCode::OK, Some("ok")), "liveness reads nothing");
 }
+
+/// A long poll with a deadline (a Lambda invocation's) on an empty replay, group poll and
+/// queue receive: each answers by the deadline though it asked to wait 20 s, and a wait the
+/// route refuses without a deadline is refused with one.
+#[tokio::test]
+async fn given_a_deadline_when_a_long_poll_asks_to_wait_past_it_then_it_answers_by_the_deadline() {
+    let clock = Arc::new(sluice_core::SteppingClock::new(1_767_225_600_000));
+    let store = Arc::new(Layered::new(Arc::new(MemStore::new(clock.clone())), Faulty::default()));
+    let objects = Arc::new(MemObjects::new(clock.clone()));
+    let app =
+        sluice_api::router(sluice_core::Log::new(store, objects, clock.clone(), sluice_core::LogConfig::default()));
+    assert_eq!(call(&app, Method::PUT, "/v1/topics/t", r#"{"partitions": 1}"#).await.0, StatusCode::CREATED);
+    let sub = r#"{"start": "earliest"}"#;
+    assert_eq!(call(&app, Method::PUT, "/v1/topics/t/subscriptions/s", sub).await.0, StatusCode::CREATED);
+    let now = || sluice_core::Clock::now_ms(clock.as_ref());
+    let routes = [
+        (Method::GET, "/v1/topics/t/partitions/0/events?offset=0&wait_ms=20000", ""),
+        (Method::POST, "/v1/groups/g/poll", r#"{"topics": ["t"], "wait_ms": 20000}"#),
+        (Method::POST, "/v1/topics/t/subscriptions/s/receive", r#"{"wait_ms": 20000}"#),
+    ];
+    for (method, path, body) in routes {
+        let deadline = now() + 3_000;
+        let request = Request::builder().method(method.clone()).uri(path).header("content-type", "application/json");
+        let request = request.extension(sluice_api::Deadline(deadline)).body(Body::from(body)).unwrap();
+        let (status, _, answer) = send(&app, request).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {answer}");
+        assert!(now() <= deadline, "{path}: answered {} ms after the deadline", now() - deadline);
+    }
+    let too_long = r#"{"wait_ms": 20001}"#;
+    let request = Request::builder().method(Method::POST).uri("/v1/topics/t/subscriptions/s/receive");
+    let request = request.header("content-type", "application/json").extension(sluice_api::Deadline(now() + 3_000));
+    let (status, _, answer) = send(&app, request.body(Body::from(too_long)).unwrap()).await;
+    assert_eq!((status, answer["error"]["code"].as_str()), (StatusCode::BAD_REQUEST, Some("invalid_wait")));
+}

@@ -371,6 +371,11 @@ impl Groups {
         Self { log, config }
     }
 
+    /// The log these groups read.
+    pub fn log(&self) -> &Log {
+        &self.log
+    }
+
     fn store(&self) -> &dyn StateStore {
         self.log.store().as_ref()
     }
