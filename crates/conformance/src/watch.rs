@@ -105,6 +105,9 @@ pub fn start_logged(function: &str, port: u16, env: &[String], log: Option<&std:
         format!("SLUICE_AWS_ENDPOINT_URL={}", s.endpoint_url.as_deref().unwrap_or_default()),
         "AWS_ACCESS_KEY_ID=test".into(),
         "AWS_SECRET_ACCESS_KEY=test".into(),
+        // Metrics after every invocation (the deployment's default waits 10 s or 32
+        // requests): a test reads what each request recorded once it is answered.
+        "SLUICE_METRICS_FLUSH_MS=0".into(),
     ];
     let package = format!("functions/{}", function.trim_start_matches("sluice-"));
     start_package_logged(&package, port, &[&moto_env[..], env].concat(), log)
