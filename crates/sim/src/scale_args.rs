@@ -6,7 +6,8 @@ fn usage() -> ! {
     eprintln!(
         "usage: sluice-sim scale --workload publish|queue|group|push --partitions P --clients N --seconds S \\
          [--batch B] [--subscriptions K] [--rate R] [--seed X] [--trace] \\
-         [--stage-rps R] [--stage-burst B] [--window-ms MS] [--receiver-ms MS] [--max-in-flight N]"
+         [--keyed] [--stage-rps R] [--stage-burst B] [--long-poll-rps R] [--long-poll-burst B] \\
+         [--window-ms MS] [--receiver-ms MS] [--max-in-flight N]"
     );
     std::process::exit(2)
 }
@@ -38,8 +39,11 @@ pub fn parse(mut args: impl Iterator<Item = String>) -> ScaleArgs {
             "--rate" => a.rate = value(&mut args),
             "--seed" => a.seed = value(&mut args),
             "--trace" => a.trace = true,
+            "--keyed" => a.keyed = true,
             "--stage-rps" => a.stage.0 = value(&mut args),
             "--stage-burst" => a.stage.1 = value(&mut args),
+            "--long-poll-rps" => a.long_poll.0 = value(&mut args),
+            "--long-poll-burst" => a.long_poll.1 = value(&mut args),
             "--window-ms" => a.window_ms = value(&mut args),
             "--receiver-ms" => a.receiver_ms = value(&mut args),
             "--max-in-flight" => a.max_in_flight = value(&mut args),

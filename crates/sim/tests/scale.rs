@@ -88,3 +88,16 @@ fn concurrent_publishers_to_one_topic_conflict_on_its_record() {
     let (_, value) = parse(&run(&args));
     assert!(value["conflicts"].as_u64().unwrap() > 0, "{value}");
 }
+
+#[test]
+fn the_models_prices_agree_with_aws_md_within_five_percent() {
+    // docs/AWS.md's cost model, per million 1 KiB events: $6.40 at batch 1 (inline), $0.29
+    // at batch 100 keyed over 8 partitions. A change to the commit path changes both: then
+    // docs/AWS.md's table is what to update (and these figures with it).
+    for (partitions, batch, keyed, aws_md) in [(1, 1, false, 6.40), (8, 100, true, 0.29)] {
+        let args = ScaleArgs { partitions, clients: 1, seconds: 5, batch, keyed, ..ScaleArgs::new(Workload::Publish) };
+        let (_, value) = parse(&run(&args));
+        let model = value["dollars_per_million"].as_f64().unwrap();
+        assert!((model / aws_md - 1.0).abs() <= 0.05, "batch {batch}: the model says ${model}, docs/AWS.md ${aws_md}");
+    }
+}

@@ -82,10 +82,11 @@ pub struct Platform {
 }
 
 impl Platform {
-    pub fn new(cloud: Arc<Cloud>, dynamo: Arc<Dynamo>, s3: Arc<S3>, stage: (f64, f64)) -> Arc<Self> {
+    pub fn new(cloud: Arc<Cloud>, dynamo: Arc<Dynamo>, s3: Arc<S3>, throttles: [(f64, f64); 2]) -> Arc<Self> {
+        let [stage, poll] = throttles;
         let mut pools: Vec<Pool> = Function::ALL.iter().map(|_| Pool::default()).collect();
         pools[Function::Dispatcher.index()].reserved = Some(params::DISPATCHER_RESERVED);
-        let (acc, poll) = (params::APIGW_ACCOUNT, params::APIGW_LONG_POLL);
+        let acc = params::APIGW_ACCOUNT;
         let gateway = [
             Bucket::new(acc.0, acc.1),
             Bucket::new(stage.0, stage.1),

@@ -52,7 +52,7 @@ impl Rig {
         let objects = MemObjects::new(clock.clone());
         let dynamo = Dynamo::new(cloud.clone(), mem.clone());
         let s3 = S3::new(cloud.clone(), objects.clone());
-        let platform = Platform::new(cloud.clone(), dynamo.clone(), s3, args.stage);
+        let platform = Platform::new(cloud.clone(), dynamo.clone(), s3, [args.stage, args.long_poll]);
         let admin = Log::new(Arc::new(mem), Arc::new(objects), clock, LogConfig::default());
         Self { cloud, platform, dynamo, admin }
     }

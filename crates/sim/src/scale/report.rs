@@ -20,11 +20,17 @@ pub struct ScaleArgs {
     pub trace: bool,
     /// The stage's throttle, requests/s and burst (template.yaml's defaults unless given).
     pub stage: (f64, f64),
+    /// The long-poll routes' throttle (group poll, queue receive), requests/s and burst.
+    pub long_poll: (f64, f64),
     /// Push: the stream mapping's batching window, and a receiver's answer time.
     pub window_ms: u64,
     pub receiver_ms: f64,
     /// Push: `max_in_flight` of each subscription.
     pub max_in_flight: u32,
+    /// Publish: each event of a batch to a partition of its own draw (keyed events spread
+    /// over the topic, docs/AWS.md's "batch 100 keyed over 8 partitions") instead of one
+    /// partition per request.
+    pub keyed: bool,
 }
 
 impl ScaleArgs {
@@ -43,9 +49,11 @@ impl ScaleArgs {
             seed: 0,
             trace: false,
             stage: params::APIGW_STAGE,
+            long_poll: params::APIGW_LONG_POLL,
             window_ms: params::ESM_WINDOW_MS,
             receiver_ms: params::RECEIVER_MS,
             max_in_flight: sluice_core::queues::DEFAULT_PUSH_IN_FLIGHT,
+            keyed: false,
         }
     }
 }

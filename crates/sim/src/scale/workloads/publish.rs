@@ -1,5 +1,5 @@
 //! Closed-loop publishers: each sends one request (one event, or `--batch` events for one
-//! partition) through API Gateway to the publish function, waits for its answer, and sends
+//! partition, or with `--keyed` spread over the partitions) through API Gateway to the publish function, waits for its answer, and sends
 //! the next; partitions drawn uniformly. A throttled request (429) is sent again after the
 //! client's backoff (sluice-client's policy: 100 ms doubling to 5 s, full jitter, 6
 //! attempts); any other failure counts as an error.
@@ -51,13 +51,15 @@ pub(crate) async fn run(rig: &Rig, args: &ScaleArgs, tally: Arc<Tally>) {
     let mut clients = Vec::new();
     for c in 0..args.clients {
         let (platform, tally) = (rig.platform.clone(), tally.clone());
-        let (partitions, batch) = (args.partitions, args.batch);
+        let (partitions, batch, keyed) = (args.partitions, args.batch, args.keyed);
         let mut rng = Rng::new(args.seed ^ (u64::from(c) + 1).wrapping_mul(0x9e37_79b9));
         clients.push(tokio::spawn(async move {
             while platform.cloud.now_ms() < end_ms {
                 let began = platform.cloud.now_ms();
                 let partition = rng.below(u64::from(partitions)) as u32;
-                let events = (0..batch).map(|_| event(partition)).collect();
+                let events = (0..batch)
+                    .map(|_| event(if keyed { rng.below(u64::from(partitions)) as u32 } else { partition }))
+                    .collect();
                 match publish(&platform, &mut rng, events).await {
                     Some(Ok(_)) => {
                         let now = platform.cloud.now_ms();
