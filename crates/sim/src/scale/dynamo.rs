@@ -79,8 +79,9 @@ struct State {
 }
 
 impl State {
-    fn held_any(&self, ops: &[WriteOp]) -> bool {
-        ops.iter().any(|op| self.held.contains_key(op.key()))
+    /// The first item of `ops` another transaction in flight holds.
+    fn held_any(&self, ops: &[WriteOp]) -> Option<Key> {
+        ops.iter().map(WriteOp::key).find(|k| self.held.contains_key(*k)).cloned()
     }
 
     fn hold(&mut self, ops: &[WriteOp]) {
@@ -195,10 +196,11 @@ impl Dynamo {
         let units: Vec<(Key, u64)> = ops.iter().map(|op| (op.key().clone(), 2 * self.units(op))).collect();
         // Rejected at once, before any work (no waiting for a lock: timestamp ordering).
         let conflict = self.state.lock().unwrap().held_any(ops);
-        if conflict {
+        if let Some(key) = conflict {
             self.cloud.count(|m| m.conflicts += 1);
             self.cloud.wait_draw(&params::DDB_PUT).await;
-            self.cloud.trace(began, &format!("ddb TransactWriteItems items={}", ops.len()), "TransactionConflict");
+            let what = format!("ddb TransactWriteItems items={}", ops.len());
+            self.cloud.trace(began, &what, &format!("TransactionConflict on {}/{}", key.pk, key.sk));
             return Sent::Done(Err(Self::conflict("dynamodb:TransactWriteItems")));
         }
         if !self.take_writes(&units) {
@@ -228,7 +230,12 @@ impl Dynamo {
         if self.state.lock().unwrap().held.contains_key(op.key()) {
             self.cloud.count(|m| m.conflicts += 1);
             self.cloud.wait_draw(&params::DDB_PUT).await;
-            self.cloud.trace(began, "ddb UpdateItem", "TransactionConflictException");
+            let key = op.key();
+            self.cloud.trace(
+                began,
+                "ddb UpdateItem",
+                &format!("TransactionConflictException on {}/{}", key.pk, key.sk),
+            );
             return Sent::Done(Err(Self::conflict("dynamodb:UpdateItem")));
         }
         if !self.take_writes(&[(op.key().clone(), units)]) {

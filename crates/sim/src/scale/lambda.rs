@@ -202,12 +202,21 @@ impl Platform {
         let now = self.cloud.now_ms();
         let admitted = {
             let mut g = self.gateway.lock().unwrap();
-            let route_ok = match route {
-                Route::Stage => true,
-                Route::GroupPoll => g[2].take(now, 1.0),
-                Route::QueueReceive => g[3].take(now, 1.0),
+            let route = match route {
+                Route::Stage => None,
+                Route::GroupPoll => Some(2),
+                Route::QueueReceive => Some(3),
             };
-            route_ok && g[0].take(now, 1.0) && g[1].take(now, 1.0)
+            // Taken only when every bucket on the way has room.
+            let mut on_way: Vec<usize> = vec![0, 1];
+            on_way.extend(route);
+            let room = on_way.iter().all(|&b| g[b].room(now, 1.0));
+            if room {
+                for b in on_way {
+                    g[b].take(now, 1.0);
+                }
+            }
+            room
         };
         if !admitted {
             self.cloud.count(|m| m.throttles += 1);
