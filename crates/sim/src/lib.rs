@@ -5,12 +5,16 @@
 //! single-threaded scheduler and a manual clock (`SimClock`; [`sim`], the driver), with
 //! every answer checked (`checker`, `ops`) against a model (`model`) of what the API
 //! promises. A seed decides everything, so a failing seed replays byte for byte.
+//!
+//! [`scale`] is the other instrument here: the scale model of the AWS deployment
+//! (`sluice-sim scale …`), the same core in virtual time at many instances.
 
 mod checker;
 pub mod fault;
 mod model;
 mod ops;
 pub mod rng;
+pub mod scale;
 pub mod sim;
 pub mod trace;
 mod world;

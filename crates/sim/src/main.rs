@@ -1,12 +1,18 @@
 //! `cargo run -p sluice-sim --release -- --seeds 1000..1200 --steps 2000`: runs each seed,
 //! prints one line per seed, and on the first failure the seed, the step, the property and
 //! a one-line reproduction; exits non-zero if any seed failed.
+//!
+//! `sluice-sim scale --workload publish|queue|group|push --partitions P --clients N --seconds S
+//! [--batch B] [--subscriptions K] [--rate R] [--seed X] [--trace]`: the scale model of the
+//! AWS deployment (`sluice_sim::scale`); prints one JSON line.
 
 use std::collections::BTreeSet;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use sluice_sim::{run_seed, Options};
+
+mod scale_args;
 
 fn usage() -> ! {
     eprintln!(
@@ -72,6 +78,11 @@ fn parse_args() -> Args {
 }
 
 fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some("scale") {
+        let args = scale_args::parse(std::env::args().skip(2));
+        println!("{}", sluice_sim::scale::run(&args));
+        return ExitCode::SUCCESS;
+    }
     let Args { seeds, options, trace, keep_going, quiet, xfail } = parse_args();
     let started = Instant::now();
     let (mut failed, mut expected, mut ran) = (0u64, 0u64, 0u64);
