@@ -157,6 +157,7 @@ def main():
                         default=float(os.environ.get("SLUICE_MOTO_LATENCY_SCALE") or 1.0),
                         help="times the published latencies (with --realism)")
     parser.add_argument("--seed", type=int, default=None, help="of the latency draws (with --realism)")
+    parser.add_argument("--no-conflicts", action="store_true", help="latency only (with --realism): a baseline")
     args = parser.parse_args()
 
     serialize_requests()
@@ -165,7 +166,8 @@ def main():
     if args.realism:
         keys = [k["AttributeName"] for k in table_definition(args.table)[0]["KeySchema"]]
         realism = moto_realism.install(
-            werkzeug_app.DomainDispatcherApplication, {args.table: keys}, args.latency_scale, args.seed
+            werkzeug_app.DomainDispatcherApplication, {args.table: keys}, args.latency_scale, args.seed,
+            conflicts=not args.no_conflicts,
         )
     port = args.port or free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)

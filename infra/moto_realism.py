@@ -19,7 +19,8 @@ wraps that locked application:
   write (transactional or not) is applying is cancelled the same way. A refused request still
   takes its latency before its answer.
 - A side endpoint, GET /_sluice_realism on the same port, answers the counters as JSON
-  (requests by operation, conflicts by kind), so a test can prove the rule fired.
+  (requests by operation, conflicts by kind, the five items most often in conflict), so a
+  test can prove the rule fired.
 
 Not modelled: throttling, BatchWriteItem meeting a transaction (documented only for
 TransactGetItems), and a transaction that conflicts holding items before it is cancelled.
@@ -77,6 +78,7 @@ class Realism:
         self.held = Counter()  # item -> transactions holding it (at most one)
         self.writing = Counter()  # item -> writes (of any kind) under way
         self.counts = Counter()
+        self.hot = Counter()  # item -> times it was the conflicting one
 
     def latency_s(self, operation):
         p50, p99 = LATENCY_MS.get(operation, LATENCY_MS["GetItem"])
@@ -106,7 +108,8 @@ class Realism:
 
     def stats(self):
         with self.lock:
-            return dict(self.counts)
+            hottest = [{"table": t, "key": json.loads(k), "conflicts": n} for (t, k), n in self.hot.most_common(5)]
+            return {**self.counts, "hottest_items": hottest}
 
 
 def cancelled(items, conflicting):
@@ -131,8 +134,9 @@ def answer(start_response, status, document):
     return [body]
 
 
-def install(application_class, key_attributes, scale, seed=None):
-    """Wraps `application_class.__call__` (already serialized by moto's lock) with the layer."""
+def install(application_class, key_attributes, scale, seed=None, conflicts=True):
+    """Wraps `application_class.__call__` (already serialized by moto's lock) with the layer;
+    with `conflicts` off, latency only (a baseline to set conflicts' cost against)."""
     realism = Realism(key_attributes, scale, seed)
     call = application_class.__call__
 
@@ -181,11 +185,14 @@ def install(application_class, key_attributes, scale, seed=None):
         """Counts the request and takes its items; the refusal of a conflicting transaction, or None."""
         with realism.lock:
             realism.counts[operation] += 1
+            if not conflicts:
+                return None
             if operation == "TransactWriteItems":
                 conflicting = {i for i, item in enumerate(items) if realism.held[item]}
                 if conflicting:
                     realism.counts["transaction_conflicts"] += 1
                     realism.counts["conflicting_items"] += len(conflicting)
+                    realism.hot.update(items[i] for i in conflicting)
                     return cancelled(items, conflicting)
                 realism.held.update(items)
                 realism.writing.update(items)

@@ -32,15 +32,20 @@ fn realistic() -> &'static Moto {
 }
 
 /// The layer's counters (`GET /_sluice_realism`): requests by operation, conflicts by kind.
-async fn counters() -> BTreeMap<String, u64> {
+async fn counters() -> BTreeMap<String, serde_json::Value> {
     let endpoint = realistic().settings.endpoint_url.clone().expect("moto's endpoint");
     let answer = reqwest::get(format!("{endpoint}/_sluice_realism")).await.expect("the realism counters");
     answer.json().await.expect("counters as JSON")
 }
 
 /// How much `counter` grew since `before`.
-fn grew(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>, counter: &str) -> u64 {
-    after.get(counter).copied().unwrap_or(0) - before.get(counter).copied().unwrap_or(0)
+fn grew(
+    before: &BTreeMap<String, serde_json::Value>,
+    after: &BTreeMap<String, serde_json::Value>,
+    counter: &str,
+) -> u64 {
+    let count = |counters: &BTreeMap<String, serde_json::Value>| counters.get(counter).and_then(|v| v.as_u64());
+    count(after).unwrap_or(0) - count(before).unwrap_or(0)
 }
 
 /// The AWS adapters on the realistic server.
@@ -365,4 +370,28 @@ async fn given_publishes_racing_a_topic_delete_then_each_committed_before_it_or_
     assert_eq!(read_all(&admin, &topic, 0).await, vec![], "the new topic shows nothing of the old");
     let at = admin.publish(&topic, vec![event("new".into(), 0)], None).await.expect("publish to the new topic");
     assert_eq!((at[0].partition, at[0].offset), (0, 0), "the new topic starts at 0");
+}
+
+/// The log suite's concurrent cases (each on the system clock), on the realistic server.
+mod log {
+    use super::Realistic;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn eight_concurrent_publishers_to_one_partition_get_dense_offsets() {
+        sluice_conformance::cases::log::eight_concurrent_publishers_to_one_partition_get_dense_offsets(&Realistic)
+            .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn given_two_publishes_racing_under_one_key_then_written_once_and_both_answer_it() {
+        sluice_conformance::cases::log::given_two_publishes_racing_under_one_key_then_written_once_and_both_answer_it(
+            &Realistic,
+        )
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn given_a_publish_in_flight_when_its_topic_is_deleted_then_it_is_refused_or_committed_before() {
+        sluice_conformance::cases::log::given_a_publish_in_flight_when_its_topic_is_deleted_then_it_is_refused_or_committed_before(&Realistic).await;
+    }
 }
