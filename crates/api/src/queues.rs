@@ -434,7 +434,7 @@ pub async fn dead_letters(
     q: read::Params,
 ) -> Result<Response, ApiError> {
     let q = read::params(q, &["limit", "after"])?;
-    let limit = read::number(&q, "limit", Code::InvalidLimit)?.unwrap_or(DEFAULT_DLQ_LIMIT);
+    let limit = read::limit(&q, DEFAULT_DLQ_LIMIT)?;
     let after = q.get("after").map(String::as_str);
     let page = queues.dead_letters(&topic, &sub, after, limit).await?;
     Ok(json_response(render_dead_letters(&page)))
