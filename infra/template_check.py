@@ -20,7 +20,8 @@ import re
 import sys
 from pathlib import Path
 
-from cfnlint.decode import cfn_yaml
+sys.dont_write_bytecode = True  # before importing the module beside it: see its docstring
+import cfn_template  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 LONG_POLLS = {
@@ -28,14 +29,6 @@ LONG_POLLS = {
     "POST /v1/topics/{topic}/subscriptions/{sub}/receive": "QueuesFunction",
 }
 WINDOW = {"Ref": "BackupRetentionDays"}
-
-
-def plain(value):
-    if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    return str(value) if isinstance(value, str) else value
 
 
 def backups(t):
@@ -192,7 +185,7 @@ def cycles(_template):
 
 
 def main():
-    template = plain(cfn_yaml.load(str(ROOT / "template.yaml")))
+    template = cfn_template.load()
     errors = []
     for check in (backups, encryption, stream, throttles, dispatcher, rollbacks, cycles):
         try:

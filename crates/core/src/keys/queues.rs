@@ -40,10 +40,16 @@ pub fn dlq_pk(sub_id: u64, partition: u32) -> String {
     format!("{DLQ_PREFIX}{sub_id:016x}#{partition}")
 }
 
+/// The collection of the marks a subscription's dead letters leave on one partition when
+/// they are deleted or purged (apart from the dead letters, which are listed whole).
+pub fn removed_dead_pk(sub_id: u64, partition: u32) -> String {
+    format!("{DLQ_PREFIX}{sub_id:016x}#{partition}#gone")
+}
+
 /// The collections holding a subscription's state on one partition: its cursor and
-/// leases, and its dead letters.
-pub fn queue_collections(sub_id: u64, partition: u32) -> [String; 2] {
-    [queue_pk(sub_id, partition), dlq_pk(sub_id, partition)]
+/// leases, its dead letters, and the marks of those deleted or purged.
+pub fn queue_collections(sub_id: u64, partition: u32) -> [String; 3] {
+    [queue_pk(sub_id, partition), dlq_pk(sub_id, partition), removed_dead_pk(sub_id, partition)]
 }
 
 /// A queue's cursor item on one partition.
@@ -77,6 +83,11 @@ pub fn parse_lease_sk(sk: &str) -> Result<i64, StorageError> {
 /// The dead letter of the message at `offset`.
 pub fn dead_key(sub_id: u64, partition: u32, offset: u64) -> Key {
     Key::new(dlq_pk(sub_id, partition), offset_sk(offset))
+}
+
+/// The mark the dead letter of the message at `offset` left when it was deleted or purged.
+pub fn removed_dead_key(sub_id: u64, partition: u32, offset: u64) -> Key {
+    Key::new(removed_dead_pk(sub_id, partition), offset_sk(offset))
 }
 
 /// The collection of every subscription purge order.
