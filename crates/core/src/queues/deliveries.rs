@@ -62,6 +62,27 @@ impl Queues {
         self.receive_until(&current, req, stop).await
     }
 
+    /// Whether a receive for `sub` may find something to take now: a partition whose cursor
+    /// is behind its head, or a lease come due. Read only (the heads, then each partition's
+    /// cursor and its earliest lease until one has work), so that a sweep finding nothing
+    /// writes nothing; it may answer `true` for messages a filter or a delay then passes
+    /// over, never `false` while a receive would take something.
+    pub async fn push_due(&self, sub: &PushSubscription) -> Result<bool, Error> {
+        let current = self.sub(&sub.topic, &sub.name).await?;
+        if current.record.id != sub.id {
+            return Err(current.not_found());
+        }
+        let now = self.now();
+        let heads = topics::heads(self.store(), &current.topic).await?;
+        for (p, (head, _)) in heads.iter().enumerate() {
+            let state = self.load(&current, p as u32, Some(2)).await?;
+            if state.cursor.next.max(head.start) < head.next || state.leases.iter().any(|l| l.due <= now) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     /// Adds a dispatcher's counts to the subscription's (one conditional write; not if the
     /// subscription was deleted meanwhile, whose purge would miss the item).
     pub async fn add_push_stats(&self, sub: &PushSubscription, add: &PushStatsRecord) -> Result<(), Error> {
