@@ -127,21 +127,36 @@ impl Dispatcher {
         wait_ms: u64,
         stop: Option<&watch::Receiver<bool>>,
     ) -> Result<Vec<Message>, Error> {
-        let visibility = sub.spec.visibility_timeout_ms.max(sub.push.timeout_ms + SETTLE_MARGIN_MS);
-        let req = ReceiveRequest {
-            max_messages: sub.push.max_batch as usize,
-            wait_ms,
-            visibility_timeout_ms: Some(visibility),
-        };
-        self.queues.receive_for_push(sub, &req, stop).await
+        self.queues.receive_for_push(sub, &self.receive_request(sub, wait_ms), stop).await
+    }
+
+    /// A receive of up to a batch, held for the attempt.
+    fn receive_request(&self, sub: &PushSubscription, wait_ms: u64) -> ReceiveRequest {
+        let visibility = sub.spec.visibility_timeout_ms.max(attempt_ms(sub));
+        ReceiveRequest { max_messages: sub.push.max_batch as usize, wait_ms, visibility_timeout_ms: Some(visibility) }
     }
 
     /// Sends a received batch and settles it: acks what the target took; releases the
     /// rest, visible again after their backoff (at once for those out of deliveries,
     /// which the next receive moves to the DLQ). Answers how many failed.
     pub async fn deliver(&self, sub: &PushSubscription, messages: Vec<Message>) -> Result<usize, Error> {
+        let (failed, acks) = self.deliver_settling(sub, messages).await?;
+        // A stale receipt here means the window ended first: the message is due again anyway.
+        if !acks.is_empty() {
+            self.queues.ack(&sub.topic, &sub.name, &acks).await?;
+        }
+        Ok(failed)
+    }
+
+    /// As [`Self::deliver`], but answers the receipts to ack instead of acking them: a
+    /// drain's next receive carries them (one write for both).
+    async fn deliver_settling(
+        &self,
+        sub: &PushSubscription,
+        messages: Vec<Message>,
+    ) -> Result<(usize, Vec<String>), Error> {
         if messages.is_empty() {
-            return Ok(0);
+            return Ok((0, Vec::new()));
         }
         // The attempt ends by the end of the batch's window: a batch answered late in it (a
         // slow receive, a process paused between receive and delivery) would otherwise be
@@ -150,7 +165,7 @@ impl Dispatcher {
         let window_end = messages.iter().map(|m| m.held_until_ms).min().unwrap_or_default();
         let Some(timeout_ms) = attempt_timeout_ms(sub.push.timeout_ms, window_end, self.now_ms()) else {
             tracing::warn!(topic = %sub.topic, subscription = %sub.name, "push batch's window ended before its attempt");
-            return Ok(0);
+            return Ok((0, Vec::new()));
         };
         let body = webhook::body(&sub.topic, &sub.name, &messages);
         let id = webhook::delivery_id(sub.id, &messages);
@@ -195,14 +210,13 @@ impl Dispatcher {
             };
             releases.entry(delay.min(crate::queues::MAX_RELEASE_DELAY_MS)).or_default().push(m.receipt);
         }
-        // A stale receipt here means the window ended first: the message is due again anyway.
-        if !acks.is_empty() && !crate::mutation::skipped(Mutation::PushAck) {
-            self.queues.ack(&sub.topic, &sub.name, &acks).await?;
+        if crate::mutation::skipped(Mutation::PushAck) {
+            acks.clear();
         }
         for (delay, receipts) in releases {
             self.queues.nack(&sub.topic, &sub.name, &receipts, delay).await?;
         }
-        Ok(verdict.failed.len())
+        Ok((verdict.failed.len(), acks))
     }
 
     fn count(&self, sub: &PushSubscription, failed: &HashSet<String>, sent: usize, error: Option<String>) {
@@ -379,26 +393,45 @@ impl Dispatcher {
     ) -> Result<Drained, Error> {
         let mut done = Drained::default();
         let attempt = attempt_ms(sub) as i64;
+        // The previous batch's acks, carried by the next receive.
+        let mut acks: Vec<String> = Vec::new();
         while self.now_ms() + attempt <= deadline_ms {
             if !self.keep_lease(sub, lease, deadline_ms).await? {
                 break;
             }
-            let messages = match self.receive(sub, 0).await {
-                Ok(m) if m.is_empty() => break,
+            let messages = match self.receive_acking(sub, std::mem::take(&mut acks)).await {
+                Ok(m) if m.is_empty() => return Ok(done),
                 Ok(m) => m,
-                Err(e) if gone(&e) => break,
+                Err(e) if gone(&e) => return Ok(done),
                 Err(e) => return Err(e),
             };
             done.deliveries += 1;
             done.messages += messages.len() as u64;
-            match self.deliver(sub, messages).await {
-                Ok(failed) => done.failed_messages += failed as u64,
+            match self.deliver_settling(sub, messages).await {
+                Ok((failed, settled)) => {
+                    done.failed_messages += failed as u64;
+                    acks = settled;
+                }
                 // Deleted while its batch was out: nothing is left to settle or deliver.
-                Err(e) if gone(&e) => break,
+                Err(e) if gone(&e) => return Ok(done),
                 Err(e) => return Err(e),
             }
         }
+        // Out of time or lease: the last batch's acks on their own.
+        if !acks.is_empty() {
+            match self.queues.ack(&sub.topic, &sub.name, &acks).await {
+                Err(e) if !gone(&e) => return Err(e),
+                _ => {}
+            }
+        }
         Ok(done)
+    }
+
+    /// A drain's receive (nothing waited for), carrying `acks`. If it fails they may be
+    /// unwritten, as a failed ack's: their messages are pushed again once their window
+    /// ends (at least once), under the same webhook-id.
+    async fn receive_acking(&self, sub: &PushSubscription, acks: Vec<String>) -> Result<Vec<Message>, Error> {
+        self.queues.ack_and_receive_for_push(sub, &acks, &self.receive_request(sub, 0)).await
     }
 
     /// Runs until `stop` turns true: the embedded dispatcher. Looks for push subscriptions
