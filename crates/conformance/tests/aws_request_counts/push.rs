@@ -55,4 +55,6 @@ async fn push_requests_per_message_are_what_the_cost_model_says() {
         counted!(state, objects, dispatcher.drain(&Topics::All, SystemClock.now_ms() + 60_000).await);
     drained.unwrap();
     per_request("push sweep, nothing due", &sweep, 1);
+    // It looks without claiming anything (no run lease is written when nothing is due).
+    assert_eq!(sweep.get(WRITE_UNITS).copied().unwrap_or(0), 0, "an idle sweep wrote: {sweep:?}");
 }
