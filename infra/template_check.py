@@ -5,9 +5,10 @@
   bucket is versioned and keeps a deleted object's version as long as the window;
 - the table uses the AWS-owned key unless KmsKeyArn is given;
 - a stream wake cannot block its shard: old wakes are dropped, failed batches not bisected;
+  and it is not held back by a batching window (push is sub-second);
 - the long-poll routes have routes, and throttles, of their own, and every route a
   throttle names exists;
-- the dispatcher's reserved concurrency can be left off (a new account deploys);
+- the dispatcher's reserved concurrency is off by default (a new account deploys);
 - the template, once SAM has transformed it, has no dependency cycle, counting references
   anywhere in a resource (an alias's UpdatePolicy names its deployment group): cfn-lint
   passes a cycle through the gradual deploys' alarm that CloudFormation refuses.
@@ -64,6 +65,8 @@ def stream(t):
         yield "the stream mapping keeps retrying old wakes (MaximumRecordAgeInSeconds unset or above 300)"
     if mapping.get("BisectBatchOnFunctionError") is not False:
         yield "the stream mapping bisects failed batches of wakes"
+    if int(mapping.get("MaximumBatchingWindowInSeconds", -1)) != 0:
+        yield "the stream mapping holds wakes back (MaximumBatchingWindowInSeconds not 0): push is not sub-second"
 
 
 def throttles(t):
@@ -90,8 +93,8 @@ def throttles(t):
 def dispatcher(t):
     props = t["Resources"]["DispatcherFunction"]["Properties"]
     param = t["Parameters"]["DispatcherReservedConcurrency"]
-    if [int(v) for v in param.get("AllowedValues", [])] != [0, 1]:
-        yield "DispatcherReservedConcurrency must allow 0 (unreserved) and 1"
+    if int(param.get("Default", -1)) != 0 or int(param.get("MinValue", -1)) != 0:
+        yield "DispatcherReservedConcurrency must default to 0 (unreserved: a new account deploys)"
     if props.get("ReservedConcurrentExecutions") != {
         "Fn::If": ["ReservesDispatcher", {"Ref": "DispatcherReservedConcurrency"}, {"Ref": "AWS::NoValue"}]
     }:

@@ -195,6 +195,14 @@ pub const ITEM_KINDS: &[ItemKind] = &[
         deleted_by: "subscription purge",
     },
     ItemKind {
+        name: "push run lease (the dispatcher run driving a push subscription; expiring)",
+        pk: "push-run#<sub>",
+        sk: "-",
+        value: "RunLeaseRecord",
+        written_by: "dispatcher (claim, renew, a drain asked for)",
+        deleted_by: "dispatcher (release), expiry",
+    },
+    ItemKind {
         name: "dead letter",
         pk: "dlq#<sub>#<p>",
         sk: "<offset>",
@@ -384,10 +392,11 @@ mod tests {
             (cursor_key(0x7b, 3), ("q#000000000000007b#3", "c"), 18),
             (lease_key(0x7b, 3, 5, 0x1f), ("q#000000000000007b#3", "l#00000000000000000005#000000000000001f"), 19),
             (push_stats_key(0x7b), ("q#000000000000007b#0", "s"), 20),
-            (dead_key(0x7b, 3, 42), ("dlq#000000000000007b#3", "00000000000000000042"), 21),
-            (removed_dead_key(0x7b, 3, 42), ("dlq#000000000000007b#3#gone", "00000000000000000042"), 22),
-            (sub_purge_key(0x7b), ("purge-subs", "000000000000007b"), 23),
-            (receipt_signing_key(), ("queues", "receipt-key"), 24),
+            (push_run_key(0x7b), ("push-run#000000000000007b", "-"), 21),
+            (dead_key(0x7b, 3, 42), ("dlq#000000000000007b#3", "00000000000000000042"), 22),
+            (removed_dead_key(0x7b, 3, 42), ("dlq#000000000000007b#3#gone", "00000000000000000042"), 23),
+            (sub_purge_key(0x7b), ("purge-subs", "000000000000007b"), 24),
+            (receipt_signing_key(), ("queues", "receipt-key"), 25),
         ];
         for (key, (pk, sk), kind) in &cases {
             assert_eq!(key, &Key::new(*pk, *sk));

@@ -1,4 +1,4 @@
-//! The queues' keys: subscriptions, a queue's cursor, leases and push counts, dead
+//! The queues' keys: subscriptions, a queue's cursor, leases, push counts and run leases, dead
 //! letters, subscription purge orders and the receipt-signing key.
 
 use super::offset_sk;
@@ -13,6 +13,8 @@ pub const PUSH_STATS_SK: &str = "s";
 /// What every lease item's sort key starts with.
 pub const LEASE_PREFIX: &str = "l#";
 const SUB_PURGE_PK: &str = "purge-subs";
+/// What every push subscription's run lease's partition key starts with.
+pub const PUSH_RUN_PREFIX: &str = "push-run#";
 /// What every [`subs_pk`] starts with.
 pub const SUBS_PREFIX: &str = "subs#";
 /// What every [`queue_pk`] starts with.
@@ -60,6 +62,12 @@ pub fn cursor_key(sub_id: u64, partition: u32) -> Key {
 /// A push subscription's delivery counts (kept on partition 0).
 pub fn push_stats_key(sub_id: u64) -> Key {
     Key::new(queue_pk(sub_id, 0), PUSH_STATS_SK)
+}
+
+/// A push subscription's run lease: which dispatcher run drives it (an item of its own,
+/// expiring, so no purge needs to find it).
+pub fn push_run_key(sub_id: u64) -> Key {
+    Key::new(format!("{PUSH_RUN_PREFIX}{sub_id:016x}"), "-")
 }
 
 /// The sort key of a lease due at `due`.
