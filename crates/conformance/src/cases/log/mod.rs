@@ -30,6 +30,7 @@ macro_rules! log_conformance_suite {
             given_a_150_partition_publish_when_its_second_write_lands_and_its_answer_is_lost_then_read_back,
             given_keyed_groups_of_a_150_partition_publish_when_the_seconds_answer_is_lost_then_its_retry_answers_it,
             given_two_publishes_racing_under_one_key_then_written_once_and_both_answer_it,
+            given_every_cached_head_stale_when_publish_then_one_failed_write_heals_them_all,
             given_publish_touching_150_partitions_then_committed_per_partition_or_refused_with_a_key,
             given_idempotency_key_then_retry_answers_the_same_and_other_request_is_refused,
             given_idempotency_record_older_than_its_ttl_then_key_can_be_reused,

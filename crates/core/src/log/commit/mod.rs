@@ -13,7 +13,8 @@
 //! The safety argument is in docs/DESIGN.md: cached heads and topics only save
 //! reads; a stale one fails its condition, is re-read, and the commit retries with
 //! the same blob, unless the collector doomed the blob's object, when it retries
-//! with the blob written anew.
+//! with the blob written anew. A failed write names every stale condition, and all
+//! are healed before the next attempt.
 
 mod batch;
 mod recover;
@@ -324,12 +325,12 @@ impl Committer {
                     self.object = object.or(self.object.take());
                     return Ok(());
                 }
-                Err(StorageError::ConditionFailed { op }) => {
+                Err(StorageError::ConditionFailed { failed, .. }) => {
                     if self.resolve_unknown(layout, stored, chunk.clone(), &unknown, bases).await? {
                         return Ok(());
                     }
-                    self.lost_race(group, layout, stored, op, kinds.get(op).copied()).await?;
-                    tracing::debug!(attempt, op, "commit lost a race; re-reading");
+                    self.lost_races(group, layout, stored, &failed, &kinds).await?;
+                    tracing::debug!(attempt, ?failed, "commit lost a race; re-reading");
                     attempt > 2
                 }
                 Err(e @ StorageError::Throttled { .. }) => {
@@ -359,6 +360,26 @@ impl Committer {
         }
         Err(StorageError::Throttled { message: "too many concurrent commits to one partition".into(), source: None }
             .into())
+    }
+
+    /// After operations `failed` of a commit's write (of kinds `kinds`) failed their
+    /// conditions: heals every one (so a process with many stale heads retries once, not once
+    /// per head), then tells why the commit cannot go on, if one of them says so.
+    async fn lost_races(
+        &mut self,
+        group: &[Pending],
+        layout: &Layout,
+        stored: &Stored,
+        failed: &[usize],
+        kinds: &[OpKind],
+    ) -> Result<(), CommitError> {
+        let mut first_error = None;
+        for &op in failed {
+            if let Err(e) = self.lost_race(group, layout, stored, op, kinds.get(op).copied()).await {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
     /// After operation `op` (of kind `kind`) of a commit's write failed its condition: drops or
