@@ -38,6 +38,7 @@ macro_rules! log_conformance_suite {
             given_events_then_replay_from_any_offset_and_offset_lookup_by_time,
             given_a_reader_long_polling_when_an_event_is_published_then_the_publish_wakes_it,
             given_a_publish_in_flight_when_its_topic_is_deleted_then_it_is_refused_or_committed_before,
+            given_stale_processes_when_they_publish_after_the_topic_was_deleted_then_not_found_and_nothing_stored,
             given_small_and_large_commits_then_small_ones_are_inline_and_replay_spans_both,
             given_a_commit_larger_than_a_part_then_a_read_of_a_few_events_fetches_one_part,
             given_one_commit_of_equal_inline_segments_on_two_partitions_then_each_partition_reads_its_own,
