@@ -333,11 +333,13 @@ impl Committer {
                     if self.resolve_unknown(layout, stored, chunk.clone(), &unknown, bases).await? {
                         return Ok(());
                     }
+                    metrics::counter!(crate::metrics::COMMIT_CONFLICTS, "reason" => "condition").increment(1);
                     self.lost_races(group, layout, stored, &failed, &kinds).await?;
                     tracing::debug!(attempt, ?failed, "commit lost a race; re-reading");
                     attempt > 2
                 }
                 Err(e @ StorageError::Throttled { .. }) => {
+                    metrics::counter!(crate::metrics::COMMIT_CONFLICTS, "reason" => "refused").increment(1);
                     tracing::debug!(attempt, error = %e, "commit throttled; backing off");
                     true
                 }
