@@ -8,6 +8,7 @@
   and it is not held back by a batching window (push is sub-second);
 - the long-poll routes have routes, and throttles, of their own, and every route a
   throttle names exists;
+- every operation of docs/openapi.json has an API Gateway route that takes it;
 - the dispatcher's reserved concurrency is off by default (a new account deploys);
 - the template, once SAM has transformed it, has no dependency cycle, counting references
   anywhere in a resource (an alias's UpdatePolicy names its deployment group): cfn-lint
@@ -15,6 +16,7 @@
 
 Run by .ci/run next to cfn-lint; exits 1 naming each broken promise.
 """
+import json
 import logging
 import os
 import re
@@ -88,6 +90,32 @@ def throttles(t):
         if settings.get(route) != {"ThrottlingRateLimit": {"Ref": "LongPollRateLimit"},
                                    "ThrottlingBurstLimit": {"Ref": "LongPollBurstLimit"}}:
             yield f"{route} is not throttled by LongPollRateLimit and LongPollBurstLimit"
+
+
+def http_routes(t):
+    """(method, path) of every HttpApi event of every function."""
+    return {
+        (e["Properties"]["Method"], e["Properties"]["Path"])
+        for r in t["Resources"].values() if r["Type"] == "AWS::Serverless::Function"
+        for e in r["Properties"].get("Events", {}).values() if e["Type"] == "HttpApi"
+    }
+
+
+def takes(route, method, path):
+    """Whether an API Gateway route takes a request: a `{var}` segment takes any one segment."""
+    r_method, r_path = route
+    r_segs, segs = r_path.strip("/").split("/"), path.strip("/").split("/")
+    same = all(r == s or (r.startswith("{") and r.endswith("}")) for r, s in zip(r_segs, segs))
+    return r_method in ("ANY", method.upper()) and len(r_segs) == len(segs) and same
+
+
+def reachable(t):
+    routes = http_routes(t)
+    spec = json.loads((ROOT / "docs" / "openapi.json").read_text())
+    for path, item in sorted(spec["paths"].items()):
+        for method in sorted(m for m in item if m in ("get", "post", "put", "patch", "delete")):
+            if not any(takes(route, method, path) for route in routes):
+                yield f"{method.upper()} {path} is in the OpenAPI document but no route takes it on AWS"
 
 
 def dispatcher(t):
@@ -190,7 +218,7 @@ def cycles(_template):
 def main():
     template = cfn_template.load()
     errors = []
-    for check in (backups, encryption, stream, throttles, dispatcher, rollbacks, cycles):
+    for check in (backups, encryption, stream, throttles, reachable, dispatcher, rollbacks, cycles):
         try:
             errors += list(check(template))
         except (KeyError, StopIteration, TypeError, ValueError) as e:
@@ -198,7 +226,7 @@ def main():
     for error in errors:
         print(f"template_check: {error}", file=sys.stderr)
     if not errors:
-        print("template_check: backups, encryption, stream wakes, throttles, the dispatcher and rollbacks as documented; no cycle")
+        print("template_check: backups, encryption, stream wakes, throttles, every API operation routed, the dispatcher and rollbacks as documented; no cycle")
     return 1 if errors else 0
 
 
