@@ -341,6 +341,14 @@ impl Committer {
                 Err(e @ StorageError::Throttled { .. }) => {
                     metrics::counter!(crate::metrics::COMMIT_CONFLICTS, "reason" => "refused").increment(1);
                     tracing::debug!(attempt, error = %e, "commit throttled; backing off");
+                    // Refused for a transaction in flight on one of its items (DynamoDB's
+                    // conflict rule) more often than for rate: that transaction moves the
+                    // heads, or creates one this process still holds as absent (a write that
+                    // then also checks the topic's record, conflicting with every other such
+                    // creator). Re-read them rather than retry a write that must fail.
+                    for s in &layout.segments[chunk.clone()] {
+                        self.heads.remove(&(s.topic_id, s.partition));
+                    }
                     true
                 }
                 Err(e @ StorageError::Unavailable { .. }) => {
