@@ -28,6 +28,10 @@ struct Counting {
     /// Messages sent while an attempt holding them was under way.
     doubled: Mutex<Vec<String>>,
     acked: Mutex<HashMap<String, usize>>,
+    /// Told whenever an attempt starts.
+    changed: tokio::sync::Notify,
+    /// Set once an attempt waited in vain for the other subscription: no attempt waits again.
+    gave_up: std::sync::atomic::AtomicBool,
 }
 
 #[async_trait]
@@ -48,15 +52,34 @@ impl Deliver for Counting {
             let busy = subs.values().filter(|n| **n > 0).count();
             let mut most_subs = self.most_subs.lock().unwrap();
             *most_subs = (*most_subs).max(busy);
+            self.changed.notify_waiters();
             for id in &ids {
                 if !messages.insert(id.clone()) {
                     self.doubled.lock().unwrap().push(id.clone());
                 }
             }
         }
-        // A slow receiver: every other worker of every run gets to start its attempt.
+        // A slow receiver: every other worker of every run gets to start its attempt, and
+        // until two subscriptions have been under way at once, each attempt waits for that
+        // (a run on a store with real latency, moto's, starts the other's later than any
+        // number of yields). The wait has a bound so that a design that never overlaps them
+        // fails the assertion below instead of hanging; passing never depends on it.
         for _ in 0..64 {
             tokio::task::yield_now().await;
+        }
+        let overlapped = async {
+            while *self.most_subs.lock().unwrap() < 2 {
+                let changed = self.changed.notified();
+                if *self.most_subs.lock().unwrap() >= 2 {
+                    break;
+                }
+                changed.await;
+            }
+        };
+        if !self.gave_up.load(std::sync::atomic::Ordering::Relaxed)
+            && tokio::time::timeout(std::time::Duration::from_secs(10), overlapped).await.is_err()
+        {
+            self.gave_up.store(true, std::sync::atomic::Ordering::Relaxed);
         }
         let mut guard = self.in_flight.lock().unwrap();
         let (subs, messages) = &mut *guard;
