@@ -341,14 +341,9 @@ impl Committer {
                 Err(e @ StorageError::Throttled { .. }) => {
                     metrics::counter!(crate::metrics::COMMIT_CONFLICTS, "reason" => "refused").increment(1);
                     tracing::debug!(attempt, error = %e, "commit throttled; backing off");
-                    // Refused for a transaction in flight on one of its items (DynamoDB's
-                    // conflict rule) more often than for rate: that transaction moves the
-                    // heads, or creates one this process still holds as absent (a write that
-                    // then also checks the topic's record, conflicting with every other such
-                    // creator). Re-read them rather than retry a write that must fail.
-                    for s in &layout.segments[chunk.clone()] {
-                        self.heads.remove(&(s.topic_id, s.partition));
-                    }
+                    // Mostly a transaction in flight on a head (DynamoDB's conflict rule): it
+                    // moves the head, or creates one held here as absent. Re-read, not resend.
+                    self.forget_heads(layout, chunk.clone());
                     true
                 }
                 Err(e @ StorageError::Unavailable { .. }) => {
@@ -362,9 +357,7 @@ impl Committer {
                     if unknown.len() >= MAX_UNKNOWN_OUTCOMES {
                         return Err(e.into());
                     }
-                    for s in &layout.segments[chunk.clone()] {
-                        self.heads.remove(&(s.topic_id, s.partition));
-                    }
+                    self.forget_heads(layout, chunk.clone());
                     self.object = None;
                     true
                 }
@@ -394,6 +387,13 @@ impl Committer {
             }
         }
         first_error.map_or(Ok(()), Err)
+    }
+
+    /// Drops the cached heads of a chunk's partitions: the next attempt reads them again.
+    fn forget_heads(&mut self, layout: &Layout, chunk: Range<usize>) {
+        for s in &layout.segments[chunk] {
+            self.heads.remove(&(s.topic_id, s.partition));
+        }
     }
 
     /// After operation `op` (of kind `kind`) of a commit's write failed its condition: drops or
