@@ -4,7 +4,8 @@
 //! fails object reads, and yields to the scheduler before and after each call so that
 //! concurrent calls interleave differently. A process that crashed ([`Life::kill`]) gets
 //! nothing through any more: every call of its tasks fails, and a write in flight at the
-//! crash may or may not have applied.
+//! crash may or may not have applied. Transactions follow DynamoDB's conflict rule
+//! ([`conflict`]): while one is in flight, a write naming one of its items is refused.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,6 +20,10 @@ use sluice_testkit::{ObjectLayer, StateLayer};
 
 use crate::rng::Rng;
 use crate::trace::Trace;
+
+mod conflict;
+
+use conflict::{Hold, Holds, Shape};
 
 /// Fault probabilities (per call) and the most yields around a call.
 #[derive(Debug, Clone, Copy, Default)]
@@ -64,10 +69,14 @@ pub enum Fault {
     PowerCutLosingWrites,
     /// An answer lost on its way back to the client, the operation applied.
     ClientAnswerLost,
+    /// A transaction cancelled: another in flight held one of its items (`Throttled`).
+    TransactionConflict,
+    /// A single-item write refused: a transaction in flight held its item (`Throttled`).
+    WriteConflict,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 11] = [
+    pub const ALL: [Fault; 13] = [
         Fault::StateRefused,
         Fault::StateThrottled,
         Fault::StateAnswerLost,
@@ -79,6 +88,8 @@ impl Fault {
         Fault::PowerCut,
         Fault::PowerCutLosingWrites,
         Fault::ClientAnswerLost,
+        Fault::TransactionConflict,
+        Fault::WriteConflict,
     ];
 
     /// Its name in a seed's stats (`Outcome::stats`).
@@ -95,6 +106,8 @@ impl Fault {
             Fault::PowerCut => "power_cuts",
             Fault::PowerCutLosingWrites => "power_cuts_losing_writes",
             Fault::ClientAnswerLost => "answers_lost",
+            Fault::TransactionConflict => "fault_transaction_conflict",
+            Fault::WriteConflict => "fault_write_conflict",
         }
     }
 }
@@ -106,6 +119,7 @@ pub struct Chaos {
     trace: Trace,
     verbose: AtomicBool,
     fired: Mutex<BTreeMap<Fault, u64>>,
+    holds: Arc<Holds>,
 }
 
 impl Chaos {
@@ -116,6 +130,7 @@ impl Chaos {
             trace,
             verbose: AtomicBool::new(false),
             fired: Mutex::default(),
+            holds: Arc::default(),
         }
     }
 
@@ -253,7 +268,18 @@ impl FaultyStore {
                 .collect();
             self.note(&format!("write ops [{}]", detail.join(", ")));
         }
+        let shape = Shape::of(&ops);
+        // Held from here to the end of the call, across the yields around it.
+        let hold = self.arrive(&shape).await?;
         self.before("write").await?;
+        if hold.is_some() {
+            // In flight across one yield at least, so that other calls meet it.
+            tokio::task::yield_now().await;
+        }
+        if let Shape::Single(key) = &shape {
+            // Checked with no yield before it applies: DynamoDB checks and applies at once.
+            self.refuse_if_held(key)?;
+        }
         let keys = keys_of(&ops);
         let out = if deferred { inner.write_deferred(ops).await } else { inner.write(ops).await };
         if self.chaos.verbose() {
@@ -271,6 +297,36 @@ impl FaultyStore {
             return Err(e);
         }
         out
+    }
+
+    /// A transaction arriving, under DynamoDB's conflict rule: cancelled (its answer after a
+    /// pause, as a refused request still takes its latency) if another in flight holds one of
+    /// its items; otherwise it holds them all until the returned hold is dropped.
+    async fn arrive(&self, shape: &Shape) -> Result<Option<Hold>, StorageError> {
+        let Shape::Transaction(keys) = shape else { return Ok(None) };
+        // A dead process's write never reaches the store (`before` refuses it).
+        if !self.chaos.config().enabled || self.life.dead() {
+            return Ok(None);
+        }
+        match self.chaos.holds.take(keys) {
+            Ok(hold) => Ok(Some(hold)),
+            Err(key) => {
+                self.chaos.record(Fault::TransactionConflict);
+                self.note(&format!("transaction cancelled: {}/{} held by another", key.pk, key.sk));
+                self.chaos.pause().await;
+                Err(throttled("transaction conflict"))
+            }
+        }
+    }
+
+    /// A single-item write refused if a transaction in flight holds its item.
+    fn refuse_if_held(&self, key: &Key) -> Result<(), StorageError> {
+        if !self.chaos.config().enabled || !self.chaos.holds.held(key) {
+            return Ok(());
+        }
+        self.chaos.record(Fault::WriteConflict);
+        self.note(&format!("write refused: {}/{} held by a transaction", key.pk, key.sk));
+        Err(throttled("write conflicts with a transaction in flight"))
     }
 
     fn note(&self, what: &str) {

@@ -12,6 +12,7 @@ mod selftest;
 use bytes::Bytes;
 use std::collections::BTreeMap;
 
+use sluice_core::keys::{dead_key, removed_dead_key};
 use sluice_core::layout::{self, HeadRecord};
 use sluice_core::queues::Ordering as KeyOrdering;
 use sluice_core::segment::{decode_segment, Record};
@@ -394,7 +395,15 @@ impl World {
                 // Deliveries nobody saw (lost receives) count towards the dead letter too.
                 let (count, since) = m.and_then(|m| m.deliveries.last()).map_or((0, 0), |x| (x.count, x.start_seq));
                 let unseen = s.lost_receives.iter().filter(|e| **e > since && **e < d.end_seq).count() as u32;
-                let done = acked || count + unseen >= max;
+                // A receive answers what it took on other partitions when a take's write has an
+                // unknown outcome: that take's deliveries nobody saw are in no lost receive, so
+                // the store says whether they made the message a dead letter (kept or removed).
+                let dead = || {
+                    let id = s.record.id;
+                    self.mem.peek(&dead_key(id, p, *o1)).is_some()
+                        || self.mem.peek(&removed_dead_key(id, p, *o1)).is_some()
+                };
+                let done = acked || count + unseen >= max || dead();
                 !done
             })
             .collect()

@@ -1,11 +1,16 @@
 //! The checker is not lenient: fed a history in which the core refused what it had to
-//! accept (a held receipt's ack, a commit of the group's current generation), it flags it;
-//! fed the same refusal where it was due, it does not.
+//! accept (a held receipt's ack, a commit of the group's current generation) or delivered a
+//! key's message while an earlier one was not done, it flags it; fed the same answer where
+//! it was due, it does not.
 
+use bytes::Bytes;
 use sluice_core::groups::{PollRequest, ResetPolicy};
+use sluice_core::keys::dead_key;
+use sluice_core::ports::state::{StateStore, WriteOp};
 use sluice_core::queues::ReceiptError;
 use sluice_core::{Clock, Code, Error};
 
+use crate::model::EventInfo;
 use crate::world::{Act, Done, Held, Options, Res, SettleHow, World, GROUP, SUB_QK, TOPIC_A};
 
 /// A quiet world, set up (topics, subscriptions, clients), and `test` run in it.
@@ -98,6 +103,55 @@ fn given_the_current_generation_when_a_commit_is_refused_as_stale_then_the_check
 fn given_an_older_generation_when_a_commit_is_refused_as_stale_then_the_checker_allows_it() {
     in_a_world(async |world| {
         refused_commit(world, 1, Code::StaleGeneration).await;
+        assert!(world.violation.is_none(), "{:?}", world.violation);
+    });
+}
+
+/// SUB_QK's 0@0 and 0@1, of one key, as published; 0@0 delivered once (its subscription's
+/// `max_receive_count` is at least 2) and never settled; then, if `dead_in_store`, 0@0 a
+/// dead letter in the store (as a receive answering its other partitions' messages makes
+/// one after a take whose write's answer was lost); then 0@1 delivered.
+async fn key_after_an_unsettled_message(world: &mut World, dead_in_store: bool) {
+    let sub_id = world.learn_sub(SUB_QK).expect("SUB_QK exists");
+    let topic_id = world.live_topic_id(TOPIC_A).expect("TOPIC_A exists");
+    for offset in 0..2 {
+        let event = 1000 + offset;
+        let info = EventInfo {
+            topic: TOPIC_A,
+            key: Some(Bytes::from_static(b"k")),
+            ts: None,
+            ts_window: (0, 0),
+            value: Bytes::new(),
+            partition: Some(0),
+            idempotent: false,
+            refused: false,
+        };
+        world.events.insert(event, info);
+        world.facts.insert((topic_id, 0, offset), event);
+    }
+    let now = world.clock.now_ms();
+    let receive = |seq| done(Act::Receive { sub: SUB_QK, visibility: 1_000 }, seq, now, now, Res::Crashed);
+    world.check_delivery(&receive(1), sub_id, 0, 0, 7, 1, 1_000);
+    if dead_in_store {
+        let dead = WriteOp::create(dead_key(sub_id, 0, 0), Bytes::from_static(b"dead"));
+        world.mem.write(vec![dead]).await.expect("a write to the quiet store");
+    }
+    world.check_delivery(&receive(3), sub_id, 0, 1, 8, 1, 1_000);
+}
+
+#[test]
+fn given_an_earlier_message_of_the_key_unsettled_when_the_next_is_delivered_then_the_checker_flags_it() {
+    in_a_world(async |world| {
+        key_after_an_unsettled_message(world, false).await;
+        let v = world.violation.clone().expect("a key's message delivered before the one before it is done");
+        assert_eq!(v.property, "key-order", "{v:?}");
+    });
+}
+
+#[test]
+fn given_an_earlier_message_of_the_key_a_dead_letter_in_the_store_then_the_checker_allows_the_next() {
+    in_a_world(async |world| {
+        key_after_an_unsettled_message(world, true).await;
         assert!(world.violation.is_none(), "{:?}", world.violation);
     });
 }
