@@ -5,7 +5,7 @@
 //! ([`super::lease`]), so runs in many instances share the subscriptions out, each driven
 //! by one run at a time.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
@@ -102,7 +102,7 @@ pub struct Dispatcher {
     queues: Queues,
     deliver: Arc<dyn Deliver>,
     /// Counts not yet added to the store, by subscription id.
-    stats: Arc<Mutex<HashMap<u64, (PushSubscription, PushStatsRecord)>>>,
+    stats: Arc<Mutex<BTreeMap<u64, (PushSubscription, PushStatsRecord)>>>,
 }
 
 impl Dispatcher {
@@ -196,7 +196,7 @@ impl Dispatcher {
         }
         self.count(sub, &verdict.failed, messages.len(), verdict.error.clone());
         let mut acks = Vec::new();
-        let mut releases: HashMap<u64, Vec<String>> = HashMap::new();
+        let mut releases: BTreeMap<u64, Vec<String>> = BTreeMap::new();
         for (m, id) in messages.into_iter().zip(&ids) {
             if !verdict.failed.contains(id) {
                 acks.push(m.receipt);
@@ -238,7 +238,7 @@ impl Dispatcher {
     /// Adds the counts kept since the last flush to the store.
     pub async fn flush_stats(&self) {
         let pending: Vec<(PushSubscription, PushStatsRecord)> =
-            self.stats.lock().unwrap_or_else(|p| p.into_inner()).drain().map(|(_, v)| v).collect();
+            std::mem::take(&mut *self.stats.lock().unwrap_or_else(|p| p.into_inner())).into_values().collect();
         for (sub, add) in pending {
             match self.queues.add_push_stats(&sub, &add).await {
                 Err(e) if !gone(&e) => tracing::warn!(subscription = %sub.name, error = %e, "push counts not saved"),
