@@ -41,7 +41,7 @@ async fn push_requests_per_message_are_what_the_cost_model_says() {
         // Per receive: the subscription, cursors and leases of the partitions it visits
         // (reads), one write carrying the previous batch's acks, the segments' bytes; per
         // wake the topic list, the subscriptions, the run lease's claim and release, the
-        // workers' empty receives and the counts. (Counted: 6.2, 0.88 and 0.37; with the
+        // workers' empty receives and the counts. (Counted: 6.7–6.9, 0.94–0.97 and 0.40; with the
         // acks on their own, 8.4, 1.34 and 0.39.)
         let most = match batch {
             1 => 7.0,

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 use super::lease::{self, Claim, Release, Renewal, RunLease};
@@ -353,11 +353,9 @@ impl Dispatcher {
         Ok(kept)
     }
 
-    /// Rounds of workers on one subscription until a round delivers nothing: one worker
-    /// first (with nothing due, as in most sweeps, one empty receive is the whole cost),
-    /// then `max_in_flight`. A worker stops at its first empty receive, which a receive
-    /// racing the others for the same partitions can answer while messages are left, so
-    /// one round of many is not enough.
+    /// Passes of workers on one subscription until a pass delivers nothing: a worker
+    /// stops at its first empty receive, which a receive racing the others for the same
+    /// partitions can answer while messages are left, so one pass may not be enough.
     async fn drain_sub(
         &self,
         sub: &PushSubscription,
@@ -365,24 +363,69 @@ impl Dispatcher {
         lease: &Arc<tokio::sync::Mutex<RunLease>>,
     ) -> (Drained, Option<Error>) {
         let mut total = Drained::default();
-        let mut workers = 1;
         loop {
-            let mut round = JoinSet::new();
-            for _ in 0..workers {
-                let (this, sub, lease) = (self.clone(), sub.clone(), lease.clone());
-                round.spawn(async move {
-                    this.drain_one(&sub, deadline_ms, &lease)
-                        .await
-                        .map_or_else(|e| (Drained::default(), Some(e)), |d| (d, None))
-                });
-            }
-            let (delivered, error) = join(round).await;
+            let (delivered, error) = self.pass(sub, deadline_ms, lease).await;
             total.add(delivered);
             if error.is_some() || delivered.deliveries == 0 {
                 return (total, error);
             }
-            workers = sub.push.max_in_flight;
         }
+    }
+
+    /// One pass: a worker, and one more (up to `max_in_flight` at once) each time one of
+    /// them takes a batch, until every worker has met an empty receive. With nothing due,
+    /// as in most sweeps, one empty receive is the whole cost; with a backlog, the workers
+    /// grow to `max_in_flight` within a few batches and stay there while batches are found,
+    /// a worker that stops being replaced by the next batch taken. (Rounds of workers that
+    /// each ran until their first empty receive kept one worker alone as long as messages
+    /// came as fast as it delivered them.)
+    async fn pass(
+        &self,
+        sub: &PushSubscription,
+        deadline_ms: i64,
+        lease: &Arc<tokio::sync::Mutex<RunLease>>,
+    ) -> (Drained, Option<Error>) {
+        let (found, mut taken) = mpsc::unbounded_channel();
+        let mut workers = JoinSet::new();
+        self.spawn_worker(&mut workers, sub, deadline_ms, lease, &found);
+        let (mut total, mut first_error) = (Drained::default(), None);
+        loop {
+            // Biased: the same schedule gives the same history (the simulations replay it).
+            tokio::select! {
+                biased;
+                Some(()) = taken.recv() => {
+                    // Unjoined workers count, ended or not: never more than max_in_flight.
+                    if first_error.is_none() && workers.len() < sub.push.max_in_flight as usize {
+                        self.spawn_worker(&mut workers, sub, deadline_ms, lease, &found);
+                    }
+                }
+                done = workers.join_next() => match done {
+                    None => return (total, first_error),
+                    Some(Ok((delivered, error))) => {
+                        total.add(delivered);
+                        first_error = first_error.or(error);
+                    }
+                    Some(Err(e)) => tracing::error!(error = %e, "push worker failed"),
+                },
+            }
+        }
+    }
+
+    /// Starts a worker of `sub` in `workers`; `found` is told of each batch it takes.
+    fn spawn_worker(
+        &self,
+        workers: &mut JoinSet<(Drained, Option<Error>)>,
+        sub: &PushSubscription,
+        deadline_ms: i64,
+        lease: &Arc<tokio::sync::Mutex<RunLease>>,
+        found: &mpsc::UnboundedSender<()>,
+    ) {
+        let (this, sub, lease, found) = (self.clone(), sub.clone(), lease.clone(), found.clone());
+        workers.spawn(async move {
+            this.drain_one(&sub, deadline_ms, &lease, &found)
+                .await
+                .map_or_else(|e| (Drained::default(), Some(e)), |d| (d, None))
+        });
     }
 
     async fn drain_one(
@@ -390,6 +433,7 @@ impl Dispatcher {
         sub: &PushSubscription,
         deadline_ms: i64,
         lease: &tokio::sync::Mutex<RunLease>,
+        found: &mpsc::UnboundedSender<()>,
     ) -> Result<Drained, Error> {
         let mut done = Drained::default();
         let attempt = attempt_ms(sub) as i64;
@@ -405,6 +449,9 @@ impl Dispatcher {
                 Err(e) if gone(&e) => return Ok(done),
                 Err(e) => return Err(e),
             };
+            // Another worker may start receiving while this batch is delivered (the pass
+            // outlives its workers, so the channel is open).
+            let _ = found.send(());
             done.deliveries += 1;
             done.messages += messages.len() as u64;
             match self.deliver_settling(sub, messages).await {

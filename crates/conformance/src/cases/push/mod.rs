@@ -39,6 +39,7 @@ macro_rules! push_conformance_suite {
             given_a_dispatcher_stopped_while_a_receive_takes_a_batch_then_the_batch_is_delivered_and_settled,
             // Runs in parallel (`parallel.rs`).
             given_concurrent_runs_then_a_subscription_has_at_most_max_in_flight_and_subscriptions_run_in_parallel,
+            given_a_backlog_then_one_run_delivers_max_in_flight_batches_at_once,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn given_ordering_by_key_under_four_pushers_then_per_key_in_offset_order_and_never_two_at_once() {

@@ -147,3 +147,72 @@ pub async fn given_concurrent_runs_then_a_subscription_has_at_most_max_in_flight
         assert_eq!((d.backlog.visible, d.backlog.in_flight), (0, 0), "{sub}");
     }
 }
+
+/// A slow receiver that keeps the most attempts under way at once: each attempt waits
+/// (bounded) until `want` are under way, once; then none waits again.
+struct Crowd {
+    want: usize,
+    /// Attempts under way, and the most at once.
+    in_flight: Mutex<(usize, usize)>,
+    pushed: Mutex<HashMap<String, usize>>,
+    changed: tokio::sync::Notify,
+}
+
+#[async_trait]
+impl Deliver for Crowd {
+    async fn deliver(&self, delivery: &Delivery) -> Answer {
+        let body: Value = serde_json::from_slice(&delivery.body).expect("a delivery's body is JSON");
+        {
+            let mut guard = self.in_flight.lock().unwrap();
+            guard.0 += 1;
+            guard.1 = guard.1.max(guard.0);
+            let mut pushed = self.pushed.lock().unwrap();
+            for (id, ..) in items(&body) {
+                *pushed.entry(id).or_default() += 1;
+            }
+        }
+        self.changed.notify_waiters();
+        // The bound only ends the wait of a design that never gets there (which then fails
+        // the assertion below); passing never depends on it.
+        let crowded = async {
+            loop {
+                let changed = self.changed.notified();
+                if self.in_flight.lock().unwrap().1 >= self.want {
+                    break;
+                }
+                changed.await;
+            }
+        };
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), crowded).await;
+        self.in_flight.lock().unwrap().0 -= 1;
+        self.changed.notify_waiters();
+        ok(json!({}))
+    }
+}
+
+pub async fn given_a_backlog_then_one_run_delivers_max_in_flight_batches_at_once(backend: &dyn Backend) {
+    let (clock, log, queues) = manual(backend).await;
+    let receiver = Arc::new(Crowd {
+        want: 4,
+        in_flight: Mutex::default(),
+        pushed: Mutex::default(),
+        changed: tokio::sync::Notify::new(),
+    });
+    let dispatcher = Dispatcher::new(queues.clone(), receiver.clone());
+    let topic = new_topic(&log, "push-crowd", 4).await;
+    let push = PushSpec { max_batch: 2, max_in_flight: 4, ..PushSpec::lambda("consumer") };
+    let sub = subscribe(&queues, &topic, push_spec(push, 5, 50)).await;
+    let events: Vec<NewEvent> = (0..40).map(|i| json_event(json!({"n": i}), None)).collect();
+    publish(&log, &topic, events).await;
+    // One run, as a dispatcher function's: its first worker finds a backlog that it could
+    // drain alone, and the others join it at once rather than once it runs dry.
+    let drained = dispatcher.drain(&Topics::Named(vec![topic.clone()]), clock.now_ms() + 60_000).await.unwrap();
+    assert_eq!(drained.messages, 40, "{drained:?}");
+    let most = receiver.in_flight.lock().unwrap().1;
+    assert_eq!(most, 4, "attempts under way at once in one run of max_in_flight 4");
+    let pushed = receiver.pushed.lock().unwrap().clone();
+    assert_eq!(pushed.len(), 40, "every message pushed");
+    assert!(pushed.values().all(|n| *n == 1), "a message pushed twice: {pushed:?}");
+    let d = queues.describe(&topic, &sub).await.unwrap();
+    assert_eq!((d.backlog.visible, d.backlog.in_flight), (0, 0));
+}
