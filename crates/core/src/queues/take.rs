@@ -354,12 +354,13 @@ pub(super) fn write(
 ) -> Write {
     let (sub, partition) = (at.sub, at.partition);
     let mut ops = Vec::new();
-    // A guarded subscription's write checks it already (`Queues::write_on`).
-    let checks_sub = state.cursor_version.is_none() && !sub.guarded;
+    let checks_sub = state.cursor_version.is_none();
     if checks_sub {
-        // The partition's first items: created on absence, so only while the subscription
-        // lives (a receive racing its delete would otherwise leave items its purge missed).
-        // Later writes need no such check: the purge deletes the cursor they are conditional on.
+        // The partition's first items (a subscription's create makes its cursors, so only
+        // one created before that, or past the partitions its create wrote): created on
+        // absence, so only while the subscription lives (a receive racing its delete would
+        // otherwise leave items its purge missed). Later writes need no such check: they
+        // name the cursor, which the delete fences and the purge removes.
         ops.push(WriteOp::Check {
             key: crate::keys::subscription_key(sub.topic.id, &sub.name),
             expect: Expect::Version(sub.version),
@@ -415,8 +416,20 @@ pub(super) fn write(
             ops.push(new_lease(sub, partition, due, lease));
         }
     }
-    let ops = inline::fold(state, sub.record.id, partition, cursor, ops, true);
+    let ops =
+        names_cursor(state, sub.record.id, partition, inline::fold(state, sub.record.id, partition, cursor, ops, true));
     Write { ops, delivered, checks_sub }
+}
+
+/// `ops`, naming the partition's cursor: every take does, as the cursor is a delete's
+/// fence (`Queues::delete`), so a take that leaves it alone (redelivering leases kept as
+/// items) checks its version.
+fn names_cursor(state: &QueueState, sub_id: u64, partition: u32, mut ops: Vec<WriteOp>) -> Vec<WriteOp> {
+    let key = cursor_key(sub_id, partition);
+    if let Some(version) = state.cursor_version.filter(|_| ops.iter().all(|op| op.key() != &key)) {
+        ops.push(WriteOp::Check { key, expect: Expect::Version(version) });
+    }
+    ops
 }
 
 #[cfg(test)]
