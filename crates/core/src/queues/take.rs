@@ -687,6 +687,30 @@ mod tests {
         }
     }
 
+    /// Redelivering a lease kept as an item (too large for the cursor item) leaves the cursor
+    /// alone, so the take checks its version: the cursor is what a delete fences, not the
+    /// subscription's record, which no such take names.
+    #[test]
+    fn a_take_that_leaves_the_cursor_alone_checks_its_version_not_the_subscription() {
+        let sub = test_sub(3);
+        let msgs: Vec<(u64, Option<u64>)> = (0..60).map(|o| (o, None)).collect();
+        let s = state(60, vec![lease(1, 1, true, &msgs)]);
+        let mut plan = Plan::new(&s, 50, false, &[]);
+        let pick = plan.choose(60, 0, 60);
+        let kept = pick.chosen.clone();
+        let key = ReceiptKey::new(&[9u8; 32]);
+        let at = Target { sub: &sub, partition: 0, receipt_key: &key };
+        let w = write(&at, &s, &plan, pick, &kept, 0, 50, 1_050, || 1);
+        assert_eq!(w.delivered.len(), 60);
+        let cursor = cursor_key(sub.record.id, 0);
+        assert!(w.ops.iter().all(|op| !matches!(op, WriteOp::Put { key, .. } if *key == cursor)), "{:?}", w.ops);
+        let checked =
+            w.ops.iter().any(|op| matches!(op, WriteOp::Check { key, expect: Expect::Version(1) } if *key == cursor));
+        assert!(checked, "the cursor's version is checked: {:?}", w.ops);
+        let record = crate::keys::subscription_key(sub.topic.id, &sub.name);
+        assert!(w.ops.iter().all(|op| op.key() != &record) && !w.checks_sub, "{:?}", w.ops);
+    }
+
     #[test]
     fn a_partitions_first_write_checks_the_subscription() {
         let sub = test_sub(3);
