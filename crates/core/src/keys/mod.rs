@@ -175,7 +175,7 @@ pub const ITEM_KINDS: &[ItemKind] = &[
         pk: "q#<sub>#<p>",
         sk: "c",
         value: "CursorItem",
-        written_by: "receive, ack, nack, visibility, bury, redrive",
+        written_by: "create, receive, ack, nack, visibility, bury, redrive, delete (tombstone)",
         deleted_by: "subscription purge",
     },
     ItemKind {

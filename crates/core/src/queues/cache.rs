@@ -41,17 +41,14 @@ pub(super) type Subs = Mutex<HashMap<(String, String), (Arc<Sub>, i64)>>;
 const MAX_CACHED_SUBS: usize = 10_000;
 
 impl Sub {
-    /// The checks a write on this subscription's queue starts with: its own and its topic's
-    /// versions when it came from the cache, nothing otherwise.
+    /// The checks a write on this subscription's queue starts with: its topic's version when
+    /// it came from the cache, nothing otherwise. Not its own: every queue write names a
+    /// cursor item, which the subscription's delete fences (`Queues::delete`).
     fn guards(&self) -> Vec<WriteOp> {
         if !self.guarded {
             return Vec::new();
         }
-        let sub = WriteOp::Check {
-            key: crate::keys::subscription_key(self.topic.id, &self.name),
-            expect: Expect::Version(self.version),
-        };
-        vec![sub, layout::topic_check(&self.topic)]
+        vec![layout::topic_check(&self.topic)]
     }
 }
 

@@ -95,7 +95,7 @@ impl Queues {
     /// the items are read until two reads in a row agree on every item and its version
     /// (versions only grow, so two equal reads bracket a moment with no write in between).
     /// Under writes that never pause, the last read is answered after [`SNAPSHOT_READS`].
-    pub(super) async fn snapshot(&self, sub: &Sub, partition: u32) -> Result<(QueueState, bool), StorageError> {
+    pub(super) async fn snapshot(&self, sub: &Sub, partition: u32) -> Result<(QueueState, bool), Error> {
         let fingerprint = |s: &QueueState| -> Vec<(String, u64)> {
             s.leases
                 .iter()

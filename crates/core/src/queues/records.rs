@@ -64,12 +64,22 @@ pub struct CursorItem {
     /// (`Queues::load`).
     #[serde(rename = "w", default, skip_serializing_if = "Vec::is_empty")]
     pub written: Vec<String>,
+    /// The subscription was deleted: the fence its delete puts on every partition
+    /// (`subscriptions.rs`), so that a write conditioned on the cursor read before fails,
+    /// and a read of it answers that the subscription is gone.
+    #[serde(rename = "x", default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
 }
 
 impl CursorItem {
     pub fn new(cursor: CursorRecord, leases: Vec<InlineLease>, written: Vec<String>) -> Self {
         let CursorRecord { next, dead, expired, filtered } = cursor;
-        Self { next, dead, expired, filtered, leases, written }
+        Self { next, dead, expired, filtered, leases, written, deleted: false }
+    }
+
+    /// A deleted subscription's cursor item (a fence: nothing else in it).
+    pub fn tombstone() -> Self {
+        Self { deleted: true, ..Self::default() }
     }
 
     pub fn cursor(&self) -> CursorRecord {
@@ -77,7 +87,7 @@ impl CursorItem {
     }
 
     pub fn encode(&self) -> bytes::Bytes {
-        if self.leases.is_empty() && self.written.is_empty() {
+        if self.leases.is_empty() && self.written.is_empty() && !self.deleted {
             layout::encode(&self.cursor())
         } else {
             layout::encode(self)

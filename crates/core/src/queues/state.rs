@@ -85,12 +85,7 @@ impl Queues {
     /// One partition's queue: the cursor and leases, all of them (`limit: None`; keyed,
     /// with every lease the cursor item names as written confirmed) or the first `limit`
     /// items, which are the cursor and the leases due soonest.
-    pub(super) async fn load(
-        &self,
-        sub: &Sub,
-        partition: u32,
-        limit: Option<usize>,
-    ) -> Result<QueueState, StorageError> {
+    pub(super) async fn load(&self, sub: &Sub, partition: u32, limit: Option<usize>) -> Result<QueueState, Error> {
         let mut state = QueueState {
             cursor: CursorRecord { next: sub.start(partition), ..CursorRecord::default() },
             cursor_version: None,
@@ -105,6 +100,9 @@ impl Queues {
             for item in page.items {
                 if item.key.sk == CURSOR_SK {
                     let stored: CursorItem = layout::decode("cursor", &item.value)?;
+                    if stored.deleted {
+                        return Err(sub.not_found());
+                    }
                     state.cursor = stored.cursor();
                     state.cursor_version = Some(item.version);
                     state.written = stored.written;

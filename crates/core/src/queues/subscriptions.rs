@@ -133,11 +133,21 @@ impl Queues {
                 push.generate_secret(|| self.nonce());
             }
             let record = SubscriptionRecord { id: self.nonce(), spec, starts, created_ms: self.now(), deleted: false };
-            let ops = vec![
+            let mut ops = vec![
                 WriteOp::replace(crate::keys::subscription_key(topic.id, name), layout::encode(&record), tombstone),
                 // Not on a topic deleted meanwhile: its subscriptions would never be purged.
                 WriteOp::Check { key: keys::topic_key(&topic.name), expect: Expect::Version(topic.version) },
             ];
+            // The partitions' cursors, so that no receive creates one (creating one checks
+            // the record: every first receive would name it); as many as the write holds.
+            let starts = (0..topic.spec.partitions).map(|p| CursorRecord {
+                next: record.starts.get(p as usize).copied().unwrap_or(0),
+                ..Default::default()
+            });
+            let cursors = starts
+                .enumerate()
+                .map(|(p, c)| cursor_put(record.id, p as u32, CursorItem::new(c, Vec::new(), Vec::new())));
+            ops.extend(cursors.take(MAX_WRITE_OPS - ops.len()));
             match self.store().write(ops).await {
                 Ok(()) => {
                     self.forget_sub(&topic.name, name);
@@ -221,13 +231,20 @@ impl Queues {
         }
     }
 
-    /// Deletes a subscription at once (one write: its tombstone and purge order); the janitor
-    /// removes its queue items.
+    /// Deletes a subscription at once: its tombstone, its purge order, and a tombstone
+    /// cursor on every partition, in one write when they fit ([`MAX_WRITE_OPS`]; a larger
+    /// topic's other fences follow before the delete answers); the janitor removes its
+    /// queue items. The cursors are the fence, not the record: every take names its
+    /// partition's cursor, so one over a cursor read before the delete fails, reads again
+    /// and answers not found, whatever is cached; one that landed first came before the
+    /// delete. Were every take to check the record instead, every receive of the
+    /// subscription would name one item, and on DynamoDB two transactions naming one item
+    /// cancel one another.
     pub async fn delete(&self, topic: &str, name: &str) -> Result<(), Error> {
         let sub = self.sub(topic, name).await?;
         let order = SubPurgeRecord { partitions: sub.topic.spec.partitions, done_partitions: 0 };
         let tombstone = SubscriptionRecord { deleted: true, ..sub.record.clone() };
-        let ops = vec![
+        let mut ops = vec![
             WriteOp::replace(
                 crate::keys::subscription_key(sub.topic.id, name),
                 layout::encode(&tombstone),
@@ -240,8 +257,14 @@ impl Queues {
                 expect: Expect::Any,
             },
         ];
+        let mut fences = (0..sub.topic.spec.partitions).map(|p| cursor_put(sub.record.id, p, CursorItem::tombstone()));
+        ops.extend(fences.by_ref().take(MAX_WRITE_OPS - ops.len()));
         match self.store().write(ops).await {
             Ok(()) => {
+                let rest: Vec<WriteOp> = fences.collect();
+                for chunk in rest.chunks(MAX_WRITE_OPS) {
+                    self.store().write(chunk.to_vec()).await?;
+                }
                 self.forget_sub(topic, name);
                 tracing::info!(topic = %sub.topic.name, subscription = name, "subscription deleted");
                 Ok(())
@@ -257,4 +280,11 @@ impl Queues {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// The write of partition `partition`'s cursor item of subscription `id` as `item`, whatever
+/// is there: at a create, nothing (the id is new); at a delete, anything (its version moves
+/// on, which fences every write conditioned on it).
+fn cursor_put(id: u64, partition: u32, item: CursorItem) -> WriteOp {
+    WriteOp::Put { key: cursor_key(id, partition), value: item.encode(), expires_at_ms: None, expect: Expect::Any }
 }

@@ -354,12 +354,13 @@ pub(super) fn write(
 ) -> Write {
     let (sub, partition) = (at.sub, at.partition);
     let mut ops = Vec::new();
-    // A guarded subscription's write checks it already (`Queues::write_on`).
-    let checks_sub = state.cursor_version.is_none() && !sub.guarded;
+    let checks_sub = state.cursor_version.is_none();
     if checks_sub {
-        // The partition's first items: created on absence, so only while the subscription
-        // lives (a receive racing its delete would otherwise leave items its purge missed).
-        // Later writes need no such check: the purge deletes the cursor they are conditional on.
+        // The partition's first items (a subscription's create makes its cursors, so only
+        // one created before that, or past the partitions its create wrote): created on
+        // absence, so only while the subscription lives (a receive racing its delete would
+        // otherwise leave items its purge missed). Later writes need no such check: they
+        // name the cursor, which the delete fences and the purge removes.
         ops.push(WriteOp::Check {
             key: crate::keys::subscription_key(sub.topic.id, &sub.name),
             expect: Expect::Version(sub.version),
@@ -415,8 +416,20 @@ pub(super) fn write(
             ops.push(new_lease(sub, partition, due, lease));
         }
     }
-    let ops = inline::fold(state, sub.record.id, partition, cursor, ops, true);
+    let ops =
+        names_cursor(state, sub.record.id, partition, inline::fold(state, sub.record.id, partition, cursor, ops, true));
     Write { ops, delivered, checks_sub }
+}
+
+/// `ops`, naming the partition's cursor: every take does, as the cursor is a delete's
+/// fence (`Queues::delete`), so a take that leaves it alone (redelivering leases kept as
+/// items) checks its version.
+fn names_cursor(state: &QueueState, sub_id: u64, partition: u32, mut ops: Vec<WriteOp>) -> Vec<WriteOp> {
+    let key = cursor_key(sub_id, partition);
+    if let Some(version) = state.cursor_version.filter(|_| ops.iter().all(|op| op.key() != &key)) {
+        ops.push(WriteOp::Check { key, expect: Expect::Version(version) });
+    }
+    ops
 }
 
 #[cfg(test)]
@@ -672,6 +685,30 @@ mod tests {
             assert_eq!(inline.len(), delivered.len().min(2), "{name}: one inline lease per receive count");
             assert!(!w.checks_sub, "{name}");
         }
+    }
+
+    /// Redelivering a lease kept as an item (too large for the cursor item) leaves the cursor
+    /// alone, so the take checks its version: the cursor is what a delete fences, not the
+    /// subscription's record, which no such take names.
+    #[test]
+    fn a_take_that_leaves_the_cursor_alone_checks_its_version_not_the_subscription() {
+        let sub = test_sub(3);
+        let msgs: Vec<(u64, Option<u64>)> = (0..60).map(|o| (o, None)).collect();
+        let s = state(60, vec![lease(1, 1, true, &msgs)]);
+        let mut plan = Plan::new(&s, 50, false, &[]);
+        let pick = plan.choose(60, 0, 60);
+        let kept = pick.chosen.clone();
+        let key = ReceiptKey::new(&[9u8; 32]);
+        let at = Target { sub: &sub, partition: 0, receipt_key: &key };
+        let w = write(&at, &s, &plan, pick, &kept, 0, 50, 1_050, || 1);
+        assert_eq!(w.delivered.len(), 60);
+        let cursor = cursor_key(sub.record.id, 0);
+        assert!(w.ops.iter().all(|op| !matches!(op, WriteOp::Put { key, .. } if *key == cursor)), "{:?}", w.ops);
+        let checked =
+            w.ops.iter().any(|op| matches!(op, WriteOp::Check { key, expect: Expect::Version(1) } if *key == cursor));
+        assert!(checked, "the cursor's version is checked: {:?}", w.ops);
+        let record = crate::keys::subscription_key(sub.topic.id, &sub.name);
+        assert!(w.ops.iter().all(|op| op.key() != &record) && !w.checks_sub, "{:?}", w.ops);
     }
 
     #[test]
