@@ -25,7 +25,8 @@ import re
 import sys
 from pathlib import Path
 
-from cfnlint.decode import cfn_yaml
+sys.dont_write_bytecode = True  # before importing the module beside it: see its docstring
+import cfn_template  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 ADAPTERS = ROOT / "crates" / "aws" / "src"
@@ -118,15 +119,6 @@ KMS_GRANTS = {("kms:Decrypt", "kms_key"), ("kms:GenerateDataKey", "kms_key")}
 KMS_VIA = {"s3.${AWS::Region}.amazonaws.com", "dynamodb.${AWS::Region}.amazonaws.com"}
 # A listing must stay under segments/ (IfExists: GetObject's own 404 check has no prefix).
 LIST_CONDITION = {"StringLikeIfExists": {"s3:prefix": "segments/*"}}
-
-
-def plain(value):
-    """cfn-lint's nodes as plain dicts, lists and strings."""
-    if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    return str(value) if isinstance(value, str) else value
 
 
 def code_calls(sources):
@@ -237,7 +229,7 @@ def check(resources, calls, kinds):
 
 
 def load():
-    template = plain(cfn_yaml.load(str(ROOT / "template.yaml")))
+    template = cfn_template.load()
     sources = {p.name: p.read_text() for p in sorted(ADAPTERS.rglob("*.rs"))}
     return template["Resources"], sources
 

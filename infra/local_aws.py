@@ -6,8 +6,15 @@ definitions in template.yaml, so the emulated table is the deployed one.
 Prints `endpoint=http://127.0.0.1:PORT bucket=NAME table=NAME` on one line once
 ready, then serves until SIGTERM/SIGINT or, with --watch-stdin, until its
 standard input closes (how tests tie it to their own lifetime). Run with .venv/bin/python (infra/setup.sh makes it).
+
+With --realism (or SLUICE_MOTO_REALISM=1), infra/moto_realism.py adds DynamoDB's and S3's
+latency outside the lock, scaled by --latency-scale (or SLUICE_MOTO_LATENCY_SCALE, default
+1), and DynamoDB's transaction conflict rule; its counters answer GET /_sluice_realism, and
+are printed to standard error when the server stops.
 """
 import argparse
+import json
+import os
 import signal
 import socket
 import sys
@@ -20,6 +27,9 @@ from moto.moto_server import werkzeug_app
 from moto.server import ThreadedMotoServer
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.dont_write_bytecode = True  # importing the sibling below leaves no infra/__pycache__
+sys.path.insert(0, str(ROOT / "infra"))
+import moto_realism  # noqa: E402
 
 
 class _CfnLoader(yaml.SafeLoader):
@@ -141,10 +151,24 @@ def main():
     parser.add_argument("--table", default="sluice-local")
     parser.add_argument("--region", default="us-east-1")
     parser.add_argument("--watch-stdin", action="store_true", help="stop when standard input closes")
+    parser.add_argument("--realism", action="store_true", default=moto_realism.enabled(),
+                        help="add latency and DynamoDB's conflict rule (infra/moto_realism.py)")
+    parser.add_argument("--latency-scale", type=float,
+                        default=float(os.environ.get("SLUICE_MOTO_LATENCY_SCALE") or 1.0),
+                        help="times the published latencies (with --realism)")
+    parser.add_argument("--seed", type=int, default=None, help="of the latency draws (with --realism)")
+    parser.add_argument("--no-conflicts", action="store_true", help="latency only (with --realism): a baseline")
     args = parser.parse_args()
 
     serialize_requests()
     cheap_transactions()
+    realism = None
+    if args.realism:
+        keys = [k["AttributeName"] for k in table_definition(args.table)[0]["KeySchema"]]
+        realism = moto_realism.install(
+            werkzeug_app.DomainDispatcherApplication, {args.table: keys}, args.latency_scale, args.seed,
+            conflicts=not args.no_conflicts,
+        )
     port = args.port or free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
@@ -170,6 +194,8 @@ def main():
         threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
     done.wait()
     server.stop()
+    if realism is not None:
+        print(f"moto realism: {json.dumps(realism.stats(), sort_keys=True)}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

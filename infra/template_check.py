@@ -5,22 +5,26 @@
   bucket is versioned and keeps a deleted object's version as long as the window;
 - the table uses the AWS-owned key unless KmsKeyArn is given;
 - a stream wake cannot block its shard: old wakes are dropped, failed batches not bisected;
+  and it is not held back by a batching window (push is sub-second);
 - the long-poll routes have routes, and throttles, of their own, and every route a
   throttle names exists;
-- the dispatcher's reserved concurrency can be left off (a new account deploys);
+- every operation of docs/openapi.json has an API Gateway route that takes it;
+- the dispatcher's reserved concurrency is off by default (a new account deploys);
 - the template, once SAM has transformed it, has no dependency cycle, counting references
   anywhere in a resource (an alias's UpdatePolicy names its deployment group): cfn-lint
   passes a cycle through the gradual deploys' alarm that CloudFormation refuses.
 
 Run by .ci/run next to cfn-lint; exits 1 naming each broken promise.
 """
+import json
 import logging
 import os
 import re
 import sys
 from pathlib import Path
 
-from cfnlint.decode import cfn_yaml
+sys.dont_write_bytecode = True  # before importing the module beside it: see its docstring
+import cfn_template  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 LONG_POLLS = {
@@ -28,14 +32,6 @@ LONG_POLLS = {
     "POST /v1/topics/{topic}/subscriptions/{sub}/receive": "QueuesFunction",
 }
 WINDOW = {"Ref": "BackupRetentionDays"}
-
-
-def plain(value):
-    if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    return str(value) if isinstance(value, str) else value
 
 
 def backups(t):
@@ -71,6 +67,8 @@ def stream(t):
         yield "the stream mapping keeps retrying old wakes (MaximumRecordAgeInSeconds unset or above 300)"
     if mapping.get("BisectBatchOnFunctionError") is not False:
         yield "the stream mapping bisects failed batches of wakes"
+    if int(mapping.get("MaximumBatchingWindowInSeconds", -1)) != 0:
+        yield "the stream mapping holds wakes back (MaximumBatchingWindowInSeconds not 0): push is not sub-second"
 
 
 def throttles(t):
@@ -94,11 +92,37 @@ def throttles(t):
             yield f"{route} is not throttled by LongPollRateLimit and LongPollBurstLimit"
 
 
+def http_routes(t):
+    """(method, path) of every HttpApi event of every function."""
+    return {
+        (e["Properties"]["Method"], e["Properties"]["Path"])
+        for r in t["Resources"].values() if r["Type"] == "AWS::Serverless::Function"
+        for e in r["Properties"].get("Events", {}).values() if e["Type"] == "HttpApi"
+    }
+
+
+def takes(route, method, path):
+    """Whether an API Gateway route takes a request: a `{var}` segment takes any one segment."""
+    r_method, r_path = route
+    r_segs, segs = r_path.strip("/").split("/"), path.strip("/").split("/")
+    same = all(r == s or (r.startswith("{") and r.endswith("}")) for r, s in zip(r_segs, segs))
+    return r_method in ("ANY", method.upper()) and len(r_segs) == len(segs) and same
+
+
+def reachable(t):
+    routes = http_routes(t)
+    spec = json.loads((ROOT / "docs" / "openapi.json").read_text())
+    for path, item in sorted(spec["paths"].items()):
+        for method in sorted(m for m in item if m in ("get", "post", "put", "patch", "delete")):
+            if not any(takes(route, method, path) for route in routes):
+                yield f"{method.upper()} {path} is in the OpenAPI document but no route takes it on AWS"
+
+
 def dispatcher(t):
     props = t["Resources"]["DispatcherFunction"]["Properties"]
     param = t["Parameters"]["DispatcherReservedConcurrency"]
-    if [int(v) for v in param.get("AllowedValues", [])] != [0, 1]:
-        yield "DispatcherReservedConcurrency must allow 0 (unreserved) and 1"
+    if int(param.get("Default", -1)) != 0 or int(param.get("MinValue", -1)) != 0:
+        yield "DispatcherReservedConcurrency must default to 0 (unreserved: a new account deploys)"
     if props.get("ReservedConcurrentExecutions") != {
         "Fn::If": ["ReservesDispatcher", {"Ref": "DispatcherReservedConcurrency"}, {"Ref": "AWS::NoValue"}]
     }:
@@ -192,9 +216,9 @@ def cycles(_template):
 
 
 def main():
-    template = plain(cfn_yaml.load(str(ROOT / "template.yaml")))
+    template = cfn_template.load()
     errors = []
-    for check in (backups, encryption, stream, throttles, dispatcher, rollbacks, cycles):
+    for check in (backups, encryption, stream, throttles, reachable, dispatcher, rollbacks, cycles):
         try:
             errors += list(check(template))
         except (KeyError, StopIteration, TypeError, ValueError) as e:
@@ -202,7 +226,7 @@ def main():
     for error in errors:
         print(f"template_check: {error}", file=sys.stderr)
     if not errors:
-        print("template_check: backups, encryption, stream wakes, throttles, the dispatcher and rollbacks as documented; no cycle")
+        print("template_check: backups, encryption, stream wakes, throttles, every API operation routed, the dispatcher and rollbacks as documented; no cycle")
     return 1 if errors else 0
 
 

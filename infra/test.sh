@@ -38,7 +38,8 @@ lane() {
 # Every lane selects the whole workspace (`--workspace` and a target filter), never one
 # package: cargo unifies dependency features over the packages a command selects, and a
 # narrower selection would rebuild crates the build above has made.
-moto_suites=(moto moto_retention moto_push)
+# moto_realism runs on a moto with DynamoDB's latency and conflict rule (infra/moto_realism.py).
+moto_suites=(moto moto_retention moto_push moto_realism)
 # (Assigned first: a failure inside `for … in $(…)` would not stop the script.)
 test_names=$(cargo metadata --format-version 1 --no-deps | python3 -c '
 import json, sys

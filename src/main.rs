@@ -3,6 +3,7 @@
 //! `sluice-bench` (crates/bench).
 
 mod cli;
+mod shared_dir;
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -147,6 +148,8 @@ async fn serve(addr: SocketAddr, config: Config) -> Result<(), String> {
     let opened = sluice_runtime::Opened::open(&config)
         .await
         .map_err(|e| format!("cannot open the data directory {dir}: {}", causes(e.as_ref())))?;
+    let presence = shared_dir::enter(&config.data_dir)
+        .map_err(|e| format!("cannot lock the data directory {dir} (its serve.lock): {e}"))?;
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| match e.kind() {
         std::io::ErrorKind::AddrInUse => {
             format!("cannot listen on {addr}: the address is in use (another server?); choose another with --addr")
@@ -155,9 +158,16 @@ async fn serve(addr: SocketAddr, config: Config) -> Result<(), String> {
     })?;
     let local = listener.local_addr().map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     tracing::info!(addr = %local, data_dir = %dir, "sluice listening");
+    if presence.shared {
+        println!(
+            "note: another sluice serve uses the data directory {dir}: both serve the same topics (supported; \
+             README, Configuration)"
+        );
+    }
     // A plain line for people and for tests that start the server on port 0.
     println!("listening on http://{local}");
     opened.serve(listener, shutdown()).await;
+    drop(presence);
     tracing::info!("stopped");
     Ok(())
 }

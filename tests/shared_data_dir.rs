@@ -77,3 +77,55 @@ async fn given_two_processes_when_one_deletes_and_recreates_a_topic_then_the_oth
         assert_eq!(values, vec![&json!("new-0")], "only the new topic's events");
     }
 }
+
+/// A `sluice serve` over a directory, killed when dropped (a failed assertion leaves none
+/// running), with the lines it printed before its "listening on" one.
+struct Serving {
+    child: std::process::Child,
+    said: Vec<String>,
+}
+
+impl Serving {
+    fn start(dir: &std::path::Path) -> Self {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["serve", "--addr", "127.0.0.1:0", "--data-dir"])
+            .arg(dir)
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let said = lines.map_while(Result::ok).take_while(|l| !l.starts_with("listening on")).collect();
+        Self { child, said }
+    }
+}
+
+impl Drop for Serving {
+    /// SIGKILL: no shutdown runs, as in a crash.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn given_a_serve_on_a_data_dir_when_a_second_starts_there_then_it_says_so_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = Serving::start(dir.path());
+    assert_eq!(first.said, Vec::<String>::new(), "alone: nothing to note");
+    let second = Serving::start(dir.path());
+    let note = format!(
+        "note: another sluice serve uses the data directory {}: both serve the same topics (supported; README, \
+         Configuration)",
+        dir.path().display()
+    );
+    assert_eq!(second.said, std::slice::from_ref(&note));
+    // The first gone (killed), the second is still there for a third.
+    drop(first);
+    let third = Serving::start(dir.path());
+    assert_eq!(third.said, [note]);
+    drop((second, third));
+    assert_eq!(Serving::start(dir.path()).said, Vec::<String>::new(), "the others gone: alone again");
+}

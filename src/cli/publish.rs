@@ -101,23 +101,36 @@ pub async fn publish(client: &Client, args: PublishArgs, text: bool) -> Result<(
             sent += 1;
         }
     }
+    if sent == 0 {
+        // Only stdin can bring none: a script that meant to publish learns that it did not.
+        progress.finish_and_clear();
+        return Err(Error::Invalid(
+            "nothing published: stdin had no events (blank lines are skipped); give events as arguments or one \
+             per line on stdin"
+                .into(),
+        ));
+    }
     producer.flush().await?;
     drop(deliveries);
     let (partitions, landed, first_error) = collector.await.map_err(|e| Error::Invalid(e.to_string()))?;
     progress.finish_and_clear();
-    let seconds = started.elapsed().as_secs_f64();
+    report(&args.topic, (sent, landed), &partitions, started.elapsed().as_secs_f64(), text);
+    first_error.map_or(Ok(()), Err)
+}
+
+/// What a publish sent and landed, and each partition's first and last offset, told as a
+/// sentence or JSON.
+fn report(topic: &str, (sent, landed): (u64, u64), partitions: &BTreeMap<u32, (u64, u64)>, seconds: f64, text: bool) {
     if text {
         let spread: Vec<String> = partitions.iter().map(|(p, (lo, hi))| format!("{p}:{lo}..={hi}")).collect();
         say!(
-            "published {landed} of {} to {} in {seconds:.1} s; partition:offsets {}",
+            "published {landed} of {} to {topic} in {seconds:.1} s; partition:offsets {}",
             count(sent, "event", "events"),
-            args.topic,
             spread.join(" ")
         );
     } else {
         let spread: BTreeMap<String, Value> =
             partitions.iter().map(|(p, (lo, hi))| (p.to_string(), json!({"first": lo, "last": hi}))).collect();
-        print_json(&json!({"topic": args.topic, "sent": sent, "published": landed, "partitions": spread}));
+        print_json(&json!({"topic": topic, "sent": sent, "published": landed, "partitions": spread}));
     }
-    first_error.map_or(Ok(()), Err)
 }

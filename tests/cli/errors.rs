@@ -73,3 +73,24 @@ fn given_an_api_error_or_a_usage_error_then_one_line_a_hint_and_the_exit_code() 
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).starts_with("error: --to yesterday: not earliest, latest"), "{}", stderr(&out));
 }
+
+#[test]
+fn given_empty_or_blank_stdin_when_publish_then_an_error_says_nothing_was_published_and_nothing_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    crate::ok(&server, &["topics", "create", "t", "--partitions", "2"], None);
+    for input in [&b""[..], b"\n  \n\n"] {
+        let out = sluice(&server, &["publish", "t"], Some(input));
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        assert!(out.stdout.is_empty(), "no offsets printed: {out:?}");
+        let lines: Vec<String> = stderr(&out).lines().map(str::to_owned).collect();
+        assert_eq!(
+            lines,
+            ["error: nothing published: stdin had no events (blank lines are skipped); give events as \
+              arguments or one per line on stdin"]
+        );
+    }
+    let described = crate::json(&crate::ok(&server, &["topics", "describe", "t"], None));
+    let ends: Vec<u64> = (0..2).map(|p| described["partition_states"][p]["high_watermark"].as_u64().unwrap()).collect();
+    assert_eq!(ends, [0, 0]);
+}

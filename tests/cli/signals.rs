@@ -4,7 +4,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::Server;
@@ -16,13 +16,7 @@ fn given_a_following_group_tail_when_interrupted_then_it_commits_and_leaves_the_
     let server = Server::start(dir.path());
     ok(&server, &["topics", "create", "t", "--partitions", "2"], None);
     ok(&server, &["publish", "t", "1", "2", "3", "4", "5"], None);
-    let mut tail = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["tail", "t", "--group", "g", "--follow", "-o", "json"])
-        .env("SLUICE_URL", &server.base)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run sluice tail");
+    let mut tail = group_tail(&server.base, &["-o", "json"], Stdio::piped());
     let mut lines = BufReader::new(tail.stdout.take().unwrap()).lines();
     for _ in 0..5 {
         lines.next().expect("an event line").expect("read stdout");
@@ -31,17 +25,9 @@ fn given_a_following_group_tail_when_interrupted_then_it_commits_and_leaves_the_
     let group = json(&ok(&server, &["groups", "describe", "g"], None));
     assert_eq!(group["members"].as_array().map(Vec::len), Some(1), "{group}");
 
-    let interrupt = Command::new("kill").args(["-INT", &tail.id().to_string()]).status().unwrap();
-    assert!(interrupt.success());
+    interrupt(&tail);
     // It exits by itself (a condition, not a sleep): the long poll is dropped at once.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = tail.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "tail --group did not exit after Ctrl-C");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = exit_of(&mut tail, "tail --group did not exit after Ctrl-C");
     assert!(status.success(), "{status:?}");
     let group = json(&ok(&server, &["groups", "describe", "g"], None));
     assert_eq!(group["members"], serde_json::json!([]), "no ghost member: {group}");
@@ -52,32 +38,17 @@ fn given_a_following_group_tail_when_interrupted_then_it_commits_and_leaves_the_
 fn given_a_group_tail_stuck_joining_when_interrupted_twice_then_the_second_exits_at_once() {
     // A server that takes the join's poll and never answers it.
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let mut tail = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["tail", "t", "--group", "g", "--follow"])
-        .env("SLUICE_URL", &url)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run sluice tail");
+    let mut tail = group_tail(&format!("http://{}", listener.local_addr().unwrap()), &[], Stdio::null());
     // The poll came in: the signals are listened for by now.
     let (_held, _) = listener.accept().unwrap();
-    let signal = |pid: u32| assert!(Command::new("kill").args(["-INT", &pid.to_string()]).status().unwrap().success());
-    signal(tail.id());
+    interrupt(&tail);
     let mut stderr = BufReader::new(tail.stderr.take().unwrap()).lines();
     let said = stderr.next().expect("a line").unwrap();
     assert!(said.starts_with("stopping: committing and leaving"), "{said}");
     // The first Ctrl-C lets the join finish (else the member would be a ghost); the second quits.
     assert_eq!(tail.try_wait().unwrap(), None, "still waiting for the join's answer");
-    signal(tail.id());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = tail.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "the second Ctrl-C did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    interrupt(&tail);
+    let status = exit_of(&mut tail, "the second Ctrl-C did not exit");
     assert_eq!(status.code(), Some(130));
 }
 
@@ -85,17 +56,10 @@ fn given_a_group_tail_stuck_joining_when_interrupted_twice_then_the_second_exits
 fn given_ctrl_c_while_joining_then_the_join_is_let_finish_and_the_member_leaves() {
     // A stand-in server: it holds the join's poll until the test answers it.
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let mut tail = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["tail", "t", "--group", "g", "--follow"])
-        .env("SLUICE_URL", &url)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run sluice tail");
+    let mut tail = group_tail(&format!("http://{}", listener.local_addr().unwrap()), &[], Stdio::null());
     let (mut join, _) = listener.accept().unwrap();
     assert!(read_request(&mut join).starts_with("POST /v1/groups/g/poll "));
-    assert!(Command::new("kill").args(["-INT", &tail.id().to_string()]).status().unwrap().success());
+    interrupt(&tail);
     let said = BufReader::new(tail.stderr.take().unwrap()).lines().next().expect("a line").unwrap();
     assert!(said.starts_with("stopping: "), "{said}");
     // The join lands after the Ctrl-C: the member it made must still leave.
@@ -114,6 +78,35 @@ fn given_ctrl_c_while_joining_then_the_join_is_let_finish_and_the_member_leaves(
     assert!(request.starts_with("POST /v1/groups/g/leave ") && request.contains("m-1"), "{request}");
     answer(&mut leave, "{}");
     assert!(tail.wait().unwrap().success());
+}
+
+/// `sluice tail t --group g --follow ARGS` against `url`, stderr piped.
+fn group_tail(url: &str, args: &[&str], stdout: Stdio) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["tail", "t", "--group", "g", "--follow"])
+        .args(args)
+        .env("SLUICE_URL", url)
+        .stdout(stdout)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run sluice tail")
+}
+
+/// Ctrl-C, as a terminal sends it.
+fn interrupt(child: &Child) {
+    assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+}
+
+/// How `child` exits, which it must within 10 s (`why` otherwise).
+fn exit_of(child: &mut Child, why: &str) -> ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "{why}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// One HTTP/1.1 request, head and body, as text.

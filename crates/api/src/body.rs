@@ -70,12 +70,18 @@ pub async fn json_only(request: axum::extract::Request, next: axum::middleware::
 /// Parses JSON, telling malformed JSON (`invalid_json`) from a well-formed body of the wrong
 /// shape (`invalid_request`, naming the field, what it takes and what it got).
 pub fn parse_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError> {
+    parse_json_ranged(body, &[])
+}
+
+/// [`parse_json`], with `ranges` saying what more fields take, by name: bounds the server's
+/// configuration sets (`partitions`: 1 to its `max_partitions`).
+fn parse_json_ranged<'a, T: Deserialize<'a>>(body: &'a [u8], ranges: &[(&str, String)]) -> Result<T, ApiError> {
     let mut json = serde_json::Deserializer::from_str(utf8(body)?);
     let value = serde_path_to_error::deserialize(&mut json).map_err(|e| {
         let path = e.path().to_string();
-        json_error(e.into_inner(), &path)
+        json_error(e.into_inner(), &path, ranges)
     })?;
-    json.end().map_err(|e| json_error(e, "."))?;
+    json.end().map_err(|e| json_error(e, ".", ranges))?;
     Ok(value)
 }
 
@@ -87,7 +93,12 @@ pub fn parse_json_owned<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError>
 /// A request body of the documented shape: a JSON object (see [`Object`]), whose unknown
 /// fields the type refuses (`deny_unknown_fields`), each `400 invalid_request` naming it.
 pub fn parse_object<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    parse_json_owned::<Object<T>>(body).map(|Object(t)| t)
+    parse_object_ranged(body, &[])
+}
+
+/// [`parse_object`], with `ranges` as [`parse_json_ranged`] takes them.
+pub fn parse_object_ranged<T: DeserializeOwned>(body: &[u8], ranges: &[(&str, String)]) -> Result<T, ApiError> {
+    parse_json_ranged::<Object<T>>(body, ranges).map(|Object(t)| t)
 }
 
 /// The body as text (JSON is UTF-8), checked once in one pass: `serde_json::from_slice`
@@ -120,28 +131,29 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
 
 /// The error of a body that failed to parse; `path` is the field it failed at (`.` for the
 /// body itself, `events[0].key` inside).
-fn json_error(e: serde_json::Error, path: &str) -> ApiError {
+fn json_error(e: serde_json::Error, path: &str, ranges: &[(&str, String)]) -> ApiError {
     use serde_json::error::Category;
     match e.classify() {
         Category::Syntax | Category::Eof | Category::Io => {
             ApiError::bad_request(Code::InvalidJson, format!("malformed JSON: {e}"))
         }
-        Category::Data => ApiError::bad_request(Code::InvalidRequest, shape_message(&e.to_string(), path)),
+        Category::Data => ApiError::bad_request(Code::InvalidRequest, shape_message(&e.to_string(), path, ranges)),
     }
 }
 
 /// serde's "invalid value: integer `-1`, expected u32 at line 1 column 17", said as
 /// "partitions: expected an integer from 1 to 1024, got -1": the field, what it takes (in the
-/// API's words where it has a documented range), what it got. Other messages (a missing or
-/// unknown field) keep serde's words, after the field they are in.
-fn shape_message(serde: &str, path: &str) -> String {
+/// API's words where it has a documented range, or one in `ranges`), what it got. Other
+/// messages (a missing or unknown field) keep serde's words, after the field they are in.
+fn shape_message(serde: &str, path: &str, ranges: &[(&str, String)]) -> String {
     let message = serde.rfind(" at line ").map_or(serde, |at| &serde[..at]);
     let wrong = message.strip_prefix("invalid type: ").or_else(|| message.strip_prefix("invalid value: "));
     let Some((got, expected)) = wrong.and_then(|m| m.split_once(", expected ")) else {
         return if path == "." { message.to_owned() } else { format!("{path}: {message}") };
     };
     let field = path.rsplit('.').next().unwrap_or(path);
-    let expected = expected_for(field).map_or_else(|| plain_type(expected), str::to_owned);
+    let configured = ranges.iter().find(|(name, _)| *name == field).map(|(_, text)| text.as_str());
+    let expected = configured.or_else(|| expected_for(field)).map_or_else(|| plain_type(expected), str::to_owned);
     let field = if path == "." { "body".to_owned() } else { path.to_owned() };
     format!("{field}: expected {expected}, got {}", plain_value(got))
 }
@@ -151,9 +163,7 @@ fn expected_for(field: &str) -> Option<&'static str> {
     use std::sync::LazyLock;
     static RANGES: LazyLock<Vec<(&str, String)>> = LazyLock::new(|| {
         use sluice_core::queues::*;
-        let partitions = sluice_core::model::Limits::default().max_partitions;
         vec![
-            ("partitions", format!("an integer from 1 to {partitions}")),
             ("max_messages", format!("an integer from 1 to {MAX_RECEIVE_MESSAGES}")),
             ("wait_ms", format!("an integer from 0 to {MAX_RECEIVE_WAIT_MS}")),
             ("visibility_timeout_ms", format!("an integer from 0 to {MAX_VISIBILITY_TIMEOUT_MS}")),
@@ -237,8 +247,9 @@ mod tests {
             ),
             (r#"[1]"#, "body: expected a JSON object, got sequence"),
         ];
+        let ranges = [("partitions", "an integer from 1 to 1024".to_owned())];
         for (body, want) in cases {
-            let e = parse_object::<Numbers>(body.as_bytes()).err().unwrap();
+            let e = parse_object_ranged::<Numbers>(body.as_bytes(), &ranges).err().unwrap();
             assert_eq!((e.code, e.message.as_str()), (Code::InvalidRequest, want), "{body}");
         }
         let e = parse_object::<Numbers>(br#"{"partitions": 2} x"#).err().unwrap();

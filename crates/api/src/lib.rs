@@ -108,7 +108,7 @@ fn read_routes() -> OpenApiRouter<App> {
 /// Topic administration: create, list, describe, delete; and `GET /openapi.json`, the
 /// document of every route.
 pub fn admin_router(app: impl Into<App>) -> Router {
-    finish(admin_routes().merge(openapi::routes()), app.into())
+    finish(admin_routes().merge(openapi::routes()).merge(health_routes()), app.into())
 }
 
 fn admin_routes() -> OpenApiRouter<App> {
@@ -163,7 +163,7 @@ fn all_routes() -> OpenApiRouter<App> {
     routes.merge(openapi::routes()).merge(health_routes())
 }
 
-/// `GET /healthz` and `GET /readyz`, in [`router`] (what `serve` runs).
+/// `GET /healthz` and `GET /readyz`, in [`router`] (what `serve` runs) and, on AWS, the admin function's.
 fn health_routes() -> OpenApiRouter<App> {
     OpenApiRouter::new().routes(routes!(health::healthz)).routes(routes!(health::readyz))
 }

@@ -4,7 +4,6 @@
 use axum::extract::State;
 use axum::response::Response;
 use sluice_core::queues::{Peeked, Queues};
-use sluice_core::Code;
 
 use crate::openapi::params::{PeekQuery, SubPath as SubParams};
 use crate::openapi::{answers, errors, examples as ex};
@@ -27,7 +26,7 @@ pub async fn peek(
     q: read::Params,
 ) -> Result<Response, ApiError> {
     let q = read::params(q, &["limit"])?;
-    let limit = read::number(&q, "limit", Code::InvalidLimit)?.unwrap_or(DEFAULT_LIMIT);
+    let limit = read::limit(&q, DEFAULT_LIMIT)?;
     let messages = queues.peek(&topic, &sub, limit).await?;
     Ok(crate::queues::json_response(render(&messages)))
 }

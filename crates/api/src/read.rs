@@ -42,6 +42,13 @@ fn partition(raw: &str) -> Result<u32, ApiError> {
     })
 }
 
+/// The `limit` query parameter (`400 invalid_limit` unless a non-negative integer), or
+/// `default` without one: replay, peek and the DLQ listing take it alike (each checks
+/// its own bounds).
+pub(crate) fn limit(q: &HashMap<String, String>, default: usize) -> Result<usize, ApiError> {
+    Ok(number(q, "limit", Code::InvalidLimit)?.unwrap_or(default))
+}
+
 pub(crate) fn number<T: std::str::FromStr>(
     q: &HashMap<String, String>,
     name: &str,
@@ -75,7 +82,7 @@ pub async fn events(
         Some(_) => number(&q, "offset", Code::InvalidOffset)?.unwrap_or_default(),
     };
     // The core checks the bounds (the same contract for a program embedding it).
-    let max_events = number(&q, "limit", Code::InvalidLimit)?.unwrap_or(DEFAULT_LIMIT);
+    let max_events = limit(&q, DEFAULT_LIMIT)?;
     let max_bytes = number(&q, "max_bytes", Code::InvalidMaxBytes)?.unwrap_or(DEFAULT_MAX_BYTES);
     let wait_ms = number(&q, "wait_ms", Code::InvalidWait)?.unwrap_or(0);
     let deadline = deadline.map(|axum::Extension(d)| d);

@@ -8,7 +8,7 @@ use axum::Json;
 use serde_json::{json, Value};
 use sluice_core::{Log, PartitionState, TopicConfig, TopicSpec};
 
-use crate::body::{parse_object, read_body};
+use crate::body::{parse_object_ranged, read_body};
 use crate::openapi::answers::{CreateTopic, Topic, TopicDescription, TopicList};
 use crate::openapi::params::TopicPath;
 use crate::openapi::{errors, examples as ex};
@@ -39,7 +39,9 @@ pub async fn create(
     let req: CreateTopic = if body.iter().all(u8::is_ascii_whitespace) {
         CreateTopic { partitions: 1, retention_ms: None, retention_bytes: None }
     } else {
-        parse_object(&body)?
+        // A wrong value's error quotes this server's bound, not the default's.
+        let max = log.limits().max_partitions;
+        parse_object_ranged(&body, &[("partitions", format!("an integer from 1 to {max}"))])?
     };
     let spec =
         TopicSpec { partitions: req.partitions, retention_ms: req.retention_ms, retention_bytes: req.retention_bytes };
@@ -85,4 +87,45 @@ pub async fn describe(State(log): State<Log>, Path(name): Path<String>) -> Resul
 pub async fn delete(State(log): State<Log>, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
     log.delete_topic(&name).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    use axum::http::{Method, Request};
+    use sluice_core::model::Limits;
+    use sluice_testkit::{MemObjects, MemStore};
+    use tower::ServiceExt;
+
+    /// A topic create on a server allowing at most 8 partitions: the status and answer.
+    async fn create_on_a_server_of_8(body: &str) -> (StatusCode, Value) {
+        let clock: Arc<dyn sluice_core::Clock> = Arc::new(sluice_core::ManualClock::new(1_767_225_600_000));
+        let config =
+            sluice_core::LogConfig { limits: Limits { max_partitions: 8, ..Limits::default() }, ..Default::default() };
+        let log =
+            Log::new(Arc::new(MemStore::new(clock.clone())), Arc::new(MemObjects::new(clock.clone())), clock, config);
+        let request =
+            Request::builder().method(Method::PUT).uri("/v1/topics/t").body(Body::from(body.to_owned())).unwrap();
+        let response = crate::router(log.clone()).oneshot(request).await.unwrap();
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+        assert!(log.describe_topic("t").await.is_err(), "a refused create made the topic");
+        (status, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[tokio::test]
+    async fn given_max_partitions_8_when_partitions_is_wrong_then_the_400_quotes_8() {
+        for (body, message) in [
+            (r#"{"partitions": -1}"#, "partitions: expected an integer from 1 to 8, got -1"),
+            (r#"{"partitions": "4"}"#, r#"partitions: expected an integer from 1 to 8, got "4""#),
+            (r#"{"partitions": 9}"#, "partitions must be between 1 and 8"),
+        ] {
+            let (status, answer) = create_on_a_server_of_8(body).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {answer}");
+            assert_eq!(answer["error"]["message"], message, "{body}");
+        }
+    }
 }

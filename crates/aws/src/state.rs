@@ -37,7 +37,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, ConditionCheck, Delete, DeleteRequest, TransactWriteItem, Update, WriteRequest,
+    AttributeValue, CancellationReason, ConditionCheck, Delete, DeleteRequest, TransactWriteItem, Update, WriteRequest,
 };
 use bytes::Bytes;
 use sluice_core::ports::state::{Expect, Item, Key, Page, Query, StateStore, WriteOp};
@@ -134,6 +134,16 @@ fn expression(op: &WriteOp, now_ms: i64) -> Expression {
     Expression { update, condition, values }
 }
 
+/// The write's indices of every item whose condition failed, by the cancellation reasons
+/// (one per item sent, in order); `None` if no condition failed.
+fn failed_conditions(reasons: &[CancellationReason], ops: &[(usize, &WriteOp)]) -> Option<Vec<usize>> {
+    let failed: Vec<usize> = (reasons.iter().zip(ops))
+        .filter(|(r, _)| r.code() == Some("ConditionalCheckFailed"))
+        .map(|(_, &(op, _))| op)
+        .collect();
+    (!failed.is_empty()).then_some(failed)
+}
+
 /// Epoch seconds for DynamoDB's TTL, rounded up so the item never goes before it expires.
 fn ttl_seconds(ms: i64) -> i64 {
     ms.saturating_add(999).div_euclid(1000)
@@ -170,7 +180,7 @@ impl DynamoStateStore {
         match sent {
             Ok(_) => Ok(()),
             Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {
-                Err(StorageError::ConditionFailed { op })
+                Err(StorageError::condition_failed(vec![op]))
             }
             Err(e) => Err(unexpected("dynamodb:UpdateItem", e)),
         }
@@ -196,7 +206,7 @@ impl DynamoStateStore {
         match sent {
             Ok(_) => Ok(()),
             Err(e) if e.as_service_error().is_some_and(|s| s.is_conditional_check_failed_exception()) => {
-                Err(StorageError::ConditionFailed { op })
+                Err(StorageError::condition_failed(vec![op]))
             }
             Err(e) => Err(unexpected("dynamodb:DeleteItem", e)),
         }
@@ -226,10 +236,8 @@ impl DynamoStateStore {
             return Err(unexpected("dynamodb:TransactWriteItems", e));
         };
         let reasons = canceled.cancellation_reasons();
-        if let Some(i) = reasons.iter().position(|r| r.code() == Some("ConditionalCheckFailed")) {
-            if let Some(&(op, _)) = ops.get(i) {
-                return Err(StorageError::ConditionFailed { op });
-            }
+        if let Some(failed) = failed_conditions(reasons, ops) {
+            return Err(StorageError::condition_failed(failed));
         }
         // Cancelled before writing anything: a conflicting transaction in flight, or throttling.
         let refused = reasons.iter().any(|r| {
@@ -519,6 +527,22 @@ mod tests {
 
     fn key() -> Key {
         Key::new("p", "s")
+    }
+
+    #[test]
+    fn every_failed_condition_of_a_cancelled_transaction_is_named() {
+        let reason = |code: &str| CancellationReason::builder().code(code).build();
+        let check = WriteOp::Check { key: key(), expect: Expect::Absent };
+        // Ops 0 and 2 were not sent (checks under `Expect::Any`): indices are the write's.
+        let sent = [(1, &check), (3, &check), (4, &check), (5, &check)];
+        let reasons = [
+            reason("ConditionalCheckFailed"),
+            reason("None"),
+            reason("ConditionalCheckFailed"),
+            reason("TransactionConflict"),
+        ];
+        assert_eq!(failed_conditions(&reasons, &sent), Some(vec![1, 4]));
+        assert_eq!(failed_conditions(&reasons[1..2], &sent), None);
     }
 
     #[test]

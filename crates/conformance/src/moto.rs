@@ -36,12 +36,20 @@ pub fn moto() -> &'static Moto {
 }
 
 fn start() -> Moto {
+    start_with(&[])
+}
+
+/// A moto server of the caller's own, `infra/local_aws.py` given `args` besides
+/// (`--realism`: infra/moto_realism.py's latency and conflict rule), stopped when the
+/// returned [`Moto`] is dropped or the test binary exits.
+pub fn start_with(args: &[&str]) -> Moto {
     let root = workspace_root();
     let python = root.join(".venv/bin/python");
     assert!(python.exists(), "{} is missing: run infra/setup.sh first", python.display());
     let mut child = Command::new(python)
         .arg(root.join("infra/local_aws.py"))
         .args(["--watch-stdin", "--bucket", "sluice-test", "--table", "sluice-test"])
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

@@ -72,7 +72,7 @@ async fn given_each_port_call_then_it_sends_the_dynamodb_requests_documented() {
 
     let before = store.requests().snapshot();
     let lost = store.write(vec![WriteOp::create(a.clone(), value())]).await;
-    assert!(matches!(lost, Err(StorageError::ConditionFailed { op: 0 })), "{lost:?}");
+    assert!(matches!(lost, Err(StorageError::ConditionFailed { op: 0, .. })), "{lost:?}");
     assert_eq!(sent_since(&store, &before), [("dynamodb:UpdateItem", 1)], "a failed condition is not retried");
 
     let before = store.requests().snapshot();

@@ -104,7 +104,8 @@ pub struct PurgeRecord {
 /// The end of a partition's log. Every commit replaces it conditionally on the
 /// version it read, and nothing but the purge of a deleted topic removes it, so
 /// it is the one thing a commit's safety rests on. An absent head is an empty
-/// partition (version 0).
+/// partition (version 0). Deleting the topic turns every head into a tombstone
+/// (`deleted`), which no commit writes over.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HeadRecord {
     /// The offset the next event gets: the high watermark.
@@ -115,6 +116,9 @@ pub struct HeadRecord {
     pub bytes: u64,
     /// Largest event timestamp committed so far.
     pub max_ts: i64,
+    /// The topic was deleted: this partition takes no more commits (see `log::topics::delete`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
 }
 
 impl HeadRecord {
@@ -303,8 +307,11 @@ mod tests {
 
     #[test]
     fn records_round_trip_and_garbage_is_corrupt_not_a_panic() {
-        let head = HeadRecord { next: 5, start: 1, bytes: 99, max_ts: 7 };
+        let head = HeadRecord { next: 5, start: 1, bytes: 99, max_ts: 7, deleted: false };
         assert_eq!(decode::<HeadRecord>("head", &encode(&head)).unwrap(), head);
+        assert!(!String::from_utf8_lossy(&encode(&head)).contains("deleted"), "a live head is encoded as before");
+        let tombstone = HeadRecord { deleted: true, ..head };
+        assert_eq!(decode::<HeadRecord>("head", &encode(&tombstone)).unwrap(), tombstone);
         assert!(matches!(decode::<HeadRecord>("head", b"{nope"), Err(StorageError::Corrupt(_))));
     }
 

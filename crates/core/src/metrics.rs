@@ -25,6 +25,11 @@ pub const EVENTS_PUBLISHED: &str = "sluice_events_published_total";
 pub const BYTES_PUBLISHED: &str = "sluice_bytes_published_total";
 /// From a valid batch to its durable acknowledgement, by `topic`.
 pub const PUBLISH_COMMIT: &str = "sluice_publish_commit_seconds";
+/// Commit writes that did not apply and were retried, by `reason`: `condition` (a cached
+/// head, topic or object record was stale: another process committed, or a lost race) or
+/// `refused` (throttled, or on DynamoDB cancelled by a conflicting transaction). A steady
+/// rate means publishers contend for the same items.
+pub const COMMIT_CONFLICTS: &str = "sluice_commit_conflicts_total";
 /// One `fdatasync` of a file, by `file` (`segment`, or `state` for SQLite's commit);
 /// embedded backend only.
 pub const FSYNC: &str = "sluice_fsync_seconds";
@@ -99,11 +104,12 @@ pub const SAMPLE_ERRORS: &str = "sluice_state_sample_errors_total";
 /// Registers each metric's unit and help text with the installed recorder: Prometheus
 /// prints them as `# HELP`, CloudWatch takes the unit.
 pub fn describe() {
-    let counters: [(&'static str, Unit, &'static str); 17] = [
+    let counters: [(&'static str, Unit, &'static str); 18] = [
         (HTTP_REQUESTS, Unit::Count, "HTTP requests answered, by route, method and status"),
         (PUBLISH_REQUESTS, Unit::Count, "Publish requests by topic and outcome (ok, rejected, failed)"),
         (EVENTS_PUBLISHED, Unit::Count, "Events acknowledged to publishers"),
         (BYTES_PUBLISHED, Unit::Bytes, "Bytes of keys, headers and values acknowledged to publishers"),
+        (COMMIT_CONFLICTS, Unit::Count, "Commit writes refused and retried, by reason (condition, refused)"),
         (EVENTS_READ, Unit::Count, "Events handed out by replay, group polls and receives"),
         (BYTES_READ, Unit::Bytes, "Bytes of the events handed out"),
         (SAMPLE_ERRORS, Unit::Count, "Topics, groups or subscriptions a state sample could not read"),

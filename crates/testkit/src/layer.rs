@@ -233,7 +233,7 @@ mod tests {
         store.write(vec![put("a", Expect::Absent), put("b", Expect::Absent)]).await.unwrap();
         assert!(matches!(
             store.write(vec![put("a", Expect::Absent)]).await,
-            Err(StorageError::ConditionFailed { op: 0 })
+            Err(StorageError::ConditionFailed { op: 0, .. })
         ));
         assert_eq!(store.get(&Key::new("p", "a")).await.unwrap(), inner.peek(&Key::new("p", "a")));
         assert_eq!(store.query(&Query::all("p", 10)).await.unwrap().items, inner.peek_all("p"));

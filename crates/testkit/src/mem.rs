@@ -206,16 +206,20 @@ impl MemStore {
         validate(&ops)?;
         let now = self.clock.now_ms();
         let mut data = lock(&self.data);
-        for (i, op) in ops.iter().enumerate() {
-            let current = data.items.get(op.key()).filter(|s| s.live(now)).map(|s| s.version);
-            let holds = match op.expect() {
-                Expect::Any => true,
-                Expect::Absent => current.is_none(),
-                Expect::Version(n) => current == Some(n),
-            };
-            if !holds {
-                return Err(StorageError::ConditionFailed { op: i });
-            }
+        // Every failed condition, as DynamoDB's cancellation reasons list them.
+        let failed: Vec<usize> = (ops.iter().enumerate())
+            .filter(|(_, op)| {
+                let current = data.items.get(op.key()).filter(|s| s.live(now)).map(|s| s.version);
+                match op.expect() {
+                    Expect::Any => false,
+                    Expect::Absent => current.is_some(),
+                    Expect::Version(n) => current != Some(n),
+                }
+            })
+            .map(|(i, _)| i)
+            .collect();
+        if !failed.is_empty() {
+            return Err(StorageError::condition_failed(failed));
         }
         if durable {
             Self::made_durable(&mut data);

@@ -1,15 +1,17 @@
 //! The push dispatcher Lambda function. Two things wake it:
 //! - the table's DynamoDB Stream, through an event source mapping whose filter passes only
 //!   changes of partition heads (one per commit): it then delivers what the push
-//!   subscriptions of those topics have due, so a publish reaches its subscribers within
-//!   the mapping's batching window;
+//!   subscriptions of those topics have due, so a publish reaches its subscribers at the
+//!   mapping's next poll (no batching window);
 //! - a schedule: a sweep of every topic, for redeliveries that come due while nothing is
 //!   published (a nack's backoff, an attempt's window that ended with its dispatcher).
 //!
 //! Either way it receives, delivers and settles through the same core code as `sluice
 //! serve` ([`Dispatcher::drain`]) until nothing is due or no attempt would end before its
-//! deadline; what it leaves, the next wake delivers. Its reserved concurrency of one
-//! (template.yaml) makes a subscription's `max_in_flight` hold across invocations.
+//! deadline; what it leaves, the next wake delivers. Runs overlap (wakes of several shards,
+//! a sweep): each drives only the subscriptions whose lease it claimed, so different
+//! subscriptions are delivered in parallel and each one's `max_in_flight` holds across
+//! runs.
 
 use aws_lambda_events::dynamodb;
 use lambda_runtime::{service_fn, tracing, Error, LambdaEvent};
@@ -62,7 +64,12 @@ async fn dispatch(dispatcher: &Dispatcher, event: LambdaEvent<Value>) -> Result<
         Topics::All => None,
     };
     let report = Report { topics: woken, deliveries, messages, failed_messages };
-    tracing::info!(request_id = %event.context.request_id, ?report, "dispatched");
+    // A run that delivered nothing (most sweeps) is not worth a log line's cost.
+    if deliveries == 0 {
+        tracing::debug!(request_id = %event.context.request_id, ?report, "dispatched");
+    } else {
+        tracing::info!(request_id = %event.context.request_id, ?report, "dispatched");
+    }
     Ok(report)
 }
 

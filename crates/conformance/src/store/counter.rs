@@ -17,7 +17,7 @@ async fn increment(store: &dyn StateStore, counter: &Key) -> u32 {
         let op = WriteOp::replace(counter.clone(), bytes(&(value + 1).to_string()), read.map(|i| i.version));
         match store.write(vec![op]).await {
             Ok(()) => return lost,
-            Err(StorageError::ConditionFailed { op: 0 }) => lost += 1,
+            Err(StorageError::ConditionFailed { op: 0, .. }) => lost += 1,
             Err(StorageError::Throttled { .. }) => tokio::time::sleep(Duration::from_millis(5)).await,
             Err(e) => panic!("increment: {e:?}"),
         }

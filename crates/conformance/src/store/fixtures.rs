@@ -70,8 +70,21 @@ pub(super) fn query(pk: &str, from: Option<usize>, to: Option<usize>, forward: b
 
 pub(super) fn expect_condition_failed(result: Result<(), StorageError>, op: usize) {
     match result {
-        Err(StorageError::ConditionFailed { op: failed }) => assert_eq!(failed, op, "the first failing op"),
+        Err(StorageError::ConditionFailed { op: first, failed }) => {
+            assert_eq!(first, op, "the first failing op");
+            assert_eq!(failed.first(), Some(&op), "every failing op, the first first: {failed:?}");
+        }
         other => panic!("expected ConditionFailed {{ op: {op} }}, got {other:?}"),
+    }
+}
+
+/// A write whose operations `failed` (in order) failed their conditions, each named.
+pub(super) fn expect_conditions_failed(result: Result<(), StorageError>, failed: &[usize]) {
+    match result {
+        Err(StorageError::ConditionFailed { op, failed: named }) => {
+            assert_eq!((op, named.as_slice()), (failed[0], failed), "the first failed op, and every one")
+        }
+        other => panic!("expected ConditionFailed {{ failed: {failed:?} }}, got {other:?}"),
     }
 }
 

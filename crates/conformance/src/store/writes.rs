@@ -84,14 +84,15 @@ pub async fn given_op_2_fails_when_write_then_condition_failed_on_op_2_and_ops_0
         .await
         .expect("setup");
 
-    // Op 0 creates, op 1 replaces, op 2's item exists, op 3 deletes: all or nothing.
+    // Op 0 creates, op 1 replaces, op 2's item exists, op 3 deletes at a version it does not
+    // have: all or nothing, and both failures named (a caller heals every one at once).
     let ops = vec![
         WriteOp::create(a.clone(), bytes("a1")),
         put(&b, "b2", Expect::Version(1)),
         WriteOp::create(c.clone(), bytes("c2")),
-        WriteOp::Delete { key: d.clone(), expect: Expect::Version(1) },
+        WriteOp::Delete { key: d.clone(), expect: Expect::Version(7) },
     ];
-    expect_condition_failed(store.write(ops).await, 2);
+    expect_conditions_failed(store.write(ops).await, &[2, 3]);
     assert_eq!(get(store, &a).await, None, "op 0 not applied");
     assert_eq!(value_version(store, &b).await, Some((bytes("b1"), 1)), "op 1 not applied");
     assert_eq!(value_version(store, &c).await, Some((bytes("c1"), 1)));
@@ -153,7 +154,7 @@ pub async fn given_deferred_writes_among_writes_then_each_applies_as_a_write_doe
         let created = get(store, &key(&pk, &format!("w{i:02}"))).await.is_some();
         assert_eq!(created, outcome.is_ok(), "write {i} applied whole or not at all: {outcome:?}");
         if let Err(e) = outcome {
-            assert!(matches!(e, StorageError::ConditionFailed { op: 1 }), "write {i}: {e:?}");
+            assert!(matches!(e, StorageError::ConditionFailed { op: 1, .. }), "write {i}: {e:?}");
         }
     }
     assert_eq!(value_version(store, &a).await, Some((bytes("bumped"), 2)));

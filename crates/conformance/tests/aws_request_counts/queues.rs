@@ -33,6 +33,7 @@ async fn queue_requests_per_receive_and_ack_are_what_the_cost_model_says() {
 
     receives_and_acks(&counted, &queues, &topic).await;
     settles(&counted, &queues, &topic).await;
+    peek_and_ready(&counted, &queues, &topic).await;
     dead_letters(&counted, &queues, &topic).await;
 
     // Drain, then an empty receive reads and writes nothing.
@@ -110,6 +111,24 @@ async fn settles((state, objects, _): &Counted, queues: &Queues, topic: &str) {
     assert_eq!(ack_next.get("dynamodb:GetItem"), Some(&2), "topic and subscription read once: {ack_next:?}");
     assert_eq!(ack_next.get("dynamodb:UpdateItem"), Some(&1), "one write: {ack_next:?}");
     assert_eq!(ack_next.get("dynamodb:TransactWriteItems"), None, "one write: {ack_next:?}");
+}
+
+/// A peek of 10 (reads only) and `/readyz`'s read of the store: what a dashboard or a
+/// load balancer polling them costs.
+async fn peek_and_ready((state, objects, log): &Counted, queues: &Queues, topic: &str) {
+    const ROUNDS: usize = 5;
+    let (_, peeks) = counted!(state, objects, {
+        for _ in 0..ROUNDS {
+            assert_eq!(queues.peek(topic, "work", 10).await.unwrap().len(), 10);
+        }
+    });
+    per_request("queue peek, 10 messages (8 partitions)", &peeks, ROUNDS);
+    for op in ["dynamodb:UpdateItem", "dynamodb:TransactWriteItems", "dynamodb:DeleteItem", "dynamodb:PutItem"] {
+        assert!(!peeks.contains_key(op), "a peek writes nothing: {peeks:?}");
+    }
+    let (_, ready) = counted!(state, objects, log.ready().await.unwrap());
+    per_request("readyz", &ready, 1);
+    assert_eq!(requests(&ready), Counts::from([("dynamodb:Query", 1)]), "one query of one item: {ready:?}");
 }
 
 /// Dead letters: a queue whose messages die at their first expiry, listed, redriven, purged,

@@ -38,6 +38,7 @@ impl Groups {
             })
             .collect();
         let mut names: BTreeSet<String> = state.record.topics.keys().cloned().collect();
+        names.extend(state.record.left_topics.iter().cloned());
         for key in offsets.keys() {
             if let Some((topic, _)) = key.rsplit_once('#') {
                 names.insert(topic.to_owned());

@@ -167,6 +167,7 @@ mod tests {
             topics: BTreeMap::from([("orders".to_owned(), 4), ("refunds#eu".to_owned(), 9)]),
             since: BTreeMap::from([(tp_key("orders", 11), 5), (tp_key("refunds#eu", 1), 6)]),
             offsets_from: 0,
+            left_topics: Default::default(),
         }
     }
 
@@ -226,6 +227,7 @@ mod tests {
             topics: topics.iter().map(|t| (t.clone(), u64::MAX)).collect(),
             since,
             offsets_from: u64::MAX,
+            left_topics: Default::default(),
         };
         let size = serde_json::to_vec(&record).unwrap().len();
         // A quarter below DynamoDB's 400 KB, with 200-character topic names.

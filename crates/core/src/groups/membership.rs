@@ -25,12 +25,18 @@ pub(super) fn next_generation(
             since.insert(key, from);
         }
     }
+    let left_topics = match (topic_ids.is_empty(), previous.topics.is_empty()) {
+        (false, _) => BTreeSet::new(),
+        (true, false) => previous.topics.keys().cloned().collect(),
+        (true, true) => previous.left_topics.clone(),
+    };
     GroupRecord {
         generation: previous.generation + 1,
         members: assignment,
         topics: topic_ids,
         since,
         offsets_from: previous.offsets_from,
+        left_topics,
     }
 }
 

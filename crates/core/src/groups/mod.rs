@@ -238,6 +238,10 @@ pub struct GroupRecord {
     /// (see `admin::delete`). 0 for a group never deleted.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub offsets_from: u64,
+    /// The topics the group read when its last member left (while `topics` is empty):
+    /// a describe lists their partitions as long as the group's offsets are kept.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub left_topics: BTreeSet<String>,
 }
 
 fn is_zero(v: &u64) -> bool {

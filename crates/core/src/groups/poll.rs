@@ -288,13 +288,13 @@ impl Groups {
                     return Ok(());
                 }
                 // Its session ended while it waited (or it left): the events go to the next owner.
-                Err(StorageError::ConditionFailed { op: 0 }) => {
+                Err(StorageError::ConditionFailed { op: 0, .. }) => {
                     return Err(conflict(
                         Code::UnknownMember,
                         format!("member '{member_id}' was evicted from group '{group}' during its poll"),
                     ))
                 }
-                Err(StorageError::ConditionFailed { op }) if op >= riding_from && !rider.is_empty() => {
+                Err(StorageError::ConditionFailed { op, .. }) if op >= riding_from && !rider.is_empty() => {
                     tracing::debug!(group = %group, member = %member_id, "auto-commit raced; heartbeat alone");
                     rider.clear();
                 }

@@ -91,7 +91,7 @@ async fn delete_unchanged(store: &dyn StateStore, mut ops: Vec<WriteOp>) -> Resu
     while !ops.is_empty() {
         match store.write(ops.clone()).await {
             Ok(()) => return Ok(()),
-            Err(StorageError::ConditionFailed { op }) if op < ops.len() => {
+            Err(StorageError::ConditionFailed { op, .. }) if op < ops.len() => {
                 ops.remove(op);
             }
             Err(e) => return Err(e),

@@ -47,7 +47,7 @@ pub const ITEM_KINDS: &[ItemKind] = &[
         pk: "head#<topic>",
         sk: "<p10>",
         value: "HeadRecord",
-        written_by: "committer, retention",
+        written_by: "committer, retention, topic delete (a tombstone)",
         deleted_by: "topic purge",
     },
     ItemKind {
@@ -195,12 +195,28 @@ pub const ITEM_KINDS: &[ItemKind] = &[
         deleted_by: "subscription purge",
     },
     ItemKind {
+        name: "push run lease (the dispatcher run driving a push subscription; expiring)",
+        pk: "push-run#<sub>",
+        sk: "-",
+        value: "RunLeaseRecord",
+        written_by: "dispatcher (claim, renew, a drain asked for)",
+        deleted_by: "dispatcher (release), expiry",
+    },
+    ItemKind {
         name: "dead letter",
         pk: "dlq#<sub>#<p>",
         sk: "<offset>",
         value: "DeadRecord",
         written_by: "receive (bury)",
         deleted_by: "DLQ delete, redrive, purge; subscription purge",
+    },
+    ItemKind {
+        name: "mark of a dead letter deleted or purged (expires after 7 days)",
+        pk: "dlq#<sub>#<p>#gone",
+        sk: "<offset>",
+        value: "RemovedDeadRecord",
+        written_by: "DLQ delete, purge",
+        deleted_by: "expiry, subscription purge",
     },
     ItemKind {
         name: "purge order of a deleted subscription",
@@ -376,9 +392,11 @@ mod tests {
             (cursor_key(0x7b, 3), ("q#000000000000007b#3", "c"), 18),
             (lease_key(0x7b, 3, 5, 0x1f), ("q#000000000000007b#3", "l#00000000000000000005#000000000000001f"), 19),
             (push_stats_key(0x7b), ("q#000000000000007b#0", "s"), 20),
-            (dead_key(0x7b, 3, 42), ("dlq#000000000000007b#3", "00000000000000000042"), 21),
-            (sub_purge_key(0x7b), ("purge-subs", "000000000000007b"), 22),
-            (receipt_signing_key(), ("queues", "receipt-key"), 23),
+            (push_run_key(0x7b), ("push-run#000000000000007b", "-"), 21),
+            (dead_key(0x7b, 3, 42), ("dlq#000000000000007b#3", "00000000000000000042"), 22),
+            (removed_dead_key(0x7b, 3, 42), ("dlq#000000000000007b#3#gone", "00000000000000000042"), 23),
+            (sub_purge_key(0x7b), ("purge-subs", "000000000000007b"), 24),
+            (receipt_signing_key(), ("queues", "receipt-key"), 25),
         ];
         for (key, (pk, sk), kind) in &cases {
             assert_eq!(key, &Key::new(*pk, *sk));
@@ -405,7 +423,11 @@ mod tests {
         assert_eq!(subs_pk(0x7a), "subs#000000000000007a");
         assert_eq!(
             queue_collections(0x7b, 3),
-            ["q#000000000000007b#3".to_owned(), "dlq#000000000000007b#3".to_owned()]
+            [
+                "q#000000000000007b#3".to_owned(),
+                "dlq#000000000000007b#3".to_owned(),
+                "dlq#000000000000007b#3#gone".to_owned()
+            ]
         );
         assert_eq!(lease_sk(-5, 0x1f), "l#00000000000000000000#000000000000001f");
         assert_eq!(tp_key("my#topic", 12), "my#topic#0000000012");

@@ -1,4 +1,4 @@
-//! The queues' keys: subscriptions, a queue's cursor, leases and push counts, dead
+//! The queues' keys: subscriptions, a queue's cursor, leases, push counts and run leases, dead
 //! letters, subscription purge orders and the receipt-signing key.
 
 use super::offset_sk;
@@ -13,6 +13,8 @@ pub const PUSH_STATS_SK: &str = "s";
 /// What every lease item's sort key starts with.
 pub const LEASE_PREFIX: &str = "l#";
 const SUB_PURGE_PK: &str = "purge-subs";
+/// What every push subscription's run lease's partition key starts with.
+pub const PUSH_RUN_PREFIX: &str = "push-run#";
 /// What every [`subs_pk`] starts with.
 pub const SUBS_PREFIX: &str = "subs#";
 /// What every [`queue_pk`] starts with.
@@ -40,10 +42,16 @@ pub fn dlq_pk(sub_id: u64, partition: u32) -> String {
     format!("{DLQ_PREFIX}{sub_id:016x}#{partition}")
 }
 
+/// The collection of the marks a subscription's dead letters leave on one partition when
+/// they are deleted or purged (apart from the dead letters, which are listed whole).
+pub fn removed_dead_pk(sub_id: u64, partition: u32) -> String {
+    format!("{DLQ_PREFIX}{sub_id:016x}#{partition}#gone")
+}
+
 /// The collections holding a subscription's state on one partition: its cursor and
-/// leases, and its dead letters.
-pub fn queue_collections(sub_id: u64, partition: u32) -> [String; 2] {
-    [queue_pk(sub_id, partition), dlq_pk(sub_id, partition)]
+/// leases, its dead letters, and the marks of those deleted or purged.
+pub fn queue_collections(sub_id: u64, partition: u32) -> [String; 3] {
+    [queue_pk(sub_id, partition), dlq_pk(sub_id, partition), removed_dead_pk(sub_id, partition)]
 }
 
 /// A queue's cursor item on one partition.
@@ -54,6 +62,12 @@ pub fn cursor_key(sub_id: u64, partition: u32) -> Key {
 /// A push subscription's delivery counts (kept on partition 0).
 pub fn push_stats_key(sub_id: u64) -> Key {
     Key::new(queue_pk(sub_id, 0), PUSH_STATS_SK)
+}
+
+/// A push subscription's run lease: which dispatcher run drives it (an item of its own,
+/// expiring, so no purge needs to find it).
+pub fn push_run_key(sub_id: u64) -> Key {
+    Key::new(format!("{PUSH_RUN_PREFIX}{sub_id:016x}"), "-")
 }
 
 /// The sort key of a lease due at `due`.
@@ -77,6 +91,11 @@ pub fn parse_lease_sk(sk: &str) -> Result<i64, StorageError> {
 /// The dead letter of the message at `offset`.
 pub fn dead_key(sub_id: u64, partition: u32, offset: u64) -> Key {
     Key::new(dlq_pk(sub_id, partition), offset_sk(offset))
+}
+
+/// The mark the dead letter of the message at `offset` left when it was deleted or purged.
+pub fn removed_dead_key(sub_id: u64, partition: u32, offset: u64) -> Key {
+    Key::new(removed_dead_pk(sub_id, partition), offset_sk(offset))
 }
 
 /// The collection of every subscription purge order.

@@ -45,8 +45,9 @@ pub struct LogConfig {
     /// processes (one small consistent read each). Publishes made by this process wake it at once.
     pub poll_interval: Duration,
     /// A commit whose segments take at most this many bytes in all keeps them in their index
-    /// items instead of a blob: one durable write instead of two. 0 turns it off (the AWS
-    /// functions do: a DynamoDB write unit is 1 KB, where an S3 PUT takes any size).
+    /// items instead of a blob: one durable write instead of two. 0 turns it off; the AWS
+    /// functions keep it at [`AWS_INLINE_SEGMENT_BYTES`] (a DynamoDB write unit is 1 KB,
+    /// where an S3 PUT takes any size).
     pub inline_segment_bytes: usize,
     /// A partition's segment of a commit larger than this is written in parts of about this
     /// many bytes ([`crate::segment::PART_BYTES`]; smaller in the simulation).

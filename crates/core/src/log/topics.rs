@@ -4,7 +4,7 @@
 use crate::keys;
 use crate::layout::{self, HeadRecord, PurgeRecord, TopicRecord};
 use crate::model::{PartitionState, TopicConfig, TopicSpec};
-use crate::ports::state::{Expect, Query, StateStore, WriteOp};
+use crate::ports::state::{Expect, Query, StateStore, WriteOp, MAX_WRITE_OPS};
 use crate::{Error, StorageError};
 
 /// Items read per query when walking a collection.
@@ -84,9 +84,16 @@ pub(crate) async fn list(store: &dyn StateStore) -> Result<Vec<TopicConfig>, Sto
     }
 }
 
-/// Deletes a topic with one atomic write: its record becomes a tombstone (so
-/// every commit to it fails its check from now on, whatever the committer has
-/// cached) and a purge order is filed for the janitor, which removes the items.
+/// Deletes a topic: its record becomes a tombstone, a purge order is filed for the
+/// janitor (which removes the items), and every partition's head becomes a tombstone
+/// head, created if absent. Commits condition on the head they read (not on the topic
+/// record, which publishes to other partitions would then share), so the head is the
+/// fence: a commit over a head read before the delete fails its condition, re-reads it
+/// and answers that the topic is gone, whatever the committer has cached; one that lands
+/// first is a publish before the delete. A commit that creates a head (after the purge
+/// removed the tombstones) checks the topic record instead. The record, the order and
+/// every fence go in one atomic write when they fit ([`MAX_WRITE_OPS`]); a larger
+/// topic's other fences follow before the delete answers.
 pub(crate) async fn delete(store: &dyn StateStore, name: &str, now_ms: i64) -> Result<(), Error> {
     for _ in 0..2 {
         let Some((mut r, version)) = record(store, name).await?.filter(|(r, _)| r.deleted_ms.is_none()) else {
@@ -95,7 +102,7 @@ pub(crate) async fn delete(store: &dyn StateStore, name: &str, now_ms: i64) -> R
         r.deleted_ms = Some(now_ms);
         let purge =
             PurgeRecord { name: name.to_owned(), partitions: r.partitions, deleted_ms: now_ms, done_partitions: 0 };
-        let ops = vec![
+        let mut ops = vec![
             WriteOp::replace(keys::topic_key(name), layout::encode(&r), Some(version)),
             WriteOp::Put {
                 key: keys::purge_key(r.id),
@@ -104,8 +111,19 @@ pub(crate) async fn delete(store: &dyn StateStore, name: &str, now_ms: i64) -> R
                 expect: Expect::Any,
             },
         ];
+        // Each tombstone keeps what its head said, so that a reader racing the delete (a
+        // receive, a poll) sees the partition as it was, not emptied.
+        let heads = heads(store, &r.config(name, version)).await?;
+        let mut fences = heads.iter().enumerate().map(|(p, (head, _))| fence(r.id, p as u32, *head));
+        ops.extend(fences.by_ref().take(MAX_WRITE_OPS - ops.len()));
         match store.write(ops).await {
-            Ok(()) => return Ok(()),
+            Ok(()) => {
+                let rest: Vec<WriteOp> = fences.collect();
+                for chunk in rest.chunks(MAX_WRITE_OPS) {
+                    store.write(chunk.to_vec()).await?;
+                }
+                return Ok(());
+            }
             Err(StorageError::ConditionFailed { .. }) => continue,
             Err(e) => return Err(e.into()),
         }
@@ -114,6 +132,18 @@ pub(crate) async fn delete(store: &dyn StateStore, name: &str, now_ms: i64) -> R
         message: format!("topic {name} is being changed concurrently"),
         source: None,
     }))
+}
+
+/// The write that makes partition `partition`'s head, last read as `head`, a deleted topic's
+/// tombstone, whatever it holds now (its version moves on, so every commit conditioned on
+/// it fails; one that landed since the read is a publish before the delete all the same).
+fn fence(id: u64, partition: u32, head: HeadRecord) -> WriteOp {
+    WriteOp::Put {
+        key: keys::head_key(id, partition),
+        value: layout::encode(&HeadRecord { deleted: true, ..head }),
+        expires_at_ms: None,
+        expect: Expect::Any,
+    }
 }
 
 /// A partition's head and its version (0: absent, an empty partition).

@@ -18,9 +18,12 @@ pub enum StorageError {
     NotFound(String),
     #[error("corrupt: {0}")]
     Corrupt(String),
-    /// The condition of operation `op` of a [`crate::ports::state::StateStore::write`] did not hold; nothing was written.
+    /// The conditions of operations of a [`crate::ports::state::StateStore::write`] did not
+    /// hold; nothing was written. `op` is the first of them, `failed` every one, in order
+    /// (a store that stops at the first failure names only it): a caller with many stale
+    /// conditions heals them all in one round.
     #[error("condition failed on write operation {op}")]
-    ConditionFailed { op: usize },
+    ConditionFailed { op: usize, failed: Vec<usize> },
     /// The store refused a malformed request (a caller's bug, e.g. two operations on one key).
     #[error("invalid storage request: {0}")]
     Invalid(String),
@@ -45,11 +48,16 @@ impl StorageError {
         match self {
             Self::NotFound(m) => Self::NotFound(m.clone()),
             Self::Corrupt(m) => Self::Corrupt(m.clone()),
-            Self::ConditionFailed { op } => Self::ConditionFailed { op: *op },
+            Self::ConditionFailed { op, failed } => Self::ConditionFailed { op: *op, failed: failed.clone() },
             Self::Invalid(m) => Self::Invalid(m.clone()),
             Self::Throttled { message, .. } => Self::Throttled { message: message.clone(), source: None },
             Self::Unavailable { message, .. } => Self::Unavailable { message: message.clone(), source: None },
         }
+    }
+
+    /// The conditions of operations `failed` (in order, at least one) did not hold.
+    pub fn condition_failed(failed: Vec<usize>) -> Self {
+        Self::ConditionFailed { op: failed.first().copied().unwrap_or(0), failed }
     }
 
     pub fn unavailable(message: impl Into<String>, source: impl std::error::Error + Send + Sync + 'static) -> Self {

@@ -152,7 +152,8 @@ pub fn validate(ops: &[WriteOp]) -> Result<(), StorageError> {
 /// A transactional key-value store with strongly consistent reads.
 ///
 /// Errors: [`StorageError::ConditionFailed`] names the first operation whose
-/// condition did not hold, and then nothing was written;
+/// condition did not hold (`op`) and every one that did not (`failed`, in order),
+/// and then nothing was written;
 /// [`StorageError::Throttled`] means the store refused before doing anything
 /// (safe to retry); [`StorageError::Unavailable`] from a write means the outcome
 /// is unknown: the write may or may not have been applied.

@@ -1,6 +1,9 @@
 //! The dispatcher: per push subscription, up to `max_in_flight` workers that each receive
 //! a batch, deliver it and settle it by the answer. Delivery counts are kept in memory and
-//! added to the subscription's in the store by [`Dispatcher::flush_stats`].
+//! added to the subscription's in the store by [`Dispatcher::flush_stats`]. A drain (a
+//! dispatcher function's run) drives a subscription only under its run lease
+//! ([`super::lease`]), so runs in many instances share the subscriptions out, each driven
+//! by one run at a time.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -8,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use super::lease::{self, Claim, Release, Renewal, RunLease};
 use super::{judge, webhook, DEFAULT_BACKOFF};
 use crate::mutation::Mutation;
 use crate::ports::deliver::{Deliver, Delivery, Destination};
@@ -87,6 +91,11 @@ fn attempt_timeout_ms(timeout_ms: u64, window_end: i64, now: i64) -> Option<u64>
     Some(timeout_ms.min(left))
 }
 
+/// How long one attempt holds its batch: the target's timeout and settling.
+fn attempt_ms(sub: &PushSubscription) -> u64 {
+    sub.push.timeout_ms + SETTLE_MARGIN_MS
+}
+
 /// Delivers push subscriptions' messages through a [`Deliver`] port. Clones share state.
 #[derive(Clone)]
 pub struct Dispatcher {
@@ -118,21 +127,36 @@ impl Dispatcher {
         wait_ms: u64,
         stop: Option<&watch::Receiver<bool>>,
     ) -> Result<Vec<Message>, Error> {
-        let visibility = sub.spec.visibility_timeout_ms.max(sub.push.timeout_ms + SETTLE_MARGIN_MS);
-        let req = ReceiveRequest {
-            max_messages: sub.push.max_batch as usize,
-            wait_ms,
-            visibility_timeout_ms: Some(visibility),
-        };
-        self.queues.receive_for_push(sub, &req, stop).await
+        self.queues.receive_for_push(sub, &self.receive_request(sub, wait_ms), stop).await
+    }
+
+    /// A receive of up to a batch, held for the attempt.
+    fn receive_request(&self, sub: &PushSubscription, wait_ms: u64) -> ReceiveRequest {
+        let visibility = sub.spec.visibility_timeout_ms.max(attempt_ms(sub));
+        ReceiveRequest { max_messages: sub.push.max_batch as usize, wait_ms, visibility_timeout_ms: Some(visibility) }
     }
 
     /// Sends a received batch and settles it: acks what the target took; releases the
     /// rest, visible again after their backoff (at once for those out of deliveries,
     /// which the next receive moves to the DLQ). Answers how many failed.
     pub async fn deliver(&self, sub: &PushSubscription, messages: Vec<Message>) -> Result<usize, Error> {
+        let (failed, acks) = self.deliver_settling(sub, messages).await?;
+        // A stale receipt here means the window ended first: the message is due again anyway.
+        if !acks.is_empty() {
+            self.queues.ack(&sub.topic, &sub.name, &acks).await?;
+        }
+        Ok(failed)
+    }
+
+    /// As [`Self::deliver`], but answers the receipts to ack instead of acking them: a
+    /// drain's next receive carries them (one write for both).
+    async fn deliver_settling(
+        &self,
+        sub: &PushSubscription,
+        messages: Vec<Message>,
+    ) -> Result<(usize, Vec<String>), Error> {
         if messages.is_empty() {
-            return Ok(0);
+            return Ok((0, Vec::new()));
         }
         // The attempt ends by the end of the batch's window: a batch answered late in it (a
         // slow receive, a process paused between receive and delivery) would otherwise be
@@ -141,7 +165,7 @@ impl Dispatcher {
         let window_end = messages.iter().map(|m| m.held_until_ms).min().unwrap_or_default();
         let Some(timeout_ms) = attempt_timeout_ms(sub.push.timeout_ms, window_end, self.now_ms()) else {
             tracing::warn!(topic = %sub.topic, subscription = %sub.name, "push batch's window ended before its attempt");
-            return Ok(0);
+            return Ok((0, Vec::new()));
         };
         let body = webhook::body(&sub.topic, &sub.name, &messages);
         let id = webhook::delivery_id(sub.id, &messages);
@@ -186,14 +210,13 @@ impl Dispatcher {
             };
             releases.entry(delay.min(crate::queues::MAX_RELEASE_DELAY_MS)).or_default().push(m.receipt);
         }
-        // A stale receipt here means the window ended first: the message is due again anyway.
-        if !acks.is_empty() && !crate::mutation::skipped(Mutation::PushAck) {
-            self.queues.ack(&sub.topic, &sub.name, &acks).await?;
+        if crate::mutation::skipped(Mutation::PushAck) {
+            acks.clear();
         }
         for (delay, receipts) in releases {
             self.queues.nack(&sub.topic, &sub.name, &receipts, delay).await?;
         }
-        Ok(verdict.failed.len())
+        Ok((verdict.failed.len(), acks))
     }
 
     fn count(&self, sub: &PushSubscription, failed: &HashSet<String>, sent: usize, error: Option<String>) {
@@ -247,18 +270,87 @@ impl Dispatcher {
         Ok(subs)
     }
 
-    /// Delivers what the push subscriptions of `topics` have due, each with up to
-    /// `max_in_flight` workers, until nothing is left or no attempt would end by
-    /// `deadline_ms`: a dispatcher function's run. Counts are flushed at the end.
+    /// Delivers what the push subscriptions of `topics` have due, all at once, each with up
+    /// to `max_in_flight` workers under its run lease (a subscription another run holds is
+    /// left to it, told to drain once more), until nothing is left or no attempt would end
+    /// by `deadline_ms`: a dispatcher function's run. A sweep (`Topics::All`) first looks
+    /// without writing, so a subscription with nothing due costs it reads only. Counts are
+    /// flushed at the end.
     pub async fn drain(&self, topics: &Topics, deadline_ms: i64) -> Result<Drained, Error> {
         let mut work = JoinSet::new();
+        let sweep = *topics == Topics::All;
         for sub in self.subscriptions(topics).await? {
             let this = self.clone();
-            work.spawn(async move { this.drain_sub(&sub, deadline_ms).await });
+            work.spawn(async move {
+                this.drive(&sub, deadline_ms, sweep).await.unwrap_or_else(|e| (Drained::default(), Some(e)))
+            });
         }
         let (total, first_error) = join(work).await;
         self.flush_stats().await;
         first_error.map_or(Ok(total), Err)
+    }
+
+    /// One subscription's part of a drain: claims its run lease, drains it, and releases
+    /// the lease, draining again while another run asked for it meanwhile.
+    async fn drive(
+        &self,
+        sub: &PushSubscription,
+        deadline_ms: i64,
+        sweep: bool,
+    ) -> Result<(Drained, Option<Error>), Error> {
+        let none = Ok((Drained::default(), None));
+        if sweep {
+            match self.queues.push_due(sub).await {
+                Ok(true) => {}
+                Ok(false) => return none,
+                Err(e) if gone(&e) => return none,
+                Err(e) => return Err(e),
+            }
+        }
+        let store = self.queues.log().store().clone();
+        let holder = self.queues.log().random().next_u64();
+        let until = lease::lease_until(self.now_ms(), attempt_ms(sub), deadline_ms);
+        let lease = match lease::claim(store.as_ref(), sub.id, holder, until).await? {
+            Claim::Held(lease) => Arc::new(tokio::sync::Mutex::new(lease)),
+            Claim::Busy => return none,
+        };
+        let mut total = Drained::default();
+        loop {
+            let (drained, error) = self.drain_sub(sub, deadline_ms, &lease).await;
+            total.add(drained);
+            let released = lease.lock().await.release(store.as_ref()).await;
+            let again = matches!(released, Ok(Release::Wanted)) && error.is_none();
+            if again && self.now_ms() + attempt_ms(sub) as i64 <= deadline_ms {
+                continue;
+            }
+            if again {
+                // No time for another drain: released for the next run, which the next wake
+                // or sweep starts.
+                lease.lock().await.release(store.as_ref()).await?;
+            }
+            return Ok((total, error.or(released.err())));
+        }
+    }
+
+    /// Whether this run may start an attempt now: its lease outlasts the attempt, renewed
+    /// if it would not; `false` once the lease is no longer this run's.
+    async fn keep_lease(
+        &self,
+        sub: &PushSubscription,
+        lease: &tokio::sync::Mutex<RunLease>,
+        deadline_ms: i64,
+    ) -> Result<bool, Error> {
+        let mut lease = lease.lock().await;
+        let (now, attempt) = (self.now_ms(), attempt_ms(sub));
+        if lease.renewal(now, attempt) == Renewal::Keep {
+            return Ok(true);
+        }
+        let kept =
+            lease.renew(self.queues.log().store().as_ref(), lease::lease_until(now, attempt, deadline_ms)).await?;
+        if !kept {
+            tracing::warn!(topic = %sub.topic, subscription = %sub.name, "push run lease lost to another run");
+        }
+        Ok(kept)
     }
 
     /// Rounds of workers on one subscription until a round delivers nothing: one worker
@@ -266,15 +358,20 @@ impl Dispatcher {
     /// then `max_in_flight`. A worker stops at its first empty receive, which a receive
     /// racing the others for the same partitions can answer while messages are left, so
     /// one round of many is not enough.
-    async fn drain_sub(&self, sub: &PushSubscription, deadline_ms: i64) -> (Drained, Option<Error>) {
+    async fn drain_sub(
+        &self,
+        sub: &PushSubscription,
+        deadline_ms: i64,
+        lease: &Arc<tokio::sync::Mutex<RunLease>>,
+    ) -> (Drained, Option<Error>) {
         let mut total = Drained::default();
         let mut workers = 1;
         loop {
             let mut round = JoinSet::new();
             for _ in 0..workers {
-                let (this, sub) = (self.clone(), sub.clone());
+                let (this, sub, lease) = (self.clone(), sub.clone(), lease.clone());
                 round.spawn(async move {
-                    this.drain_one(&sub, deadline_ms)
+                    this.drain_one(&sub, deadline_ms, &lease)
                         .await
                         .map_or_else(|e| (Drained::default(), Some(e)), |d| (d, None))
                 });
@@ -288,26 +385,53 @@ impl Dispatcher {
         }
     }
 
-    async fn drain_one(&self, sub: &PushSubscription, deadline_ms: i64) -> Result<Drained, Error> {
+    async fn drain_one(
+        &self,
+        sub: &PushSubscription,
+        deadline_ms: i64,
+        lease: &tokio::sync::Mutex<RunLease>,
+    ) -> Result<Drained, Error> {
         let mut done = Drained::default();
-        let attempt = (sub.push.timeout_ms + SETTLE_MARGIN_MS) as i64;
+        let attempt = attempt_ms(sub) as i64;
+        // The previous batch's acks, carried by the next receive.
+        let mut acks: Vec<String> = Vec::new();
         while self.now_ms() + attempt <= deadline_ms {
-            let messages = match self.receive(sub, 0).await {
-                Ok(m) if m.is_empty() => break,
+            if !self.keep_lease(sub, lease, deadline_ms).await? {
+                break;
+            }
+            let messages = match self.receive_acking(sub, std::mem::take(&mut acks)).await {
+                Ok(m) if m.is_empty() => return Ok(done),
                 Ok(m) => m,
-                Err(e) if gone(&e) => break,
+                Err(e) if gone(&e) => return Ok(done),
                 Err(e) => return Err(e),
             };
             done.deliveries += 1;
             done.messages += messages.len() as u64;
-            match self.deliver(sub, messages).await {
-                Ok(failed) => done.failed_messages += failed as u64,
+            match self.deliver_settling(sub, messages).await {
+                Ok((failed, settled)) => {
+                    done.failed_messages += failed as u64;
+                    acks = settled;
+                }
                 // Deleted while its batch was out: nothing is left to settle or deliver.
-                Err(e) if gone(&e) => break,
+                Err(e) if gone(&e) => return Ok(done),
                 Err(e) => return Err(e),
             }
         }
+        // Out of time or lease: the last batch's acks on their own.
+        if !acks.is_empty() {
+            match self.queues.ack(&sub.topic, &sub.name, &acks).await {
+                Err(e) if !gone(&e) => return Err(e),
+                _ => {}
+            }
+        }
         Ok(done)
+    }
+
+    /// A drain's receive (nothing waited for), carrying `acks`. If it fails they may be
+    /// unwritten, as a failed ack's: their messages are pushed again once their window
+    /// ends (at least once), under the same webhook-id.
+    async fn receive_acking(&self, sub: &PushSubscription, acks: Vec<String>) -> Result<Vec<Message>, Error> {
+        self.queues.ack_and_receive_for_push(sub, &acks, &self.receive_request(sub, 0)).await
     }
 
     /// Runs until `stop` turns true: the embedded dispatcher. Looks for push subscriptions

@@ -20,6 +20,7 @@
 //! target's spans join the producer's trace.
 
 mod dispatch;
+pub mod lease;
 pub mod webhook;
 
 pub use dispatch::{Dispatcher, Drained, Topics};

@@ -134,8 +134,10 @@ impl Queues {
         let written =
             if deferred { self.store().write_deferred(guarded).await } else { self.store().write(guarded).await };
         match written {
-            Err(StorageError::ConditionFailed { op }) if op < guards => Err(sub.not_found()),
-            Err(StorageError::ConditionFailed { op }) => Ok(Err(StorageError::ConditionFailed { op: op - guards })),
+            Err(StorageError::ConditionFailed { op, .. }) if op < guards => Err(sub.not_found()),
+            Err(StorageError::ConditionFailed { failed, .. }) => {
+                Ok(Err(StorageError::condition_failed(failed.into_iter().map(|op| op - guards).collect())))
+            }
             result => Ok(result),
         }
     }

@@ -89,7 +89,10 @@ impl Queues {
             };
             let state = self.load(&sub, partition, Some(1)).await?;
             let cursor = CursorRecord { dead: state.cursor.dead.saturating_sub(1), ..state.cursor };
-            let mut ops = vec![WriteOp::Delete { key: key.clone(), expect: Expect::Version(item.version) }];
+            let mut ops = vec![
+                WriteOp::Delete { key: key.clone(), expect: Expect::Version(item.version) },
+                removed_mark(&sub, partition, offset, self.now()),
+            ];
             ops.push(state.cursor_write(sub.record.id, partition, cursor, &ops));
             match self.store().write(ops).await {
                 Ok(()) => return Ok(()),
@@ -126,7 +129,9 @@ impl Queues {
             let mut attempts = 0;
             while left > 0 {
                 let now = self.now();
-                let want = left.min(DEAD_PER_WRITE as u64) as usize;
+                // A purge leaves a mark for each (two ops a dead letter).
+                let per_write = if requeue { DEAD_PER_WRITE } else { DEAD_PER_WRITE / 2 };
+                let want = left.min(per_write as u64) as usize;
                 let page = self.store().query(&Query::all(dlq_pk(sub.record.id, p), want)).await?;
                 if page.items.is_empty() {
                     break;
@@ -137,8 +142,12 @@ impl Queues {
                 let mut ops = Vec::with_capacity(page.items.len() + 2);
                 for item in page.items {
                     let record: DeadRecord = layout::decode("dead letter", &item.value)?;
-                    msgs.push(LeaseMsg { offset: keys::offset_of(&item.key.sk)?, first_ms: 0, key: record.key });
+                    let offset = keys::offset_of(&item.key.sk)?;
+                    msgs.push(LeaseMsg { offset, first_ms: 0, key: record.key });
                     ops.push(WriteOp::Delete { key: item.key, expect: Expect::Version(item.version) });
+                    if !requeue {
+                        ops.push(removed_mark(&sub, p, offset, now));
+                    }
                 }
                 if requeue {
                     let nonce = self.nonce();
@@ -170,5 +179,17 @@ impl Queues {
             tracing::info!(topic = %sub.topic.name, subscription = name, messages = done, "dead letters {what}");
         }
         Ok(done)
+    }
+}
+
+/// The mark of the dead letter at `offset`, removed at `now` without being redriven: an
+/// ack of its receipts then answers stale (a redriven message needs none: it is in a lease
+/// until a later delivery settles it).
+fn removed_mark(sub: &Sub, partition: u32, offset: u64, now: i64) -> WriteOp {
+    WriteOp::Put {
+        key: removed_dead_key(sub.record.id, partition, offset),
+        value: layout::encode(&RemovedDeadRecord { removed_ms: now }),
+        expires_at_ms: Some(now.saturating_add(REMOVED_DEAD_TTL_MS)),
+        expect: Expect::Any,
     }
 }

@@ -62,6 +62,63 @@ impl Queues {
         self.receive_until(&current, req, stop).await
     }
 
+    /// [`Self::receive_for_push`] carrying the acks of the dispatcher's previous batch
+    /// (`receipts`), as a pull worker's `ack_and_receive`: acks of one partition whose
+    /// leases are inline ride on the take's write there, others are written before the
+    /// receive. Stale receipts (a window that ended) are passed over, as a separate ack's
+    /// would be. A receive that fails may leave the acks unwritten.
+    pub async fn ack_and_receive_for_push(
+        &self,
+        sub: &PushSubscription,
+        receipts: &[String],
+        req: &ReceiveRequest,
+    ) -> Result<Vec<Message>, Error> {
+        if receipts.is_empty() {
+            return self.receive_for_push(sub, req, None).await;
+        }
+        Self::check_receive(req)?;
+        let current = self.sub(&sub.topic, &sub.name).await?;
+        if current.record.id != sub.id {
+            return Err(current.not_found());
+        }
+        let receipt_key = self.receipt_key().await?;
+        let acked = |results: &[Result<Option<String>, ReceiptError>]| results.iter().filter(|r| r.is_ok()).count();
+        match Riding::new(&current, receipts, receipt_key) {
+            Some(mut riding) => {
+                let received = self.receive_riding(&current, req, &mut riding).await;
+                if let Some(results) = &riding.results {
+                    current.count(crate::metrics::ACKED, acked(results) as u64);
+                }
+                received
+            }
+            None => {
+                self.settle_on(&current, receipts, Settle::Ack, Some(crate::metrics::ACKED)).await?;
+                self.receive_until(&current, req, None).await
+            }
+        }
+    }
+
+    /// Whether a receive for `sub` may find something to take now: a partition whose cursor
+    /// is behind its head, or a lease come due. Read only (the heads, then each partition's
+    /// cursor and its earliest lease until one has work), so that a sweep finding nothing
+    /// writes nothing; it may answer `true` for messages a filter or a delay then passes
+    /// over, never `false` while a receive would take something.
+    pub async fn push_due(&self, sub: &PushSubscription) -> Result<bool, Error> {
+        let current = self.sub(&sub.topic, &sub.name).await?;
+        if current.record.id != sub.id {
+            return Err(current.not_found());
+        }
+        let now = self.now();
+        let heads = topics::heads(self.store(), &current.topic).await?;
+        for (p, (head, _)) in heads.iter().enumerate() {
+            let state = self.load(&current, p as u32, Some(2)).await?;
+            if state.cursor.next.max(head.start) < head.next || state.leases.iter().any(|l| l.due <= now) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     /// Adds a dispatcher's counts to the subscription's (one conditional write; not if the
     /// subscription was deleted meanwhile, whose purge would miss the item).
     pub async fn add_push_stats(&self, sub: &PushSubscription, add: &PushStatsRecord) -> Result<(), Error> {

@@ -309,7 +309,8 @@ use sha2::Sha256;
 use crate::filter::Filter;
 use crate::keys::{
     self, cursor_key, dead_key, dlq_pk, lease_key, lease_sk, parse_lease_sk, push_stats_key, queue_pk,
-    receipt_signing_key, sub_purge_key, sub_purge_pk, subs_pk, CURSOR_SK, LEASE_PREFIX, PUSH_STATS_SK,
+    receipt_signing_key, removed_dead_key, sub_purge_key, sub_purge_pk, subs_pk, CURSOR_SK, LEASE_PREFIX,
+    PUSH_STATS_SK,
 };
 use crate::layout::{self, HeadRecord};
 use crate::log::topics;
@@ -324,6 +325,10 @@ use crate::{names, Error, StorageError};
 const MAX_ATTEMPTS: usize = 16;
 /// Messages moved to (or out of) the dead-letter queue by one write.
 const DEAD_PER_WRITE: usize = 90;
+/// How long a deleted or purged dead letter's mark is kept: a week, as long as a topic
+/// keeps its events by default (after which retention makes such an ack stale anyway).
+/// Past it, an ack of one of its receipts answers `ok`, as for an acked message.
+const REMOVED_DEAD_TTL_MS: i64 = 7 * 24 * 3600 * 1000;
 /// Leases one settling write names receipts of (each may touch two items).
 const LEASES_PER_WRITE: usize = 45;
 /// Messages parked behind their key (or their delay) per partition before new messages

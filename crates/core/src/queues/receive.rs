@@ -277,7 +277,7 @@ impl Queues {
             let held_until = self.now().max(now).saturating_add(visibility as i64);
             let write = take::write(&at, &state, &plan, pick, &kept, skipped, now, held_until, || self.nonce());
             if let Err(e) = self.write_on(sub, write.ops).await? {
-                if write.checks_sub && matches!(e, StorageError::ConditionFailed { op: 0 }) {
+                if write.checks_sub && matches!(e, StorageError::ConditionFailed { op: 0, .. }) {
                     return Err(sub.not_found());
                 }
                 // An unknown outcome may have leased messages to no one: they come back

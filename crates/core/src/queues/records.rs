@@ -161,6 +161,13 @@ pub struct DeadRecord {
     pub key: Option<u64>,
 }
 
+/// The mark a dead letter leaves when it is deleted or purged: its message was never acked,
+/// so an ack of a receipt of its deliveries answers stale, not done (see `settle`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemovedDeadRecord {
+    pub removed_ms: i64,
+}
+
 /// The items of a deleted subscription still to remove.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SubPurgeRecord {

@@ -42,7 +42,7 @@ impl Queues {
     }
 
     /// A receive carrying `riding`'s acks: answered only once they are written.
-    async fn receive_riding(
+    pub(super) async fn receive_riding(
         &self,
         sub: &Sub,
         req: &ReceiveRequest,
@@ -70,7 +70,7 @@ pub(super) struct Riding {
 impl Riding {
     /// `None` unless every receipt is valid, of `sub`, and all of one partition: any other
     /// acks are settled on their own, before the receive.
-    fn new(sub: &Sub, receipts: &[String], key: &ReceiptKey) -> Option<Self> {
+    pub(super) fn new(sub: &Sub, receipts: &[String], key: &ReceiptKey) -> Option<Self> {
         if receipts.is_empty() || receipts.len() > MAX_RECEIPTS {
             return None;
         }

@@ -192,11 +192,15 @@ impl Queues {
         let mut done: HashSet<u64> =
             offsets.iter().copied().filter(|&o| placed_already(action, leases, next, o)).collect();
         if matches!(action, Settle::Ack) && !done.is_empty() {
-            // In no lease are also a message dead-lettered (the DLQ tells) and one retention
-            // removed (below the log start: acked or not, it cannot tell, so not done).
+            // In no lease are also a message dead-lettered (the DLQ tells), one whose dead
+            // letter was deleted or purged (its mark tells), and one retention removed
+            // (below the log start: acked or not, it cannot tell, so not done).
             let log_start = self.log.offset_of(&sub.topic, partition, OffsetQuery::Earliest).await?;
             for offset in done.clone() {
-                if offset < log_start || self.store().get(&dead_key(sub.record.id, partition, offset)).await?.is_some()
+                let id = sub.record.id;
+                if offset < log_start
+                    || self.store().get(&dead_key(id, partition, offset)).await?.is_some()
+                    || self.store().get(&removed_dead_key(id, partition, offset)).await?.is_some()
                 {
                     done.remove(&offset);
                 }
@@ -258,12 +262,13 @@ impl Queues {
 
 /// Whether the message at `offset` is where `action` puts it, as far as the leases tell
 /// (`next`: the partition's cursor): an ack's in no lease and received once (below the
-/// cursor), a release's in a lease nobody holds. A hold is never done by another.
+/// cursor), a release's in a lease nobody holds that a release made (a redrive's lease is
+/// not: its message was dead-lettered, not released). A hold is never done by another.
 fn placed_already(action: Settle, leases: &BTreeMap<String, Lease>, next: u64, offset: u64) -> bool {
     let mut holding = leases.values().filter(|l| l.record.msgs.iter().any(|m| m.offset == offset));
     match action {
         Settle::Ack => offset < next && holding.next().is_none(),
-        Settle::Release { .. } => holding.next().is_some_and(|l| l.record.held_until.is_none()),
+        Settle::Release { .. } => holding.next().is_some_and(|l| l.record.held_until.is_none() && !l.record.redriven),
         Settle::Hold { .. } => false,
     }
 }
@@ -454,20 +459,23 @@ mod tests {
         let held = lease(100, 9, &[1]);
         let mut released = lease(200, 8, &[2]);
         released.record.held_until = None;
-        let leases = by_sk(&[held, released]);
+        let mut redriven = lease(300, 7, &[4]);
+        (redriven.record.held_until, redriven.record.receives, redriven.record.redriven) = (None, 0, true);
+        let leases = by_sk(&[held, released, redriven]);
         let (ack, release) = (Settle::Ack, Settle::Release { at: 0 });
         let cases = [
             (ack, 0, true, "in no lease, below the cursor: acked"),
             (ack, 1, false, "held by a later delivery"),
             (ack, 2, false, "released, waiting for a receiver"),
-            (ack, 3, false, "at the cursor: never received"),
+            (ack, 5, false, "at the cursor: never received"),
             (release, 2, true, "released, held by nobody"),
             (release, 1, false, "held by a later delivery"),
             (release, 0, false, "acked"),
+            (release, 4, false, "dead-lettered and redriven, not released"),
             (Settle::Hold { until: 5 }, 2, false, "a hold is only this delivery's"),
         ];
         for (action, offset, done, why) in cases {
-            assert_eq!(placed_already(action, &leases, 3, offset), done, "{action:?} of {offset}: {why}");
+            assert_eq!(placed_already(action, &leases, 5, offset), done, "{action:?} of {offset}: {why}");
         }
     }
 

@@ -258,8 +258,10 @@ fn holds(expect: Expect, current: Option<u64>) -> bool {
 
 /// Applies `ops` in order inside `tx`, each with its condition folded into its
 /// statement (one statement per op: the commit path's cost). The first op whose
-/// condition fails ends it with [`StorageError::ConditionFailed`]; the caller then
-/// drops `tx`, which rolls back the ops already applied.
+/// condition fails ends it with [`StorageError::ConditionFailed`], naming it and every
+/// later op whose condition fails too (each on a key of its own, so what was applied
+/// before does not bear on them); the caller then drops `tx`, which rolls back the ops
+/// already applied.
 fn apply(tx: &Connection, ops: &[WriteOp], now_ms: i64) -> Result<(), StorageError> {
     for (i, op) in ops.iter().enumerate() {
         let held = match op {
@@ -315,7 +317,13 @@ fn apply(tx: &Connection, ops: &[WriteOp], now_ms: i64) -> Result<(), StorageErr
             WriteOp::Check { key, expect } => holds(*expect, live_version(tx, key, now_ms)?),
         };
         if !held {
-            return Err(StorageError::ConditionFailed { op: i });
+            let mut failed = vec![i];
+            for (j, op) in ops.iter().enumerate().skip(i + 1) {
+                if !holds(op.expect(), live_version(tx, op.key(), now_ms)?) {
+                    failed.push(j);
+                }
+            }
+            return Err(StorageError::condition_failed(failed));
         }
     }
     Ok(())

@@ -463,7 +463,7 @@ mod tests {
         for i in [0, 2, 3] {
             assert!(outcomes[i].1.is_ok(), "write {i} answered for another's failure: {outcomes:?}");
         }
-        assert!(matches!(outcomes[4].1, Err(StorageError::ConditionFailed { op: 0 })), "{outcomes:?}");
+        assert!(matches!(outcomes[4].1, Err(StorageError::ConditionFailed { op: 0, .. })), "{outcomes:?}");
         for (sk, present) in [("a", true), ("big", false), ("c", true), ("taken", true)] {
             assert_eq!(store.get(&Key::new("p", sk)).await.expect("get").is_some(), present, "{sk}");
         }

@@ -316,10 +316,9 @@ impl StateStore for ModelStore {
         };
         // The memory store names the operation of the write it was given: map it back.
         match result {
-            Err(StorageError::ConditionFailed { op }) => {
-                let key = sent[op].key();
-                let op = ops.iter().position(|o| o.key() == key).unwrap_or(op);
-                Err(StorageError::ConditionFailed { op })
+            Err(StorageError::ConditionFailed { failed, .. }) => {
+                let original = |i: usize| ops.iter().position(|o| o.key() == sent[i].key()).unwrap_or(i);
+                Err(StorageError::condition_failed(failed.into_iter().map(original).collect()))
             }
             other => other,
         }

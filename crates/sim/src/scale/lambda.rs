@@ -85,7 +85,7 @@ impl Platform {
     pub fn new(cloud: Arc<Cloud>, dynamo: Arc<Dynamo>, s3: Arc<S3>, throttles: [(f64, f64); 2]) -> Arc<Self> {
         let [stage, poll] = throttles;
         let mut pools: Vec<Pool> = Function::ALL.iter().map(|_| Pool::default()).collect();
-        pools[Function::Dispatcher.index()].reserved = Some(params::DISPATCHER_RESERVED);
+        pools[Function::Dispatcher.index()].reserved = params::DISPATCHER_RESERVED;
         let acc = params::APIGW_ACCOUNT;
         let gateway = [
             Bucket::new(acc.0, acc.1),

@@ -110,9 +110,11 @@ pub const APIGW_LONG_POLL: (f64, f64) = (10.0, 20.0);
 
 /// The stream's event source mapping polls each shard 4 times a second (with-ddb).
 pub const ESM_POLL_MS: u64 = 250;
-/// template.yaml's `MaximumBatchingWindowInSeconds` and the dispatcher's reserved concurrency.
-pub const ESM_WINDOW_MS: u64 = 1000;
-pub const DISPATCHER_RESERVED: u32 = 1;
+/// template.yaml's `MaximumBatchingWindowInSeconds` (0: a commit wakes the dispatcher at the
+/// next poll) and the dispatcher's reserved concurrency (`DispatcherReservedConcurrency` 0:
+/// unreserved; one run per subscription at a time is the core's run lease, not Lambda's).
+pub const ESM_WINDOW_MS: u64 = 0;
+pub const DISPATCHER_RESERVED: Option<u32> = None;
 /// A push receiver's answer time, unless `--receiver-ms` says otherwise.
 pub const RECEIVER_MS: f64 = 20.0;
 

@@ -28,6 +28,7 @@ macro_rules! group_conformance_suite {
         $crate::group_conformance_suite!(@cases $backend;
             given_three_members_on_six_partitions_then_two_each_and_leave_and_eviction_rebalance,
             given_a_member_that_committed_nothing_then_describe_lists_its_partitions_with_null_and_full_lag,
+            given_the_last_member_left_then_describe_still_lists_every_partition_of_its_topic,
             given_evicted_member_when_commit_then_refused_and_unowned_partition_refused,
             given_member_killed_between_poll_and_commit_then_new_owner_gets_its_events,
             given_two_groups_then_independent_and_a_late_group_replays_everything_from_earliest,

@@ -188,3 +188,18 @@ pub async fn given_two_publishes_racing_under_one_key_then_written_once_and_both
         assert_eq!(read, expected, "partition {partition}: each race wrote once");
     }
 }
+
+/// A process whose cached heads of eight partitions all went stale (another process
+/// committed to each) heals them all from one failed write: its publish over the eight
+/// lands on its second write, not its ninth, at the true heads.
+pub async fn given_every_cached_head_stale_when_publish_then_one_failed_write_heals_them_all(backend: &dyn Backend) {
+    let (stale, commits, other) = faulty_log(backend, &[]).await;
+    let topic = unique_topic("heal");
+    other.create_topic(&topic, spec(8)).await.unwrap();
+    stale.publish(&topic, (0..8).map(|p| event("first", p)).collect(), None).await.unwrap();
+    other.publish(&topic, (0..8).map(|p| event("other", p)).collect(), None).await.unwrap();
+    let before = commits.load(Ordering::SeqCst);
+    let acked = stale.publish(&topic, (0..8).map(|p| event("stale", p)).collect(), None).await.unwrap();
+    assert_eq!(commits.load(Ordering::SeqCst) - before, 2, "one failed write, then the one that lands");
+    assert_eq!(acked, (0..8).map(|partition| Position { partition, offset: 2 }).collect::<Vec<_>>());
+}

@@ -138,3 +138,58 @@ pub async fn given_a_publish_in_flight_when_its_topic_is_deleted_then_it_is_refu
         assert_eq!(at, vec![Position { partition: 0, offset: 0 }], "the new topic starts at 0");
     }
 }
+
+/// Processes that cached a topic and its partitions' heads, publishing after another deleted
+/// the topic, are told it is gone and nothing of theirs is stored: the delete fenced every
+/// head (publishes no longer check the topic record). After the janitor purged the topic
+/// (its heads gone), a commit that must create a head checks the topic record, and is
+/// refused too.
+pub async fn given_stale_processes_when_they_publish_after_the_topic_was_deleted_then_not_found_and_nothing_stored(
+    backend: &dyn Backend,
+) {
+    let topic = unique_topic("fenced");
+    let admin_stores = backend.open().await;
+    let store = admin_stores.0.clone();
+    let admin = log_on(admin_stores);
+    let (config, _) = admin.create_topic(&topic, spec(4)).await.unwrap();
+    // Each warm on partitions 0..3 (their heads cached); partition 3 is never written.
+    let mut stale = Vec::new();
+    for _ in 0..4 {
+        let log = warm_log(backend.open().await);
+        log.publish(&topic, (0..3).map(|p| event("before", p)).collect(), None).await.unwrap();
+        stale.push(log);
+    }
+    let stored = || async {
+        let mut items = 0;
+        for p in 0..4 {
+            items +=
+                store.query(&Query::all(sluice_core::keys::segments_pk(config.id, p), 100)).await.unwrap().items.len();
+        }
+        items
+    };
+    let before = stored().await;
+    assert_eq!(before, 3 * 4, "one segment per warming publish and partition");
+    admin.delete_topic(&topic).await.unwrap();
+
+    let after = |p: u32| event("after", p);
+    let one = stale[0].publish(&topic, vec![after(1)], None).await;
+    assert!(matches!(one, Err(Error::TopicNotFound(_))), "a cached head is fenced: {one:?}");
+    let all = stale[1].publish(&topic, (0..4).map(after).collect(), None).await;
+    assert!(matches!(all, Err(Error::TopicNotFound(_))), "every cached head is fenced: {all:?}");
+    assert_eq!(stored().await, before, "nothing of the refused publishes is stored");
+
+    let own = crate::OwnPurges::new(store.clone(), &[config.id], &[]);
+    for _ in 0..100 {
+        if store.get(&sluice_core::keys::purge_key(config.id)).await.unwrap().is_none() {
+            break;
+        }
+        crate::janitor_step(&own, 1_000, 0).await;
+    }
+    let heads = store.query(&Query::all(sluice_core::keys::heads_pk(config.id), 10)).await.unwrap();
+    assert_eq!(heads.items, vec![], "the purge removed the heads, tombstones included");
+    let one = stale[2].publish(&topic, vec![after(0)], None).await;
+    assert!(matches!(one, Err(Error::TopicNotFound(_))), "creating a head checks the topic: {one:?}");
+    let all = stale[3].publish(&topic, (0..4).map(after).collect(), None).await;
+    assert!(matches!(all, Err(Error::TopicNotFound(_))), "after the purge too: {all:?}");
+    assert_eq!(stored().await, 0, "the purge left nothing, and no stale publish wrote anything");
+}

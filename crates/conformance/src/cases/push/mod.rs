@@ -8,6 +8,7 @@ mod deletion;
 mod delivery;
 mod faults;
 mod filters;
+mod parallel;
 mod receiver;
 mod retries;
 
@@ -15,6 +16,7 @@ pub use deletion::*;
 pub use delivery::*;
 pub use faults::*;
 pub use filters::*;
+pub use parallel::*;
 pub use retries::*;
 
 /// Generates one `#[tokio::test]` per push case; `$backend` is an async expression yielding a [`Backend`](crate::Backend).
@@ -35,6 +37,8 @@ macro_rules! push_conformance_suite {
             given_a_push_receive_whose_answer_is_lost_then_nothing_is_pushed_until_its_window_ends_then_once,
             given_two_dispatchers_on_one_keyed_subscription_then_a_key_is_pushed_in_order_never_twice_at_once,
             given_a_dispatcher_stopped_while_a_receive_takes_a_batch_then_the_batch_is_delivered_and_settled,
+            // Runs in parallel (`parallel.rs`).
+            given_concurrent_runs_then_a_subscription_has_at_most_max_in_flight_and_subscriptions_run_in_parallel,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn given_ordering_by_key_under_four_pushers_then_per_key_in_offset_order_and_never_two_at_once() {

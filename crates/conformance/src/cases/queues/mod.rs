@@ -11,6 +11,7 @@ mod long_poll;
 mod lost_answers;
 mod messages;
 mod peek;
+mod removed_dead;
 mod riding;
 mod settings;
 mod start;
@@ -24,6 +25,7 @@ pub use long_poll::*;
 pub use lost_answers::*;
 pub use messages::*;
 pub use peek::*;
+pub use removed_dead::*;
 pub use riding::*;
 pub use settings::*;
 pub use start::*;
@@ -39,6 +41,7 @@ macro_rules! queue_conformance_suite {
             given_a_filtered_subscription_then_describe_reports_unmatched_events_as_unscanned_not_visible,
             given_a_poison_message_then_dead_lettered_once_after_max_receives_and_redrive_delivers_it_fresh,
             given_dead_letters_then_listed_in_pages_deleted_one_by_one_redriven_partly_and_purged,
+            given_dead_letters_deleted_purged_or_redriven_then_their_old_receipts_are_stale,
             given_start_earliest_after_1000_events_on_four_partitions_then_each_received_exactly_once,
             given_start_timestamp_then_exactly_the_events_at_or_after_it_are_received,
             given_start_latest_then_only_events_published_after_creation_are_received,

@@ -6,14 +6,18 @@
 //!
 //! The write, per partition touched: replace the partition's head (next offset,
 //! log start, bytes) on condition that its version is the one this process read,
-//! and create the segment's index item at the head's old next offset; plus, per
-//! topic, a check that the topic record still has the version read (a delete
-//! turns it into a tombstone with a new version), and the requests' idempotency
-//! records, and the count of live segments of the blob's object ([`ObjectRecord`]).
+//! and create the segment's index item at the head's old next offset; plus the
+//! requests' idempotency records, and the count of live segments of the blob's
+//! object ([`ObjectRecord`]). Publishes to different partitions share no item, so
+//! on DynamoDB they never cancel one another. A delete fences every head of the
+//! topic (a tombstone head, see [`topics::delete`]); only a write that creates a
+//! head (absent: a first commit, or after the purge removed the tombstones) also
+//! checks that the topic record still has the version read.
 //! The safety argument is in docs/DESIGN.md: cached heads and topics only save
 //! reads; a stale one fails its condition, is re-read, and the commit retries with
 //! the same blob, unless the collector doomed the blob's object, when it retries
-//! with the blob written anew.
+//! with the blob written anew. A failed write names every stale condition, and all
+//! are healed before the next attempt.
 
 mod batch;
 mod recover;
@@ -302,6 +306,7 @@ impl Committer {
             // The backoff after the last attempt, unless the group's deadline comes first.
             self.pause(deadline, attempt, wait, !unknown.is_empty()).await?;
             self.load_heads(&layout.segments[chunk.clone()]).await?;
+            self.refuse_deleted(&layout.segments[chunk.clone()])?;
             // After a lost answer, look again with the heads just read: a write that landed
             // late shows in them, and so in its segment item now; one landing after this
             // read makes the next write's head condition fail, and is found then.
@@ -324,16 +329,21 @@ impl Committer {
                     self.object = object.or(self.object.take());
                     return Ok(());
                 }
-                Err(StorageError::ConditionFailed { op }) => {
+                Err(StorageError::ConditionFailed { failed, .. }) => {
                     if self.resolve_unknown(layout, stored, chunk.clone(), &unknown, bases).await? {
                         return Ok(());
                     }
-                    self.lost_race(group, layout, stored, op, kinds.get(op).copied()).await?;
-                    tracing::debug!(attempt, op, "commit lost a race; re-reading");
+                    metrics::counter!(crate::metrics::COMMIT_CONFLICTS, "reason" => "condition").increment(1);
+                    self.lost_races(group, layout, stored, &failed, &kinds).await?;
+                    tracing::debug!(attempt, ?failed, "commit lost a race; re-reading");
                     attempt > 2
                 }
                 Err(e @ StorageError::Throttled { .. }) => {
+                    metrics::counter!(crate::metrics::COMMIT_CONFLICTS, "reason" => "refused").increment(1);
                     tracing::debug!(attempt, error = %e, "commit throttled; backing off");
+                    // Mostly a transaction in flight on a head (DynamoDB's conflict rule): it
+                    // moves the head, or creates one held here as absent. Re-read, not resend.
+                    self.forget_heads(layout, chunk.clone());
                     true
                 }
                 Err(e @ StorageError::Unavailable { .. }) => {
@@ -347,9 +357,7 @@ impl Committer {
                     if unknown.len() >= MAX_UNKNOWN_OUTCOMES {
                         return Err(e.into());
                     }
-                    for s in &layout.segments[chunk.clone()] {
-                        self.heads.remove(&(s.topic_id, s.partition));
-                    }
+                    self.forget_heads(layout, chunk.clone());
                     self.object = None;
                     true
                 }
@@ -359,6 +367,33 @@ impl Committer {
         }
         Err(StorageError::Throttled { message: "too many concurrent commits to one partition".into(), source: None }
             .into())
+    }
+
+    /// After operations `failed` of a commit's write (of kinds `kinds`) failed their
+    /// conditions: heals every one (so a process with many stale heads retries once, not once
+    /// per head), then tells why the commit cannot go on, if one of them says so.
+    async fn lost_races(
+        &mut self,
+        group: &[Pending],
+        layout: &Layout,
+        stored: &Stored,
+        failed: &[usize],
+        kinds: &[OpKind],
+    ) -> Result<(), CommitError> {
+        let mut first_error = None;
+        for &op in failed {
+            if let Err(e) = self.lost_race(group, layout, stored, op, kinds.get(op).copied()).await {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Drops the cached heads of a chunk's partitions: the next attempt reads them again.
+    fn forget_heads(&mut self, layout: &Layout, chunk: Range<usize>) {
+        for s in &layout.segments[chunk] {
+            self.heads.remove(&(s.topic_id, s.partition));
+        }
     }
 
     /// After operation `op` (of kind `kind`) of a commit's write failed its condition: drops or
@@ -436,7 +471,9 @@ impl Committer {
         let mut plan = Plan { ops: Vec::new(), kinds: Vec::new(), heads: Vec::new() };
         let mut checked: Vec<u64> = Vec::new();
         for s in &layout.segments[chunk.clone()] {
-            if checked.contains(&s.topic_id) {
+            // A head that exists is fenced by a delete itself; only creating one needs the topic.
+            let creates = self.heads.get(&(s.topic_id, s.partition)).is_none_or(|(_, version)| *version == 0);
+            if !creates || checked.contains(&s.topic_id) {
                 continue;
             }
             checked.push(s.topic_id);
@@ -453,6 +490,7 @@ impl Committer {
                 start: head.start,
                 bytes: head.bytes + s.len,
                 max_ts: head.max_ts.max(s.max_timestamp_ms),
+                deleted: false,
             };
             let expect = if version == 0 { Expect::Absent } else { Expect::Version(version) };
             plan.ops.push(WriteOp::Put {

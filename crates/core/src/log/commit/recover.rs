@@ -77,6 +77,17 @@ impl Committer {
         Ok(false)
     }
 
+    /// Refuses a commit to a partition whose head is a deleted topic's tombstone (read now, or
+    /// cached by a failed write's re-read): the topic is gone, and so are its cached heads.
+    pub(super) fn refuse_deleted(&mut self, segments: &[SegmentPlan]) -> Result<(), CommitError> {
+        let deleted =
+            segments.iter().find(|s| self.heads.get(&(s.topic_id, s.partition)).is_some_and(|(h, _)| h.deleted));
+        let Some(s) = deleted else { return Ok(()) };
+        let id = s.topic_id;
+        self.heads.retain(|(topic, _), _| *topic != id);
+        Err(CommitError::TopicGone)
+    }
+
     /// After a topic check failed: the topic changed. Live under the same id: remember
     /// its version and retry; otherwise the topic is gone.
     pub(super) async fn reread_topic(&mut self, group: &[Pending], id: u64) -> Result<(), CommitError> {

@@ -2,7 +2,7 @@
 //! share of the events, fed by a paced publisher (`--rate` events/s); the table's stream
 //! read by an event source mapping (polled every 250 ms, batched for `--window-ms`, 100
 //! records at most, one batch at a time per shard: one shard modelled) that invokes the
-//! dispatcher function (reserved concurrency 1) with the topics whose heads moved; the
+//! dispatcher function (unreserved, as template.yaml's default) with the topics whose heads moved; the
 //! dispatcher runs the core's `Dispatcher::drain`, delivering to a receiver that answers
 //! in `--receiver-ms`. The latency is publish-to-delivery per message (from the time the
 //! log accepted the event); the throughput, messages delivered per second.

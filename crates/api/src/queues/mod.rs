@@ -1,63 +1,33 @@
 //! Work queues: subscriptions of a topic, each a queue of its own over the topic's log.
-//! `PUT|GET|DELETE /v1/topics/{topic}/subscriptions/{sub}`, `GET …/subscriptions`,
-//! `POST …/{sub}/receive`, `…/ack`, `…/nack`, `…/visibility`, and the dead-letter
-//! queue: `GET|DELETE …/{sub}/dlq`, `DELETE …/{sub}/dlq/{id}`, `POST …/{sub}/dlq/redrive`.
-//! Parsing and rendering only: [`Queues`] checks every value before it writes.
+//! `PUT|GET|DELETE /v1/topics/{topic}/subscriptions/{sub}`, `GET …/subscriptions`
+//! (`subscriptions`), `POST …/{sub}/receive`, `…/ack`, `…/nack`, `…/visibility`
+//! (`messages`), and the dead-letter queue: `GET|DELETE …/{sub}/dlq`, `DELETE
+//! …/{sub}/dlq/{id}`, `POST …/{sub}/dlq/redrive` (`dead`). Parsing and rendering only:
+//! [`Queues`](sluice_core::queues::Queues) checks every value before it writes.
 
-use axum::body::Body;
-use axum::extract::State;
-use axum::http::{header, StatusCode};
+mod dead;
+mod messages;
+mod subscriptions;
+
+pub use dead::*;
+pub use messages::*;
+pub use subscriptions::*;
+
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
-use sluice_core::queues::{
-    Backlog, Backoff, DeadLetterPage, Message, Ordering, PushSpec, PushTarget, Queues, ReceiptError, ReceiveRequest,
-    StartAt, Subscription, SubscriptionSpec,
-};
-use sluice_core::Code;
 
-use crate::body::{parse_object, read_body};
-use crate::metrics;
-
-use crate::openapi::answers::{
-    AckRequest as Ack, CreateSubscription as Create, NackRequest as Nack, PushTarget as Push,
-    ReceiveRequest as Receive, RedriveRequest as Redrive, VisibilityRequest as Visibility,
-};
-use crate::openapi::params::{DeadLetterPath, DeadLettersQuery, SubPath as SubParams, TopicPath};
-use crate::openapi::{answers, errors, examples as ex};
-use crate::path::Path;
-use crate::read::{self, write_int, write_record, write_str};
+use crate::body::parse_object;
 use crate::ApiError;
+
+use crate::path::Path;
 
 /// Queue requests are small JSON documents (at most 100 receipts).
 const MAX_BODY: usize = 256 << 10;
-/// Dead letters per page when the request does not say.
-const DEFAULT_DLQ_LIMIT: usize = 100;
 
 /// `{topic}` and `{sub}`.
 type SubPath = Path<(String, String)>;
-
-/// The exponential form of a backoff, checked for unknown fields before the core's
-/// (untagged) [`Backoff`] reads it.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-#[allow(dead_code)]
-struct Exponential {
-    initial_ms: u64,
-    max_ms: u64,
-    multiplier: Option<u32>,
-}
-
-/// The core's ordering for the wire's.
-fn ordering(ordering: answers::Ordering) -> Ordering {
-    match ordering {
-        answers::Ordering::None => Ordering::None,
-        answers::Ordering::Key => Ordering::Key,
-    }
-}
 
 /// A body whose fields are all optional: empty (or only whitespace) means all defaults.
 fn parse_optional<T: DeserializeOwned + Default>(body: &Bytes) -> Result<T, ApiError> {
@@ -68,461 +38,17 @@ fn parse_optional<T: DeserializeOwned + Default>(body: &Bytes) -> Result<T, ApiE
     }
 }
 
-fn start(raw: Value) -> Result<StartAt, ApiError> {
-    serde_json::from_value(raw).map_err(|e| {
-        let shapes = r#""latest", "earliest", {"timestamp_ms": N} or {"offsets": {"<partition>": <offset>}}"#;
-        ApiError::bad_request(Code::InvalidStart, format!("start must be {shapes}: {e}"))
-    })
-}
-
-fn backoff(raw: Value) -> Result<Backoff, ApiError> {
-    let invalid = |e: &dyn std::fmt::Display| {
-        ApiError::bad_request(
-            Code::InvalidBackoff,
-            format!(r#"redelivery_backoff_ms must be [ms, …] or {{"initial_ms", "max_ms", "multiplier"}}: {e}"#),
-        )
-    };
-    match &raw {
-        Value::Array(_) => serde_json::from_value(raw).map(Backoff::Steps).map_err(|e| invalid(&e)),
-        Value::Object(_) => {
-            serde_json::from_value::<Exponential>(raw.clone()).map_err(|e| invalid(&e))?;
-            serde_json::from_value(raw).map_err(|e| invalid(&e))
-        }
-        other => Err(invalid(&format!("got {other}"))),
-    }
-}
-
-fn push(raw: Value) -> Result<PushSpec, ApiError> {
-    let invalid = |m: String| ApiError::bad_request(Code::InvalidPush, m);
-    let shape = r#"push must be {"url": "https://…", "secret"?, "max_batch"?, "timeout_ms"?, "max_in_flight"?} or {"lambda": "<function>", "max_batch"?, "max_in_flight"?}"#;
-    let req: Push = serde_json::from_value(raw).map_err(|e| invalid(format!("{shape}: {e}")))?;
-    let mut spec = match (req.url, req.lambda, req.secret) {
-        (Some(url), None, secret) => PushSpec::url(url, secret),
-        (None, Some(function), None) => PushSpec::lambda(function),
-        (None, Some(_), Some(_)) => return Err(invalid("push.secret is for a url target".into())),
-        _ => return Err(invalid(format!("{shape}: name exactly one of url and lambda"))),
-    };
-    spec.max_batch = req.max_batch.unwrap_or(spec.max_batch);
-    spec.timeout_ms = req.timeout_ms.unwrap_or(spec.timeout_ms);
-    spec.max_in_flight = req.max_in_flight.unwrap_or(spec.max_in_flight);
-    Ok(spec)
-}
-
-/// A push target as shown: never its secret (the create answer adds it once).
-fn push_json(p: &PushSpec) -> Value {
-    let mut out = match &p.target {
-        PushTarget::Url { url, .. } => json!({ "url": url }),
-        PushTarget::Lambda { function } => json!({ "lambda": function }),
-    };
-    out["max_batch"] = json!(p.max_batch);
-    out["timeout_ms"] = json!(p.timeout_ms);
-    out["max_in_flight"] = json!(p.max_in_flight);
-    out
-}
-
-fn subscription_json(s: &Subscription) -> Value {
-    json!({
-        "topic": s.topic,
-        "name": s.name,
-        "start": s.spec.start,
-        "visibility_timeout_ms": s.spec.visibility_timeout_ms,
-        "max_receive_count": s.spec.max_receive_count,
-        "ordering": s.spec.ordering,
-        "delay_ms": s.spec.delay_ms,
-        "redelivery_backoff_ms": s.spec.redelivery_backoff,
-        "filter": s.spec.filter,
-        "push": s.spec.push.as_ref().map(push_json),
-        "start_offsets": s.start_offsets,
-        "created_ms": s.created_ms,
-    })
-}
-
-fn backlog_json(b: &Backlog) -> Value {
-    json!({
-        "visible": b.visible,
-        "in_flight": b.in_flight,
-        "delayed": b.delayed,
-        "dead": b.dead,
-        "expired": b.expired,
-        "filtered": b.filtered,
-        "unscanned": b.unscanned,
-        "oldest_visible_age_ms": b.oldest_visible_age_ms,
-    })
-}
-
 pub(crate) fn json_response(body: Vec<u8>) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-/// Create a work queue on a topic (idempotent): `201` when new, `200` when it exists with
-/// exactly these settings.
-#[utoipa::path(put, path = "/v1/topics/{topic}/subscriptions/{sub}", tag = "queues",
-    operation_id = "createSubscription", params(SubParams),
-    request_body(content = Option<Create>, example = ex::create_subscription),
-    responses((status = 201, description = "Created", body = answers::Subscription, example = ex::subscription),
-        (status = 200, description = "It existed with these settings", body = answers::Subscription),
-        errors::CreateSubscription))]
-pub async fn create(
-    State(queues): State<Queues>,
-    Path((topic, sub)): SubPath,
-    body: Body,
-) -> Result<Response, ApiError> {
-    let req: Create = parse_optional(&read_body(body, MAX_BODY).await?)?;
-    let defaults = SubscriptionSpec::default();
-    let spec = SubscriptionSpec {
-        start: req.start.map(start).transpose()?.unwrap_or(defaults.start),
-        visibility_timeout_ms: req.visibility_timeout_ms.unwrap_or(defaults.visibility_timeout_ms),
-        max_receive_count: req.max_receive_count.unwrap_or(defaults.max_receive_count),
-        ordering: req.ordering.map(ordering).unwrap_or(defaults.ordering),
-        delay_ms: req.delay_ms.unwrap_or(defaults.delay_ms),
-        redelivery_backoff: req.redelivery_backoff_ms.map(backoff).transpose()?.or(defaults.redelivery_backoff),
-        filter: req.filter,
-        push: req.push.map(push).transpose()?,
-    };
-    let (subscription, created) = queues.create(&topic, &sub, spec).await?;
-    let mut out = subscription_json(&subscription);
-    if let Some(secret) = subscription.spec.push.as_ref().and_then(PushSpec::secret).filter(|_| created) {
-        // The one answer that shows it: the receiver needs it to check signatures.
-        out["push"]["secret"] = json!(secret);
-    }
-    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
-    Ok((status, Json(out)).into_response())
-}
-
-/// List a topic's subscriptions, by name.
-#[utoipa::path(get, path = "/v1/topics/{topic}/subscriptions", tag = "queues", operation_id = "listSubscriptions",
-    params(TopicPath), responses((status = 200, description = "The subscriptions", body = answers::SubscriptionList,
-        example = ex::subscriptions), errors::ListSubscriptions))]
-pub async fn list(State(queues): State<Queues>, Path(topic): Path<String>) -> Result<Json<Value>, ApiError> {
-    let subscriptions = queues.list(&topic).await?;
-    Ok(Json(json!({ "subscriptions": subscriptions.iter().map(subscription_json).collect::<Vec<_>>() })))
-}
-
-/// Describe a subscription with exact backlog counts, whole and per partition.
-#[utoipa::path(get, path = "/v1/topics/{topic}/subscriptions/{sub}", tag = "queues",
-    operation_id = "describeSubscription", params(SubParams), responses((status = 200, description = "The subscription",
-        body = answers::SubscriptionDescription, example = ex::subscription_description), errors::OneSubscription))]
-pub async fn describe(State(queues): State<Queues>, Path((topic, sub)): SubPath) -> Result<Json<Value>, ApiError> {
-    let d = queues.describe(&topic, &sub).await?;
-    let mut out = subscription_json(&d.subscription);
-    out["backlog"] = backlog_json(&d.backlog);
-    out["exact"] = json!(d.exact);
-    if let Some(stats) = &d.deliveries {
-        out["push"]["deliveries"] =
-            json!({ "attempted": stats.attempted, "succeeded": stats.succeeded, "failed": stats.failed });
-        out["push"]["last_error"] = json!(stats.last_error);
-        out["push"]["last_error_ms"] = json!(stats.last_error_ms);
-    }
-    out["partitions"] = d
-        .partitions
-        .iter()
-        .map(|p| {
-            json!({
-                "partition": p.partition,
-                "cursor": p.cursor,
-                "high_watermark": p.high_watermark,
-                "backlog": backlog_json(&p.backlog),
-            })
-        })
-        .collect();
-    Ok(Json(out))
-}
-
-/// Delete a subscription and its messages' state.
-#[utoipa::path(delete, path = "/v1/topics/{topic}/subscriptions/{sub}", tag = "queues",
-    operation_id = "deleteSubscription", params(SubParams),
-    responses((status = 204, description = "Deleted"), errors::OneSubscription))]
-pub async fn delete(State(queues): State<Queues>, Path((topic, sub)): SubPath) -> Result<StatusCode, ApiError> {
-    queues.delete(&topic, &sub).await?;
-    Ok(StatusCode::NO_CONTENT)
-}
-
-/// Receive messages, each held for a visibility timeout; optionally ack the previous batch first.
-#[utoipa::path(post, path = "/v1/topics/{topic}/subscriptions/{sub}/receive", tag = "queues", operation_id = "receive",
-    params(SubParams), request_body(content = Option<Receive>, example = ex::receive),
-    responses((status = 200, description = "The messages (maybe none)", body = answers::Received,
-        example = ex::received), errors::Receive))]
-#[tracing::instrument(name = "receive", skip_all, fields(%topic, %sub, trace_id = crate::trace::trace_id(&headers)))]
-pub async fn receive(
-    State(queues): State<Queues>,
-    Path((topic, sub)): SubPath,
-    deadline: Option<axum::Extension<crate::Deadline>>,
-    headers: axum::http::HeaderMap,
-    body: Body,
-) -> Result<Response, ApiError> {
-    let req: Receive = parse_optional(&read_body(body, MAX_BODY).await?)?;
-    let now_ms = queues.log().clock().as_ref().now_ms();
-    let request = ReceiveRequest {
-        max_messages: req.max_messages,
-        wait_ms: crate::Deadline::cap_wait(
-            deadline.map(|axum::Extension(d)| d),
-            req.wait_ms,
-            sluice_core::queues::MAX_RECEIVE_WAIT_MS,
-            now_ms,
-        ),
-        visibility_timeout_ms: req.visibility_timeout_ms,
-    };
-    if req.ack.is_empty() {
-        let messages = queues.receive(&topic, &sub, &request).await?;
-        received(&topic, &messages);
-        return Ok(json_response(render_messages(&messages, None)));
-    }
-    let (acks, messages) = queues.ack_and_receive(&topic, &sub, &req.ack, &request).await?;
-    received(&topic, &messages);
-    Ok(json_response(render_messages(&messages, Some(&Results { receipts: &req.ack, outcomes: &acks }))))
-}
-
-/// Renders received messages by hand, as replay does: values are copied as stored; with
-/// the results of the acks the request carried, if any.
-fn render_messages(messages: &[Message], acks: Option<&Results<'_>>) -> Vec<u8> {
-    let size: usize = messages.iter().map(|m| m.event.record.approx_size() * 4 / 3 + m.receipt.len() + 160).sum();
-    let mut out = Vec::with_capacity(size + 16);
-    out.extend_from_slice(b"{\"messages\":[");
-    for (i, m) in messages.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(b"{\"receipt\":");
-        write_str(&mut out, &m.receipt);
-        write_int(&mut out, ",\"partition\":", m.event.partition);
-        write_int(&mut out, ",\"offset\":", m.event.offset);
-        write_int(&mut out, ",\"receive_count\":", m.receive_count);
-        write_int(&mut out, ",\"first_receive_ms\":", m.first_receive_ms);
-        out.push(b',');
-        write_record(&mut out, &m.event.record);
-        out.push(b'}');
-    }
-    out.push(b']');
-    if let Some(acks) = acks {
-        out.extend_from_slice(b",\"acks\":");
-        write_results(&mut out, acks);
-    }
-    out.push(b'}');
-    out
-}
-
-/// Counts the events a receive handed out (the messages themselves are counted by the
-/// queues, for pull and push alike).
-fn received(topic: &str, messages: &[Message]) {
-    metrics::read("queue", messages.iter().map(|msg| (topic, &msg.event)));
-}
-
-/// One result per receipt, in the order of the request: `{"ok": true, "receipt"}`, or
-/// `{"error": {"code", "message"}, "ok": false, "receipt"}`. Serialised from the receipts
-/// as they came, without a `Value` tree (an ack of 10 spent a fifth of its CPU building one).
-struct Results<'a> {
-    receipts: &'a [String],
-    outcomes: &'a [Result<(), ReceiptError>],
-}
-
-/// One receipt's result; the fields in the order `json!` wrote them (sorted). `receipt` is
-/// absent only where a change of visibility made a message visible (nobody holds it now).
-#[derive(Serialize)]
-struct Settled<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<SettleError>,
-    ok: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    receipt: Option<&'a str>,
-}
-
-#[derive(Serialize)]
-struct SettleError {
-    code: &'static str,
-    message: &'static str,
-}
-
-impl<'a> Settled<'a> {
-    fn ok(receipt: Option<&'a str>) -> Self {
-        Settled { error: None, ok: true, receipt }
-    }
-
-    fn refused(receipt: &'a str, e: ReceiptError) -> Self {
-        Settled {
-            error: Some(SettleError { code: e.code().as_str(), message: e.message() }),
-            ok: false,
-            receipt: Some(receipt),
-        }
-    }
-}
-
-impl Serialize for Results<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.receipts.iter().zip(self.outcomes).map(|(receipt, outcome)| match outcome {
-            Ok(()) => Settled::ok(Some(receipt)),
-            Err(e) => Settled::refused(receipt, *e),
-        }))
-    }
-}
-
-/// `{"results": […]}`, the answer of the routes that settle receipts.
-#[derive(Serialize)]
-struct SettledAnswer<T> {
-    results: T,
-}
-
-/// The answer to settling `receipts`: `results`, one per receipt, under `"results"`.
-fn settled_response(receipts: &[String], results: impl Serialize) -> Response {
-    let mut out = Vec::with_capacity(16 + receipts.iter().map(|r| r.len() + 32).sum::<usize>());
-    // Strings and booleans written into a Vec: this cannot fail.
-    let _ = serde_json::to_writer(&mut out, &SettledAnswer { results });
-    json_response(out)
-}
-
-/// The answer to an ack or a nack: one result per receipt, settled or refused.
-fn settled(receipts: &[String], outcomes: &[Result<(), ReceiptError>]) -> Response {
-    settled_response(receipts, Results { receipts, outcomes })
-}
-
-fn write_results(out: &mut Vec<u8>, results: &Results<'_>) {
-    // Strings and booleans written into a Vec: this cannot fail.
-    let _ = serde_json::to_writer(&mut *out, results);
-}
-
-/// Ack received messages: done with them.
-#[utoipa::path(post, path = "/v1/topics/{topic}/subscriptions/{sub}/ack", tag = "queues", operation_id = "ack",
-    params(SubParams), request_body(content = Ack, example = ex::ack),
-    responses((status = 200, description = "One result per receipt", body = answers::Settled, example = ex::settled),
-        errors::Ack))]
-pub async fn ack(State(queues): State<Queues>, Path((topic, sub)): SubPath, body: Body) -> Result<Response, ApiError> {
-    let req: Ack = parse_object(&read_body(body, MAX_BODY).await?)?;
-    let outcomes = queues.ack(&topic, &sub, &req.receipts).await?;
-    Ok(settled(&req.receipts, &outcomes))
-}
-
-/// Nack received messages: give them back, for redelivery after `delay_ms`.
-#[utoipa::path(post, path = "/v1/topics/{topic}/subscriptions/{sub}/nack", tag = "queues", operation_id = "nack",
-    params(SubParams), request_body(content = Nack, example = ex::nack),
-    responses((status = 200, description = "One result per receipt", body = answers::Settled, example = ex::settled),
-        errors::Nack))]
-pub async fn nack(State(queues): State<Queues>, Path((topic, sub)): SubPath, body: Body) -> Result<Response, ApiError> {
-    let req: Nack = parse_object(&read_body(body, MAX_BODY).await?)?;
-    let outcomes = queues.nack(&topic, &sub, &req.receipts, req.delay_ms).await?;
-    Ok(settled(&req.receipts, &outcomes))
-}
-
-/// Change received messages' visibility timeout: each result that is `ok` carries the receipt
-/// to use from now on, in place of the one sent.
-#[utoipa::path(post, path = "/v1/topics/{topic}/subscriptions/{sub}/visibility", tag = "queues",
-    operation_id = "changeVisibility", params(SubParams), request_body(content = Visibility, example = ex::visibility),
-    responses((status = 200, description = "One result per receipt", body = answers::Settled, example = ex::renewed),
-        errors::Visibility))]
-pub async fn visibility(
-    State(queues): State<Queues>,
-    Path((topic, sub)): SubPath,
-    body: Body,
-) -> Result<Response, ApiError> {
-    let req: Visibility = parse_object(&read_body(body, MAX_BODY).await?)?;
-    let outcomes = queues.change_visibility(&topic, &sub, &req.receipts, req.visibility_timeout_ms).await?;
-    let results = req.receipts.iter().zip(&outcomes).map(|(sent, outcome)| match outcome {
-        Ok(Some(renewed)) => Settled::ok(Some(renewed.as_str())),
-        // Made visible: nobody holds it any more, so there is no receipt to renew.
-        Ok(None) => Settled::ok(None),
-        Err(e) => Settled::refused(sent, *e),
-    });
-    Ok(settled_response(&req.receipts, results.collect::<Vec<_>>()))
-}
-
-/// List the dead-letter queue, a page at a time, in (partition, offset) order.
-#[utoipa::path(get, path = "/v1/topics/{topic}/subscriptions/{sub}/dlq", tag = "queues",
-    operation_id = "listDeadLetters", params(SubParams, DeadLettersQuery),
-    responses((status = 200, description = "A page of dead letters", body = answers::DeadLetters,
-        example = ex::dead_letters), errors::ListDeadLetters))]
-pub async fn dead_letters(
-    State(queues): State<Queues>,
-    Path((topic, sub)): SubPath,
-    q: read::Params,
-) -> Result<Response, ApiError> {
-    let q = read::params(q, &["limit", "after"])?;
-    let limit = read::number(&q, "limit", Code::InvalidLimit)?.unwrap_or(DEFAULT_DLQ_LIMIT);
-    let after = q.get("after").map(String::as_str);
-    let page = queues.dead_letters(&topic, &sub, after, limit).await?;
-    Ok(json_response(render_dead_letters(&page)))
-}
-
-/// Renders a page of dead letters by hand; `event` is null once retention removed it from the log.
-fn render_dead_letters(page: &DeadLetterPage) -> Vec<u8> {
-    let mut out = Vec::with_capacity(page.entries.len() * 384 + 64);
-    out.extend_from_slice(b"{\"dead_letters\":[");
-    for (i, d) in page.entries.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(b"{\"id\":");
-        write_str(&mut out, &d.id);
-        out.extend_from_slice(format!(",\"partition\":{},\"offset\":{},\"reason\":", d.partition, d.offset).as_bytes());
-        write_str(&mut out, &d.reason);
-        out.extend_from_slice(
-            format!(
-                ",\"receive_count\":{},\"first_receive_ms\":{},\"last_receive_ms\":{},\"dead_ms\":{},\"event\":",
-                d.receive_count, d.first_receive_ms, d.last_receive_ms, d.dead_ms
-            )
-            .as_bytes(),
-        );
-        match &d.event {
-            None => out.extend_from_slice(b"null"),
-            Some(e) => {
-                out.push(b'{');
-                write_record(&mut out, &e.record);
-                out.push(b'}');
-            }
-        }
-        out.push(b'}');
-    }
-    out.extend_from_slice(b"],\"next\":");
-    match &page.next {
-        None => out.extend_from_slice(b"null"),
-        Some(next) => write_str(&mut out, next),
-    }
-    out.push(b'}');
-    out
-}
-
-/// Delete one dead letter.
-#[utoipa::path(delete, path = "/v1/topics/{topic}/subscriptions/{sub}/dlq/{id}", tag = "queues",
-    operation_id = "deleteDeadLetter", params(DeadLetterPath),
-    responses((status = 204, description = "Deleted"), errors::DeleteDeadLetter))]
-pub async fn delete_dead_letter(
-    State(queues): State<Queues>,
-    Path((topic, sub, id)): Path<(String, String, String)>,
-) -> Result<StatusCode, ApiError> {
-    queues.delete_dead_letter(&topic, &sub, &id).await?;
-    Ok(StatusCode::NO_CONTENT)
-}
-
-/// Send dead letters back to the queue, as new messages.
-#[utoipa::path(post, path = "/v1/topics/{topic}/subscriptions/{sub}/dlq/redrive", tag = "queues",
-    operation_id = "redrive", params(SubParams), request_body(content = Option<Redrive>, example = ex::redrive),
-    responses((status = 200, description = "How many went back", body = answers::Redriven, example = ex::redriven),
-        errors::Redrive))]
-pub async fn redrive(
-    State(queues): State<Queues>,
-    Path((topic, sub)): SubPath,
-    body: Body,
-) -> Result<Json<Value>, ApiError> {
-    let req: Redrive = parse_optional(&read_body(body, MAX_BODY).await?)?;
-    let redriven = queues.redrive(&topic, &sub, req.max_messages).await?;
-    Ok(Json(json!({ "redriven": redriven })))
-}
-
-/// Purge the dead-letter queue.
-#[utoipa::path(delete, path = "/v1/topics/{topic}/subscriptions/{sub}/dlq", tag = "queues",
-    operation_id = "purgeDeadLetters", params(SubParams),
-    responses((status = 200, description = "How many were removed", body = answers::Purged, example = ex::purged),
-        errors::OneSubscription))]
-pub async fn purge_dead_letters(
-    State(queues): State<Queues>,
-    Path((topic, sub)): SubPath,
-) -> Result<Json<Value>, ApiError> {
-    let purged = queues.purge_dead_letters(&topic, &sub).await?;
-    Ok(Json(json!({ "purged": purged })))
-}
-
 #[cfg(test)]
 mod tests {
-    use axum::http::{Method, Request};
+    use axum::body::Body;
+    use axum::http::{Method, Request, StatusCode};
     use axum::Router;
     use serde_json::{json, Value};
+    use sluice_core::queues::ReceiptError;
     use tower::ServiceExt;
 
     use super::*;
@@ -583,21 +109,6 @@ mod tests {
             "dlq": ok(app, Method::GET, &format!("{SUB}/dlq"), None).await,
             "topic": ok(app, Method::GET, "/v1/topics/jobs", None).await,
         })
-    }
-
-    #[test]
-    fn settle_results_render_byte_for_byte_as_a_json_tree_of_them_does() {
-        let receipts = vec!["a".to_owned(), "b\"q".to_owned(), "c".to_owned()];
-        let outcomes = vec![Ok(()), Err(ReceiptError::Stale), Err(ReceiptError::Invalid)];
-        let mut out = Vec::new();
-        write_results(&mut out, &Results { receipts: &receipts, outcomes: &outcomes });
-        let error = |e: ReceiptError| json!({ "code": e.code().as_str(), "message": e.message() });
-        let tree = json!([
-            { "receipt": "a", "ok": true },
-            { "receipt": "b\"q", "ok": false, "error": error(ReceiptError::Stale) },
-            { "receipt": "c", "ok": false, "error": error(ReceiptError::Invalid) },
-        ]);
-        assert_eq!(String::from_utf8(out).unwrap(), tree.to_string());
     }
 
     #[tokio::test]

@@ -1,0 +1,207 @@
+//! Subscriptions: create (idempotent), list, describe, delete.
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sluice_core::queues::{
+    Backlog, Backoff, Ordering, PushSpec, PushTarget, Queues, StartAt, Subscription, SubscriptionSpec,
+};
+use sluice_core::Code;
+
+use crate::body::read_body;
+
+use crate::openapi::answers::{CreateSubscription as Create, PushTarget as Push};
+use crate::openapi::params::{SubPath as SubParams, TopicPath};
+use crate::openapi::{answers, errors, examples as ex};
+use crate::path::Path;
+use crate::ApiError;
+
+use super::{parse_optional, SubPath, MAX_BODY};
+
+/// The exponential form of a backoff, checked for unknown fields before the core's
+/// (untagged) [`Backoff`] reads it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct Exponential {
+    initial_ms: u64,
+    max_ms: u64,
+    multiplier: Option<u32>,
+}
+
+/// The core's ordering for the wire's.
+fn ordering(ordering: answers::Ordering) -> Ordering {
+    match ordering {
+        answers::Ordering::None => Ordering::None,
+        answers::Ordering::Key => Ordering::Key,
+    }
+}
+
+fn start(raw: Value) -> Result<StartAt, ApiError> {
+    serde_json::from_value(raw).map_err(|e| {
+        let shapes = r#""latest", "earliest", {"timestamp_ms": N} or {"offsets": {"<partition>": <offset>}}"#;
+        ApiError::bad_request(Code::InvalidStart, format!("start must be {shapes}: {e}"))
+    })
+}
+
+fn backoff(raw: Value) -> Result<Backoff, ApiError> {
+    let invalid = |e: &dyn std::fmt::Display| {
+        ApiError::bad_request(
+            Code::InvalidBackoff,
+            format!(r#"redelivery_backoff_ms must be [ms, …] or {{"initial_ms", "max_ms", "multiplier"}}: {e}"#),
+        )
+    };
+    match &raw {
+        Value::Array(_) => serde_json::from_value(raw).map(Backoff::Steps).map_err(|e| invalid(&e)),
+        Value::Object(_) => {
+            serde_json::from_value::<Exponential>(raw.clone()).map_err(|e| invalid(&e))?;
+            serde_json::from_value(raw).map_err(|e| invalid(&e))
+        }
+        other => Err(invalid(&format!("got {other}"))),
+    }
+}
+
+fn push(raw: Value) -> Result<PushSpec, ApiError> {
+    let invalid = |m: String| ApiError::bad_request(Code::InvalidPush, m);
+    let shape = r#"push must be {"url": "https://…", "secret"?, "max_batch"?, "timeout_ms"?, "max_in_flight"?} or {"lambda": "<function>", "max_batch"?, "max_in_flight"?}"#;
+    let req: Push = serde_json::from_value(raw).map_err(|e| invalid(format!("{shape}: {e}")))?;
+    let mut spec = match (req.url, req.lambda, req.secret) {
+        (Some(url), None, secret) => PushSpec::url(url, secret),
+        (None, Some(function), None) => PushSpec::lambda(function),
+        (None, Some(_), Some(_)) => return Err(invalid("push.secret is for a url target".into())),
+        _ => return Err(invalid(format!("{shape}: name exactly one of url and lambda"))),
+    };
+    spec.max_batch = req.max_batch.unwrap_or(spec.max_batch);
+    spec.timeout_ms = req.timeout_ms.unwrap_or(spec.timeout_ms);
+    spec.max_in_flight = req.max_in_flight.unwrap_or(spec.max_in_flight);
+    Ok(spec)
+}
+
+/// A push target as shown: never its secret (the create answer adds it once).
+fn push_json(p: &PushSpec) -> Value {
+    let mut out = match &p.target {
+        PushTarget::Url { url, .. } => json!({ "url": url }),
+        PushTarget::Lambda { function } => json!({ "lambda": function }),
+    };
+    out["max_batch"] = json!(p.max_batch);
+    out["timeout_ms"] = json!(p.timeout_ms);
+    out["max_in_flight"] = json!(p.max_in_flight);
+    out
+}
+
+fn subscription_json(s: &Subscription) -> Value {
+    json!({
+        "topic": s.topic,
+        "name": s.name,
+        "start": s.spec.start,
+        "visibility_timeout_ms": s.spec.visibility_timeout_ms,
+        "max_receive_count": s.spec.max_receive_count,
+        "ordering": s.spec.ordering,
+        "delay_ms": s.spec.delay_ms,
+        "redelivery_backoff_ms": s.spec.redelivery_backoff,
+        "filter": s.spec.filter,
+        "push": s.spec.push.as_ref().map(push_json),
+        "start_offsets": s.start_offsets,
+        "created_ms": s.created_ms,
+    })
+}
+
+fn backlog_json(b: &Backlog) -> Value {
+    json!({
+        "visible": b.visible,
+        "in_flight": b.in_flight,
+        "delayed": b.delayed,
+        "dead": b.dead,
+        "expired": b.expired,
+        "filtered": b.filtered,
+        "unscanned": b.unscanned,
+        "oldest_visible_age_ms": b.oldest_visible_age_ms,
+    })
+}
+
+/// Create a work queue on a topic (idempotent): `201` when new, `200` when it exists with
+/// exactly these settings.
+#[utoipa::path(put, path = "/v1/topics/{topic}/subscriptions/{sub}", tag = "queues",
+    operation_id = "createSubscription", params(SubParams),
+    request_body(content = Option<Create>, example = ex::create_subscription),
+    responses((status = 201, description = "Created", body = answers::Subscription, example = ex::subscription),
+        (status = 200, description = "It existed with these settings", body = answers::Subscription),
+        errors::CreateSubscription))]
+pub async fn create(
+    State(queues): State<Queues>,
+    Path((topic, sub)): SubPath,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let req: Create = parse_optional(&read_body(body, MAX_BODY).await?)?;
+    let defaults = SubscriptionSpec::default();
+    let spec = SubscriptionSpec {
+        start: req.start.map(start).transpose()?.unwrap_or(defaults.start),
+        visibility_timeout_ms: req.visibility_timeout_ms.unwrap_or(defaults.visibility_timeout_ms),
+        max_receive_count: req.max_receive_count.unwrap_or(defaults.max_receive_count),
+        ordering: req.ordering.map(ordering).unwrap_or(defaults.ordering),
+        delay_ms: req.delay_ms.unwrap_or(defaults.delay_ms),
+        redelivery_backoff: req.redelivery_backoff_ms.map(backoff).transpose()?.or(defaults.redelivery_backoff),
+        filter: req.filter,
+        push: req.push.map(push).transpose()?,
+    };
+    let (subscription, created) = queues.create(&topic, &sub, spec).await?;
+    let mut out = subscription_json(&subscription);
+    if let Some(secret) = subscription.spec.push.as_ref().and_then(PushSpec::secret).filter(|_| created) {
+        // The one answer that shows it: the receiver needs it to check signatures.
+        out["push"]["secret"] = json!(secret);
+    }
+    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(out)).into_response())
+}
+
+/// List a topic's subscriptions, by name.
+#[utoipa::path(get, path = "/v1/topics/{topic}/subscriptions", tag = "queues", operation_id = "listSubscriptions",
+    params(TopicPath), responses((status = 200, description = "The subscriptions", body = answers::SubscriptionList,
+        example = ex::subscriptions), errors::ListSubscriptions))]
+pub async fn list(State(queues): State<Queues>, Path(topic): Path<String>) -> Result<Json<Value>, ApiError> {
+    let subscriptions = queues.list(&topic).await?;
+    Ok(Json(json!({ "subscriptions": subscriptions.iter().map(subscription_json).collect::<Vec<_>>() })))
+}
+
+/// Describe a subscription with exact backlog counts, whole and per partition.
+#[utoipa::path(get, path = "/v1/topics/{topic}/subscriptions/{sub}", tag = "queues",
+    operation_id = "describeSubscription", params(SubParams), responses((status = 200, description = "The subscription",
+        body = answers::SubscriptionDescription, example = ex::subscription_description), errors::OneSubscription))]
+pub async fn describe(State(queues): State<Queues>, Path((topic, sub)): SubPath) -> Result<Json<Value>, ApiError> {
+    let d = queues.describe(&topic, &sub).await?;
+    let mut out = subscription_json(&d.subscription);
+    out["backlog"] = backlog_json(&d.backlog);
+    out["exact"] = json!(d.exact);
+    if let Some(stats) = &d.deliveries {
+        out["push"]["deliveries"] =
+            json!({ "attempted": stats.attempted, "succeeded": stats.succeeded, "failed": stats.failed });
+        out["push"]["last_error"] = json!(stats.last_error);
+        out["push"]["last_error_ms"] = json!(stats.last_error_ms);
+    }
+    out["partitions"] = d
+        .partitions
+        .iter()
+        .map(|p| {
+            json!({
+                "partition": p.partition,
+                "cursor": p.cursor,
+                "high_watermark": p.high_watermark,
+                "backlog": backlog_json(&p.backlog),
+            })
+        })
+        .collect();
+    Ok(Json(out))
+}
+
+/// Delete a subscription and its messages' state.
+#[utoipa::path(delete, path = "/v1/topics/{topic}/subscriptions/{sub}", tag = "queues",
+    operation_id = "deleteSubscription", params(SubParams),
+    responses((status = 204, description = "Deleted"), errors::OneSubscription))]
+pub async fn delete(State(queues): State<Queues>, Path((topic, sub)): SubPath) -> Result<StatusCode, ApiError> {
+    queues.delete(&topic, &sub).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
