@@ -33,9 +33,10 @@ impl Sub {
 }
 
 impl Queues {
-    /// The push subscriptions of a topic.
+    /// The push subscriptions of a topic that deliver: a paused one is left out, so its
+    /// dispatcher skips it (its takes would grant nothing anyway, `pause.rs`).
     pub async fn push_subscriptions(&self, topic: &str) -> Result<Vec<PushSubscription>, Error> {
-        let subs = self.live_subs(topic).await?.into_iter();
+        let subs = self.live_subs(topic).await?.into_iter().filter(|s| s.record.state.is_active());
         Ok(subs
             .filter_map(|s| {
                 let push = s.record.spec.push.clone()?;
