@@ -211,6 +211,7 @@ impl Queues {
             }
         };
         tokio::select! {
+            biased; // the clock's wake first: a simulation's schedule stays as it was
             napped = napping => napped,
             _ = resumed => Ok(()),
         }
