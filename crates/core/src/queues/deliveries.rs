@@ -45,6 +45,12 @@ impl Queues {
             .collect())
     }
 
+    /// Whether `sub` is paused now (`pause.rs`), so that a dispatcher's worker on it ends; a
+    /// subscription that cannot be read is not (the worker's next receive finds out why).
+    pub async fn is_paused(&self, sub: &PushSubscription) -> bool {
+        self.sub(&sub.topic, &sub.name).await.is_ok_and(|s| s.record.id == sub.id && !s.record.state.is_active())
+    }
+
     /// A receive on behalf of the push dispatcher of `sub` (and only while it is the same
     /// subscription: `SubscriptionNotFound` once it was deleted or re-created). Its wait
     /// ends early, with nothing, once `stop` turns true (a dispatcher shutting down): what
