@@ -1,5 +1,5 @@
-//! `sluice subs …`: create (with every setting as a flag), list, describe and delete a
-//! topic's subscriptions.
+//! `sluice subs …`: create (with every setting as a flag), list, describe, delete, pause
+//! and resume a topic's subscriptions.
 
 use clap::Subcommand;
 use serde_json::{json, Value};
@@ -26,6 +26,12 @@ pub enum SubVerb {
     /// Delete a subscription.
     #[command(after_help = "Example:\n  sluice subs delete orders billing")]
     Delete { topic: String, sub: String },
+    /// Pause a subscription: it keeps counting new events and delivers nothing until resumed.
+    #[command(after_help = "Example:\n  sluice subs pause orders billing")]
+    Pause { topic: String, sub: String },
+    /// Resume a paused subscription: it delivers again.
+    #[command(after_help = "Example:\n  sluice subs resume orders billing")]
+    Resume { topic: String, sub: String },
 }
 
 #[derive(clap::Args, Debug)]
@@ -132,6 +138,17 @@ pub async fn subs(client: &Client, verb: SubVerb, text: bool) -> Result<(), Erro
             let deleted = json!({"topic": topic, "subscription": sub, "deleted": true});
             print_change(text, &format!("deleted subscription {topic}/{sub}"), &deleted);
         }
+        SubVerb::Pause { topic, sub } => {
+            let paused = client.pause(&topic, &sub).await?;
+            let waiting = paused["backlog"]["visible"].as_u64().unwrap_or_default();
+            let sentence = format!("paused subscription {topic}/{sub} ({waiting} visible messages wait for a resume)");
+            print_change(text, &sentence, &paused);
+        }
+        SubVerb::Resume { topic, sub } => {
+            let resumed = client.resume(&topic, &sub).await?;
+            let waiting = resumed["backlog"]["visible"].as_u64().unwrap_or_default();
+            print_change(text, &format!("resumed subscription {topic}/{sub} ({waiting} visible messages)"), &resumed);
+        }
     }
     Ok(())
 }
@@ -202,7 +219,9 @@ fn row(sub: &Value) -> Vec<String> {
         number(&sub["visibility_timeout_ms"]),
         number(&sub["max_receive_count"]),
         sub["ordering"].as_str().unwrap_or("none").to_owned(),
-        delivery(sub) + if sub["filter"].is_object() { ", filtered" } else { "" },
+        delivery(sub)
+            + if sub["filter"].is_object() { ", filtered" } else { "" }
+            + if sub["state"] == "paused" { ", paused" } else { "" },
     ]
 }
 
@@ -211,10 +230,11 @@ fn print_description(sub: &Value) {
     let backlog = &sub["backlog"];
     let n = |v: &Value| v.as_u64().unwrap_or_default();
     say!(
-        "subscription {}/{}  ({})",
+        "subscription {}/{}  ({}){}",
         sub["topic"].as_str().unwrap_or_default(),
         sub["name"].as_str().unwrap_or_default(),
-        summary(sub)
+        summary(sub),
+        if sub["state"] == "paused" { "  PAUSED" } else { "" }
     );
     let unscanned = backlog.get("unscanned").and_then(Value::as_u64).map(|u| format!(", {u} unscanned"));
     say!(

@@ -257,6 +257,22 @@ describe('the dashboard', () => {
     await eventually('a healthy target', async () => await text(push.getByTestId('push-health')) === 'ok');
   });
 
+  it('pauses a subscription, which then delivers nothing, and resumes it', async () => {
+    const work = card('subscription', { topic: TOPIC, subscription: 'work' });
+    const [state, button] = [work.getByTestId('sub-state'), work.getByTestId('sub-pause')];
+    assert.equal(await text(state), 'active');
+    await button.click();
+    await eventually('the paused state', async () => await text(state) === 'paused');
+    assert.equal((await call('GET', sub('work'))).state, 'paused');
+    assert.equal(await text(button), 'Resume');
+    const { messages } = await call('POST', `${sub('work')}/receive`, { max_messages: 10 });
+    assert.equal(messages.length, 0, 'a paused subscription delivers nothing');
+    await button.click();
+    await eventually('the active state', async () => await text(state) === 'active');
+    assert.equal((await call('GET', sub('work'))).state, 'active');
+    assert.equal(await text(button), 'Pause');
+  });
+
   it('redrives, deletes and purges dead letters, each after a confirmation', async () => {
     const work = card('subscription', { topic: TOPIC, subscription: 'work' });
     const rows = page.getByTestId('dlq-row');

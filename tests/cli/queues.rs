@@ -143,3 +143,29 @@ fn given_subs_create_flags_then_the_subscription_has_those_settings() {
     assert_eq!(bad.status.code(), Some(1));
     assert!(stderr(&bad).starts_with("error: --filter is not JSON"), "{}", stderr(&bad));
 }
+
+#[test]
+fn given_a_paused_subscription_then_it_delivers_nothing_until_resumed_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    three_jobs(&server, "5");
+    let held = receipts(&server, "1");
+    let paused = ok(&server, &["subs", "pause", "jobs", "w", "-o", "text"], None);
+    assert_eq!(paused.trim(), "paused subscription jobs/w (2 visible messages wait for a resume)");
+    let again = json(&ok(&server, &["subs", "pause", "jobs", "w"], None));
+    assert_eq!((again["state"].as_str(), again["backlog"]["visible"].as_u64()), (Some("paused"), Some(2)), "{again}");
+    ok(&server, &["publish", "jobs"], Some(b"{\"job\":4}\n"));
+    assert!(receipts(&server, "10").is_empty(), "a paused subscription delivers nothing");
+    assert!(ok(&server, &["subs", "describe", "jobs", "w", "-o", "text"], None)
+        .lines()
+        .next()
+        .unwrap()
+        .ends_with("PAUSED"));
+    ok(&server, &["ack", "jobs", "w", &held[0]], None);
+
+    let resumed = ok(&server, &["subs", "resume", "jobs", "w", "-o", "text"], None);
+    assert_eq!(resumed.trim(), "resumed subscription jobs/w (3 visible messages)");
+    assert_eq!(receipts(&server, "10").len(), 3, "everything it held, once resumed");
+    let missing = sluice(&server, &["subs", "pause", "jobs", "nope"], None);
+    assert!(stderr(&missing).contains("subscription_not_found"), "{}", stderr(&missing));
+}

@@ -139,6 +139,8 @@ fn queues_routes() -> OpenApiRouter<App> {
     OpenApiRouter::new()
         .routes(routes!(queues::list))
         .routes(routes!(queues::create, queues::describe, queues::delete))
+        .routes(routes!(queues::pause))
+        .routes(routes!(queues::resume))
         .routes(routes!(queues::receive))
         .routes(routes!(peek::peek))
         .routes(routes!(queues::ack))

@@ -29,6 +29,8 @@ const STORY: &[(&str, u16)] = &[
     ("createSubscription", 201),
     ("listSubscriptions", 200),
     ("describeSubscription", 200),
+    ("pauseSubscription", 200),
+    ("resumeSubscription", 200),
     ("peek", 200),
     ("receive", 200),
     ("changeVisibility", 200),

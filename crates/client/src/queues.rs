@@ -72,6 +72,21 @@ impl Client {
         self.fetch(Call::new(Method::GET, Self::subscription(topic, sub))).await
     }
 
+    /// Pauses a subscription: it keeps counting the topic's events and delivers nothing
+    /// (receives wait as on an empty queue, push stops) until resumed; messages already out
+    /// can still be acked, nacked and held. Answers the subscription as described. Retried
+    /// (pausing a paused subscription changes nothing).
+    pub async fn pause(&self, topic: &str, sub: &str) -> Result<Value, Error> {
+        let call = Call::new(Method::POST, format!("{}/pause", Self::subscription(topic, sub)));
+        self.fetch(call.json(&json!({}))?).await
+    }
+
+    /// Resumes a paused subscription; answers it as described. Retried, as [`Client::pause`].
+    pub async fn resume(&self, topic: &str, sub: &str) -> Result<Value, Error> {
+        let call = Call::new(Method::POST, format!("{}/resume", Self::subscription(topic, sub)));
+        self.fetch(call.json(&json!({}))?).await
+    }
+
     /// Deletes a subscription. Retried; a retry's `404` means an earlier attempt deleted it.
     pub async fn delete_subscription(&self, topic: &str, sub: &str) -> Result<(), Error> {
         self.delete(Self::subscription(topic, sub)).await

@@ -65,6 +65,8 @@ pub const SUB_FILTERED: &str = "sluice_subscription_filtered";
 /// Messages retention took before they were settled, so far, by `topic`, `subscription`
 /// (a running total kept by the store).
 pub const SUB_EXPIRED: &str = "sluice_subscription_expired";
+/// 1 while a subscription is paused, 0 while it delivers, by `topic`, `subscription`.
+pub const SUB_PAUSED: &str = "sluice_subscription_paused";
 /// Age of the oldest visible message, by `topic`, `subscription` (0 when none).
 pub const SUB_OLDEST_AGE: &str = "sluice_subscription_oldest_visible_age_seconds";
 /// A push subscription's deliveries so far by `topic`, `subscription`, `outcome`
@@ -127,7 +129,7 @@ pub fn describe() {
     for (name, unit, help) in counters {
         describe_counter!(name, unit, help);
     }
-    let gauges: [(&'static str, Unit, &'static str); 13] = [
+    let gauges: [(&'static str, Unit, &'static str); 14] = [
         (HIGH_WATERMARK, Unit::Count, "A partition's next offset"),
         (LOG_START, Unit::Count, "A partition's first readable offset"),
         (TOPIC_BYTES, Unit::Bytes, "Bytes a topic's partitions hold"),
@@ -140,6 +142,7 @@ pub fn describe() {
         (PUSH_DELIVERIES, Unit::Count, "Push deliveries so far by outcome, as the store keeps them"),
         (SUB_MESSAGES, Unit::Count, "A subscription's messages by state"),
         (SUB_OLDEST_AGE, Unit::Seconds, "Age of a subscription's oldest visible message"),
+        (SUB_PAUSED, Unit::Count, "1 while a subscription is paused"),
         (SAMPLE_TRUNCATED, Unit::Count, "1 when the last state sample stopped at its bounds"),
     ];
     for (name, unit, help) in gauges {

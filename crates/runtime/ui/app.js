@@ -234,10 +234,13 @@ function subscriptionCard(sub) {
   return h('article', { class: 'card', dataset: { testid: 'subscription', topic: sub.topic, subscription: sub.name } },
     h('header', {}, h('h3', {}, h('span', { class: 'muted' }, `${sub.topic} / `), sub.name),
       h('span', { class: `pill ${sub.push ? 'push' : ''}` }, sub.push ? 'push' : 'pull'),
+      h('span', { class: `pill ${sub.state === 'active' ? '' : 'warn'}`, dataset: { testid: 'sub-state' } }, sub.state),
       stat('max receives', sub.max_receive_count),
       stat('visibility', duration(sub.visibility_timeout_ms)),
       sub.filter ? stat('filter', 'yes') : null,
       h('span', { class: 'spacer' }),
+      h('button', { type: 'button', dataset: { testid: 'sub-pause' }, onclick: () => pauseOrResume(sub) },
+        sub.state === 'paused' ? 'Resume' : 'Pause'),
       h('button', { type: 'button', dataset: { testid: 'show-dlq' }, onclick: () => showDlq(subKey(sub)) },
         'Dead letters')),
     h('div', { class: 'stats' },
@@ -250,6 +253,18 @@ function subscriptionCard(sub) {
     lineChart('backlog-chart', BACKLOG_SERIES.map(([field, name, color]) => ({
       name, color, points: points.map((p) => ({ t: p.t, v: p[field] })),
     }))));
+}
+
+/** Resumes a paused subscription, or pauses one that delivers; then refreshes at once. */
+async function pauseOrResume(sub) {
+  const verb = sub.state === 'paused' ? 'resume' : 'pause';
+  try {
+    await api('POST', `/topics/${seg(sub.topic)}/subscriptions/${seg(sub.name)}/${verb}`, {});
+    clearError('subscription');
+  } catch (error) {
+    report('subscription', error);
+  }
+  await refresh();
 }
 
 /** A push target, how it is doing, its deliveries so far and its last error. */

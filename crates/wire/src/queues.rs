@@ -26,6 +26,21 @@ pub struct Subscription {
     /// Per partition, where the subscription started.
     pub start_offsets: Vec<u64>,
     pub created_ms: i64,
+    /// Whether it delivers: `paused` by `POST …/pause` until `POST …/resume`.
+    #[serde(default)]
+    pub state: SubscriptionState,
+}
+
+/// Whether a subscription delivers. More states may come: read an unknown one as not active.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum SubscriptionState {
+    #[default]
+    Active,
+    /// Keeps counting the log's events; delivers nothing until resumed.
+    Paused,
 }
 
 /// A push target as shown: its secret only in the answer that created it.
@@ -84,6 +99,8 @@ pub struct SubscriptionDescription {
     pub push: Option<Push>,
     pub start_offsets: Vec<u64>,
     pub created_ms: i64,
+    #[serde(default)]
+    pub state: SubscriptionState,
     pub backlog: Backlog,
     /// Every partition's counts are of one moment.
     pub exact: bool,

@@ -204,6 +204,7 @@ fn sample_subscription(d: &SubscriptionDescription, g: &mut Gauges) {
     g.set(m::SUB_FILTERED, &labels, b.filtered as f64);
     g.set(m::SUB_EXPIRED, &labels, b.expired as f64);
     g.set(m::SUB_OLDEST_AGE, &labels, b.oldest_visible_age_ms.unwrap_or(0) as f64 / 1000.0);
+    g.set(m::SUB_PAUSED, &labels, if d.subscription.state.is_active() { 0.0 } else { 1.0 });
     if let Some(pushed) = &d.deliveries {
         for (outcome, n) in [("succeeded", pushed.succeeded), ("failed", pushed.failed)] {
             g.set(

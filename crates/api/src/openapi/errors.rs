@@ -76,6 +76,8 @@ errors! {
     ListSubscriptions: [PATH] TopicNotFound;
     /// `describeSubscription`, `deleteSubscription`, `purgeDeadLetters`.
     OneSubscription: [PATH, SUB];
+    /// `pauseSubscription`, `resumeSubscription` (a body, if any, is `{}`).
+    ChangeState: [PATH, BODY, SUB];
     /// `receive`.
     Receive: [PATH, BODY, SUB] InvalidMaxMessages, InvalidWait, InvalidVisibilityTimeout, TooManyReceipts,
         PushSubscription;

@@ -75,7 +75,7 @@ pub(crate) fn create_subscription() -> Value {
 pub(crate) fn subscription() -> Value {
     json!({ "topic": "orders", "name": "workers", "start": "earliest", "visibility_timeout_ms": 30000,
             "max_receive_count": 1, "ordering": "none", "delay_ms": 0, "redelivery_backoff_ms": null,
-            "filter": null, "push": null, "start_offsets": [0, 0], "created_ms": CREATED_MS })
+            "filter": null, "push": null, "start_offsets": [0, 0], "created_ms": CREATED_MS, "state": "active" })
 }
 
 pub(crate) fn subscriptions() -> Value {
@@ -95,6 +95,12 @@ pub(crate) fn subscription_description() -> Value {
         { "partition": 0, "cursor": 0, "high_watermark": 2, "backlog": backlog(2) },
         { "partition": 1, "cursor": 0, "high_watermark": 1, "backlog": backlog(1) },
     ]);
+    out
+}
+
+pub(crate) fn paused_subscription() -> Value {
+    let mut out = subscription_description();
+    out["state"] = json!("paused");
     out
 }
 

@@ -1,6 +1,6 @@
 //! Work queues: subscriptions of a topic, each a queue of its own over the topic's log.
 //! `PUT|GET|DELETE /v1/topics/{topic}/subscriptions/{sub}`, `GET …/subscriptions`
-//! (`subscriptions`), `POST …/{sub}/receive`, `…/ack`, `…/nack`, `…/visibility`
+//! and `POST …/{sub}/pause`, `…/resume` (`subscriptions`), `POST …/{sub}/receive`, `…/ack`, `…/nack`, `…/visibility`
 //! (`messages`), and the dead-letter queue: `GET|DELETE …/{sub}/dlq`, `DELETE
 //! …/{sub}/dlq/{id}`, `POST …/{sub}/dlq/redrive` (`dead`). Parsing and rendering only:
 //! [`Queues`](sluice_core::queues::Queues) checks every value before it writes.
@@ -209,6 +209,23 @@ mod tests {
             (Method::PUT, "/v1/topics/nope/subscriptions/x".into(), None, StatusCode::NOT_FOUND, "topic_not_found"),
             // The same name with other settings.
             (Method::PUT, SUB.into(), Some(r#"{"start": "latest"}"#), StatusCode::CONFLICT, "subscription_exists"),
+            // Pause and resume take no fields; an unknown subscription is not found.
+            (
+                Method::POST,
+                format!("{SUB}/pause"),
+                Some(r#"{"now": true}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+            ),
+            (Method::POST, format!("{SUB}/resume"), Some("{"), StatusCode::BAD_REQUEST, "invalid_json"),
+            (Method::POST, format!("{other}/pause"), None, StatusCode::NOT_FOUND, "subscription_not_found"),
+            (
+                Method::POST,
+                "/v1/topics/nope/subscriptions/x/resume".into(),
+                None,
+                StatusCode::NOT_FOUND,
+                "topic_not_found",
+            ),
             (
                 Method::PUT,
                 other.into(),

@@ -1,4 +1,4 @@
-//! Subscriptions: create (idempotent), list, describe, delete.
+//! Subscriptions: create (idempotent), list, describe, delete, pause and resume.
 
 use axum::body::Body;
 use axum::extract::State;
@@ -107,6 +107,7 @@ fn subscription_json(s: &Subscription) -> Value {
         "push": s.spec.push.as_ref().map(push_json),
         "start_offsets": s.start_offsets,
         "created_ms": s.created_ms,
+        "state": s.state,
     })
 }
 
@@ -172,7 +173,12 @@ pub async fn list(State(queues): State<Queues>, Path(topic): Path<String>) -> Re
     operation_id = "describeSubscription", params(SubParams), responses((status = 200, description = "The subscription",
         body = answers::SubscriptionDescription, example = ex::subscription_description), errors::OneSubscription))]
 pub async fn describe(State(queues): State<Queues>, Path((topic, sub)): SubPath) -> Result<Json<Value>, ApiError> {
-    let d = queues.describe(&topic, &sub).await?;
+    described(&queues, &topic, &sub).await
+}
+
+/// The subscription as describe answers it.
+async fn described(queues: &Queues, topic: &str, sub: &str) -> Result<Json<Value>, ApiError> {
+    let d = queues.describe(topic, sub).await?;
     let mut out = subscription_json(&d.subscription);
     out["backlog"] = backlog_json(&d.backlog);
     out["exact"] = json!(d.exact);
@@ -204,4 +210,40 @@ pub async fn describe(State(queues): State<Queues>, Path((topic, sub)): SubPath)
 pub async fn delete(State(queues): State<Queues>, Path((topic, sub)): SubPath) -> Result<StatusCode, ApiError> {
     queues.delete(&topic, &sub).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// The body pause and resume take: none, or `{}`.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct NoFields {}
+
+/// Pause a subscription (idempotent): it keeps counting the log's events and delivers
+/// nothing until resumed; messages already out can still be acked, nacked and held.
+#[utoipa::path(post, path = "/v1/topics/{topic}/subscriptions/{sub}/pause", tag = "queues",
+    operation_id = "pauseSubscription", params(SubParams), responses((status = 200,
+        description = "Paused: the subscription as describe shows it", body = answers::SubscriptionDescription,
+        example = ex::paused_subscription), errors::ChangeState))]
+pub async fn pause(
+    State(queues): State<Queues>,
+    Path((topic, sub)): SubPath,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    let _: NoFields = parse_optional(&read_body(body, MAX_BODY).await?)?;
+    queues.pause(&topic, &sub).await?;
+    described(&queues, &topic, &sub).await
+}
+
+/// Resume a paused subscription (idempotent): it delivers again.
+#[utoipa::path(post, path = "/v1/topics/{topic}/subscriptions/{sub}/resume", tag = "queues",
+    operation_id = "resumeSubscription", params(SubParams), responses((status = 200,
+        description = "Active: the subscription as describe shows it", body = answers::SubscriptionDescription,
+        example = ex::subscription_description), errors::ChangeState))]
+pub async fn resume(
+    State(queues): State<Queues>,
+    Path((topic, sub)): SubPath,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    let _: NoFields = parse_optional(&read_body(body, MAX_BODY).await?)?;
+    queues.resume(&topic, &sub).await?;
+    described(&queues, &topic, &sub).await
 }

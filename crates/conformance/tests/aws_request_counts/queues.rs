@@ -34,6 +34,7 @@ async fn queue_requests_per_receive_and_ack_are_what_the_cost_model_says() {
     receives_and_acks(&counted, &queues, &topic).await;
     settles(&counted, &queues, &topic).await;
     peek_and_ready(&counted, &queues, &topic).await;
+    pause_and_resume(&counted, &queues, &topic).await;
     dead_letters(&counted, &queues, &topic).await;
 
     // Drain, then an empty receive reads and writes nothing.
@@ -129,6 +130,29 @@ async fn peek_and_ready((state, objects, log): &Counted, queues: &Queues, topic:
     let (_, ready) = counted!(state, objects, log.ready().await.unwrap());
     per_request("readyz", &ready, 1);
     assert_eq!(requests(&ready), Counts::from([("dynamodb:Query", 1)]), "one query of one item: {ready:?}");
+}
+
+/// A pause and a resume of 8 partitions: each reads and rewrites every cursor, then the
+/// record (the route then answers a describe); a receive while paused writes nothing.
+async fn pause_and_resume((state, objects, _): &Counted, queues: &Queues, topic: &str) {
+    let (_, pause) = counted!(state, objects, queues.pause(topic, "work").await.unwrap());
+    per_request("pause subscription (8 partitions)", &pause, 1);
+    let (_, again) = counted!(state, objects, queues.pause(topic, "work").await.unwrap());
+    per_request("pause subscription, already paused (8 partitions)", &again, 1);
+    let (_, paused) =
+        counted!(state, objects, assert!(queues.receive(topic, "work", &receive(10)).await.unwrap().is_empty()));
+    per_request("queue receive, paused (8 partitions)", &paused, 1);
+    let (_, resume) = counted!(state, objects, queues.resume(topic, "work").await.unwrap());
+    per_request("resume subscription (8 partitions)", &resume, 1);
+    for op in ["dynamodb:UpdateItem", "dynamodb:TransactWriteItems", "dynamodb:DeleteItem", "s3:GetObject"] {
+        assert!(!paused.contains_key(op), "a paused receive writes nothing and reads no object: {paused:?}");
+        assert!(!again.contains_key(op), "pausing a paused subscription writes nothing: {again:?}");
+    }
+    for (what, counts) in [("pause", &pause), ("resume", &resume)] {
+        let writes = counts.get("dynamodb:UpdateItem").copied().unwrap_or_default()
+            + counts.get("dynamodb:PutItem").copied().unwrap_or_default();
+        assert_eq!(writes, 9, "a {what} writes 8 cursors and the record: {counts:?}");
+    }
 }
 
 /// Dead letters: a queue whose messages die at their first expiry, listed, redriven, purged,

@@ -532,6 +532,8 @@ impl Dispatcher {
         loop {
             let received = self.receive_until(&sub, IDLE_WAIT_MS, Some(&stop)).await;
             let outcome = match received {
+                // Paused since listed: the worker ends (its takes grant nothing); a resume lists it again.
+                Ok(messages) if messages.is_empty() && self.queues.is_paused(&sub).await => return,
                 Ok(messages) => self.deliver(&sub, messages).await.map(|_| ()),
                 Err(e) => Err(e),
             };

@@ -33,15 +33,22 @@ impl Sub {
 }
 
 impl Queues {
-    /// The push subscriptions of a topic.
+    /// The push subscriptions of a topic that deliver: a paused one is left out, so its
+    /// dispatcher skips it (its takes would grant nothing anyway, `pause.rs`).
     pub async fn push_subscriptions(&self, topic: &str) -> Result<Vec<PushSubscription>, Error> {
-        let subs = self.live_subs(topic).await?.into_iter();
+        let subs = self.live_subs(topic).await?.into_iter().filter(|s| s.record.state.is_active());
         Ok(subs
             .filter_map(|s| {
                 let push = s.record.spec.push.clone()?;
                 Some(PushSubscription { topic: s.topic.name, name: s.name, id: s.record.id, spec: s.record.spec, push })
             })
             .collect())
+    }
+
+    /// Whether `sub` is paused now (`pause.rs`), so that a dispatcher's worker on it ends; a
+    /// subscription that cannot be read is not (the worker's next receive finds out why).
+    pub async fn is_paused(&self, sub: &PushSubscription) -> bool {
+        self.sub(&sub.topic, &sub.name).await.is_ok_and(|s| s.record.id == sub.id && !s.record.state.is_active())
     }
 
     /// A receive on behalf of the push dispatcher of `sub` (and only while it is the same

@@ -153,7 +153,15 @@ mod tests {
 
     fn state(leases: Vec<Lease>) -> QueueState {
         let cursor = CursorRecord { next: 40, ..CursorRecord::default() };
-        QueueState { cursor, cursor_version: Some(5), leases, inline_changed: false, keyed: false, written: Vec::new() }
+        QueueState {
+            cursor,
+            cursor_version: Some(5),
+            leases,
+            inline_changed: false,
+            keyed: false,
+            written: Vec::new(),
+            paused: false,
+        }
     }
 
     fn create(due: i64, record: &LeaseRecord) -> WriteOp {

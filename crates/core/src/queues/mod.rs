@@ -44,6 +44,8 @@ mod describe;
 mod peek;
 pub use peek::{Peeked, MAX_PEEK_MESSAGES};
 mod inline;
+mod pause;
+pub use pause::SubscriptionState;
 mod purge;
 mod push;
 mod receipt;
@@ -173,6 +175,8 @@ pub struct Subscription {
     /// Per partition, the offset the subscription started at.
     pub start_offsets: Vec<u64>,
     pub created_ms: i64,
+    /// Whether it delivers (`pause.rs`).
+    pub state: SubscriptionState,
 }
 
 /// Message counts of a queue (or one partition of it), exact at the time of reading.
@@ -389,6 +393,7 @@ impl Sub {
             spec: self.record.spec.clone(),
             start_offsets: self.record.starts.clone(),
             created_ms: self.record.created_ms,
+            state: self.record.state,
         }
     }
 }
@@ -446,6 +451,8 @@ struct Local {
     receipt_key: tokio::sync::OnceCell<ReceiptKey>,
     /// Turns on queue partitions, so this process's receives and settles queue instead of racing.
     turns: turns::Turns,
+    /// Told of every resume made by this process: its waiting receives look again at once.
+    resumed: tokio::sync::Notify,
 }
 
 impl Queues {
@@ -551,7 +558,13 @@ fn new_lease(sub: &Sub, partition: u32, due: i64, lease: LeaseRecord) -> WriteOp
 fn test_sub(version: u64) -> Sub {
     let spec = crate::model::TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None };
     let topic = TopicConfig { name: "t".into(), id: 1, spec, created_ms: 0, version: 1 };
-    let record =
-        SubscriptionRecord { id: 7, spec: SubscriptionSpec::default(), starts: vec![0], created_ms: 0, deleted: false };
+    let record = SubscriptionRecord {
+        id: 7,
+        spec: SubscriptionSpec::default(),
+        starts: vec![0],
+        created_ms: 0,
+        deleted: false,
+        state: SubscriptionState::Active,
+    };
     Sub { topic, name: "s".into(), record, version, guarded: false }
 }

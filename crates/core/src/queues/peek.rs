@@ -156,6 +156,7 @@ mod tests {
             inline_changed: false,
             keyed: false,
             written: Vec::new(),
+            paused: false,
         };
         // (now, log start): the due leases' live messages (offset, receives), in offset order.
         type Case = (i64, u64, &'static [(u64, u32)]);

@@ -200,12 +200,21 @@ impl Queues {
             until = until.min(now + self.log.poll_interval_ms() as i64);
         }
         let nap = (until - now).max(1) as u64;
-        if idle.is_empty() {
-            self.log.clock().sleep(nap).await;
-        } else {
-            self.log.wait_for_any(idle, nap).await?;
+        // A resume in this process ends the nap (`pause.rs`); others' within a poll interval.
+        let resumed = self.local.resumed.notified();
+        let napping = async {
+            if idle.is_empty() {
+                self.log.clock().sleep(nap).await;
+                Ok(())
+            } else {
+                self.log.wait_for_any(idle, nap).await
+            }
+        };
+        tokio::select! {
+            biased; // the clock's wake first: a simulation's schedule stays as it was
+            napped = napping => napped,
+            _ = resumed => Ok(()),
         }
-        Ok(())
     }
 
     /// Takes up to `want` messages of the partition `turn` is on: due leases first (dead ones go to the
@@ -214,6 +223,7 @@ impl Queues {
     /// has been taken yet (the first message is taken whatever its size). The decisions
     /// are `take.rs`'s; this reads what they need and writes what they answer. `riding`:
     /// acks of this partition, written with the take's write (or alone if it writes nothing).
+    /// A paused partition (`pause.rs`) gives nothing: look again as at a blocked one.
     #[allow(clippy::too_many_arguments)]
     async fn take(
         &self,
@@ -234,6 +244,12 @@ impl Queues {
             let now = self.now();
             let read = self.read_take(sub, turn, want, &mut head, &mut riding, receipt_key).await?;
             let Some((state, carried)) = read else { continue };
+            if state.paused {
+                if !carried || self.acks_alone(sub, partition, &state, &mut riding, &mut attempt).await? {
+                    return Ok(Taken { blocked: true, ..Taken::default() });
+                }
+                continue;
+            }
             let dead = take::dead_leases(&state, now, spec.max_receive_count);
             if !dead.is_empty() && burials < MAX_BURIALS {
                 burials += 1;
@@ -255,16 +271,10 @@ impl Queues {
             // looked at again (a few times: a long run of them is left to the next receive).
             let only_expired = kept.is_empty() && pick.parked.is_empty() && pick.delayed.is_empty();
             let nothing = only_expired && pick.gone.is_empty() && skipped == 0 && filtered == 0;
-            if carried && (nothing || (only_expired && passes == MAX_PASSES)) {
-                // Nothing to take: the acks are written alone.
-                let ops = super::inline::fold(&state, sub.record.id, partition, None, Vec::new(), false);
-                match self.write_on_deferred(sub, ops).await? {
-                    Ok(()) => written(&mut riding, carried),
-                    Err(e) => {
-                        self.lost_race(e, &mut attempt).await?;
-                        continue;
-                    }
-                }
+            // Nothing to take: the acks are written alone (or, on a lost race, read again).
+            let alone = carried && (nothing || (only_expired && passes == MAX_PASSES));
+            if alone && !self.acks_alone(sub, partition, &state, &mut riding, &mut attempt).await? {
+                continue;
             }
             if nothing {
                 return Ok(nothing_taken(&plan, &state, &dead, head, now));

@@ -18,6 +18,10 @@ pub struct SubscriptionRecord {
     /// restarts: a delete that read an older incarnation's version cannot remove a newer one.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub deleted: bool,
+    /// Active or paused (`pause.rs`): what describe shows. The fence receives obey is on
+    /// every partition's cursor ([`CursorItem::paused`]), written before this.
+    #[serde(default, skip_serializing_if = "SubscriptionState::is_active")]
+    pub state: SubscriptionState,
 }
 
 /// A partition's cursor: offsets below `next` were all taken from the log into leases.
@@ -69,12 +73,17 @@ pub struct CursorItem {
     /// and a read of it answers that the subscription is gone.
     #[serde(rename = "x", default, skip_serializing_if = "std::ops::Not::not")]
     pub deleted: bool,
+    /// The subscription is paused (`pause.rs`): a take that reads this grants no lease, and
+    /// one that read the cursor before the pause wrote it fails its write (it names the
+    /// cursor's version). Every write of the item keeps it ([`QueueState::paused`]).
+    #[serde(rename = "p", default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
 }
 
 impl CursorItem {
     pub fn new(cursor: CursorRecord, leases: Vec<InlineLease>, written: Vec<String>) -> Self {
         let CursorRecord { next, dead, expired, filtered } = cursor;
-        Self { next, dead, expired, filtered, leases, written, deleted: false }
+        Self { next, dead, expired, filtered, leases, written, deleted: false, paused: false }
     }
 
     /// A deleted subscription's cursor item (a fence: nothing else in it).
@@ -87,7 +96,7 @@ impl CursorItem {
     }
 
     pub fn encode(&self) -> bytes::Bytes {
-        if self.leases.is_empty() && self.written.is_empty() && !self.deleted {
+        if self.leases.is_empty() && self.written.is_empty() && !self.deleted && !self.paused {
             layout::encode(&self.cursor())
         } else {
             layout::encode(self)

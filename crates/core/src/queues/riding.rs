@@ -105,6 +105,30 @@ impl Queues {
         riding.results = Some(results);
         Ok(())
     }
+
+    /// Writes the acks a take's read carried (applied to its inline leases in `state`)
+    /// alone, when the take writes nothing else. `false`: the write lost a race (an attempt
+    /// counted); read again.
+    pub(super) async fn acks_alone(
+        &self,
+        sub: &Sub,
+        partition: u32,
+        state: &QueueState,
+        riding: &mut Option<&mut Riding>,
+        attempt: &mut usize,
+    ) -> Result<bool, Error> {
+        let ops = super::inline::fold(state, sub.record.id, partition, None, Vec::new(), false);
+        match self.write_on_deferred(sub, ops).await? {
+            Ok(()) => {
+                written(riding, true);
+                Ok(true)
+            }
+            Err(e) => {
+                self.lost_race(e, attempt).await?;
+                Ok(false)
+            }
+        }
+    }
 }
 
 /// After a write that `carried` the acks riding: they are written.

@@ -30,6 +30,9 @@ pub(super) struct QueueState {
     pub(super) keyed: bool,
     /// The lease items the cursor item's writer put, as the cursor item names them.
     pub(super) written: Vec<String>,
+    /// The cursor item says the subscription is paused: nothing is taken, and every write
+    /// of the item keeps the mark.
+    pub(super) paused: bool,
 }
 
 impl QueueState {
@@ -54,7 +57,7 @@ impl QueueState {
     ) -> WriteOp {
         let key = cursor_key(sub_id, partition);
         let written = if self.keyed { lease_puts(&key.pk, with) } else { Vec::new() };
-        let item = CursorItem::new(cursor, leases, written);
+        let item = CursorItem { paused: self.paused, ..CursorItem::new(cursor, leases, written) };
         WriteOp::replace(key, item.encode(), self.cursor_version)
     }
 }
@@ -93,6 +96,7 @@ impl Queues {
             inline_changed: false,
             keyed: sub.record.spec.ordering == Ordering::Key,
             written: Vec::new(),
+            paused: false,
         };
         let mut query = Query::all(queue_pk(sub.record.id, partition), limit.unwrap_or(PAGE));
         loop {
@@ -106,6 +110,7 @@ impl Queues {
                     state.cursor = stored.cursor();
                     state.cursor_version = Some(item.version);
                     state.written = stored.written;
+                    state.paused = stored.paused;
                     let pk = &item.key.pk;
                     state.leases.extend(stored.leases.into_iter().map(|l| Lease {
                         key: Key::new(pk.clone(), lease_sk(l.due, l.record.nonce)),

@@ -132,7 +132,14 @@ impl Queues {
             if let Some(push) = spec.push.as_mut().filter(|p| p.wants_secret()) {
                 push.generate_secret(|| self.nonce());
             }
-            let record = SubscriptionRecord { id: self.nonce(), spec, starts, created_ms: self.now(), deleted: false };
+            let record = SubscriptionRecord {
+                id: self.nonce(),
+                spec,
+                starts,
+                created_ms: self.now(),
+                deleted: false,
+                state: SubscriptionState::Active,
+            };
             let mut ops = vec![
                 WriteOp::replace(crate::keys::subscription_key(topic.id, name), layout::encode(&record), tombstone),
                 // Not on a topic deleted meanwhile: its subscriptions would never be purged.

@@ -455,7 +455,15 @@ mod tests {
 
     fn state(next: u64, leases: Vec<Lease>) -> QueueState {
         let cursor = CursorRecord { next, ..CursorRecord::default() };
-        QueueState { cursor, cursor_version: Some(1), leases, inline_changed: false, keyed: false, written: Vec::new() }
+        QueueState {
+            cursor,
+            cursor_version: Some(1),
+            leases,
+            inline_changed: false,
+            keyed: false,
+            written: Vec::new(),
+            paused: false,
+        }
     }
 
     fn event(offset: u64, key: Option<&str>, timestamp_ms: i64) -> Event {

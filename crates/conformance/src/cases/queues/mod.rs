@@ -10,6 +10,7 @@ mod faults;
 mod long_poll;
 mod lost_answers;
 mod messages;
+mod pause;
 mod peek;
 mod removed_dead;
 mod riding;
@@ -24,6 +25,7 @@ pub use faults::*;
 pub use long_poll::*;
 pub use lost_answers::*;
 pub use messages::*;
+pub use pause::*;
 pub use peek::*;
 pub use removed_dead::*;
 pub use riding::*;
@@ -85,6 +87,10 @@ macro_rules! queue_conformance_suite {
             given_two_messages_of_a_lease_held_longer_to_the_same_time_then_each_settles_alone,
             given_a_zero_visibility_timeout_then_every_receive_delivers_and_it_is_visible_again_at_once,
             given_a_keyed_queue_with_a_zero_window_then_a_keys_head_comes_again_before_its_next,
+            given_a_paused_subscription_then_it_counts_new_messages_delivers_none_settles_what_is_out_and_resume_delivers_them,
+            given_pause_or_resume_of_an_unknown_or_deleted_subscription_then_not_found,
+            given_a_paused_subscription_then_a_long_poll_ends_empty_at_its_wait_and_one_waiting_is_woken_by_resume,
+            given_a_cached_subscription_paused_elsewhere_then_no_receive_after_the_pause_grants_a_lease,
         );
         $crate::queue_conformance_suite!(@concurrent $backend;
             given_eight_workers_draining_a_queue_then_every_message_acked_exactly_once_and_backlog_ends_empty,
@@ -92,6 +98,7 @@ macro_rules! queue_conformance_suite {
             given_concurrent_receives_acks_and_nacks_then_backlog_counts_match_a_model_of_what_happened,
             given_eight_workers_acking_on_their_next_receive_then_every_message_acked_exactly_once,
             given_sixteen_workers_on_one_partition_then_no_ack_is_refused_for_contention,
+            given_receives_racing_a_pause_then_none_that_started_after_its_answer_grants_a_lease,
         );
     };
     (@cases $backend:expr; $($case:ident),+ $(,)?) => {
