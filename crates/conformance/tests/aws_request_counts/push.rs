@@ -41,11 +41,13 @@ async fn push_requests_per_message_are_what_the_cost_model_says() {
         // Per receive: the subscription, cursors and leases of the partitions it visits
         // (reads), one write carrying the previous batch's acks, the segments' bytes; per
         // wake the topic list, the subscriptions, the run lease's claim and release, the
-        // workers' empty receives and the counts. (Counted: 6.7–6.9, 0.94–0.97 and 0.40; with the
-        // acks on their own, 8.4, 1.34 and 0.39.)
+        // workers' empty receives and the counts. (Counted: 6.7–7.03, 0.94–0.97 and 0.40; with
+        // the acks on their own, 8.4, 1.34 and 0.39. The workers race for partitions, so how
+        // many receives come back empty, and how many acks ride, moves from run to run: the
+        // bounds leave that room and still catch a receive's worth more per batch.)
         let most = match batch {
-            1 => 7.0,
-            10 => 1.0,
+            1 => 7.5,
+            10 => 1.1,
             _ => 0.5,
         };
         assert!(sent as f64 <= most * EVENTS as f64, "{sent} requests for {EVENTS} messages: {counts:?}");
