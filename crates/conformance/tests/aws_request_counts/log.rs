@@ -15,7 +15,8 @@ async fn requests_per_operation_are_what_the_cost_model_says() {
 
     let ((created, _), create) = counted!(state, objects, log.create_topic(&topic, spec).await.unwrap());
     per_request("create topic", &create, 1);
-    assert_eq!(requests(&create), Counts::from([("dynamodb:GetItem", 1), ("dynamodb:UpdateItem", 1)]));
+    // The record and every partition's head, in one transaction.
+    assert_eq!(requests(&create), Counts::from([("dynamodb:GetItem", 1), ("dynamodb:TransactWriteItems", 1)]));
 
     // A fresh (or long-frozen) instance reads the topic and the partition head first.
     let (cold_result, cold) =

@@ -47,7 +47,7 @@ pub const ITEM_KINDS: &[ItemKind] = &[
         pk: "head#<topic>",
         sk: "<p10>",
         value: "HeadRecord",
-        written_by: "committer, retention, topic delete (a tombstone)",
+        written_by: "topic create, committer, retention, topic delete (a tombstone)",
         deleted_by: "topic purge",
     },
     ItemKind {

@@ -27,6 +27,14 @@ pub(crate) async fn live(store: &dyn StateStore, name: &str) -> Result<TopicConf
 /// Creates `name` with `id` unless it exists; `Ok((existing, false))` for the same spec.
 /// A tombstone of a deleted topic is replaced (conditionally on its version), so
 /// the record's version keeps growing across incarnations.
+///
+/// Every partition's head is created with the topic, so that a commit never creates one and
+/// never checks the topic record, which every publish to the topic would then share (on
+/// DynamoDB, concurrent transactions naming one item cancel one another). The record and
+/// the first heads go in one atomic write; a topic of more partitions than one write holds
+/// gets the rest in further writes ([`finish_heads`]). A create that stops between them
+/// leaves a live topic with heads missing: a commit creates a missing head as it did before
+/// heads came with the topic (checking the record), and a retry of the create finishes them.
 pub(crate) async fn create(
     store: &dyn StateStore,
     name: &str,
@@ -40,7 +48,11 @@ pub(crate) async fn create(
         let read_version = match &existing {
             Some((r, version)) if r.deleted_ms.is_none() => {
                 let topic = r.config(name, *version);
-                return if topic.spec == spec { Ok((topic, false)) } else { Err(Error::TopicExists(name.to_owned())) };
+                if topic.spec != spec {
+                    return Err(Error::TopicExists(name.to_owned()));
+                }
+                finish_heads(store, &topic).await?;
+                return Ok((topic, false));
             }
             Some((_, version)) => Some(*version),
             None => None,
@@ -53,8 +65,14 @@ pub(crate) async fn create(
             version: read_version.map_or(1, |v| v + 1),
         };
         let put = WriteOp::replace(keys::topic_key(name), layout::encode(&TopicRecord::live(&topic)), read_version);
-        match store.write(vec![put]).await {
-            Ok(()) => return Ok((topic, true)),
+        let first = (0..spec.partitions).take(MAX_WRITE_OPS - 1).map(|p| new_head(id, p));
+        match store.write(std::iter::once(put).chain(first).collect()).await {
+            Ok(()) => {
+                if spec.partitions as usize >= MAX_WRITE_OPS {
+                    finish_heads(store, &topic).await?;
+                }
+                return Ok((topic, true));
+            }
             Err(StorageError::ConditionFailed { .. }) => continue,
             Err(e) => return Err(e.into()),
         }
@@ -63,6 +81,49 @@ pub(crate) async fn create(
         message: format!("topic {name} is being changed concurrently"),
         source: None,
     }))
+}
+
+/// Creates the heads a live topic lacks (one of many partitions whose create stopped
+/// halfway), each write checking that the record still has the version read: a head is
+/// never created for a topic deleted meanwhile (whose purge may already have run). A
+/// write that fails its condition (a commit created a head, or the topic changed) is
+/// re-read and tried again; a head still missing then is created by its first commit.
+async fn finish_heads(store: &dyn StateStore, topic: &TopicConfig) -> Result<(), StorageError> {
+    for _ in 0..3 {
+        let missing: Vec<u32> = heads(store, topic)
+            .await?
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, v))| *v == 0)
+            .map(|(p, _)| p as u32)
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let mut lost = false;
+        for chunk in missing.chunks(MAX_WRITE_OPS - 1) {
+            let check = WriteOp::Check { key: keys::topic_key(&topic.name), expect: Expect::Version(topic.version) };
+            let ops = std::iter::once(check).chain(chunk.iter().map(|&p| new_head(topic.id, p))).collect();
+            match store.write(ops).await {
+                Ok(()) => {}
+                Err(StorageError::ConditionFailed { .. }) => lost = true,
+                Err(e) => return Err(e),
+            }
+        }
+        if !lost {
+            return Ok(());
+        }
+        match record(store, &topic.name).await? {
+            Some((r, version)) if r.id == topic.id && version == topic.version && r.deleted_ms.is_none() => {}
+            _ => return Ok(()),
+        }
+    }
+    Ok(())
+}
+
+/// The write that creates a new partition's head, empty.
+fn new_head(id: u64, partition: u32) -> WriteOp {
+    WriteOp::create(keys::head_key(id, partition), layout::encode(&HeadRecord::default()))
 }
 
 /// Every live topic, by name.

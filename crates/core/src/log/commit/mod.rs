@@ -10,9 +10,10 @@
 //! requests' idempotency records, and the count of live segments of the blob's
 //! object ([`ObjectRecord`]). Publishes to different partitions share no item, so
 //! on DynamoDB they never cancel one another. A delete fences every head of the
-//! topic (a tombstone head, see [`topics::delete`]); only a write that creates a
-//! head (absent: a first commit, or after the purge removed the tombstones) also
-//! checks that the topic record still has the version read.
+//! topic (a tombstone head, see [`topics::delete`]). Heads are created with the topic
+//! ([`topics::create`]); only a write that creates a head (missing: a topic created
+//! before heads came with it, a create stopped halfway, or after the purge removed the
+//! tombstones) also checks that the topic record still has the version read.
 //! The safety argument is in docs/DESIGN.md: cached heads and topics only save
 //! reads; a stale one fails its condition, is re-read, and the commit retries with
 //! the same blob, unless the collector doomed the blob's object, when it retries
