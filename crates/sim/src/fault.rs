@@ -5,7 +5,7 @@
 //! concurrent calls interleave differently. A process that crashed ([`Life::kill`]) gets
 //! nothing through any more: every call of its tasks fails, and a write in flight at the
 //! crash may or may not have applied. Transactions follow DynamoDB's conflict rule
-//! ([`conflict`]): while one is in flight, a write naming one of its items is refused.
+//! (`conflict.rs`): while one is in flight, a write naming one of its items is refused.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};

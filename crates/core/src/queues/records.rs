@@ -75,7 +75,7 @@ pub struct CursorItem {
     pub deleted: bool,
     /// The subscription is paused (`pause.rs`): a take that reads this grants no lease, and
     /// one that read the cursor before the pause wrote it fails its write (it names the
-    /// cursor's version). Every write of the item keeps it ([`QueueState::paused`]).
+    /// cursor's version). Every write of the item keeps it (`QueueState::paused`).
     #[serde(rename = "p", default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
 }
