@@ -53,7 +53,7 @@ fn is_zero(n: &u64) -> bool {
 /// it back without them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CursorItem {
-    #[serde(rename = "n", alias = "next")]
+    #[serde(rename = "n", alias = "next", alias = "N")]
     pub next: u64,
     #[serde(default)]
     pub dead: u64,
@@ -96,7 +96,19 @@ impl CursorItem {
     }
 
     pub fn encode(&self) -> bytes::Bytes {
-        if self.leases.is_empty() && self.written.is_empty() && !self.deleted && !self.paused {
+        if self.deleted || self.paused {
+            // A fence names `next` `N`: a binary from before the fences reads `n`, would
+            // ignore `x` and `p` and write the item back without them (receiving from a
+            // deleted subscription, delivering a paused one's messages) during a rolling
+            // deploy; with no `n` it fails to read the item instead.
+            let mut value = serde_json::to_value(self).unwrap_or_default();
+            if let Some(fields) = value.as_object_mut() {
+                if let Some(next) = fields.remove("n") {
+                    fields.insert("N".into(), next);
+                }
+            }
+            layout::encode(&value)
+        } else if self.leases.is_empty() && self.written.is_empty() {
             layout::encode(&self.cursor())
         } else {
             layout::encode(self)
@@ -189,4 +201,32 @@ pub struct SubPurgeRecord {
 /// only makes two keys wait for each other.
 pub(super) fn key_hash(key: &[u8]) -> u64 {
     crate::hash::fnv1a_64(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The cursor item as binaries from before the fences read it (`n` required).
+    #[derive(Deserialize)]
+    #[allow(dead_code)]
+    struct BeforeFences {
+        n: u64,
+    }
+
+    #[test]
+    fn a_fenced_cursor_round_trips_and_an_older_binary_cannot_read_it() {
+        let cursor = CursorRecord { next: 7, dead: 2, expired: 0, filtered: 0 };
+        let paused = CursorItem { paused: true, ..CursorItem::new(cursor, Vec::new(), Vec::new()) };
+        for item in [paused, CursorItem::tombstone()] {
+            let bytes = item.encode();
+            let back: CursorItem = layout::decode("cursor", &bytes).unwrap();
+            assert_eq!(back, item);
+            assert!(serde_json::from_slice::<BeforeFences>(&bytes).is_err(), "{}", String::from_utf8_lossy(&bytes));
+        }
+        // An unfenced item keeps the shapes older binaries read.
+        let plain = CursorItem::new(cursor, Vec::new(), Vec::new());
+        let back: CursorItem = layout::decode("cursor", &plain.encode()).unwrap();
+        assert_eq!(back, plain);
+    }
 }
