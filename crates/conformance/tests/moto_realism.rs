@@ -16,11 +16,12 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use sluice_conformance::cases::log::{read_all, values};
 use sluice_conformance::moto::{adapters, start_with, Moto};
 use sluice_conformance::{unique_topic, Backend, Stores};
 use sluice_core::ports::state::{Expect, Key, WriteOp};
 use sluice_core::queues::{Queues, ReceiveRequest, StartAt, SubscriptionSpec};
-use sluice_core::{Clock, Error, Log, NewEvent, ReadRequest, StorageError, SystemClock, TopicSpec};
+use sluice_core::{Clock, Error, Log, NewEvent, StorageError, SystemClock, TopicSpec};
 
 /// This binary's moto server, with the realism layer on.
 fn realistic() -> &'static Moto {
@@ -81,19 +82,6 @@ fn event(value: String, partition: u32) -> NewEvent {
         timestamp_ms: None,
         partition: Some(partition),
     }
-}
-
-async fn read_all(log: &Log, topic: &str, partition: u32) -> Vec<(u64, String)> {
-    let request = ReadRequest {
-        topic: topic.to_owned(),
-        partition,
-        offset: 0,
-        max_events: 10_000,
-        max_bytes: 6 << 20,
-        wait_ms: 0,
-    };
-    let batch = log.read(&request).await.expect("read");
-    batch.events.into_iter().map(|e| (e.offset, String::from_utf8_lossy(&e.record.value).into_owned())).collect()
 }
 
 fn put(key: &Key, value: &'static [u8]) -> WriteOp {
@@ -221,7 +209,11 @@ async fn given_eight_instances_publishing_over_eight_partitions_then_offsets_den
         events.sort();
         let offsets: Vec<u64> = events.iter().map(|(o, _)| *o).collect();
         assert_eq!(offsets, (0..events.len() as u64).collect::<Vec<_>>(), "partition {partition}: dense, once each");
-        assert_eq!(&read_all(&reader, &topic, *partition).await, events, "partition {partition}: read back");
+        assert_eq!(
+            &values(&read_all(&reader, &topic, *partition).await.expect("read")),
+            events,
+            "partition {partition}: read back"
+        );
     }
     let total: usize = acked.values().map(Vec::len).sum();
     assert_eq!(total, (INSTANCES * (PUBLISHES + PUBLISHES / 4)) as usize);
@@ -367,7 +359,11 @@ async fn given_publishes_racing_a_topic_delete_then_each_committed_before_it_or_
     }
     println!("realism delete: refused {refused} times for a conflict with the publishes in flight");
     admin.create_topic(&topic, spec(1)).await.expect("create again");
-    assert_eq!(read_all(&admin, &topic, 0).await, vec![], "the new topic shows nothing of the old");
+    assert_eq!(
+        values(&read_all(&admin, &topic, 0).await.expect("read")),
+        vec![],
+        "the new topic shows nothing of the old"
+    );
     let at = admin.publish(&topic, vec![event("new".into(), 0)], None).await.expect("publish to the new topic");
     assert_eq!((at[0].partition, at[0].offset), (0, 0), "the new topic starts at 0");
 }

@@ -34,7 +34,7 @@ pub(super) fn log_on((store, objects): Stores) -> Log {
     Log::new(store, objects, Arc::new(SystemClock), crate::log_config())
 }
 
-pub(super) async fn read_all(log: &Log, topic: &str, partition: u32) -> Result<Vec<(u64, Bytes)>, Error> {
+pub async fn read_all(log: &Log, topic: &str, partition: u32) -> Result<Vec<(u64, Bytes)>, Error> {
     let request = ReadRequest {
         topic: topic.to_owned(),
         partition,
@@ -47,6 +47,6 @@ pub(super) async fn read_all(log: &Log, topic: &str, partition: u32) -> Result<V
     Ok(batch.events.into_iter().map(|e| (e.offset, e.record.value)).collect())
 }
 
-pub(super) fn values(events: &[(u64, Bytes)]) -> Vec<(u64, String)> {
+pub fn values(events: &[(u64, Bytes)]) -> Vec<(u64, String)> {
     events.iter().map(|(o, v)| (*o, String::from_utf8_lossy(v).into_owned())).collect()
 }

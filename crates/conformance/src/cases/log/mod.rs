@@ -11,6 +11,9 @@ mod reads;
 mod segments;
 mod topics;
 
+/// Reading a partition whole, for tests outside the cases (moto_realism).
+pub use fixtures::{read_all, values};
+
 pub use create::*;
 pub use faults::*;
 pub use publish::*;
