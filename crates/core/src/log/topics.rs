@@ -154,11 +154,17 @@ pub(crate) async fn list(store: &dyn StateStore) -> Result<Vec<TopicConfig>, Sto
 /// first is a publish before the delete. A commit that creates a head (after the purge
 /// removed the tombstones) checks the topic record instead. The record, the order and
 /// every fence go in one atomic write when they fit ([`MAX_WRITE_OPS`]); a larger
-/// topic's other fences follow before the delete answers.
+/// topic's other fences follow before the delete answers, and a retry of a delete cut
+/// short between them writes those still open before it answers 404 ([`finish_fences`]).
 pub(crate) async fn delete(store: &dyn StateStore, name: &str, now_ms: i64) -> Result<(), Error> {
     for _ in 0..2 {
-        let Some((mut r, version)) = record(store, name).await?.filter(|(r, _)| r.deleted_ms.is_none()) else {
-            return Err(Error::TopicNotFound(name.to_owned()));
+        let (mut r, version) = match record(store, name).await? {
+            Some((r, version)) if r.deleted_ms.is_none() => (r, version),
+            Some((r, version)) => {
+                finish_fences(store, &r.config(name, version)).await?;
+                return Err(Error::TopicNotFound(name.to_owned()));
+            }
+            None => return Err(Error::TopicNotFound(name.to_owned())),
         };
         r.deleted_ms = Some(now_ms);
         let purge =
@@ -175,7 +181,7 @@ pub(crate) async fn delete(store: &dyn StateStore, name: &str, now_ms: i64) -> R
         // Each tombstone keeps what its head said, so that a reader racing the delete (a
         // receive, a poll) sees the partition as it was, not emptied.
         let heads = heads(store, &r.config(name, version)).await?;
-        let mut fences = heads.iter().enumerate().map(|(p, (head, _))| fence(r.id, p as u32, *head));
+        let mut fences = heads.iter().enumerate().map(|(p, (head, _))| fence(r.id, p as u32, *head, Expect::Any));
         ops.extend(fences.by_ref().take(MAX_WRITE_OPS - ops.len()));
         match store.write(ops).await {
             Ok(()) => {
@@ -195,15 +201,48 @@ pub(crate) async fn delete(store: &dyn StateStore, name: &str, now_ms: i64) -> R
     }))
 }
 
+/// A deleted topic's fences that a delete did not get to write (its later writes failed,
+/// and its retry finds the topic gone), written before that retry answers: otherwise a
+/// process that cached one of those heads could still commit to it until the purge. A head
+/// that is absent needs none (a commit creating it checks the topic record), nor one the
+/// purge removes meanwhile (its condition fails); one a stale commit moved is read again.
+async fn finish_fences(store: &dyn StateStore, topic: &TopicConfig) -> Result<(), Error> {
+    for _ in 0..3 {
+        let open: Vec<WriteOp> = heads(store, topic)
+            .await?
+            .into_iter()
+            .enumerate()
+            .filter(|(_, (head, version))| *version > 0 && !head.deleted)
+            .map(|(p, (head, version))| fence(topic.id, p as u32, head, Expect::Version(version)))
+            .collect();
+        let mut raced = false;
+        for op in open {
+            match store.write(vec![op]).await {
+                Ok(()) => {}
+                Err(StorageError::ConditionFailed { .. }) => raced = true,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if !raced {
+            return Ok(());
+        }
+    }
+    Err(Error::Unavailable(StorageError::Throttled {
+        message: format!("topic {} is being changed concurrently", topic.name),
+        source: None,
+    }))
+}
+
 /// The write that makes partition `partition`'s head, last read as `head`, a deleted topic's
-/// tombstone, whatever it holds now (its version moves on, so every commit conditioned on
-/// it fails; one that landed since the read is a publish before the delete all the same).
-fn fence(id: u64, partition: u32, head: HeadRecord) -> WriteOp {
+/// tombstone, under `expect`: a delete's own write takes whatever the head holds now (its
+/// version moves on, so every commit conditioned on it fails; one that landed since the
+/// read is a publish before the delete all the same).
+fn fence(id: u64, partition: u32, head: HeadRecord, expect: Expect) -> WriteOp {
     WriteOp::Put {
         key: keys::head_key(id, partition),
         value: layout::encode(&HeadRecord { deleted: true, ..head }),
         expires_at_ms: None,
-        expect: Expect::Any,
+        expect,
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use sluice_core::ports::state::{Expect, Key, Query, StateStore, WriteOp};
-use sluice_core::{keys, StorageError};
+use sluice_core::{keys, Error, StorageError};
 use sluice_testkit::{Layered, StateLayer};
 
 use super::fixtures::*;
@@ -107,4 +107,26 @@ pub async fn given_a_topic_whose_heads_are_missing_when_published_then_offsets_s
         assert_eq!((at[0].offset, at[1].offset), (0, 1));
     }
     assert_eq!(values(&read_all(&log, &topic, 2).await.unwrap()), vec![(0, "a".into()), (1, "b".into())]);
+}
+
+/// A delete of a topic larger than one write, its later fences refused: the retry answers
+/// that the topic is gone, and first writes the fences, so a process that cached a head past
+/// the first write's is refused as every other (before, it could still publish, acknowledged,
+/// into a deleted topic until the purge).
+pub async fn given_a_delete_of_150_partitions_stopped_after_its_first_write_when_retried_then_every_head_is_fenced(
+    backend: &dyn Backend,
+) {
+    let (store, objects) = backend.open().await;
+    let topic = unique_topic("halfgone");
+    log_on((store.clone(), objects.clone())).create_topic(&topic, spec(150)).await.unwrap();
+    let stale = warm_log((store.clone(), objects.clone()));
+    stale.publish(&topic, vec![event("before", 120)], None).await.unwrap();
+    let writes = Arc::new(Layered::new(store.clone(), Writes::default()));
+    *writes.fail_at.lock().unwrap() = Some(1);
+    let admin = log_on((writes.clone(), objects.clone()));
+    assert!(admin.delete_topic(&topic).await.is_err(), "the second write failed");
+    let again = admin.delete_topic(&topic).await;
+    assert!(matches!(again, Err(Error::TopicNotFound(_))), "{again:?}");
+    let late = stale.publish(&topic, vec![event("after", 120)], None).await;
+    assert!(matches!(late, Err(Error::TopicNotFound(_))), "a head past the first write is fenced: {late:?}");
 }

@@ -29,6 +29,7 @@ macro_rules! log_conformance_suite {
             given_a_new_topic_of_150_partitions_when_cold_processes_publish_then_no_write_names_its_record,
             given_a_create_stopped_after_its_first_write_when_retried_then_its_heads_are_finished,
             given_a_topic_whose_heads_are_missing_when_published_then_offsets_start_at_zero,
+            given_a_delete_of_150_partitions_stopped_after_its_first_write_when_retried_then_every_head_is_fenced,
             given_warm_process_when_topic_deleted_elsewhere_then_publish_404_and_recreated_topic_starts_clean,
             given_stale_head_after_earlier_index_items_removed_when_publish_then_retries_and_offsets_stay_dense,
             given_commit_applied_but_answer_lost_when_publish_then_answered_once_and_written_once,
