@@ -72,7 +72,7 @@ impl Queues {
 
     /// A receive on behalf of the push dispatcher of `sub` (and only while it is the same
     /// subscription with the same settings: `SubscriptionNotFound` once it was deleted,
-    /// re-created or changed, [`Self::current_for_push`]). Its wait
+    /// re-created or changed since the dispatcher listed it). Its wait
     /// ends early, with nothing, once `stop` turns true (a dispatcher shutting down): what
     /// a take already wrote is answered, never dropped.
     pub async fn receive_for_push(
