@@ -61,11 +61,32 @@ pub fn segments_inline_up_to(bytes: usize) {
     INLINE_BYTES.store(bytes, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// Whether this test binary's backend commits small single-partition publishes with one write
+/// of the head (set by the moto and in-memory backends; see [`log_config`]).
+static SINGLE_WRITE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes [`log_config`] commit as the AWS functions do (`LogConfig::single_write_commits`)
+/// for the rest of this test binary.
+pub fn commits_in_one_write() {
+    SINGLE_WRITE.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// The log's configuration for a case: the default, with this binary's backend's bound on
-/// inline segments ([`segments_inline_up_to`]; embedded's default unless told).
+/// inline segments ([`segments_inline_up_to`]; embedded's default unless told) and its way
+/// of committing ([`commits_in_one_write`]; embedded's transaction unless told).
 pub fn log_config() -> sluice_core::LogConfig {
     let inline_segment_bytes = INLINE_BYTES.load(std::sync::atomic::Ordering::Relaxed);
-    sluice_core::LogConfig { inline_segment_bytes, ..sluice_core::LogConfig::default() }
+    let single_write_commits = SINGLE_WRITE.load(std::sync::atomic::Ordering::Relaxed);
+    sluice_core::LogConfig { inline_segment_bytes, single_write_commits, ..sluice_core::LogConfig::default() }
+}
+
+/// Whether a write is a commit's: it moves a partition's head from the version read, whether
+/// in a transaction with the segment's index item or alone (the head carrying the entry).
+pub fn is_commit(ops: &[sluice_core::ports::state::WriteOp]) -> bool {
+    use sluice_core::ports::state::{Expect, WriteOp};
+    ops.iter().any(|op| {
+        matches!(op, WriteOp::Put { key, expect: Expect::Version(_), .. } if sluice_core::keys::topic_of_heads_pk(&key.pk).is_some())
+    })
 }
 
 /// The log's configuration with every segment in a blob, never inline: for cases about

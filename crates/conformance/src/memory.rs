@@ -19,6 +19,9 @@ pub struct Memory {
 #[async_trait]
 impl Backend for Memory {
     async fn open_with(&self, clock: Arc<dyn Clock>) -> Stores {
+        // The in-memory stores stand in for DynamoDB (as in the simulation): commit as the AWS
+        // functions do, so every case runs the single-write path too.
+        crate::commits_in_one_write();
         (Arc::new(self.state.handle(clock.clone())), Arc::new(self.objects.handle(clock)))
     }
 

@@ -114,6 +114,7 @@ impl Backend for MotoBackend {
     async fn open_with(&self, clock: Arc<dyn Clock>) -> Stores {
         // As the AWS functions run: segments of small commits inline up to their bound.
         crate::segments_inline_up_to(sluice_core::AWS_INLINE_SEGMENT_BYTES);
+        crate::commits_in_one_write();
         let (state, objects) = adapters(&moto().settings, clock).await;
         (state, objects)
     }

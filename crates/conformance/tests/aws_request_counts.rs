@@ -117,6 +117,8 @@ async fn counted_log_on(clock: Arc<dyn Clock>) -> (Arc<Billed>, Arc<S3ObjectStor
         poll_interval: Duration::from_millis(500),
         // As the functions run: a commit of at most 4 KiB keeps its segments inline.
         inline_segment_bytes: AWS_INLINE_SEGMENT_BYTES,
+        // As the functions run: such a commit to one partition is one write of its head.
+        single_write_commits: true,
         ..LogConfig::default()
     };
     let log = Log::new(state.clone(), objects.clone(), clock, config);

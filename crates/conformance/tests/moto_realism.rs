@@ -56,6 +56,7 @@ struct Realistic;
 impl Backend for Realistic {
     async fn open_with(&self, clock: Arc<dyn Clock>) -> Stores {
         sluice_conformance::segments_inline_up_to(sluice_core::AWS_INLINE_SEGMENT_BYTES);
+        sluice_conformance::commits_in_one_write();
         let (state, objects) = adapters(&realistic().settings, clock).await;
         (state, objects)
     }

@@ -7,7 +7,7 @@
 //! |---|---|---|---|
 //! | topic (live, or tombstone) | `topics` | name | [`TopicRecord`] |
 //! | purge order of a deleted topic | `purge` | topic id | [`PurgeRecord`] |
-//! | partition head | `head#<id>` | partition, 10 digits | [`HeadRecord`] |
+//! | partition head | `head#<id>` | partition, 10 digits | [`HeadRecord`], and the newest [`Tail`] if it carries one |
 //! | segment index entry | `seg#<id>#<partition>` | base offset, 20 digits | [`SegmentRecord`], then an inline segment's bytes |
 //! | idempotency record | `idem#<id>#<shard>` | the key | [`IdempotencyRecord`] (expires) |
 //! | blob object's live segments | `obj#<object>` | `-` | [`ObjectRecord`] |
@@ -125,6 +125,68 @@ impl HeadRecord {
     pub fn state(&self, partition: u32) -> PartitionState {
         PartitionState { partition, log_start_offset: self.start, high_watermark: self.next, bytes: self.bytes }
     }
+}
+
+/// The newest commit's index entry, carried in its partition's head by a commit made as one
+/// single-item write (`LogConfig::single_write_commits`): segment `base..record.next`, kept
+/// inline (`data`). The next commit writes it out as its own index item (the same bytes,
+/// whoever writes it) before it replaces the head; until then readers find it here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tail {
+    pub base: u64,
+    pub record: SegmentRecord,
+    pub data: Bytes,
+}
+
+impl Tail {
+    /// The value of the index item this entry becomes when written out.
+    pub fn index_item(&self) -> Bytes {
+        encode_segment_item(&self.record, Some(&self.data))
+    }
+}
+
+/// A head item's value as stored: the [`HeadRecord`]'s fields, and the tail's beside them
+/// (a reader decoding only a [`HeadRecord`] skips it).
+#[derive(Serialize, Deserialize)]
+struct HeadItem {
+    #[serde(flatten)]
+    head: HeadRecord,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tail: Option<TailItem>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct TailItem {
+    base: u64,
+    seg: SegmentRecord,
+    /// The inline bytes, base64.
+    data: String,
+}
+
+/// A head item's value: `head`, and the entry it carries, if any.
+pub fn encode_head(head: &HeadRecord, tail: Option<&Tail>) -> Bytes {
+    use base64::Engine;
+    let tail = tail.map(|t| TailItem {
+        base: t.base,
+        seg: t.record.clone(),
+        data: base64::engine::general_purpose::STANDARD.encode(&t.data),
+    });
+    encode(&HeadItem { head: *head, tail })
+}
+
+/// A head item's [`HeadRecord`] and the entry it carries, checked as an index item's would be.
+pub fn decode_head(value: &[u8]) -> Result<(HeadRecord, Option<Tail>), StorageError> {
+    use base64::Engine;
+    let item: HeadItem = decode("head", value)?;
+    let Some(t) = item.tail else { return Ok((item.head, None)) };
+    let data = base64::engine::general_purpose::STANDARD
+        .decode(&t.data)
+        .map_err(|e| StorageError::Corrupt(format!("head's tail: {e}")))?;
+    t.seg.check(t.base)?;
+    if !t.seg.inline || t.seg.pos != 0 || !t.seg.parts.is_empty() || data.len() as u64 != t.seg.len {
+        return Err(StorageError::Corrupt(format!("head's tail at {}: not one inline segment", t.base)));
+    }
+    Ok((item.head, Some(Tail { base: t.base, record: t.seg, data: Bytes::from(data) })))
 }
 
 /// One segment: offsets `base..next` of a partition, at `len` bytes from `pos` of `object`;
@@ -313,6 +375,35 @@ mod tests {
         let tombstone = HeadRecord { deleted: true, ..head };
         assert_eq!(decode::<HeadRecord>("head", &encode(&tombstone)).unwrap(), tombstone);
         assert!(matches!(decode::<HeadRecord>("head", b"{nope"), Err(StorageError::Corrupt(_))));
+    }
+
+    #[test]
+    fn a_head_carries_its_newest_entry_and_readers_of_the_record_alone_skip_it() {
+        let head = HeadRecord { next: 5, start: 1, bytes: 3, max_ts: 7, deleted: false };
+        assert_eq!(encode_head(&head, None), encode(&head), "no entry: the record as before");
+        let record = SegmentRecord {
+            next: 5,
+            object: "inline-1".into(),
+            pos: 0,
+            len: 3,
+            max_ts: 7,
+            parts: Vec::new(),
+            inline: true,
+            counted: None,
+        };
+        let tail = Tail { base: 4, record, data: Bytes::from_static(b"abc") };
+        let value = encode_head(&head, Some(&tail));
+        assert_eq!(decode_head(&value).unwrap(), (head, Some(tail.clone())));
+        assert_eq!(decode::<HeadRecord>("head", &value).unwrap(), head, "the record alone, as queues read it");
+        assert_eq!(decode_segment_item(&tail.index_item()).unwrap(), (tail.record.clone(), Some(tail.data.clone())));
+        // An entry no commit writes: not inline, or bytes of another length.
+        for bad in [
+            Tail { record: SegmentRecord { inline: false, ..tail.record.clone() }, ..tail.clone() },
+            Tail { data: Bytes::from_static(b"ab"), ..tail.clone() },
+            Tail { base: 5, ..tail.clone() },
+        ] {
+            assert!(matches!(decode_head(&encode_head(&head, Some(&bad))), Err(StorageError::Corrupt(_))), "{bad:?}");
+        }
     }
 
     #[test]

@@ -136,6 +136,8 @@ impl Config {
                 DEFAULT_INLINE_SEGMENT_BYTES
             }),
             segment_cache_bytes: self.segment_cache_bytes,
+            // On DynamoDB a plain conditional put instead of a transaction; SQLite gains nothing.
+            single_write_commits: aws,
             ..LogConfig::default()
         }
     }

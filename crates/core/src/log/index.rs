@@ -5,7 +5,7 @@
 use bytes::Bytes;
 
 use crate::keys;
-use crate::layout::{self, SegmentRecord};
+use crate::layout::{self, HeadRecord, SegmentRecord};
 use crate::ports::objects::{ObjectStore, StorageError};
 use crate::ports::state::{Query, StateStore};
 use crate::segment::decode_segment;
@@ -135,6 +135,41 @@ pub(crate) async fn segments_for_read(
     let mut found = vec![holder];
     found.extend(decode_segments(store.query(&forward).await?.items)?);
     Ok(found)
+}
+
+/// The segment holding `offset` when the last one starting at or before it does not: an
+/// entry a stale committer wrote out again after compaction merged it into a run starting
+/// below it can sit between that run and `offset` (docs/DESIGN.md, "One partition, one
+/// write"). Looks back one page; for a read that found no segment at `offset`, never on the
+/// usual path.
+pub(crate) async fn holder_behind(
+    store: &dyn StateStore,
+    topic_id: u64,
+    partition: u32,
+    offset: u64,
+) -> Result<Option<Segment>, StorageError> {
+    let query =
+        Query { limit: crate::log::INDEX_PAGE, ..last_at_or_before(keys::segments_pk(topic_id, partition), offset) };
+    Ok(decode_segments(store.query(&query).await?.items)?.into_iter().find(|s| s.record.next > offset))
+}
+
+/// For a read that found no segment at `offset` in the index: the partition's head as it is
+/// now, and the segment holding `offset` if there is one after all: the newest, carried by
+/// the head (not yet written out), or one behind an entry written out again
+/// ([`holder_behind`]). `None` below the log start: retention removed it.
+pub(crate) async fn holder_after_all(
+    store: &dyn StateStore,
+    topic_id: u64,
+    partition: u32,
+    offset: u64,
+) -> Result<(HeadRecord, Option<Segment>), StorageError> {
+    let (now, tail, _) = crate::log::topics::head_with_tail(store, topic_id, partition).await?;
+    let holder = match tail.filter(|t| t.base <= offset && offset < t.record.next) {
+        Some(t) => Some(Segment { base: t.base, record: t.record, version: 0, data: Some(t.data) }),
+        None if offset >= now.start => holder_behind(store, topic_id, partition, offset).await?,
+        None => None,
+    };
+    Ok((now, holder))
 }
 
 /// The index items of up to `limit` segments starting at or after `offset`.

@@ -56,6 +56,15 @@ pub struct LogConfig {
     /// queue's receives take a few messages of a segment at a time, groups and replays read
     /// the same partitions. 0 keeps none.
     pub segment_cache_bytes: usize,
+    /// A commit to one partition whose segment goes inline and that files no idempotency
+    /// record is one conditional single-item write of the partition's head, which carries the
+    /// commit's index entry until the next commit writes it out (docs/DESIGN.md, "One
+    /// partition, one write"). On DynamoDB that is a plain `PutItem` instead of a transaction
+    /// (about a third of its latency, half its write units, and a loser only fails its
+    /// condition). Off, every commit is one atomic write of the head and the entry's index
+    /// item: on SQLite a write of two items costs the same fsync as one of one, so the
+    /// embedded backend keeps it.
+    pub single_write_commits: bool,
 }
 
 /// [`LogConfig::inline_segment_bytes`] unless configured: a few single-event publishes.
@@ -80,6 +89,7 @@ impl Default for LogConfig {
             inline_segment_bytes: DEFAULT_INLINE_SEGMENT_BYTES,
             part_bytes: crate::segment::PART_BYTES,
             segment_cache_bytes: DEFAULT_SEGMENT_CACHE_BYTES,
+            single_write_commits: false,
         }
     }
 }
@@ -147,6 +157,9 @@ impl Log {
             store: store.clone(),
             clock: clock.clone(),
             heads: HashMap::new(),
+            tails: HashMap::new(),
+            single_write: config.single_write_commits,
+            written_out: Vec::new(),
             topic_versions: HashMap::new(),
             object: None,
             keeper: commit::Keeper {

@@ -1,7 +1,7 @@
 //! Offsets by time: the first offset whose timestamp is at or after a time, found
 //! through the time index and a walk of the segment index as replay walks it.
 
-use super::index::{segment_records, segments_from, Segment};
+use super::index::{holder_after_all, segment_records, segments_from, Segment};
 use super::{check_partition, topics, Log, INDEX_PAGE};
 use crate::model::{OffsetQuery, TopicConfig};
 use crate::ports::objects::StorageError;
@@ -51,21 +51,27 @@ impl Log {
                 page.truncate(gap + 1);
             }
             if page.first().is_none_or(|s| s.base > next) {
-                // Retention removed `next` since the head was read (what is left starts later),
-                // or the query was torn (a second look finds it).
-                let (now, _) = topics::head(store, topic.id, partition).await?;
-                if next < now.start {
-                    next = now.start;
-                    continue;
+                // The newest entry is still in the head (not yet written out), retention removed
+                // `next` since the head was read (what is left starts later), or the query was
+                // torn (a second look finds it).
+                let (now, holder) = holder_after_all(store, topic.id, partition, next).await?;
+                match holder {
+                    Some(holder) => page = vec![holder],
+                    None if next < now.start => {
+                        next = now.start;
+                        continue;
+                    }
+                    None if holes < 3 => {
+                        holes += 1;
+                        continue;
+                    }
+                    None => {
+                        return Err(Error::Corrupt(format!(
+                            "{}/{partition}: offset {next} is in the log (start {}) but not in its index",
+                            topic.name, now.start
+                        )))
+                    }
                 }
-                if holes < 3 {
-                    holes += 1;
-                    continue;
-                }
-                return Err(Error::Corrupt(format!(
-                    "{}/{partition}: offset {next} is in the log (start {}) but not in its index",
-                    topic.name, now.start
-                )));
             }
             for seg in &page {
                 if seg.record.max_ts >= ts {

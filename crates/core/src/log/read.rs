@@ -3,7 +3,7 @@
 //! polls that wait for the next publish.
 
 use super::cache::{Records, SegmentKey};
-use super::index::{index_page, segments_for_read, segments_from, Piece, Segment};
+use super::index::{holder_after_all, index_page, segments_for_read, segments_from, Piece, Segment};
 use super::{check_partition, topics, Log, ReadRequest, INDEX_PAGE, READ_CONCURRENCY};
 use crate::layout::HeadRecord;
 use crate::model::{Event, ReadBatch, TopicConfig};
@@ -80,15 +80,19 @@ impl Log {
                 span = self.span_hint(topic.id, partition, Some(mean));
             }
             let mut page = usable(page, acc.next);
-            // The index no longer holds `next`: retention removed it since the head was read,
-            // or the query caught a compaction's swap half-way (then a second look finds it).
+            // The index does not hold `next`: the newest entry is still in the head (a single
+            // write's, not yet written out), retention removed it since the head was read, or
+            // the query caught a compaction's swap half-way (then a second look finds it).
             if page.first().is_none_or(|p| p.base > acc.next) {
-                let (now, _) = topics::head(self.inner.store.as_ref(), topic.id, partition).await?;
-                if acc.next >= now.start && holes < 3 {
-                    holes += 1;
-                    continue 'pages;
+                let (now, holder) = holder_after_all(store, topic.id, partition, acc.next).await?;
+                match holder {
+                    Some(holder) => page = usable(vec![holder], acc.next),
+                    None if acc.next >= now.start && holes < 3 => {
+                        holes += 1;
+                        continue 'pages;
+                    }
+                    None => return self.below_start(topic, partition, acc.next, acc.events, head).await,
                 }
-                return self.below_start(topic, partition, acc.next, acc.events, head).await;
             }
             // Read only the parts this page can use: every object read is billed.
             page.truncate(acc.needed(&page));

@@ -2,7 +2,7 @@
 //! list and delete topics, and read the heads of their partitions.
 
 use crate::keys;
-use crate::layout::{self, HeadRecord, PurgeRecord, TopicRecord};
+use crate::layout::{self, HeadRecord, PurgeRecord, Tail, TopicRecord};
 use crate::model::{PartitionState, TopicConfig, TopicSpec};
 use crate::ports::state::{Expect, Query, StateStore, WriteOp, MAX_WRITE_OPS};
 use crate::{Error, StorageError};
@@ -180,8 +180,9 @@ pub(crate) async fn delete(store: &dyn StateStore, name: &str, now_ms: i64) -> R
         ];
         // Each tombstone keeps what its head said, so that a reader racing the delete (a
         // receive, a poll) sees the partition as it was, not emptied.
-        let heads = heads(store, &r.config(name, version)).await?;
-        let mut fences = heads.iter().enumerate().map(|(p, (head, _))| fence(r.id, p as u32, *head, Expect::Any));
+        let heads = heads_with_tails(store, &r.config(name, version)).await?;
+        let mut fences =
+            heads.into_iter().enumerate().map(|(p, (head, tail, _))| fence(r.id, p as u32, head, tail, Expect::Any));
         ops.extend(fences.by_ref().take(MAX_WRITE_OPS - ops.len()));
         match store.write(ops).await {
             Ok(()) => {
@@ -208,12 +209,12 @@ pub(crate) async fn delete(store: &dyn StateStore, name: &str, now_ms: i64) -> R
 /// purge removes meanwhile (its condition fails); one a stale commit moved is read again.
 async fn finish_fences(store: &dyn StateStore, topic: &TopicConfig) -> Result<(), Error> {
     for _ in 0..3 {
-        let open: Vec<WriteOp> = heads(store, topic)
+        let open: Vec<WriteOp> = heads_with_tails(store, topic)
             .await?
             .into_iter()
             .enumerate()
-            .filter(|(_, (head, version))| *version > 0 && !head.deleted)
-            .map(|(p, (head, version))| fence(topic.id, p as u32, head, Expect::Version(version)))
+            .filter(|(_, (head, _, version))| *version > 0 && !head.deleted)
+            .map(|(p, (head, tail, version))| fence(topic.id, p as u32, head, tail, Expect::Version(version)))
             .collect();
         let mut raced = false;
         for op in open {
@@ -236,11 +237,12 @@ async fn finish_fences(store: &dyn StateStore, topic: &TopicConfig) -> Result<()
 /// The write that makes partition `partition`'s head, last read as `head`, a deleted topic's
 /// tombstone, under `expect`: a delete's own write takes whatever the head holds now (its
 /// version moves on, so every commit conditioned on it fails; one that landed since the
-/// read is a publish before the delete all the same).
-fn fence(id: u64, partition: u32, head: HeadRecord, expect: Expect) -> WriteOp {
+/// read is a publish before the delete all the same). The tombstone keeps the newest entry
+/// the head carries (`tail`), readable as before.
+fn fence(id: u64, partition: u32, head: HeadRecord, tail: Option<Tail>, expect: Expect) -> WriteOp {
     WriteOp::Put {
         key: keys::head_key(id, partition),
-        value: layout::encode(&HeadRecord { deleted: true, ..head }),
+        value: layout::encode_head(&HeadRecord { deleted: true, ..head }, tail.as_ref()),
         expires_at_ms: None,
         expect,
     }
@@ -254,16 +256,40 @@ pub(crate) async fn head(store: &dyn StateStore, id: u64, partition: u32) -> Res
     }
 }
 
+/// A partition's head, the newest entry it carries (see [`Tail`]) and its version (0: absent).
+pub(crate) async fn head_with_tail(
+    store: &dyn StateStore,
+    id: u64,
+    partition: u32,
+) -> Result<(HeadRecord, Option<Tail>, u64), StorageError> {
+    match store.get(&keys::head_key(id, partition)).await? {
+        Some(item) => {
+            let (head, tail) = layout::decode_head(&item.value)?;
+            Ok((head, tail, item.version))
+        }
+        None => Ok((HeadRecord::default(), None, 0)),
+    }
+}
+
 /// The heads of every partition of a topic, with their versions, by partition: one query.
 pub(crate) async fn heads(store: &dyn StateStore, topic: &TopicConfig) -> Result<Vec<(HeadRecord, u64)>, StorageError> {
-    let mut heads = vec![(HeadRecord::default(), 0); topic.spec.partitions as usize];
+    Ok(heads_with_tails(store, topic).await?.into_iter().map(|(h, _, v)| (h, v)).collect())
+}
+
+/// [`heads`] with the entry each carries.
+async fn heads_with_tails(
+    store: &dyn StateStore,
+    topic: &TopicConfig,
+) -> Result<Vec<(HeadRecord, Option<Tail>, u64)>, StorageError> {
+    let mut heads = vec![(HeadRecord::default(), None, 0); topic.spec.partitions as usize];
     let mut query = Query::all(keys::heads_pk(topic.id), PAGE);
     loop {
         let page = store.query(&query).await?;
         for item in &page.items {
             let p = keys::partition_of(&item.key.sk)? as usize;
             if let Some(slot) = heads.get_mut(p) {
-                *slot = (layout::decode("head", &item.value)?, item.version);
+                let (head, tail) = layout::decode_head(&item.value)?;
+                *slot = (head, tail, item.version);
             }
         }
         match page.next {

@@ -50,7 +50,8 @@ pub async fn retain(
     default_retention_ms: i64,
 ) -> Result<RetentionReport, StorageError> {
     let mut report = RetentionReport::default();
-    let (head, version) = topics::head(store, topic.id, partition).await?;
+    // The head may carry the newest entry (not in the index yet): it expires as any segment.
+    let (head, tail, version) = topics::head_with_tail(store, topic.id, partition).await?;
     if version == 0 {
         return Ok(report);
     }
@@ -59,9 +60,16 @@ pub async fn retain(
     let page = store.query(&Query::all(pk, PAGE)).await?;
     let full = page.next.is_some();
     let segments = decode_segments(page.items)?;
+    // After the last indexed segment, on the last page: the newest one, if the head carries it.
+    let newest = tail.as_ref().filter(|t| !full && segments.last().is_none_or(|s| s.base < t.base)).map(|t| Segment {
+        base: t.base,
+        record: t.record.clone(),
+        version: 0,
+        data: None,
+    });
     let cutoff = now_ms.saturating_sub(topic.spec.retention_ms.unwrap_or(default_retention_ms));
     let mut after = head;
-    for seg in &segments {
+    for seg in segments.iter().chain(&newest) {
         // Only segments that meet, from the log start on: a query that is not a snapshot (a
         // compaction's swap in flight) can show an item it replaced, or miss ones it deleted.
         if seg.record.next <= after.start {
@@ -81,7 +89,10 @@ pub async fn retain(
         report.bytes_expired += seg.record.len;
     }
     if after.start > head.start {
-        let op = WriteOp::replace(keys::head_key(topic.id, partition), layout::encode(&after), Some(version));
+        // An entry the head carries goes with the head's write once expired (nothing indexes it).
+        let tail = tail.filter(|t| t.record.next > after.start);
+        let value = layout::encode_head(&after, tail.as_ref());
+        let op = WriteOp::replace(keys::head_key(topic.id, partition), value, Some(version));
         match store.write(vec![op]).await {
             Ok(()) => tracing::info!(
                 topic = %topic.name, partition, log_start = after.start, segments = report.segments_expired,

@@ -114,6 +114,7 @@ impl Platform {
         let config = LogConfig {
             poll_interval: std::time::Duration::from_millis(500),
             inline_segment_bytes: AWS_INLINE_SEGMENT_BYTES,
+            single_write_commits: true,
             ..LogConfig::default()
         };
         let random = Arc::new(SeededRandom::new(self.cloud.next_u64()));

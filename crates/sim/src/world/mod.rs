@@ -222,10 +222,12 @@ impl World {
         let objects: Arc<dyn ObjectStore> = Arc::new(LayeredObjects::new(inner_objects, faults));
         let random = Arc::new(SeededRandom::new(self.rng.next_u64()));
         // Half the processes keep small groups' segments inline (a low bound, so that they
-        // write blobs too), half always write blobs, as the AWS functions do.
+        // write blobs too), half always write blobs; a quarter commit small ones with a single
+        // write of the head, as the AWS functions do, beside the others' transactions.
         let config = LogConfig {
             poll_interval: std::time::Duration::from_millis(50),
             inline_segment_bytes: if pid % 4 < 2 { 4 << 10 } else { 0 },
+            single_write_commits: pid.is_multiple_of(4),
             part_bytes: self.jconfig.part_bytes,
             ..LogConfig::default()
         };

@@ -26,6 +26,12 @@ impl World {
             .unwrap_or_default()
     }
 
+    /// The newest entry the partition's head carries, if it carries one.
+    pub(crate) fn head_tail(&self, topic_id: u64, partition: u32) -> Option<layout::Tail> {
+        let item = self.mem.peek(&sluice_core::keys::head_key(topic_id, partition))?;
+        layout::decode_head(&item.value).ok()?.1
+    }
+
     pub(crate) fn sub_now(&self, topic: &str, sub: &str) -> Option<SubscriptionRecord> {
         let tid = self.live_topic_id(topic)?;
         let item = self.mem.peek(&sluice_core::keys::subscription_key(tid, sub))?;

@@ -2,7 +2,6 @@
 
 use std::sync::{Arc, Mutex};
 
-use sluice_core::ports::state::WriteOp;
 use sluice_core::upkeep::{JanitorConfig, STEP_BUDGET};
 use sluice_core::{Clock, Error, IdempotencyKey, Log, Position, SystemClock, TopicSpec};
 
@@ -32,10 +31,7 @@ pub async fn given_a_publish_commit_applied_but_its_answer_lost_and_a_rival_comm
             *answer.lock().unwrap() = Some(at);
         })
     };
-    script.at(
-        |ops| ops.iter().any(|op| op.key().pk.starts_with(sluice_core::keys::SEGMENTS_PREFIX)),
-        Action::LoseAnswerAfter(race),
-    );
+    script.at(crate::is_commit, Action::LoseAnswerAfter(race));
     let acked = log.publish(&topic, vec![event("a", 0, None), event("b", 0, None)], None).await;
     assert_eq!(script.pending(), 0, "the commit met its lost answer and the rival ran");
     let acked = acked.expect("a commit that landed is acknowledged");
@@ -69,7 +65,7 @@ pub async fn given_a_failed_commit_then_a_rival_on_one_partition_then_a_lost_ret
             assert_eq!(at, vec![Position { partition: 1, offset: 1 }]);
         })
     };
-    let commit = |ops: &[WriteOp]| ops.iter().any(|op| op.key().pk.starts_with(sluice_core::keys::SEGMENTS_PREFIX));
+    let commit = crate::is_commit;
     script.at(commit, Action::FailAfter(race));
     script.at(commit, Action::Fault(Fault::LoseAnswer));
     let acked = log.publish(&topic, vec![event("a", 0, None), event("b", 1, None)], None).await;

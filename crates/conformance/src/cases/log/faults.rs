@@ -11,10 +11,7 @@ use crate::cases::support::faults::Fault;
 use crate::cases::support::faults::{Action, Scripted};
 use crate::{unique_topic, Backend};
 
-/// Whether a write is a commit (it indexes a segment).
-fn is_commit(ops: &[WriteOp]) -> bool {
-    ops.iter().any(|op| op.key().pk.starts_with(sluice_core::keys::SEGMENTS_PREFIX))
-}
+use crate::is_commit;
 
 /// A log whose commits meet `faults`, in order, beside a clean log on the same storage;
 /// with the count of commit writes it attempts, faulty ones included.

@@ -9,6 +9,7 @@ mod fixtures;
 mod publish;
 mod reads;
 mod segments;
+mod single;
 mod topics;
 
 /// Reading a partition whole, for tests outside the cases (moto_realism).
@@ -19,6 +20,7 @@ pub use faults::*;
 pub use publish::*;
 pub use reads::*;
 pub use segments::*;
+pub use single::*;
 pub use topics::*;
 
 /// Generates one `#[tokio::test]` per log case; `$backend` is an async expression yielding a [`Backend`](crate::Backend).
@@ -51,6 +53,8 @@ macro_rules! log_conformance_suite {
             given_small_and_large_commits_then_small_ones_are_inline_and_replay_spans_both,
             given_a_commit_larger_than_a_part_then_a_read_of_a_few_events_fetches_one_part,
             given_one_commit_of_equal_inline_segments_on_two_partitions_then_each_partition_reads_its_own,
+            given_single_write_commits_when_each_replaces_the_heads_entry_then_every_event_stays_readable,
+            given_a_commit_stopped_between_writing_out_the_entry_and_its_head_then_later_commits_lose_nothing,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn eight_concurrent_publishers_to_one_partition_get_dense_offsets() {

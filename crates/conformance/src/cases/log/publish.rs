@@ -7,7 +7,7 @@ use sluice_core::Code;
 use std::time::Duration;
 
 use bytes::Bytes;
-use sluice_core::layout::{self, HeadRecord};
+use sluice_core::layout;
 use sluice_core::ports::state::{Key, WriteOp};
 use sluice_core::{Error, IdempotencyKey, Log, ManualClock, NewEvent, Position, ReadRequest};
 
@@ -64,10 +64,11 @@ pub async fn given_stale_head_after_earlier_index_items_removed_when_publish_the
     let id = b.describe_topic(&topic).await.unwrap().0.id;
     let head_key = sluice_core::keys::head_key(id, 0);
     let item = store.get(&head_key).await.unwrap().expect("head");
-    let mut head: HeadRecord = layout::decode("head", &item.value).unwrap();
+    let (mut head, tail) = layout::decode_head(&item.value).unwrap();
     assert_eq!(head.next, 5);
     head.start = 4;
-    store.write(vec![WriteOp::replace(head_key, layout::encode(&head), Some(item.version))]).await.unwrap();
+    let value = layout::encode_head(&head, tail.as_ref());
+    store.write(vec![WriteOp::replace(head_key, value, Some(item.version))]).await.unwrap();
     let below: Vec<Key> = [0u64, 2, 3].iter().map(|&base| sluice_core::keys::segment_key(id, 0, base)).collect();
     store.delete_many(below).await.unwrap();
 

@@ -109,11 +109,10 @@ pub async fn given_a_compacted_run_removed_by_size_retention_then_the_byte_count
     assert_eq!(states[0].bytes, held, "the partition's count is what its segments hold");
 }
 
-/// The index records of partition 0 of topic `id` that hold offsets at or above `start`.
+/// The index entries of partition 0 of topic `id` that hold offsets at or above `start`.
 async fn live_segments(stores: &crate::Stores, id: u64, start: u64) -> Vec<sluice_core::layout::SegmentRecord> {
-    let items = stores.0.query(&Query::all(keys::segments_pk(id, 0), 1000)).await.unwrap().items;
-    let records = items.iter().map(|i| sluice_core::layout::decode_segment_item(&i.value).unwrap().0);
-    records.filter(|r| r.next > start).collect()
+    let entries = crate::cases::support::entries::entries(stores.0.as_ref(), id, 0).await;
+    entries.into_iter().map(|(_, r)| r).filter(|r| r.next > start).collect()
 }
 
 pub async fn given_readers_replaying_during_compaction_and_retention_then_no_error_no_gap_same_bytes(

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use sluice_core::ports::state::Query;
 use sluice_core::upkeep::STEP_BUDGET;
 use sluice_core::{Error, Limits, Log, LogConfig, ManualClock, TopicSpec};
 
@@ -34,7 +33,7 @@ pub async fn given_retention_ms_then_exactly_the_expired_segments_go_and_reads_b
     let (config, _) = log.describe_topic(&topic).await.unwrap();
     let index = || {
         let (store, id) = (stores.0.clone(), config.id);
-        async move { store.query(&Query::all(sluice_core::keys::segments_pk(id, 0), 100)).await.unwrap().items.len() }
+        async move { crate::cases::support::entries::entries(store.as_ref(), id, 0).await.len() }
     };
     let expired_after_run = |at: i64| {
         clock.set(at);
@@ -49,7 +48,7 @@ pub async fn given_retention_ms_then_exactly_the_expired_segments_go_and_reads_b
     assert_eq!(replay(&log, &topic, 0, 0).await.unwrap().len(), 30);
     // At t0 + 1 h 15 the first segment is (its newest event is 1 h 15 old), the second is not.
     assert_eq!(expired_after_run(t0 + HOUR + HOUR / 4).await, 1);
-    assert_eq!(index().await, 2, "its index item is gone");
+    assert_eq!(index().await, 2, "its index entry is gone");
     let (_, states) = log.describe_topic(&topic).await.unwrap();
     assert_eq!((states[0].log_start_offset, states[0].high_watermark), (10, 30));
     match log.read(&request(&topic, 0, 3)).await {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use sluice_core::groups::{CommitOffset, Groups, PollAnswer, PollRequest, ResetPolicy};
-use sluice_core::layout::{self, HeadRecord};
+use sluice_core::layout;
 use sluice_core::ports::state::{StateStore, WriteOp};
 use sluice_core::{Log, ManualClock, NewEvent};
 
@@ -75,10 +75,11 @@ pub(crate) async fn committed(groups: &Groups, group: &str, partition: u32) -> O
 pub async fn advance_log_start(store: &dyn StateStore, topic_id: u64, partition: u32, start: u64) {
     let key = sluice_core::keys::head_key(topic_id, partition);
     let item = store.get(&key).await.expect("read the head").expect("the partition has a head");
-    let mut head: HeadRecord = layout::decode("head", &item.value).expect("decode the head");
+    let (mut head, tail) = layout::decode_head(&item.value).expect("decode the head");
     assert!(start <= head.next, "a log start past the high watermark {}", head.next);
     head.start = start;
-    store.write(vec![WriteOp::replace(key, layout::encode(&head), Some(item.version))]).await.expect("write the head");
+    let value = layout::encode_head(&head, tail.as_ref());
+    store.write(vec![WriteOp::replace(key, value, Some(item.version))]).await.expect("write the head");
 }
 
 pub(crate) fn offsets_of(answer: &PollAnswer) -> Vec<u64> {

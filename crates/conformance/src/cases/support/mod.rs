@@ -2,6 +2,7 @@
 //! clock, and the group and queue helpers. Nothing here imports a case.
 
 pub mod clock;
+pub mod entries;
 pub mod faults;
 pub mod groups;
 pub mod queues;

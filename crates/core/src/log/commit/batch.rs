@@ -66,8 +66,9 @@ impl Stored {
         }
     }
 
-    /// The value of segment `s`'s index item, for a commit that makes `next` the head.
-    pub(super) fn index_item(&self, layout: &Layout, s: &SegmentPlan, next: u64) -> Bytes {
+    /// The index entry of segment `s` for a commit that makes `next` the head, and its bytes
+    /// if inline.
+    pub(super) fn entry(&self, layout: &Layout, s: &SegmentPlan, next: u64) -> (SegmentRecord, Option<Bytes>) {
         let (object, pos, inline) = match self {
             Self::Blob(blob) => (blob.object.clone(), blob.position + s.start, false),
             Self::Inline(name) => (name.clone(), 0, true),
@@ -75,8 +76,8 @@ impl Stored {
         let parts = s.parts.clone();
         let entry =
             SegmentRecord { next, object, pos, len: s.len, max_ts: s.max_timestamp_ms, parts, inline, counted: None };
-        let bytes = inline.then(|| &layout.blob[s.start as usize..(s.start + s.len) as usize]);
-        layout::encode_segment_item(&entry, bytes)
+        let bytes = inline.then(|| layout.blob.slice(s.start as usize..(s.start + s.len) as usize));
+        (entry, bytes)
     }
 
     /// Whether `found`, read back from the index, is the entry this group wrote for `s`.
@@ -101,8 +102,9 @@ pub(super) enum OpKind {
 pub(super) struct Plan {
     pub(super) ops: Vec<WriteOp>,
     pub(super) kinds: Vec<OpKind>,
-    /// The head (and its version) each segment's partition has once the write lands.
-    pub(super) heads: Vec<(HeadRecord, u64)>,
+    /// The head (and its version) each segment's partition has once the write lands, and the
+    /// entry it then carries.
+    pub(super) heads: Vec<(HeadRecord, u64, Option<Tail>)>,
 }
 
 /// Whether two requests of the group carry the same idempotency key (concurrent retries).

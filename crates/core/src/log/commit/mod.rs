@@ -21,7 +21,9 @@
 //! are healed before the next attempt.
 
 mod batch;
+mod plan;
 mod recover;
+mod tail;
 
 pub(crate) use batch::Keeper;
 use batch::*;
@@ -34,11 +36,11 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::keys;
-use crate::layout::{self, HeadRecord, IdempotencyRecord, ObjectRecord, SegmentRecord, IDEMPOTENCY_TTL_MS};
+use crate::layout::{self, HeadRecord, IdempotencyRecord, ObjectRecord, SegmentRecord, Tail, IDEMPOTENCY_TTL_MS};
 use crate::log::topics;
 use crate::model::{IdempotencyKey, Position, TopicConfig};
 use crate::ports::objects::{BlobRef, ObjectStore, StorageError};
-use crate::ports::state::{Expect, StateStore, WriteOp, MAX_WRITE_OPS};
+use crate::ports::state::{Expect, Key, StateStore, WriteOp, MAX_WRITE_OPS};
 use crate::retry::Backoff;
 use crate::segment::{encode_parts, Record};
 use crate::{Clock, Error, Random};
@@ -102,6 +104,15 @@ pub(crate) struct Committer {
     pub clock: Arc<dyn Clock>,
     /// Each partition's head and its version as this process last wrote or read it: a hint, checked by the write.
     pub heads: HashMap<(u64, u32), (HeadRecord, u64)>,
+    /// The newest entry each head in `heads` carries, where it carries one (set whenever a head
+    /// is loaded or written; an entry left for a head no longer cached is never read).
+    pub tails: HashMap<(u64, u32), Tail>,
+    /// Whether a commit to one partition with an inline segment and no idempotency record is
+    /// one single-item write of the head carrying the entry ([`LogConfig::single_write_commits`](crate::LogConfig)).
+    pub single_write: bool,
+    /// The index items this chunk's commit wrote out (see `write_out`), removed again if its
+    /// topic turns out to be gone.
+    pub written_out: Vec<Key>,
     /// The newest version of each live topic's record (by id) this process has read: a hint too.
     pub topic_versions: HashMap<u64, u64>,
     /// The record of the object blobs were last written to, and its version (0: absent): a hint
@@ -284,7 +295,12 @@ impl Committer {
             return Err(StorageError::Invalid("an idempotent publish must fit one atomic write".into()).into());
         }
         for chunk in chunks {
-            self.commit_chunk(group, layout, stored, chunk, with_records, &mut bases).await?;
+            self.written_out.clear();
+            let result = self.commit_chunk(group, layout, stored, chunk, with_records, &mut bases).await;
+            if matches!(result, Err(CommitError::TopicGone)) {
+                self.unwrite_out().await;
+            }
+            result?;
         }
         Ok(positions(layout, &bases))
     }
@@ -314,19 +330,18 @@ impl Committer {
             if !unknown.is_empty() && self.resolve_unknown(layout, stored, chunk.clone(), &unknown, bases).await? {
                 return Ok(());
             }
+            // The entries the heads carry go to the index before the heads move past them.
+            if let Some(backoff) = self.write_out_or_back_off(layout, chunk.clone(), attempt).await? {
+                wait = backoff;
+                continue;
+            }
             let mut plan = self.plan(group, layout, stored, chunk.clone(), with_records, bases);
-            // The blob's object counts the segments it holds; inline ones have none.
-            let object = stored.blob().map(|blob| {
-                let (op, record, version) = self.object_after(blob, &layout.segments[chunk.clone()]);
-                plan.ops.push(op);
-                plan.kinds.push(OpKind::Object);
-                (blob.object.clone(), record, version)
-            });
+            let object = self.count_in_object(&mut plan, stored, &layout.segments[chunk.clone()]);
             let Plan { ops, kinds, heads } = plan;
             let outcome = self.store.write(ops).await;
             let retry = match outcome {
                 Ok(()) => {
-                    self.landed(layout, chunk.clone(), &heads);
+                    self.landed(layout, chunk.clone(), heads);
                     self.object = object.or(self.object.take());
                     return Ok(());
                 }
@@ -451,83 +466,29 @@ impl Committer {
     /// Reads the heads of the chunk's partitions that this process has no hint for.
     async fn load_heads(&mut self, segments: &[SegmentPlan]) -> Result<(), StorageError> {
         for s in segments {
-            if !self.heads.contains_key(&(s.topic_id, s.partition)) {
-                let head = topics::head(self.store.as_ref(), s.topic_id, s.partition).await?;
-                self.heads.insert((s.topic_id, s.partition), head);
+            let at = (s.topic_id, s.partition);
+            if !self.heads.contains_key(&at) {
+                let (head, tail, version) =
+                    topics::head_with_tail(self.store.as_ref(), s.topic_id, s.partition).await?;
+                self.heads.insert(at, (head, version));
+                match tail {
+                    Some(tail) => self.tails.insert(at, tail),
+                    None => self.tails.remove(&at),
+                };
             }
         }
         Ok(())
     }
 
-    /// The write that commits a chunk at the partitions' current heads; sets `bases`.
-    fn plan(
-        &self,
-        group: &[Pending],
-        layout: &Layout,
-        stored: &Stored,
-        chunk: Range<usize>,
-        with_records: bool,
-        bases: &mut [u64],
-    ) -> Plan {
-        let mut plan = Plan { ops: Vec::new(), kinds: Vec::new(), heads: Vec::new() };
-        let mut checked: Vec<u64> = Vec::new();
-        for s in &layout.segments[chunk.clone()] {
-            // A head that exists is fenced by a delete itself; only creating one needs the topic.
-            let creates = self.heads.get(&(s.topic_id, s.partition)).is_none_or(|(_, version)| *version == 0);
-            if !creates || checked.contains(&s.topic_id) {
-                continue;
-            }
-            checked.push(s.topic_id);
-            let read = group.iter().find(|p| p.topic.id == s.topic_id).map_or(0, |p| p.topic.version);
-            let version = self.topic_versions.get(&s.topic_id).copied().unwrap_or(0).max(read);
-            plan.ops.push(WriteOp::Check { key: keys::topic_key(&s.topic), expect: Expect::Version(version) });
-            plan.kinds.push(OpKind::Topic(s.topic_id));
-        }
-        for (seg, s) in layout.segments.iter().enumerate().take(chunk.end).skip(chunk.start) {
-            let (head, version) = self.heads.get(&(s.topic_id, s.partition)).copied().unwrap_or_default();
-            bases[seg] = head.next;
-            let after = HeadRecord {
-                next: head.next + s.records,
-                start: head.start,
-                bytes: head.bytes + s.len,
-                max_ts: head.max_ts.max(s.max_timestamp_ms),
-                deleted: false,
-            };
-            let expect = if version == 0 { Expect::Absent } else { Expect::Version(version) };
-            plan.ops.push(WriteOp::Put {
-                key: keys::head_key(s.topic_id, s.partition),
-                value: layout::encode(&after),
-                expires_at_ms: None,
-                expect,
-            });
-            plan.kinds.push(OpKind::Head(seg));
-            let item = stored.index_item(layout, s, after.next);
-            plan.ops.push(WriteOp::create(keys::segment_key(s.topic_id, s.partition, head.next), item));
-            plan.kinds.push(OpKind::Segment(seg));
-            plan.heads.push((after, version + 1));
-        }
-        if with_records {
-            let results = positions(layout, bases);
-            let expires = self.clock.now_ms() + IDEMPOTENCY_TTL_MS;
-            for (p, r) in group.iter().zip(results) {
-                let Some(idem) = &p.idempotency else { continue };
-                let record = IdempotencyRecord { fp: layout::hex(&idem.fingerprint), results: r };
-                plan.ops.push(WriteOp::Put {
-                    key: keys::idempotency_key(p.topic.id, &idem.key),
-                    value: layout::encode(&record),
-                    expires_at_ms: Some(expires),
-                    expect: Expect::Absent,
-                });
-                plan.kinds.push(OpKind::Record);
-            }
-        }
-        plan
-    }
-
     /// Remembers the heads a successful write left, and wakes long polls.
-    fn landed(&mut self, layout: &Layout, chunk: Range<usize>, heads: &[(HeadRecord, u64)]) {
-        for (s, head) in layout.segments[chunk].iter().zip(heads) {
-            self.heads.insert((s.topic_id, s.partition), *head);
+    fn landed(&mut self, layout: &Layout, chunk: Range<usize>, heads: Vec<(HeadRecord, u64, Option<Tail>)>) {
+        for (s, (head, version, tail)) in layout.segments[chunk].iter().zip(heads) {
+            let at = (s.topic_id, s.partition);
+            self.heads.insert(at, (head, version));
+            match tail {
+                Some(tail) => self.tails.insert(at, tail),
+                None => self.tails.remove(&at),
+            };
         }
         self.committed.send_modify(|v| *v += 1);
     }

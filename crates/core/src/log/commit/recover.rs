@@ -42,9 +42,10 @@ impl Committer {
     }
 
     /// Whether one of the attempts whose answer was lost in fact landed; if so, takes its bases.
-    /// An attempt landed if every one of its segment items is there, pointing at this blob's
-    /// bytes (or, inline, naming this commit): a write lands whole or not at all, no other commit can index these bytes, and at
-    /// most one attempt lands (each conditions on the heads the one before it moved). One
+    /// An attempt landed if every one of its segment entries is there (in the index, or carried
+    /// by the head), pointing at this blob's bytes (or, inline, naming this commit): a write
+    /// lands whole or not at all, no other commit can index these bytes, and at most one
+    /// attempt lands (each conditions on the heads the one before it moved). One
     /// segment is not enough: two attempts can share the first partition's base and differ
     /// on another (a rival committed there in between), and the first one's answer was
     /// then taken for the second's.
@@ -59,6 +60,14 @@ impl Committer {
         let segments = &layout.segments[chunk.clone()];
         'attempts: for attempt in unknown {
             for (s, base) in segments.iter().zip(attempt) {
+                // A single write's entry is in the head until the next commit writes it out,
+                // which it does before moving the head: the head read first, then the index.
+                if self.single_write {
+                    let (_, tail, _) = topics::head_with_tail(self.store.as_ref(), s.topic_id, s.partition).await?;
+                    if tail.is_some_and(|t| t.base == *base && stored.wrote(s, &t.record)) {
+                        continue;
+                    }
+                }
                 let key = keys::segment_key(s.topic_id, s.partition, *base);
                 let Some(item) = self.store.get(&key).await? else { continue 'attempts };
                 let (seg, _) = layout::decode_segment_item(&item.value)?;
