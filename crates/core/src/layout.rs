@@ -108,7 +108,9 @@ pub struct PurgeRecord {
 /// (`deleted`), which no commit writes over.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HeadRecord {
-    /// The offset the next event gets: the high watermark.
+    /// The offset the next event gets: the high watermark. Named `N` in a head that carries
+    /// an entry ([`encode_head`]).
+    #[serde(alias = "N")]
     pub next: u64,
     /// The first readable offset.
     pub start: u64,
@@ -171,7 +173,21 @@ pub fn encode_head(head: &HeadRecord, tail: Option<&Tail>) -> Bytes {
         seg: t.record.clone(),
         data: base64::engine::general_purpose::STANDARD.encode(&t.data),
     });
-    encode(&HeadItem { head: *head, tail })
+    let item = HeadItem { head: *head, tail };
+    if item.tail.is_none() {
+        return encode(&item);
+    }
+    // A head carrying an entry names `next` `N`: a binary from before entries were carried
+    // reads `next`, would ignore `tail` and write the head back without it (retention, a
+    // delete's fence) during a rolling deploy, losing acknowledged events; with no `next`
+    // it fails to read the head instead.
+    let mut value = serde_json::to_value(&item).unwrap_or_default();
+    if let Some(fields) = value.as_object_mut() {
+        if let Some(next) = fields.remove("next") {
+            fields.insert("N".into(), next);
+        }
+    }
+    encode(&value)
 }
 
 /// A head item's [`HeadRecord`] and the entry it carries, checked as an index item's would be.
@@ -395,6 +411,15 @@ mod tests {
         let value = encode_head(&head, Some(&tail));
         assert_eq!(decode_head(&value).unwrap(), (head, Some(tail.clone())));
         assert_eq!(decode::<HeadRecord>("head", &value).unwrap(), head, "the record alone, as queues read it");
+        // A binary from before entries were carried must fail to read it, not drop the entry.
+        #[derive(Deserialize)]
+        #[allow(dead_code)]
+        struct OldHead {
+            next: u64,
+            start: u64,
+        }
+        assert!(decode::<OldHead>("head", &value).is_err(), "an older binary reads a head carrying an entry");
+        assert!(decode::<OldHead>("head", &encode_head(&head, None)).is_ok(), "and still reads one without");
         assert_eq!(decode_segment_item(&tail.index_item()).unwrap(), (tail.record.clone(), Some(tail.data.clone())));
         // An entry no commit writes: not inline, or bytes of another length.
         for bad in [
