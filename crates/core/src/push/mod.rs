@@ -16,10 +16,15 @@
 //! The [`Dispatcher`] runs embedded (`run`: long-polling receives, woken by commits and
 //! due times) or in a function (`drain`: until nothing is left or its deadline).
 //!
+//! Flow control and endpoint health ([`flow`]): an adaptive in-flight limit under
+//! `max_in_flight`, `Retry-After` honoured for the whole subscription, and suspension of an
+//! endpoint that keeps failing.
+//!
 //! A delivery carries its batch's W3C trace context as request headers ([`crate::trace`]), so a
 //! target's spans join the producer's trace.
 
 mod dispatch;
+pub mod flow;
 pub mod lease;
 pub mod webhook;
 

@@ -1,4 +1,5 @@
-//! Describing a subscription: its backlog, exact when two reads agree.
+//! Describing a subscription: its backlog, exact when two reads agree; a push
+//! subscription's deliveries, flow state, and its suspension (shown as its `state` unless paused).
 
 use super::*;
 
@@ -87,7 +88,8 @@ impl Queues {
         }
         total.oldest_visible_age_ms = oldest.map(|t| now.saturating_sub(t).max(0) as u64);
         let deliveries = self.push_stats(&sub).await?;
-        Ok(SubscriptionDescription { subscription: sub.describe(), backlog: total, partitions, exact, deliveries })
+        let subscription = shown(&sub, deliveries.as_ref());
+        Ok(SubscriptionDescription { subscription, backlog: total, partitions, exact, deliveries })
     }
 
     /// A partition's queue items as they were at one moment, for exact counts: a query is not
@@ -113,4 +115,14 @@ impl Queues {
         }
         Ok((last, false))
     }
+}
+
+/// The subscription as describe shows it: `suspended` while its endpoint is (a pause wins).
+fn shown(sub: &Sub, deliveries: Option<&PushStatsRecord>) -> Subscription {
+    let mut subscription = sub.describe();
+    let suspended = deliveries.and_then(|d| d.flow.as_ref()).is_some_and(|f| f.suspended_since_ms.is_some());
+    if suspended && subscription.state.is_active() {
+        subscription.state = SubscriptionState::Suspended;
+    }
+    subscription
 }
