@@ -13,7 +13,7 @@ use tokio::task::JoinSet;
 
 use super::flow::Flows;
 use super::lease::{self, Claim, Release, Renewal, RunLease};
-use super::{judge, webhook, DEFAULT_BACKOFF};
+use super::{judge, webhook, DEFAULT_BACKOFF, GONE};
 use crate::mutation::Mutation;
 use crate::ports::deliver::{Deliver, Delivery, Destination};
 use crate::queues::{secret_key, Message, PushStatsRecord, PushSubscription, PushTarget, Queues, ReceiveRequest};
@@ -199,6 +199,13 @@ impl Dispatcher {
             tracing::warn!(topic = %sub.topic, subscription = %sub.name, delivery = %id, error, "push delivery failed");
         }
         self.count(sub, &verdict.failed, messages.len(), verdict.error.clone());
+        if verdict.gone {
+            let receipts: Vec<String> = messages.into_iter().map(|m| m.receipt).collect();
+            for chunk in receipts.chunks(crate::queues::MAX_BURIED_PER_CALL) {
+                self.queues.dead_letter(&sub.topic, &sub.name, chunk, GONE).await?;
+            }
+            return Ok((verdict.failed.len(), Vec::new()));
+        }
         let mut acks = Vec::new();
         let mut releases: BTreeMap<u64, Vec<String>> = BTreeMap::new();
         for (m, id) in messages.into_iter().zip(&ids) {

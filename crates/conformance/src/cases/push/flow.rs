@@ -150,3 +150,35 @@ pub async fn given_an_endpoint_failing_twenty_times_over_five_minutes_then_it_is
         at.iter().map(|p| webhook::message_id(&topic, p.partition, p.offset)).collect();
     assert_eq!(receiver.acked(), want, "every message delivered once it resumed");
 }
+
+pub async fn given_a_target_answering_410_gone_then_its_batch_is_dead_lettered_at_once_with_reason_gone(
+    backend: &dyn Backend,
+) {
+    let (clock, log, queues) = manual(backend).await;
+    let topic = new_topic(&log, "push-gone", 2).await;
+    // A batch of 50: more than one dead-lettering write's worth.
+    let push = PushSpec { max_batch: 50, ..PushSpec::lambda("consumer") };
+    let sub = subscribe(&queues, &topic, push_spec(push, 5, 100)).await;
+    let at = publish(&log, &topic, (0..60).map(|i| json_event(json!(i), None)).collect()).await;
+    let receiver = Receiver::new(|_, n| if n == 0 { status(410, None) } else { ok(json!({})) });
+    let dispatcher = Dispatcher::new(queues.clone(), receiver.clone());
+    drain_all(&dispatcher, &clock, &topic, 100).await;
+    let attempts = receiver.attempts();
+    let gone: std::collections::HashSet<String> = attempts[0].items.iter().map(|m| m.0.clone()).collect();
+    assert!(gone.len() > 40, "the first batch held {} messages", gone.len());
+    assert!(
+        attempts[1..].iter().all(|a| a.items.iter().all(|m| !gone.contains(&m.0))),
+        "a gone message was pushed again"
+    );
+    let page = queues.dead_letters(&topic, &sub, None, 100).await.expect("dead letters");
+    let dead: std::collections::HashSet<String> =
+        page.entries.iter().map(|d| webhook::message_id(&topic, d.partition, d.offset)).collect();
+    assert_eq!(dead, gone, "the 410's batch, and it alone, is in the DLQ");
+    assert!(page.entries.iter().all(|d| d.reason == "gone" && d.receive_count == 1), "{:?}", page.entries[0]);
+    let d = queues.describe(&topic, &sub).await.unwrap();
+    assert_eq!((d.backlog.dead, d.backlog.visible, d.backlog.in_flight), (gone.len() as u64, 0, 0));
+    let all: std::collections::HashSet<String> =
+        at.iter().map(|p| webhook::message_id(&topic, p.partition, p.offset)).collect();
+    let delivered: std::collections::HashSet<String> = receiver.acked().difference(&gone).cloned().collect();
+    assert_eq!(delivered.len() + gone.len(), all.len(), "the others delivered");
+}
