@@ -182,3 +182,41 @@ pub async fn given_a_target_answering_410_gone_then_its_batch_is_dead_lettered_a
     let delivered: std::collections::HashSet<String> = receiver.acked().difference(&gone).cloned().collect();
     assert_eq!(delivered.len() + gone.len(), all.len(), "the others delivered");
 }
+
+pub async fn given_a_running_dispatcher_and_a_429_with_retry_after_then_nothing_is_received_until_then(
+    backend: &dyn Backend,
+) {
+    let (clock, log, queues) = manual(backend).await;
+    let topic = new_topic(&log, "push-run-429", 2).await;
+    let push = PushSpec { max_batch: 1, max_in_flight: 4, ..PushSpec::lambda("consumer") };
+    let sub = subscribe(&queues, &topic, push_spec(push, 3, 100)).await;
+    let until_ms = clock.now_ms() + 30_000;
+    let c = clock.clone();
+    let receiver =
+        Receiver::new(move |_, _| if c.now_ms() < until_ms { status(429, Some(30_000)) } else { ok(json!({})) });
+    let dispatcher = Dispatcher::new(queues.clone(), receiver.clone());
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    let topics = Topics::Named(vec![topic.clone()]);
+    let running = tokio::spawn(async move { dispatcher.run_on(&topics, stopping).await });
+    let at = publish(&log, &topic, (0..8).map(|i| json_event(json!(i), None)).collect()).await;
+    assert!(super::pause::until(&clock, 0, || !receiver.attempts().is_empty()).await, "nothing pushed");
+    // Idle waits end and scans come round many times over: nothing more until Retry-After.
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let throttled = receiver.attempts().len();
+    assert!(throttled <= 4, "{throttled} attempts before the first 429 was answered");
+    for _ in 0..29 {
+        clock.advance(1_000);
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    assert_eq!(receiver.attempts().len(), throttled, "a delivery was attempted before Retry-After");
+    assert_eq!(queues.describe(&topic, &sub).await.unwrap().backlog.dead, 0);
+
+    let id = |p: &sluice_core::Position| webhook::message_id(&topic, p.partition, p.offset);
+    let all = || at.iter().all(|p| receiver.acked().contains(&id(p)));
+    assert!(super::pause::until(&clock, 100, all).await, "every message pushed once Retry-After passed");
+    let counts = receiver.attempts().iter().flat_map(|a| a.items.iter().map(|m| m.2).collect::<Vec<_>>()).max();
+    assert!(counts <= Some(2), "a receive count was spent while waiting: {counts:?}");
+    stop.send(true).unwrap();
+    clock.advance(10_000);
+    tokio::time::timeout(crate::cases::support::queues::REAL_PATIENCE, running).await.expect("stopped").unwrap();
+}
