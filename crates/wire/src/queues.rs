@@ -481,3 +481,37 @@ pub struct RedriveRequest {
 fn one() -> usize {
     1
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a client reads of a suspended push subscription's description.
+    #[test]
+    fn a_suspended_push_subscription_s_description_reads_with_its_flow_state() {
+        let answer = serde_json::json!({
+            "topic": "orders", "name": "hook", "start": "earliest", "visibility_timeout_ms": 30000,
+            "max_receive_count": 5, "ordering": "none", "delay_ms": 0, "redelivery_backoff_ms": null,
+            "filter": null, "start_offsets": [0], "created_ms": 1, "state": "suspended",
+            "push": {"url": "https://example.com/", "lambda": null, "max_batch": 10, "timeout_ms": 10000,
+                     "max_in_flight": 4, "suspend_after": {"failures": 20, "spanning_ms": 300000},
+                     "deliveries": {"attempted": 20, "succeeded": 0, "failed": 20},
+                     "last_error": "HTTP 500", "last_error_ms": 9},
+            "delivery": {"in_flight_limit": 1, "retry_after_until_ms": null, "consecutive_failures": 20,
+                         "failing_since_ms": 2, "suspended_since_ms": 9},
+            "backlog": {"visible": 0, "in_flight": 0, "delayed": 3, "dead": 0, "expired": 0, "filtered": 0,
+                        "unscanned": 0, "oldest_visible_age_ms": null},
+            "exact": true, "partitions": []
+        });
+        let d: SubscriptionDescription = serde_json::from_value(answer).unwrap();
+        assert_eq!(d.state, SubscriptionState::Suspended);
+        let delivery = d.delivery.expect("delivery");
+        assert_eq!((delivery.in_flight_limit, delivery.suspended_since_ms), (1, Some(9)));
+        let push = d.push.expect("push");
+        assert_eq!(push.suspend_after, Some(SuspendAfter { failures: 20, spanning_ms: 300_000 }));
+        // An older server's answer (no flow state) still reads.
+        let old = serde_json::json!({"url": null, "lambda": "f", "max_batch": 1, "timeout_ms": 1000,
+            "max_in_flight": 1, "last_error": null, "last_error_ms": null});
+        assert_eq!(serde_json::from_value::<Push>(old).unwrap().suspend_after, None);
+    }
+}
