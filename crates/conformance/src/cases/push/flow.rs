@@ -200,15 +200,15 @@ pub async fn given_a_running_dispatcher_and_a_429_with_retry_after_then_nothing_
     let running = tokio::spawn(async move { dispatcher.run_on(&topics, stopping).await });
     let at = publish(&log, &topic, (0..8).map(|i| json_event(json!(i), None)).collect()).await;
     assert!(super::pause::until(&clock, 0, || !receiver.attempts().is_empty()).await, "nothing pushed");
-    // Idle waits end and scans come round many times over: nothing more until Retry-After.
-    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    let throttled = receiver.attempts().len();
-    assert!(throttled <= 4, "{throttled} attempts before the first 429 was answered");
+    // Idle waits end and scans come round many times over: nothing is received until
+    // Retry-After, so only the batches already out when the first 429 came are attempted
+    // (at most max_in_flight; on a slow store they may arrive after it).
     for _ in 0..29 {
         clock.advance(1_000);
-        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    assert_eq!(receiver.attempts().len(), throttled, "a delivery was attempted before Retry-After");
+    let throttled = receiver.attempts().len();
+    assert!(throttled <= 4, "{throttled} attempts before Retry-After: more than were out at the first 429");
     assert_eq!(queues.describe(&topic, &sub).await.unwrap().backlog.dead, 0);
 
     let id = |p: &sluice_core::Position| webhook::message_id(&topic, p.partition, p.offset);
