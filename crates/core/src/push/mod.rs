@@ -66,7 +66,9 @@ pub fn judge(answer: &Answer, ids: &[String]) -> Verdict {
     match answer {
         Answer::Failed(reason) => all(reason.clone(), None),
         Answer::Status { status, retry_after_ms, body } if !(200..300).contains(status) => {
+            // Capped as flow control caps it: the batch waits no longer than the subscription.
             let honoured = matches!(status, 429 | 503).then_some(*retry_after_ms).flatten();
+            let honoured = honoured.map(|ms| ms.min(flow::MAX_RETRY_AFTER_MS));
             let snippet: String = String::from_utf8_lossy(body).chars().take(200).collect();
             let verdict = all(format!("HTTP {status}: {snippet}").trim_end_matches(": ").to_owned(), honoured);
             Verdict { gone: *status == 410, ..verdict }
@@ -131,6 +133,11 @@ mod tests {
             (ok(r#"{"batchItemFailures": "t/0/2"}"#), vec!["t/0/1", "t/0/2"], None),
             (Answer::Status { status: 500, retry_after_ms: Some(9), body: vec![] }, vec!["t/0/1", "t/0/2"], None),
             (Answer::Status { status: 503, retry_after_ms: Some(9), body: vec![] }, vec!["t/0/1", "t/0/2"], Some(9)),
+            (
+                Answer::Status { status: 429, retry_after_ms: Some(u64::MAX), body: vec![] },
+                vec!["t/0/1", "t/0/2"],
+                Some(flow::MAX_RETRY_AFTER_MS),
+            ),
             (Answer::Status { status: 429, retry_after_ms: None, body: vec![] }, vec!["t/0/1", "t/0/2"], None),
             (Answer::Status { status: 302, retry_after_ms: None, body: vec![] }, vec!["t/0/1", "t/0/2"], None),
             (Answer::Failed("timed out".into()), vec!["t/0/1", "t/0/2"], None),

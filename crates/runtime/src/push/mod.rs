@@ -152,7 +152,7 @@ pub fn retry_after_ms(value: &str, now_ms: i64) -> Option<u64> {
 
 fn describe(e: &reqwest::Error) -> String {
     if e.is_timeout() {
-        "timed out".into()
+        sluice_core::ports::deliver::TIMED_OUT.into()
     } else if e.is_connect() {
         // The innermost cause: the guard's refusal, or the socket's error.
         let mut cause: &dyn std::error::Error = e;
