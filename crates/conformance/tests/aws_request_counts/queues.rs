@@ -1,6 +1,6 @@
 //! What a work queue costs: receives, acks, releases, dead letters, an empty receive.
 
-use sluice_core::queues::{Message, Queues, ReceiveRequest, StartAt, SubscriptionSpec};
+use sluice_core::queues::{Message, Queues, ReceiveRequest, StartAt, SubscriptionPatch, SubscriptionSpec};
 
 use super::*;
 
@@ -35,6 +35,7 @@ async fn queue_requests_per_receive_and_ack_are_what_the_cost_model_says() {
     settles(&counted, &queues, &topic).await;
     peek_and_ready(&counted, &queues, &topic).await;
     pause_and_resume(&counted, &queues, &topic).await;
+    change(&counted, &queues, &topic).await;
     dead_letters(&counted, &queues, &topic).await;
 
     // Drain, then an empty receive reads and writes nothing.
@@ -152,6 +153,22 @@ async fn pause_and_resume((state, objects, _): &Counted, queues: &Queues, topic:
         let writes = counts.get("dynamodb:UpdateItem").copied().unwrap_or_default()
             + counts.get("dynamodb:PutItem").copied().unwrap_or_default();
         assert_eq!(writes, 9, "a {what} writes 8 cursors and the record: {counts:?}");
+    }
+}
+
+/// A change of settings on 8 partitions: it reads and marks every cursor, then writes the
+/// record (the route then answers a describe); the same change again writes nothing.
+async fn change((state, objects, _): &Counted, queues: &Queues, topic: &str) {
+    let longer = SubscriptionPatch { visibility_timeout_ms: Some(45_000), ..SubscriptionPatch::default() };
+    let (_, changed) = counted!(state, objects, queues.patch(topic, "work", &longer).await.unwrap());
+    per_request("change subscription settings (8 partitions)", &changed, 1);
+    let (_, again) = counted!(state, objects, queues.patch(topic, "work", &longer).await.unwrap());
+    per_request("change subscription settings, already so (8 partitions)", &again, 1);
+    let writes = changed.get("dynamodb:UpdateItem").copied().unwrap_or_default()
+        + changed.get("dynamodb:PutItem").copied().unwrap_or_default();
+    assert_eq!(writes, 9, "a change writes 8 cursors and the record: {changed:?}");
+    for op in ["dynamodb:UpdateItem", "dynamodb:PutItem", "dynamodb:TransactWriteItems"] {
+        assert!(!again.contains_key(op), "the same change again writes nothing: {again:?}");
     }
 }
 

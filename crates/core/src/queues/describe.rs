@@ -3,6 +3,19 @@
 
 use super::*;
 
+impl Backlog {
+    /// Adds a partition's counts (not its oldest age) to the whole's.
+    fn add(&mut self, b: &Backlog) {
+        self.visible += b.visible;
+        self.in_flight += b.in_flight;
+        self.delayed += b.delayed;
+        self.dead += b.dead;
+        self.expired += b.expired;
+        self.filtered += b.filtered;
+        self.unscanned += b.unscanned;
+    }
+}
+
 impl Queues {
     /// The subscription with exact counts: every partition's leases are read (they are
     /// what is in flight or waiting, not the backlog), new messages are counted from the
@@ -77,19 +90,31 @@ impl Queues {
             if let Some(t) = visible_since {
                 oldest = min_time(oldest, t);
             }
-            total.visible += b.visible;
-            total.in_flight += b.in_flight;
-            total.delayed += b.delayed;
-            total.dead += b.dead;
-            total.expired += b.expired;
-            total.filtered += b.filtered;
-            total.unscanned += b.unscanned;
-            partitions.push(PartitionBacklog { partition: p, cursor, high_watermark: head.next, backlog: b });
+            total.add(&b);
+            let filter_since = state.marks.filter_since_of(sub.record.filter_config);
+            partitions.push(PartitionBacklog {
+                partition: p,
+                cursor,
+                high_watermark: head.next,
+                backlog: b,
+                filter_since,
+            });
         }
         total.oldest_visible_age_ms = oldest.map(|t| now.saturating_sub(t).max(0) as u64);
-        let deliveries = self.push_stats(&sub).await?;
-        let subscription = shown(&sub, deliveries.as_ref());
+        let (subscription, deliveries) = self.shown(&sub).await?;
         Ok(SubscriptionDescription { subscription, backlog: total, partitions, exact, deliveries })
+    }
+
+    /// The subscription as describe shows it, with its delivery counts if it pushes: its
+    /// `state` is `suspended` while its endpoint is (a pause wins).
+    async fn shown(&self, sub: &Sub) -> Result<(Subscription, Option<PushStatsRecord>), Error> {
+        let deliveries = self.push_stats(sub).await?;
+        let mut subscription = sub.describe();
+        let flow = deliveries.as_ref().and_then(|d| d.flow.as_ref());
+        if flow.is_some_and(|f| f.suspended_since_ms.is_some()) && subscription.state.is_active() {
+            subscription.state = SubscriptionState::Suspended;
+        }
+        Ok((subscription, deliveries))
     }
 
     /// A partition's queue items as they were at one moment, for exact counts: a query is not
@@ -115,14 +140,4 @@ impl Queues {
         }
         Ok((last, false))
     }
-}
-
-/// The subscription as describe shows it: `suspended` while its endpoint is (a pause wins).
-fn shown(sub: &Sub, deliveries: Option<&PushStatsRecord>) -> Subscription {
-    let mut subscription = sub.describe();
-    let suspended = deliveries.and_then(|d| d.flow.as_ref()).is_some_and(|f| f.suspended_since_ms.is_some());
-    if suspended && subscription.state.is_active() {
-        subscription.state = SubscriptionState::Suspended;
-    }
-    subscription
 }
