@@ -12,11 +12,13 @@ disagreement, printing the scrape.
 Usage: infra/metrics_check.py [path/to/sluice]
 """
 
+import http.server
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -116,6 +118,36 @@ def workload(server):
     return did
 
 
+class Throttling(http.server.BaseHTTPRequestHandler):
+    """A push target that answers every delivery 429 with `Retry-After: 60`."""
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        self.send_response(429)
+        self.send_header("retry-after", "60")
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def suspended_push(server):
+    """A push subscription (topic `hooks`) whose target answers 429, suspended after one
+    failure (`push.suspend_after`): waits (bounded) until describe says so."""
+    target = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Throttling)
+    threading.Thread(target=target.serve_forever, daemon=True).start()
+    server.call("PUT", "/v1/topics/hooks", {"partitions": 1})
+    server.call("PUT", "/v1/topics/hooks/subscriptions/hook", {"start": "earliest", "push": {
+        "url": f"http://127.0.0.1:{target.server_address[1]}/", "suspend_after": {"failures": 1, "spanning_ms": 0}}})
+    server.call("POST", "/v1/topics/hooks/events", {"events": [{"value": 1}]})
+    deadline = time.monotonic() + 20
+    while server.call("GET", "/v1/topics/hooks/subscriptions/hook")["state"] != "suspended":
+        if time.monotonic() > deadline:
+            sys.exit("the push subscription was not suspended within 20 s")
+        time.sleep(0.2)
+
+
 def check(samples, name, labels, expected):
     got = samples.get((name, tuple(sorted(labels.items()))))
     if got != expected:
@@ -131,8 +163,9 @@ def checks(server, samples, did):
     made_up = [k for k in samples if any(v in ("nowhere", "madeup") for _, v in k[1])]
     assert not made_up, f"label sets for topics that do not exist: {made_up}"
     check(samples, "sluice_http_requests_total", {"route": "/v1/topics", "method": "other", "status": "405"}, 1)
+    # Three publishes to orders, one to hooks (`suspended_push`).
     check(samples, "sluice_http_requests_total",
-          {"route": "/v1/topics/{topic}/events", "method": "POST", "status": "200"}, 3)
+          {"route": "/v1/topics/{topic}/events", "method": "POST", "status": "200"}, 4)
     check(samples, "sluice_http_requests_total",
           {"route": "/v1/topics/{topic}/events", "method": "POST", "status": "404"}, 1)
     check(samples, "sluice_events_read_total", {**topic, "via": "replay"}, 2 * did["replayed"])
@@ -176,6 +209,14 @@ def checks(server, samples, did):
     check(samples, "sluice_messages_redriven_total", labels, did["redriven"])
     assert did["redriven"] == 2 and sub["backlog"]["dead"] == did["nacked"] - 2, sub["backlog"]
 
+    hook = server.call("GET", "/v1/topics/hooks/subscriptions/hook")
+    labels = {"topic": "hooks", "subscription": "hook"}
+    assert hook["state"] == "suspended" and hook["delivery"]["in_flight_limit"] == 1, hook
+    check(samples, "sluice_subscription_suspended", labels, 1)
+    check(samples, "sluice_subscription_paused", labels, 0)
+    check(samples, "sluice_push_in_flight_limit", labels, 1)
+    check(samples, "sluice_push_suspensions_total", labels, 1)
+
 
 def main():
     binary = sys.argv[1] if len(sys.argv) > 1 else "target/debug/sluice"
@@ -183,6 +224,7 @@ def main():
         server = Server(binary, data)
         try:
             did = workload(server)
+            suspended_push(server)
             # The janitor runs every 200 ms: wait (bounded) for one counted run.
             deadline = time.monotonic() + 20
             while True:

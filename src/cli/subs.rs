@@ -324,8 +324,33 @@ fn row(sub: &Value) -> Vec<String> {
         sub["ordering"].as_str().unwrap_or("none").to_owned(),
         delivery(sub)
             + if sub["filter"].is_object() { ", filtered" } else { "" }
-            + if sub["state"] == "paused" { ", paused" } else { "" },
+            + match sub["state"].as_str() {
+                Some("paused") => ", paused",
+                Some("suspended") => ", suspended",
+                _ => "",
+            },
     ]
+}
+
+/// A push subscription's flow state for people: `push: in-flight limit 2 of 8, …`.
+fn delivery_line(sub: &Value) -> Option<String> {
+    let d = sub.get("delivery").filter(|d| d.is_object())?;
+    let mut line = format!(
+        "push: in-flight limit {} of {}",
+        d["in_flight_limit"].as_u64().unwrap_or_default(),
+        sub["push"]["max_in_flight"].as_u64().unwrap_or_default()
+    );
+    if let Some(until) = d["retry_after_until_ms"].as_i64() {
+        line += &format!(", nothing sent before {until} (Retry-After)");
+    }
+    match d["consecutive_failures"].as_u64() {
+        Some(0) | None => {}
+        Some(n) => line += &format!(", {n} failed attempts in a row"),
+    }
+    if let Some(since) = d["suspended_since_ms"].as_i64() {
+        line += &format!(", suspended since {since} (one probe a minute)");
+    }
+    Some(line)
 }
 
 /// A subscription's description for people: what it is, its backlog, then per partition.
@@ -337,8 +362,15 @@ fn print_description(sub: &Value) {
         sub["topic"].as_str().unwrap_or_default(),
         sub["name"].as_str().unwrap_or_default(),
         summary(sub),
-        if sub["state"] == "paused" { "  PAUSED" } else { "" }
+        match sub["state"].as_str() {
+            Some("paused") => "  PAUSED",
+            Some("suspended") => "  SUSPENDED",
+            _ => "",
+        }
     );
+    if let Some(line) = delivery_line(sub) {
+        say!("{line}");
+    }
     let unscanned = backlog.get("unscanned").and_then(Value::as_u64).map(|u| format!(", {u} unscanned"));
     say!(
         "backlog: {} visible, {} in flight, {} delayed, {} dead, {} expired, {} filtered{}",
@@ -372,4 +404,29 @@ fn print_description(sub: &Value) {
         })
         .collect();
     print_table(&header, &rows);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_push_subscription_s_flow_state_reads_as_one_line() {
+        let sub = |delivery: Value| json!({"push": {"max_in_flight": 8}, "delivery": delivery});
+        let cases = [
+            (json!({"in_flight_limit": 8, "consecutive_failures": 0}), "push: in-flight limit 8 of 8"),
+            (
+                json!({"in_flight_limit": 2, "retry_after_until_ms": 1767225630000_i64, "consecutive_failures": 3}),
+                "push: in-flight limit 2 of 8, nothing sent before 1767225630000 (Retry-After), 3 failed attempts in a row",
+            ),
+            (
+                json!({"in_flight_limit": 1, "consecutive_failures": 25, "suspended_since_ms": 5}),
+                "push: in-flight limit 1 of 8, 25 failed attempts in a row, suspended since 5 (one probe a minute)",
+            ),
+        ];
+        for (delivery, want) in cases {
+            assert_eq!(delivery_line(&sub(delivery)).as_deref(), Some(want));
+        }
+        assert_eq!(delivery_line(&json!({"push": null})), None, "a pull subscription has none");
+    }
 }

@@ -257,6 +257,10 @@ describe('the dashboard', () => {
       await text(push.getByTestId('push-failed')) === '1' && Number(await text(push.getByTestId('push-succeeded'))) >= 1);
     assert.match(await text(push.getByTestId('push-last-error')), /HTTP 500/);
     await eventually('a healthy target', async () => await text(push.getByTestId('push-health')) === 'ok');
+    // A 500 does not slow a target down (a 429, a 503 or a timeout would): the limit is its ceiling.
+    const { push: target, delivery } = await call('GET', sub('webhook'));
+    assert.equal(delivery.in_flight_limit, target.max_in_flight);
+    assert.equal(await text(push.getByTestId('push-in-flight-limit')), `${target.max_in_flight} / ${target.max_in_flight}`);
   });
 
   it('pauses a subscription, which then delivers nothing, and resumes it', async () => {

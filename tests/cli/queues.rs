@@ -139,6 +139,8 @@ fn given_subs_create_flags_then_the_subscription_has_those_settings() {
         listed.lines().any(|l| l.starts_with("hooks") && l.ends_with("push to http://127.0.0.1:9/hooks")),
         "{listed}"
     );
+    let described = ok(&server, &["subs", "describe", "orders", "hooks", "-o", "text"], None);
+    assert_eq!(described.lines().nth(1), Some("push: in-flight limit 4 of 4"), "{described}");
     let bad = sluice(&server, &["subs", "create", "orders", "x", "--filter", "{not json"], None);
     assert_eq!(bad.status.code(), Some(1));
     assert!(stderr(&bad).starts_with("error: --filter is not JSON"), "{}", stderr(&bad));

@@ -72,6 +72,15 @@ pub const SUB_OLDEST_AGE: &str = "sluice_subscription_oldest_visible_age_seconds
 /// A push subscription's deliveries so far by `topic`, `subscription`, `outcome`
 /// (`succeeded`, `failed`): every dispatcher's, a running total kept by the store.
 pub const PUSH_DELIVERIES: &str = "sluice_push_deliveries";
+/// Push subscriptions suspended (their endpoint kept failing), by `topic`, `subscription`.
+pub const PUSH_SUSPENSIONS: &str = "sluice_push_suspensions_total";
+/// Suspended push subscriptions resumed by a delivered probe, by `topic`, `subscription`.
+pub const PUSH_RESUMPTIONS: &str = "sluice_push_resumptions_total";
+/// 1 while a push subscription is suspended, 0 otherwise, by `topic`, `subscription`.
+pub const SUB_SUSPENDED: &str = "sluice_subscription_suspended";
+/// A push subscription's in-flight limit in use (adaptive, at most `max_in_flight`), by
+/// `topic`, `subscription`.
+pub const PUSH_IN_FLIGHT_LIMIT: &str = "sluice_push_in_flight_limit";
 
 /// Messages received, by `topic`, `subscription`.
 pub const RECEIVED: &str = "sluice_messages_received_total";
@@ -106,7 +115,7 @@ pub const SAMPLE_ERRORS: &str = "sluice_state_sample_errors_total";
 /// Registers each metric's unit and help text with the installed recorder: Prometheus
 /// prints them as `# HELP`, CloudWatch takes the unit.
 pub fn describe() {
-    let counters: [(&'static str, Unit, &'static str); 18] = [
+    let counters: [(&'static str, Unit, &'static str); 20] = [
         (HTTP_REQUESTS, Unit::Count, "HTTP requests answered, by route, method and status"),
         (PUBLISH_REQUESTS, Unit::Count, "Publish requests by topic and outcome (ok, rejected, failed)"),
         (EVENTS_PUBLISHED, Unit::Count, "Events acknowledged to publishers"),
@@ -120,6 +129,8 @@ pub fn describe() {
         (NACKED, Unit::Count, "Messages given back"),
         (DEAD_LETTERED, Unit::Count, "Messages moved to the dead-letter queue"),
         (REDRIVEN, Unit::Count, "Dead letters sent back to their queue"),
+        (PUSH_SUSPENSIONS, Unit::Count, "Push subscriptions suspended because their endpoint kept failing"),
+        (PUSH_RESUMPTIONS, Unit::Count, "Suspended push subscriptions resumed by a delivered probe"),
         (JANITOR_RUNS, Unit::Count, "Janitor passes by outcome"),
         (JANITOR_SEGMENTS_EXPIRED, Unit::Count, "Segments retention removed"),
         (JANITOR_SEGMENTS_MERGED, Unit::Count, "Segments compaction merged"),
@@ -129,7 +140,7 @@ pub fn describe() {
     for (name, unit, help) in counters {
         describe_counter!(name, unit, help);
     }
-    let gauges: [(&'static str, Unit, &'static str); 14] = [
+    let gauges: [(&'static str, Unit, &'static str); 16] = [
         (HIGH_WATERMARK, Unit::Count, "A partition's next offset"),
         (LOG_START, Unit::Count, "A partition's first readable offset"),
         (TOPIC_BYTES, Unit::Bytes, "Bytes a topic's partitions hold"),
@@ -143,6 +154,8 @@ pub fn describe() {
         (SUB_MESSAGES, Unit::Count, "A subscription's messages by state"),
         (SUB_OLDEST_AGE, Unit::Seconds, "Age of a subscription's oldest visible message"),
         (SUB_PAUSED, Unit::Count, "1 while a subscription is paused"),
+        (SUB_SUSPENDED, Unit::Count, "1 while a push subscription is suspended"),
+        (PUSH_IN_FLIGHT_LIMIT, Unit::Count, "A push subscription's adaptive in-flight limit in use"),
         (SAMPLE_TRUNCATED, Unit::Count, "1 when the last state sample stopped at its bounds"),
     ];
     for (name, unit, help) in gauges {

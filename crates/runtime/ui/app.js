@@ -252,7 +252,7 @@ function subscriptionCard(sub) {
       stat('expired', b.expired), stat('filtered', b.filtered),
       stat('oldest visible', duration(b.oldest_visible_age_ms), 'sub-oldest'),
       sub.exact ? null : h('span', { class: 'pill warn', title: 'counts changed while being read' }, 'inexact')),
-    sub.push ? pushStatus(sub.push, state.push.get(subKey(sub))?.health) : null,
+    sub.push ? pushStatus(sub.push, sub.delivery, state.push.get(subKey(sub))?.health) : null,
     lineChart('backlog-chart', BACKLOG_SERIES.map(([field, name, color]) => ({
       name, color, points: points.map((p) => ({ t: p.t, v: p[field] })),
     }))));
@@ -270,8 +270,8 @@ async function pauseOrResume(sub) {
   await refresh();
 }
 
-/** A push target, how it is doing, its deliveries so far and its last error. */
-function pushStatus(push, health = 'idle') {
+/** A push target, how it is doing, its deliveries so far, its flow state and its last error. */
+function pushStatus(push, delivery, health = 'idle') {
   const d = push.deliveries;
   return h('div', { class: `push-status ${health}`, dataset: { testid: 'push-status' } },
     h('span', { class: 'health', dataset: { testid: 'push-health' } }, health),
@@ -279,6 +279,14 @@ function pushStatus(push, health = 'idle') {
     stat('attempted', d.attempted, 'push-attempted'),
     stat('succeeded', d.succeeded, 'push-succeeded'),
     stat('failed', d.failed, 'push-failed'),
+    delivery ? stat('in-flight limit', `${delivery.in_flight_limit} / ${push.max_in_flight}`, 'push-in-flight-limit') : null,
+    delivery?.retry_after_until_ms
+      ? stat('Retry-After', `until ${new Date(delivery.retry_after_until_ms).toLocaleTimeString()}`, 'push-retry-after')
+      : null,
+    delivery?.suspended_since_ms
+      ? h('span', { class: 'pill warn', dataset: { testid: 'push-suspended' } },
+        `suspended ${ago(delivery.suspended_since_ms)}: one probe a minute`)
+      : null,
     push.last_error
       ? h('span', { class: 'error-text', dataset: { testid: 'push-last-error' } },
         `last error ${ago(push.last_error_ms)}: ${push.last_error}`)

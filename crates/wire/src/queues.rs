@@ -26,7 +26,8 @@ pub struct Subscription {
     /// Per partition, where the subscription started.
     pub start_offsets: Vec<u64>,
     pub created_ms: i64,
-    /// Whether it delivers: `paused` by `POST …/pause` until `POST …/resume`.
+    /// Whether it delivers: `paused` by `POST …/pause` until `POST …/resume`; `suspended`
+    /// (push, in a description) while its endpoint keeps failing.
     #[serde(default)]
     pub state: SubscriptionState,
 }
@@ -41,6 +42,40 @@ pub enum SubscriptionState {
     Active,
     /// Keeps counting the log's events; delivers nothing until resumed.
     Paused,
+    /// A push subscription whose endpoint kept failing (`push.suspend_after`): one probe
+    /// batch a minute until one is delivered, which makes it active again.
+    Suspended,
+}
+
+/// When a push subscription is suspended: after `failures` failed attempts in a row, the
+/// first at least `spanning_ms` before the last (default 20 over 5 minutes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SuspendAfter {
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 10000))]
+    pub failures: u32,
+    #[cfg_attr(feature = "openapi", schema(maximum = 604800000))]
+    pub spanning_ms: u64,
+}
+
+/// A push subscription's flow control and endpoint health, as a description shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PushDelivery {
+    /// Batches that may be out at once now: halved by a 429, a 503 or a timeout, one more
+    /// per delivered batch, at most `push.max_in_flight` (1 while suspended).
+    pub in_flight_limit: u32,
+    /// No batch is sent before this time (a `Retry-After` of the endpoint).
+    #[cfg_attr(feature = "openapi", schema(required = true, nullable))]
+    pub retry_after_until_ms: Option<i64>,
+    /// Failed attempts in a row, and when the first of them was answered.
+    pub consecutive_failures: u32,
+    #[cfg_attr(feature = "openapi", schema(required = true, nullable))]
+    pub failing_since_ms: Option<i64>,
+    /// Since when the subscription is suspended (null when it is not).
+    #[cfg_attr(feature = "openapi", schema(required = true, nullable))]
+    pub suspended_since_ms: Option<i64>,
 }
 
 /// A push target as shown: its secret only in the answer that created it.
@@ -52,6 +87,10 @@ pub struct Push {
     pub max_batch: u32,
     pub timeout_ms: u64,
     pub max_in_flight: u32,
+    /// When the subscription is suspended (always shown by this version; absent from older).
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub suspend_after: Option<SuspendAfter>,
     /// The signing secret: only in the answer that created the subscription.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub secret: Option<String>,
@@ -101,6 +140,9 @@ pub struct SubscriptionDescription {
     pub created_ms: i64,
     #[serde(default)]
     pub state: SubscriptionState,
+    /// A push subscription's flow control and endpoint health (push subscriptions only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<PushDelivery>,
     pub backlog: Backlog,
     /// Every partition's counts are of one moment.
     pub exact: bool,
@@ -433,7 +475,10 @@ pub struct PushTarget {
     pub lambda: Option<String>,
     pub max_batch: Option<u32>,
     pub timeout_ms: Option<u64>,
+    /// The ceiling of the adaptive in-flight limit: 1 to 100 (default 4).
     pub max_in_flight: Option<u32>,
+    /// When to suspend the subscription (default `{"failures": 20, "spanning_ms": 300000}`).
+    pub suspend_after: Option<SuspendAfter>,
 }
 
 /// A receive; an empty body means all defaults.
@@ -503,4 +548,38 @@ pub struct RedriveRequest {
 
 fn one() -> usize {
     1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a client reads of a suspended push subscription's description.
+    #[test]
+    fn a_suspended_push_subscription_s_description_reads_with_its_flow_state() {
+        let answer = serde_json::json!({
+            "topic": "orders", "name": "hook", "start": "earliest", "visibility_timeout_ms": 30000,
+            "max_receive_count": 5, "ordering": "none", "delay_ms": 0, "redelivery_backoff_ms": null,
+            "filter": null, "start_offsets": [0], "created_ms": 1, "state": "suspended",
+            "push": {"url": "https://example.com/", "lambda": null, "max_batch": 10, "timeout_ms": 10000,
+                     "max_in_flight": 4, "suspend_after": {"failures": 20, "spanning_ms": 300000},
+                     "deliveries": {"attempted": 20, "succeeded": 0, "failed": 20},
+                     "last_error": "HTTP 500", "last_error_ms": 9},
+            "delivery": {"in_flight_limit": 1, "retry_after_until_ms": null, "consecutive_failures": 20,
+                         "failing_since_ms": 2, "suspended_since_ms": 9},
+            "backlog": {"visible": 0, "in_flight": 0, "delayed": 3, "dead": 0, "expired": 0, "filtered": 0,
+                        "unscanned": 0, "oldest_visible_age_ms": null},
+            "exact": true, "partitions": []
+        });
+        let d: SubscriptionDescription = serde_json::from_value(answer).unwrap();
+        assert_eq!(d.state, SubscriptionState::Suspended);
+        let delivery = d.delivery.expect("delivery");
+        assert_eq!((delivery.in_flight_limit, delivery.suspended_since_ms), (1, Some(9)));
+        let push = d.push.expect("push");
+        assert_eq!(push.suspend_after, Some(SuspendAfter { failures: 20, spanning_ms: 300_000 }));
+        // An older server's answer (no flow state) still reads.
+        let old = serde_json::json!({"url": null, "lambda": "f", "max_batch": 1, "timeout_ms": 1000,
+            "max_in_flight": 1, "last_error": null, "last_error_ms": null});
+        assert_eq!(serde_json::from_value::<Push>(old).unwrap().suspend_after, None);
+    }
 }

@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use metrics::{counter, gauge, histogram, Label};
 use sluice_core::metrics as m;
-use sluice_core::queues::SubscriptionDescription;
+use sluice_core::queues::{SubscriptionDescription, SubscriptionState};
 use sluice_core::Error;
 
 use crate::App;
@@ -204,8 +204,14 @@ fn sample_subscription(d: &SubscriptionDescription, g: &mut Gauges) {
     g.set(m::SUB_FILTERED, &labels, b.filtered as f64);
     g.set(m::SUB_EXPIRED, &labels, b.expired as f64);
     g.set(m::SUB_OLDEST_AGE, &labels, b.oldest_visible_age_ms.unwrap_or(0) as f64 / 1000.0);
-    g.set(m::SUB_PAUSED, &labels, if d.subscription.state.is_active() { 0.0 } else { 1.0 });
+    let paused = d.subscription.state == SubscriptionState::Paused;
+    g.set(m::SUB_PAUSED, &labels, if paused { 1.0 } else { 0.0 });
     if let Some(pushed) = &d.deliveries {
+        let flow = pushed.flow.clone().unwrap_or_default();
+        let suspended = flow.suspended_since_ms.is_some();
+        g.set(m::SUB_SUSPENDED, &labels, if suspended { 1.0 } else { 0.0 });
+        let ceiling = d.subscription.spec.push.as_ref().map_or(1, |p| p.max_in_flight);
+        g.set(m::PUSH_IN_FLIGHT_LIMIT, &labels, flow.limit(ceiling) as f64);
         for (outcome, n) in [("succeeded", pushed.succeeded), ("failed", pushed.failed)] {
             g.set(
                 m::PUSH_DELIVERIES,

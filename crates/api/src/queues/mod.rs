@@ -329,6 +329,20 @@ mod tests {
             (
                 Method::PUT,
                 other.into(),
+                Some(r#"{"push": {"url": "http://a", "suspend_after": {"failures": 0, "spanning_ms": 0}}}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_push",
+            ),
+            (
+                Method::PUT,
+                other.into(),
+                Some(r#"{"push": {"lambda": "f", "suspend_after": {"failures": 3}}}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_push",
+            ),
+            (
+                Method::PUT,
+                other.into(),
                 Some(r#"{"push": {"url": "http://a", "colour": "red"}}"#),
                 StatusCode::BAD_REQUEST,
                 "invalid_push",
@@ -620,16 +634,23 @@ mod tests {
         let described = ok(&app, Method::GET, SUB, None).await;
         assert_eq!(described["push"].get("secret"), None);
         assert_eq!(described["push"]["deliveries"], json!({"attempted": 0, "succeeded": 0, "failed": 0}));
+        assert_eq!(described["push"]["suspend_after"], json!({"failures": 20, "spanning_ms": 300000}));
+        assert_eq!(described["state"], "active");
+        let delivery = json!({"in_flight_limit": 4, "retry_after_until_ms": null, "consecutive_failures": 0,
+            "failing_since_ms": null, "suspended_since_ms": null});
+        assert_eq!(described["delivery"], delivery, "a push subscription's flow state, at its ceiling");
         assert_eq!(described["backlog"]["filtered"], 0);
         assert!(!described.to_string().contains(&secret));
         let listed = ok(&app, Method::GET, "/v1/topics/jobs/subscriptions", None).await;
         assert!(!listed.to_string().contains(&secret));
         let (status, refused) = call(&app, Method::POST, &format!("{SUB}/receive"), None).await;
         assert_eq!((status, &refused["error"]["code"]), (StatusCode::CONFLICT, &json!("push_subscription")));
-        let given = r#"{"push": {"lambda": "arn:aws:lambda:eu-west-1:123456789012:function:f"}}"#;
+        let given = r#"{"push": {"lambda": "arn:aws:lambda:eu-west-1:123456789012:function:f",
+            "suspend_after": {"failures": 5, "spanning_ms": 60000}}}"#;
         let (status, lambda) = call(&app, Method::PUT, "/v1/topics/jobs/subscriptions/fn", Some(given)).await;
         assert_eq!(status, StatusCode::CREATED, "{lambda}");
         assert_eq!(lambda["push"]["lambda"], "arn:aws:lambda:eu-west-1:123456789012:function:f");
         assert_eq!(lambda["push"].get("secret"), None);
+        assert_eq!(lambda["push"]["suspend_after"], json!({"failures": 5, "spanning_ms": 60000}));
     }
 }

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use sluice_core::queues::{
     Backlog, Backoff, Ordering, PushPatch, PushSpec, PushTarget, Queues, StartAt, Subscription, SubscriptionPatch,
-    SubscriptionSpec,
+    SubscriptionSpec, SuspendAfter,
 };
 use sluice_core::Code;
 
@@ -68,7 +68,7 @@ fn backoff(raw: Value) -> Result<Backoff, ApiError> {
 
 fn push(raw: Value) -> Result<PushSpec, ApiError> {
     let invalid = |m: String| ApiError::bad_request(Code::InvalidPush, m);
-    let shape = r#"push must be {"url": "https://…", "secret"?, "max_batch"?, "timeout_ms"?, "max_in_flight"?} or {"lambda": "<function>", "max_batch"?, "max_in_flight"?}"#;
+    let shape = r#"push must be {"url": "https://…", "secret"?, "max_batch"?, "timeout_ms"?, "max_in_flight"?, "suspend_after"?} or {"lambda": "<function>", "max_batch"?, "max_in_flight"?, "suspend_after"?}"#;
     let req: Push = serde_json::from_value(raw).map_err(|e| invalid(format!("{shape}: {e}")))?;
     let mut spec = match (req.url, req.lambda, req.secret) {
         (Some(url), None, secret) => PushSpec::url(url, secret),
@@ -79,6 +79,7 @@ fn push(raw: Value) -> Result<PushSpec, ApiError> {
     spec.max_batch = req.max_batch.unwrap_or(spec.max_batch);
     spec.timeout_ms = req.timeout_ms.unwrap_or(spec.timeout_ms);
     spec.max_in_flight = req.max_in_flight.unwrap_or(spec.max_in_flight);
+    spec.suspend_after = req.suspend_after.map(|s| SuspendAfter { failures: s.failures, spanning_ms: s.spanning_ms });
     Ok(spec)
 }
 
@@ -91,6 +92,8 @@ fn push_json(p: &PushSpec) -> Value {
     out["max_batch"] = json!(p.max_batch);
     out["timeout_ms"] = json!(p.timeout_ms);
     out["max_in_flight"] = json!(p.max_in_flight);
+    let suspend = p.suspend_after();
+    out["suspend_after"] = json!({ "failures": suspend.failures, "spanning_ms": suspend.spanning_ms });
     out
 }
 
@@ -188,6 +191,15 @@ async fn described(queues: &Queues, topic: &str, sub: &str) -> Result<Json<Value
             json!({ "attempted": stats.attempted, "succeeded": stats.succeeded, "failed": stats.failed });
         out["push"]["last_error"] = json!(stats.last_error);
         out["push"]["last_error_ms"] = json!(stats.last_error_ms);
+        let flow = stats.flow.clone().unwrap_or_default();
+        let ceiling = d.subscription.spec.push.as_ref().map_or(1, |p| p.max_in_flight);
+        out["delivery"] = json!({
+            "in_flight_limit": flow.limit(ceiling),
+            "retry_after_until_ms": flow.not_before_ms.filter(|t| *t > queues.log().clock().now_ms()),
+            "consecutive_failures": flow.failures,
+            "failing_since_ms": flow.failing_since_ms,
+            "suspended_since_ms": flow.suspended_since_ms,
+        });
     }
     out["partitions"] = d
         .partitions

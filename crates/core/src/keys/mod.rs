@@ -187,7 +187,7 @@ pub const ITEM_KINDS: &[ItemKind] = &[
         deleted_by: "receive, ack, bury, subscription purge",
     },
     ItemKind {
-        name: "push delivery counts and last error (partition 0 only)",
+        name: "push delivery counts, last error and flow state (partition 0 only)",
         pk: "q#<sub>#<p>",
         sk: "s",
         value: "PushStatsRecord",
@@ -207,7 +207,7 @@ pub const ITEM_KINDS: &[ItemKind] = &[
         pk: "dlq#<sub>#<p>",
         sk: "<offset>",
         value: "DeadRecord",
-        written_by: "receive (bury)",
+        written_by: "receive (bury), dispatcher (bury on a 410)",
         deleted_by: "DLQ delete, redrive, purge; subscription purge",
     },
     ItemKind {

@@ -40,9 +40,13 @@ pub enum Answer {
         /// The answer's first [`MAX_ANSWER_BYTES`].
         body: Vec<u8>,
     },
-    /// No answer: a timeout, a refused or failed connection, a refused destination.
+    /// No answer: a timeout (its reason exactly [`TIMED_OUT`]: flow control halves the
+    /// in-flight limit for it), a refused or failed connection, a refused destination.
     Failed(String),
 }
+
+/// The reason of an [`Answer::Failed`] that ran out of its `timeout_ms`.
+pub const TIMED_OUT: &str = "timed out";
 
 /// Sends deliveries. Contract: one attempt per call (never retried by the adapter), ended
 /// by `timeout_ms`; redirects not followed (a 3xx is an answer); at most

@@ -11,8 +11,9 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
+use super::flow::Flows;
 use super::lease::{self, Claim, Release, Renewal, RunLease};
-use super::{judge, webhook, DEFAULT_BACKOFF};
+use super::{judge, webhook, DEFAULT_BACKOFF, GONE};
 use crate::mutation::Mutation;
 use crate::ports::deliver::{Deliver, Delivery, Destination};
 use crate::queues::{secret_key, Message, PushStatsRecord, PushSubscription, PushTarget, Queues, ReceiveRequest};
@@ -103,11 +104,13 @@ pub struct Dispatcher {
     deliver: Arc<dyn Deliver>,
     /// Counts not yet added to the store, by subscription id.
     stats: Arc<Mutex<BTreeMap<u64, (PushSubscription, PushStatsRecord)>>>,
+    /// Each subscription's in-flight limit, `Retry-After` and health.
+    flows: Flows,
 }
 
 impl Dispatcher {
     pub fn new(queues: Queues, deliver: Arc<dyn Deliver>) -> Self {
-        Self { queues, deliver, stats: Arc::default() }
+        Self { queues, deliver, stats: Arc::default(), flows: Flows::default() }
     }
 
     /// The time on the dispatcher's clock.
@@ -190,11 +193,19 @@ impl Dispatcher {
         let answer = self.deliver.deliver(&delivery).await;
         let ids: Vec<String> =
             messages.iter().map(|m| webhook::message_id(&sub.topic, m.event.partition, m.event.offset)).collect();
+        self.flows.settle_answer(sub, &answer, self.now_ms());
         let verdict = judge(&answer, &ids);
         if let Some(error) = &verdict.error {
             tracing::warn!(topic = %sub.topic, subscription = %sub.name, delivery = %id, error, "push delivery failed");
         }
         self.count(sub, &verdict.failed, messages.len(), verdict.error.clone());
+        if verdict.gone {
+            let receipts: Vec<String> = messages.into_iter().map(|m| m.receipt).collect();
+            for chunk in receipts.chunks(crate::queues::MAX_BURIED_PER_CALL) {
+                self.queues.dead_letter(&sub.topic, &sub.name, chunk, GONE).await?;
+            }
+            return Ok((verdict.failed.len(), Vec::new()));
+        }
         let mut acks = Vec::new();
         let mut releases: BTreeMap<u64, Vec<String>> = BTreeMap::new();
         for (m, id) in messages.into_iter().zip(&ids) {
@@ -233,6 +244,7 @@ impl Dispatcher {
             s.last_error = error;
             s.last_error_ms = Some(now);
         }
+        s.flow = Some(self.flows.record(sub.id));
     }
 
     /// Adds the counts kept since the last flush to the store.
@@ -314,6 +326,7 @@ impl Dispatcher {
             Claim::Held(lease) => Arc::new(tokio::sync::Mutex::new(lease)),
             Claim::Busy => return none,
         };
+        self.flows.adopt(sub.id, self.queues.push_flow(sub).await?);
         let mut total = Drained::default();
         loop {
             let (drained, error) = self.drain_sub(sub, deadline_ms, &lease).await;
@@ -395,7 +408,8 @@ impl Dispatcher {
                 biased;
                 Some(()) = taken.recv() => {
                     // Unjoined workers count, ended or not: never more than max_in_flight.
-                    if first_error.is_none() && workers.len() < sub.push.max_in_flight as usize {
+                    let limit = self.flows.limit(sub.id, sub.push.max_in_flight);
+                    if first_error.is_none() && workers.len() < limit as usize {
                         self.spawn_worker(&mut workers, sub, deadline_ms, lease, &found);
                     }
                 }
@@ -443,6 +457,8 @@ impl Dispatcher {
             if !self.keep_lease(sub, lease, deadline_ms).await? {
                 break;
             }
+            // Received only once it can be sent: waiting spends no receive count.
+            let Ok(_slot) = self.flows.try_start(sub.id, self.now_ms(), sub.push.max_in_flight) else { break };
             let messages = match self.receive_acking(sub, std::mem::take(&mut acks)).await {
                 Ok(m) if m.is_empty() => return Ok(done),
                 Ok(m) => m,
@@ -481,6 +497,14 @@ impl Dispatcher {
         self.queues.ack_and_receive_for_push(sub, &acks, &self.receive_request(sub, 0)).await
     }
 
+    /// Takes up the stored flow state of `sub` (its limit, a `Retry-After`, a suspension).
+    async fn adopt_flow(&self, sub: &PushSubscription) {
+        match self.queues.push_flow(sub).await {
+            Ok(stored) => self.flows.adopt(sub.id, stored),
+            Err(e) => tracing::warn!(subscription = %sub.name, error = %e, "push flow state not read"),
+        }
+    }
+
     /// Runs until `stop` turns true: the embedded dispatcher. Looks for push subscriptions
     /// every second and gives each its workers; a worker stops when its subscription is
     /// deleted. On stop, receives end their wait at once, and what they took and deliveries
@@ -500,6 +524,9 @@ impl Dispatcher {
                         !set.is_empty()
                     });
                     for sub in subs {
+                        if !workers.contains_key(&sub.id) {
+                            self.adopt_flow(&sub).await;
+                        }
                         workers.entry(sub.id).or_insert_with(|| {
                             let mut set = JoinSet::new();
                             for _ in 0..sub.push.max_in_flight {
@@ -528,8 +555,13 @@ impl Dispatcher {
     /// One worker of the embedded dispatcher. On stop, a receive under way ends its wait but
     /// not its take: what it took is delivered and settled, not dropped with its receive
     /// counts spent (it would have been held, undelivered, until its window ended).
-    async fn work(&self, sub: PushSubscription, stop: watch::Receiver<bool>) {
+    async fn work(&self, sub: PushSubscription, mut stop: watch::Receiver<bool>) {
+        let clock = self.queues.log().clock().clone();
         loop {
+            // Received only once it can be sent: waiting spends no receive count.
+            let Some(_slot) = self.flows.start(sub.id, sub.push.max_in_flight, clock.as_ref(), &mut stop).await else {
+                return;
+            };
             let received = self.receive_until(&sub, IDLE_WAIT_MS, Some(&stop)).await;
             let outcome = match received {
                 // Paused since listed: the worker ends (its takes grant nothing); a resume lists it again.

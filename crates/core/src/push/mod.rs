@@ -2,9 +2,9 @@
 //! subscription's messages are received by a dispatcher, not by clients, sent to its
 //! target in signed batches ([`webhook`]), and settled by the target's answer: a 2xx acks
 //! the batch except the items its `batchItemFailures` names (Lambda's partial-batch
-//! convention); anything else, a timeout or no connection releases the batch, visible
-//! again after the subscription's redelivery backoff (a `Retry-After` of a 429 or 503
-//! instead). The queue does the rest as for a pull subscription: one holder per
+//! convention); a `410 Gone` dead-letters the batch at once (reason [`GONE`]); anything
+//! else, a timeout or no connection releases the batch, visible again after the
+//! subscription's redelivery backoff (a `Retry-After` of a 429 or 503 instead). The queue does the rest as for a pull subscription: one holder per
 //! visibility window, a key's messages one batch at a time, the DLQ after
 //! `max_receive_count` deliveries, redrive.
 //!
@@ -16,10 +16,15 @@
 //! The [`Dispatcher`] runs embedded (`run`: long-polling receives, woken by commits and
 //! due times) or in a function (`drain`: until nothing is left or its deadline).
 //!
+//! Flow control and endpoint health ([`flow`]): an adaptive in-flight limit under
+//! `max_in_flight`, `Retry-After` honoured for the whole subscription, and suspension of an
+//! endpoint that keeps failing.
+//!
 //! A delivery carries its batch's W3C trace context as request headers ([`crate::trace`]), so a
 //! target's spans join the producer's trace.
 
 mod dispatch;
+pub mod flow;
 pub mod lease;
 pub mod webhook;
 
@@ -33,6 +38,9 @@ use crate::queues::Backoff;
 /// The backoff of a push subscription that set none: a failing target is not hammered.
 pub const DEFAULT_BACKOFF: Backoff = Backoff::Exponential { initial_ms: 1_000, max_ms: 60_000, multiplier: 2 };
 
+/// The dead-letter reason of a batch its target answered `410 Gone`.
+pub const GONE: &str = "gone";
+
 /// What an attempt's answer means for its messages.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Verdict {
@@ -42,6 +50,9 @@ pub struct Verdict {
     pub retry_after_ms: Option<u64>,
     /// Why the attempt (or some items) failed.
     pub error: Option<String>,
+    /// The target answered `410 Gone`: it will never take these messages, so they go to
+    /// the dead-letter queue at once (reason [`GONE`]) instead of being delivered again.
+    pub gone: bool,
 }
 
 /// Judges an attempt's answer for the messages `ids` it carried.
@@ -50,13 +61,17 @@ pub fn judge(answer: &Answer, ids: &[String]) -> Verdict {
         failed: ids.iter().cloned().collect(),
         retry_after_ms,
         error: Some(error),
+        gone: false,
     };
     match answer {
         Answer::Failed(reason) => all(reason.clone(), None),
         Answer::Status { status, retry_after_ms, body } if !(200..300).contains(status) => {
+            // Capped as flow control caps it: the batch waits no longer than the subscription.
             let honoured = matches!(status, 429 | 503).then_some(*retry_after_ms).flatten();
+            let honoured = honoured.map(|ms| ms.min(flow::MAX_RETRY_AFTER_MS));
             let snippet: String = String::from_utf8_lossy(body).chars().take(200).collect();
-            all(format!("HTTP {status}: {snippet}").trim_end_matches(": ").to_owned(), honoured)
+            let verdict = all(format!("HTTP {status}: {snippet}").trim_end_matches(": ").to_owned(), honoured);
+            Verdict { gone: *status == 410, ..verdict }
         }
         Answer::Status { body, .. } => match item_failures(body) {
             Ok(failed) if failed.is_empty() => Verdict::default(),
@@ -65,7 +80,7 @@ pub fn judge(answer: &Answer, ids: &[String]) -> Verdict {
                 Some(unknown) => all(format!("batchItemFailures names {unknown:?}, not in the batch"), None),
                 None => {
                     let error = Some(format!("{} of {} messages failed (batchItemFailures)", failed.len(), ids.len()));
-                    Verdict { failed, retry_after_ms: None, error }
+                    Verdict { failed, retry_after_ms: None, error, gone: false }
                 }
             },
             Err(e) => all(e, None),
@@ -118,13 +133,20 @@ mod tests {
             (ok(r#"{"batchItemFailures": "t/0/2"}"#), vec!["t/0/1", "t/0/2"], None),
             (Answer::Status { status: 500, retry_after_ms: Some(9), body: vec![] }, vec!["t/0/1", "t/0/2"], None),
             (Answer::Status { status: 503, retry_after_ms: Some(9), body: vec![] }, vec!["t/0/1", "t/0/2"], Some(9)),
+            (
+                Answer::Status { status: 429, retry_after_ms: Some(u64::MAX), body: vec![] },
+                vec!["t/0/1", "t/0/2"],
+                Some(flow::MAX_RETRY_AFTER_MS),
+            ),
             (Answer::Status { status: 429, retry_after_ms: None, body: vec![] }, vec!["t/0/1", "t/0/2"], None),
             (Answer::Status { status: 302, retry_after_ms: None, body: vec![] }, vec!["t/0/1", "t/0/2"], None),
             (Answer::Failed("timed out".into()), vec!["t/0/1", "t/0/2"], None),
+            (Answer::Status { status: 410, retry_after_ms: Some(9), body: vec![] }, vec!["t/0/1", "t/0/2"], None),
         ];
         for (answer, want, retry) in cases {
             let v = judge(&answer, &ids);
             assert_eq!(failed(&v), want, "{answer:?}");
+            assert_eq!(v.gone, matches!(answer, Answer::Status { status: 410, .. }), "{answer:?}");
             assert_eq!(v.retry_after_ms, retry, "{answer:?}");
             assert_eq!(v.error.is_some(), !want.is_empty(), "{answer:?}");
         }

@@ -162,6 +162,9 @@ impl Queues {
                 stats.last_error.clone_from(&add.last_error);
                 stats.last_error_ms = add.last_error_ms;
             }
+            if add.flow.is_some() {
+                stats.flow.clone_from(&add.flow);
+            }
             let ops = vec![
                 WriteOp::Check {
                     key: crate::keys::subscription_key(current.topic.id, &current.name),
@@ -175,6 +178,12 @@ impl Queues {
             }
         }
         Err(contended(&sub.name))
+    }
+
+    /// The flow state last stored for `sub` (`crate::push::flow`), if any: one read.
+    pub async fn push_flow(&self, sub: &PushSubscription) -> Result<Option<FlowRecord>, Error> {
+        let Some(item) = self.store().get(&push_stats_key(sub.id)).await? else { return Ok(None) };
+        Ok(layout::decode::<PushStatsRecord>("push stats", &item.value)?.flow)
     }
 
     /// The subscription's delivery counts, if it is a push subscription.

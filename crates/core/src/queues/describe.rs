@@ -1,4 +1,5 @@
-//! Describing a subscription: its backlog, exact when two reads agree.
+//! Describing a subscription: its backlog, exact when two reads agree; a push
+//! subscription's deliveries, flow state, and its suspension (shown as its `state` unless paused).
 
 use super::*;
 
@@ -100,8 +101,20 @@ impl Queues {
             });
         }
         total.oldest_visible_age_ms = oldest.map(|t| now.saturating_sub(t).max(0) as u64);
-        let deliveries = self.push_stats(&sub).await?;
-        Ok(SubscriptionDescription { subscription: sub.describe(), backlog: total, partitions, exact, deliveries })
+        let (subscription, deliveries) = self.shown(&sub).await?;
+        Ok(SubscriptionDescription { subscription, backlog: total, partitions, exact, deliveries })
+    }
+
+    /// The subscription as describe shows it, with its delivery counts if it pushes: its
+    /// `state` is `suspended` while its endpoint is (a pause wins).
+    async fn shown(&self, sub: &Sub) -> Result<(Subscription, Option<PushStatsRecord>), Error> {
+        let deliveries = self.push_stats(sub).await?;
+        let mut subscription = sub.describe();
+        let flow = deliveries.as_ref().and_then(|d| d.flow.as_ref());
+        if flow.is_some_and(|f| f.suspended_since_ms.is_some()) && subscription.state.is_active() {
+            subscription.state = SubscriptionState::Suspended;
+        }
+        Ok((subscription, deliveries))
     }
 
     /// A partition's queue items as they were at one moment, for exact counts: a query is not

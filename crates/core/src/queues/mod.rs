@@ -334,6 +334,9 @@ use crate::{names, Error, StorageError};
 const MAX_ATTEMPTS: usize = 16;
 /// Messages moved to (or out of) the dead-letter queue by one write.
 const DEAD_PER_WRITE: usize = 90;
+/// Receipts one [`Queues::dead_letter`] takes: each message is an item, beside its lease's
+/// and the cursor's, in one write.
+pub const MAX_BURIED_PER_CALL: usize = 40;
 /// How long a deleted or purged dead letter's mark is kept: a week, as long as a topic
 /// keeps its events by default (after which retention makes such an ack stale anyway).
 /// Past it, an ack of one of its receipts answers `ok`, as for an acked message.
@@ -428,6 +431,11 @@ enum Settle {
     /// Held (by the same receipt) until this time.
     Hold {
         until: i64,
+    },
+    /// Moved to the dead-letter queue at `at`, for `reason` (a push target's `410 Gone`).
+    Bury {
+        at: i64,
+        reason: &'static str,
     },
 }
 

@@ -56,6 +56,8 @@ pub struct PushPatch {
 }
 
 /// What a change does to the stored settings.
+// Made once per PATCH and taken apart at once: boxing the settings would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, PartialEq)]
 enum Planned {
     /// Nothing given differs from what is stored.

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use super::*;
 
-/// Whether a subscription delivers. More states may come (a push endpoint's suspension).
+/// Whether a subscription delivers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SubscriptionState {
@@ -27,6 +27,10 @@ pub enum SubscriptionState {
     Active,
     /// Delivers nothing until resumed; receives wait as on an empty queue.
     Paused,
+    /// A push subscription whose endpoint kept failing: one probe batch a minute until one
+    /// is delivered (`crate::push::flow`). Never stored in the subscription's record (the
+    /// dispatcher keeps it with the delivery counts); describe shows it, and a pause wins.
+    Suspended,
 }
 
 impl SubscriptionState {

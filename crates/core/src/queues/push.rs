@@ -19,6 +19,11 @@ pub const DEFAULT_PUSH_TIMEOUT_MS: u64 = 10_000;
 /// Deliveries of one subscription under way at once.
 pub const MAX_PUSH_IN_FLIGHT: u32 = 100;
 pub const DEFAULT_PUSH_IN_FLIGHT: u32 = 4;
+/// When a subscription that set no `push.suspend_after` is suspended (`crate::push::flow`).
+pub const DEFAULT_SUSPEND_AFTER: SuspendAfter = SuspendAfter { failures: 20, spanning_ms: 5 * 60_000 };
+/// Bounds of `push.suspend_after`.
+pub const MAX_SUSPEND_FAILURES: u32 = 10_000;
+pub const MAX_SUSPEND_SPANNING_MS: u64 = 7 * 24 * 3_600_000;
 /// Standard Webhooks' secret prefix; the key is the base64 after it.
 pub const SECRET_PREFIX: &str = "whsec_";
 /// Bytes of a signing key a subscription may be given (Standard Webhooks' bounds).
@@ -44,13 +49,25 @@ pub enum PushTarget {
     Lambda { function: String },
 }
 
+/// When an endpoint counts as dead and its subscription is suspended: this many failed
+/// attempts in a row, the first at least `spanning_ms` before the last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SuspendAfter {
+    pub failures: u32,
+    pub spanning_ms: u64,
+}
+
 /// A push subscription's settings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PushSpec {
     pub target: PushTarget,
     pub max_batch: u32,
     pub timeout_ms: u64,
+    /// The ceiling of the adaptive in-flight limit (`crate::push::flow`).
     pub max_in_flight: u32,
+    /// When to suspend; [`DEFAULT_SUSPEND_AFTER`] if not set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspend_after: Option<SuspendAfter>,
 }
 
 impl PushSpec {
@@ -70,7 +87,13 @@ impl PushSpec {
             max_batch: DEFAULT_PUSH_BATCH,
             timeout_ms: DEFAULT_PUSH_TIMEOUT_MS,
             max_in_flight: DEFAULT_PUSH_IN_FLIGHT,
+            suspend_after: None,
         }
+    }
+
+    /// When to suspend the subscription.
+    pub fn suspend_after(&self) -> SuspendAfter {
+        self.suspend_after.unwrap_or(DEFAULT_SUSPEND_AFTER)
     }
 
     /// The signing key, for a URL target.
@@ -115,6 +138,16 @@ impl PushSpec {
         }
         if !(1..=MAX_PUSH_IN_FLIGHT).contains(&self.max_in_flight) {
             return invalid(format!("push.max_in_flight must be between 1 and {MAX_PUSH_IN_FLIGHT}"));
+        }
+        if let Some(s) = &self.suspend_after {
+            if !(1..=MAX_SUSPEND_FAILURES).contains(&s.failures) {
+                return invalid(format!("push.suspend_after.failures must be between 1 and {MAX_SUSPEND_FAILURES}"));
+            }
+            if s.spanning_ms > MAX_SUSPEND_SPANNING_MS {
+                return invalid(format!(
+                    "push.suspend_after.spanning_ms must be at most {MAX_SUSPEND_SPANNING_MS} (7 days)"
+                ));
+            }
         }
         match &self.target {
             PushTarget::Url { url, secret } => {
@@ -243,6 +276,17 @@ mod tests {
             (PushSpec { max_batch: 101, ..PushSpec::lambda("f") }, "max_batch"),
             (PushSpec { timeout_ms: 999, ..PushSpec::lambda("f") }, "timeout_ms"),
             (PushSpec { max_in_flight: 0, ..PushSpec::lambda("f") }, "max_in_flight"),
+            (
+                PushSpec { suspend_after: Some(SuspendAfter { failures: 0, spanning_ms: 0 }), ..PushSpec::lambda("f") },
+                "suspend_after.failures",
+            ),
+            (
+                PushSpec {
+                    suspend_after: Some(SuspendAfter { failures: 1, spanning_ms: MAX_SUSPEND_SPANNING_MS + 1 }),
+                    ..PushSpec::lambda("f")
+                },
+                "suspend_after.spanning_ms",
+            ),
         ];
         for (spec, why) in cases {
             let err = spec.validate().expect_err(why).to_string();

@@ -204,6 +204,32 @@ pub struct PushStatsRecord {
     pub last_error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error_ms: Option<i64>,
+    /// The flow state when the counts were flushed (the last flush's wins: one dispatcher
+    /// run drives a subscription at a time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow: Option<FlowRecord>,
+}
+
+/// A push subscription's flow state (`crate::push::flow` decides with it), stored with its
+/// delivery counts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlowRecord {
+    /// The in-flight limit in use; 0 before any attempt (the ceiling).
+    #[serde(default)]
+    pub limit: u32,
+    /// No batch starts before this (a `Retry-After`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before_ms: Option<i64>,
+    /// Failed attempts in a row, and when the first of them ended.
+    #[serde(default)]
+    pub failures: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failing_since_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspended_since_ms: Option<i64>,
+    /// When the last probe of a suspended subscription ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_probe_ms: Option<i64>,
 }
 
 /// A dead letter: which delivery history put it there.

@@ -35,6 +35,27 @@ impl Queues {
         Ok(results.into_iter().map(|r| r.map(|_| ())).collect())
     }
 
+    /// Moves held messages to the dead-letter queue at once, for `reason` (a push target
+    /// answered `410 Gone`: it will never take them), at most [`MAX_BURIED_PER_CALL`] at a
+    /// time (each is an item of its own, in the write that takes it from its lease).
+    pub async fn dead_letter(
+        &self,
+        topic: &str,
+        name: &str,
+        receipts: &[String],
+        reason: &'static str,
+    ) -> Result<Vec<Result<(), ReceiptError>>, Error> {
+        if receipts.len() > MAX_BURIED_PER_CALL {
+            return Err(Error::invalid(
+                Code::TooManyReceipts,
+                format!("at most {MAX_BURIED_PER_CALL} receipts per dead-lettering"),
+            ));
+        }
+        let bury = Settle::Bury { at: self.now(), reason };
+        let results = self.settle(topic, name, receipts, bury, Some(crate::metrics::DEAD_LETTERED)).await?;
+        Ok(results.into_iter().map(|r| r.map(|_| ())).collect())
+    }
+
     /// Moves the end of held messages' visibility window to now + `visibility_timeout_ms`
     /// (0: visible now, as a release). Answers the receipt to use from now on (the old one
     /// keeps working, at the cost of a lookup), none after a release.
@@ -138,19 +159,26 @@ impl Queues {
             };
             let at = Target { sub, partition, receipt_key };
             let mut round = settle_round(&at, &leases, &pending, action, || self.nonce());
+            let cursor = match action {
+                // The DLQ's count moves with its letters, in the same write.
+                Settle::Bury { .. } => {
+                    let buried = round.found.iter().filter(|f| f.is_some()).count() as u64;
+                    Some(CursorRecord { dead: state.cursor.dead + buried, ..state.cursor })
+                }
+                _ => Some(state.cursor).filter(|_| bump_cursor),
+            };
             if !round.ops.is_empty() {
                 // Leases a settle creates stay items: a moved lease keeps its nonce, and its
                 // new key may name an item this settle did not read, whose create must fail.
                 // A keyed settle rewrites the cursor: a keyed receiver that read the leases
                 // before this write then fails its own.
-                let cursor = Some(state.cursor).filter(|_| bump_cursor);
                 round.ops = super::inline::fold(&state, sub.record.id, partition, cursor, round.ops, false);
                 // An ack or a release lost to a power cut only delivers its messages again,
                 // or later (at least once); a visibility change lost so would end a window
                 // its holder was told runs longer, so it is durable before it is answered.
                 let written = match action {
                     Settle::Ack | Settle::Release { .. } => self.write_on_deferred(sub, round.ops).await?,
-                    Settle::Hold { .. } => self.write_on(sub, round.ops).await?,
+                    Settle::Hold { .. } | Settle::Bury { .. } => self.write_on(sub, round.ops).await?,
                 };
                 if let Err(e) = written {
                     self.lost_race(e, &mut attempt).await?;
@@ -269,8 +297,21 @@ fn placed_already(action: Settle, leases: &BTreeMap<String, Lease>, next: u64, o
     match action {
         Settle::Ack => offset < next && holding.next().is_none(),
         Settle::Release { .. } => holding.next().is_some_and(|l| l.record.held_until.is_none() && !l.record.redriven),
-        Settle::Hold { .. } => false,
+        Settle::Hold { .. } | Settle::Bury { .. } => false,
     }
+}
+
+/// The dead letter of `m`, taken from lease `from` at `now` for `reason`.
+fn bury(at: &Target<'_>, from: &Lease, m: &LeaseMsg, now: i64, reason: &str) -> WriteOp {
+    let dead = DeadRecord {
+        reason: reason.to_owned(),
+        receives: from.record.receives,
+        first_ms: m.first_ms,
+        last_ms: from.record.delivered_ms,
+        dead_ms: now,
+        key: m.key,
+    };
+    WriteOp::create(dead_key(at.sub.record.id, at.partition, m.offset), layout::encode(&dead))
 }
 
 /// One round of a settle: the receipts found, in order, and the write that applies them.
@@ -317,6 +358,10 @@ fn settle_round<'a>(
         let receives = from.record.receives;
         let (due, nonce, held_until) = match action {
             Settle::Ack => continue,
+            Settle::Bury { at: now, reason } => {
+                ops.extend(msgs.iter().map(|m| bury(at, from, m, now, reason)));
+                continue;
+            }
             Settle::Release { at } => (at, nonce(), None),
             Settle::Hold { until } => {
                 (until.saturating_add(sub.record.spec.backoff_ms(receives)), from.record.nonce, Some(until))

@@ -14,6 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use sluice_core::ports::deliver::{Answer, Deliver, Delivery, Destination, MAX_ANSWER_BYTES};
+use sluice_core::{Clock, SystemClock};
 
 /// What a process without a Lambda endpoint (`serve` without `--lambda-endpoint`) says of
 /// Lambda targets: it cannot invoke them, so their subscriptions are refused at create
@@ -115,8 +116,7 @@ impl Deliver for HttpDeliverer {
             .headers()
             .get(RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(|s| s.saturating_mul(1000));
+            .and_then(|v| retry_after_ms(v, SystemClock.now_ms()));
         let mut body = Vec::new();
         loop {
             match response.chunk().await {
@@ -136,9 +136,23 @@ impl Deliver for HttpDeliverer {
     }
 }
 
+/// A `Retry-After` value as milliseconds from `now_ms`: seconds, or an HTTP date (RFC 9110:
+/// IMF-fixdate, or the obsolete RFC 850 and asctime forms), read against this process's
+/// wall clock as the receiver wrote it against its own; a date already past is 0. The
+/// dispatcher caps what it honours (`sluice_core::push::flow::MAX_RETRY_AFTER_MS`).
+pub fn retry_after_ms(value: &str, now_ms: i64) -> Option<u64> {
+    let value = value.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(seconds.saturating_mul(1000));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    let at_ms = at.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis();
+    Some(u64::try_from(at_ms.saturating_sub(u128::try_from(now_ms.max(0)).ok()?)).unwrap_or(u64::MAX))
+}
+
 fn describe(e: &reqwest::Error) -> String {
     if e.is_timeout() {
-        "timed out".into()
+        sluice_core::ports::deliver::TIMED_OUT.into()
     } else if e.is_connect() {
         // The innermost cause: the guard's refusal, or the socket's error.
         let mut cause: &dyn std::error::Error = e;

@@ -126,3 +126,35 @@ async fn given_a_redirect_when_delivering_then_it_is_not_followed() {
     assert!(matches!(answer, Answer::Status { status: 307, .. }), "{answer:?}");
     assert_eq!(followed.load(Ordering::SeqCst), 0, "the redirect was followed");
 }
+
+#[test]
+fn retry_after_is_read_as_seconds_or_an_http_date() {
+    // 1994-11-06T08:49:37Z, in ms.
+    let at = 784_111_777_000;
+    let cases = [
+        ("120", Some(120_000)),
+        (" 0 ", Some(0)),
+        ("Sun, 06 Nov 1994 08:49:37 GMT", Some(0)),
+        ("Sun, 06 Nov 1994 08:50:07 GMT", Some(30_000)),
+        ("Sunday, 06-Nov-94 08:50:07 GMT", Some(30_000)),
+        ("Sun Nov  6 08:50:07 1994", Some(30_000)),
+        ("Sun, 06 Nov 1994 08:49:07 GMT", Some(0)),
+        ("soon", None),
+        ("-5", None),
+    ];
+    for (value, want) in cases {
+        assert_eq!(retry_after_ms(value, at), want, "{value:?}");
+    }
+}
+
+#[tokio::test]
+async fn given_a_429_with_an_http_date_then_the_answer_carries_the_wait() {
+    let answer: &'static str =
+        "HTTP/1.1 429 Too Many Requests\r\nretry-after: Fri, 31 Dec 9999 23:59:59 GMT\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+    let (addr, _) = server(answer).await;
+    let deliverer = HttpDeliverer::new(true, None).unwrap();
+    match deliverer.deliver(&delivery(format!("http://{addr}/hook"))).await {
+        Answer::Status { status: 429, retry_after_ms: Some(ms), .. } => assert!(ms > 1_000_000_000, "{ms}"),
+        other => panic!("{other:?}"),
+    }
+}

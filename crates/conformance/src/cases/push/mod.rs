@@ -8,6 +8,7 @@ mod deletion;
 mod delivery;
 mod faults;
 mod filters;
+mod flow;
 mod parallel;
 mod patch;
 mod pause;
@@ -18,6 +19,7 @@ pub use deletion::*;
 pub use delivery::*;
 pub use faults::*;
 pub use filters::*;
+pub use flow::*;
 pub use parallel::*;
 pub use patch::*;
 pub use pause::*;
@@ -39,6 +41,12 @@ macro_rules! push_conformance_suite {
             given_events_with_a_trace_context_then_a_delivery_carries_the_one_its_batch_shares,
             given_a_subscription_or_topic_deleted_mid_delivery_then_the_run_succeeds_and_the_others_are_delivered,
             given_failed_attempts_then_a_retry_pushes_the_same_batch_under_the_same_webhook_id_and_a_partial_failure_the_named_messages_alone,
+            // Flow control and endpoint health (`flow.rs`).
+            given_a_receiver_answering_429_with_retry_after_then_nothing_is_received_until_then_and_the_limit_halves_then_recovers,
+            given_503s_and_timeouts_then_the_in_flight_limit_halves_down_to_one_and_a_success_adds_one,
+            given_an_endpoint_failing_twenty_times_over_five_minutes_then_it_is_suspended_probed_once_a_minute_and_resumed,
+            given_a_target_answering_410_gone_then_its_batch_is_dead_lettered_at_once_with_reason_gone,
+            given_a_running_dispatcher_and_a_429_with_retry_after_then_nothing_is_received_until_then,
             // The push fault cases (`faults.rs`).
             given_the_ack_answer_after_a_2xx_is_lost_then_an_applied_ack_holds_and_a_lost_one_repushes_the_batch,
             given_a_push_receive_whose_answer_is_lost_then_nothing_is_pushed_until_its_window_ends_then_once,

@@ -41,7 +41,7 @@ pub async fn given_a_paused_push_subscription_then_nothing_is_pushed_and_once_re
 
 /// Moves the clock in steps of `step` ms, letting the dispatcher's tasks run between them,
 /// until `done` or the real patience runs out.
-async fn until(clock: &sluice_core::ManualClock, step: i64, done: impl Fn() -> bool) -> bool {
+pub(super) async fn until(clock: &sluice_core::ManualClock, step: i64, done: impl Fn() -> bool) -> bool {
     let deadline = tokio::time::Instant::now() + crate::cases::support::queues::REAL_PATIENCE;
     while tokio::time::Instant::now() < deadline {
         if done() {

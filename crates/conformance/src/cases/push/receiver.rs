@@ -24,6 +24,8 @@ pub(super) struct Attempt {
     pub(super) trace: (Option<String>, Option<String>),
     /// Each message's `traceparent` header, as the body has it.
     pub(super) traceparents: Vec<Value>,
+    /// Deliveries under way when this one arrived, itself included.
+    pub(super) out: usize,
 }
 
 pub(super) type Script = dyn Fn(&Value, usize) -> Answer + Send + Sync;
@@ -46,6 +48,8 @@ pub(super) struct Receiver {
     /// The signing key, to check every delivery's signature.
     pub(super) key: Mutex<Option<Vec<u8>>>,
     pub(super) bad_signatures: Mutex<usize>,
+    /// Deliveries under way now.
+    pub(super) out: Mutex<usize>,
 }
 
 impl Receiver {
@@ -59,6 +63,7 @@ impl Receiver {
             overlaps: Mutex::default(),
             key: Mutex::default(),
             bad_signatures: Mutex::default(),
+            out: Mutex::default(),
         })
     }
 
@@ -116,6 +121,11 @@ pub(super) fn items(body: &Value) -> Vec<(String, Option<String>, u32)> {
 impl Deliver for Receiver {
     async fn deliver(&self, delivery: &Delivery) -> Answer {
         self.check_signature(delivery);
+        let out = {
+            let mut out = self.out.lock().unwrap();
+            *out += 1;
+            *out
+        };
         let body: Value = serde_json::from_slice(&delivery.body).expect("a delivery's body is JSON");
         let items = items(&body);
         let keys: Vec<String> = items.iter().filter_map(|(_, k, _)| k.clone()).collect();
@@ -147,7 +157,8 @@ impl Deliver for Receiver {
         let (webhook_id, trace) = (header("webhook-id"), (header("traceparent"), header("tracestate")));
         let traceparents = body["messages"].as_array().into_iter().flatten();
         let traceparents = traceparents.map(|m| m["headers"]["traceparent"].clone()).collect();
-        self.attempts.lock().unwrap().push(Attempt { webhook_id, items, failed, trace, traceparents });
+        self.attempts.lock().unwrap().push(Attempt { webhook_id, items, failed, trace, traceparents, out });
+        *self.out.lock().unwrap() -= 1;
         let mut in_flight = self.in_flight.lock().unwrap();
         for k in &keys {
             in_flight.remove(k);
