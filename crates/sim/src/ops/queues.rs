@@ -15,7 +15,7 @@ impl World {
         let sub = if self.rng.chance(0.7) { SUB_Q } else { SUB_QK };
         match self.rng.weighted(&[5, 2, 2, 1, 1, 1, 1]) {
             0 => self.spawn(c, Act::QDescribe { sub }, Some(TOPIC_A), async move {
-                Res::QDescribe(queues.describe(TOPIC_A, sub).await)
+                Res::QDescribe(Box::new(queues.describe(TOPIC_A, sub).await))
             }),
             1 if sub == SUB_Q => {
                 self.redrive_started(sub);

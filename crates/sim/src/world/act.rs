@@ -132,7 +132,7 @@ pub(crate) enum Res {
     Acks(Result<Acks, Error>),
     AckNext(Result<(Acks, Vec<Message>), Error>),
     Vis(Result<Vec<VisibilityResult>, Error>),
-    QDescribe(Result<SubscriptionDescription, Error>),
+    QDescribe(Box<Result<SubscriptionDescription, Error>>),
     Count(Result<u64, Error>),
     Dlq(Result<DeadLetterPage, Error>),
     SubCreate(Result<(Subscription, bool), Error>),
@@ -380,7 +380,7 @@ impl Res {
                 }
                 Err(e) => line.push_str(&code(e)),
             },
-            Res::QDescribe(r) => match r {
+            Res::QDescribe(r) => match r.as_ref() {
                 Ok(s) => {
                     let _ = write!(line, "{:?}", s.backlog);
                 }
