@@ -7,6 +7,7 @@ mod cache;
 mod delays;
 mod describe;
 mod faults;
+mod hints;
 mod long_poll;
 mod lost_answers;
 mod messages;
@@ -22,6 +23,7 @@ pub use cache::*;
 pub use delays::*;
 pub use describe::*;
 pub use faults::*;
+pub use hints::*;
 pub use long_poll::*;
 pub use lost_answers::*;
 pub use messages::*;
@@ -91,6 +93,8 @@ macro_rules! queue_conformance_suite {
             given_pause_or_resume_of_an_unknown_or_deleted_subscription_then_not_found,
             given_a_paused_subscription_then_a_long_poll_ends_empty_at_its_wait_and_one_waiting_is_woken_by_resume,
             given_a_cached_subscription_paused_elsewhere_then_no_receive_after_the_pause_grants_a_lease,
+            given_a_partition_a_process_saw_idle_when_another_redrives_there_then_delivered_once_the_hint_lapses,
+            given_a_partition_a_process_saw_idle_when_it_redrives_there_itself_then_delivered_at_once,
         );
         $crate::queue_conformance_suite!(@concurrent $backend;
             given_eight_workers_draining_a_queue_then_every_message_acked_exactly_once_and_backlog_ends_empty,
