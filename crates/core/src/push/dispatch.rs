@@ -26,6 +26,9 @@ const SETTLE_MARGIN_MS: u64 = 5_000;
 const IDLE_WAIT_MS: u64 = 5_000;
 /// How often the embedded dispatcher looks for new push subscriptions and adds counts.
 const SCAN_MS: u64 = 1_000;
+/// How long a drain's subscription that found nothing waits before it looks again while
+/// others still deliver (the stream's mapping polls its shard every 250 ms).
+const REDRIVE_MS: u64 = 250;
 /// A worker's pause after an error of the store.
 const ERROR_PAUSE_MS: u64 = 1_000;
 
@@ -291,15 +294,48 @@ impl Dispatcher {
     pub async fn drain(&self, topics: &Topics, deadline_ms: i64) -> Result<Drained, Error> {
         let mut work = JoinSet::new();
         let sweep = *topics == Topics::All;
-        for sub in self.subscriptions(topics).await? {
-            let this = self.clone();
-            work.spawn(async move {
-                this.drive(&sub, deadline_ms, sweep).await.unwrap_or_else(|e| (Drained::default(), Some(e)))
-            });
+        let subs = self.subscriptions(topics).await?;
+        let running = Arc::new(watch::Sender::new(subs.len()));
+        for sub in subs {
+            let (this, running) = (self.clone(), running.clone());
+            work.spawn(async move { this.drive_while_others_do(&sub, deadline_ms, sweep, &running).await });
         }
         let (total, first_error) = join(work).await;
         self.flush_stats().await;
         first_error.map_or(Ok(total), Err)
+    }
+
+    /// Drives `sub`, then again every [`REDRIVE_MS`] while another subscription's drive of
+    /// the same drain is under way (`running` counts them): the stream's mapping starts no
+    /// other run while this one lasts, so a subscription that found nothing for a moment
+    /// would otherwise wait for the busiest one to end. Ends once no drive is under way.
+    async fn drive_while_others_do(
+        &self,
+        sub: &PushSubscription,
+        deadline_ms: i64,
+        sweep: bool,
+        running: &watch::Sender<usize>,
+    ) -> (Drained, Option<Error>) {
+        let mut total = Drained::default();
+        loop {
+            let (drained, error) =
+                self.drive(sub, deadline_ms, sweep).await.unwrap_or_else(|e| (Drained::default(), Some(e)));
+            total.add(drained);
+            running.send_modify(|n| *n -= 1);
+            if error.is_some() || *running.borrow() == 0 {
+                return (total, error);
+            }
+            let mut others = running.subscribe();
+            let idle = tokio::select! {
+                biased; // the clock's wake first: a simulation's schedule stays as it was
+                () = self.queues.log().clock().sleep(REDRIVE_MS) => *running.borrow() == 0,
+                _ = others.wait_for(|n| *n == 0) => true,
+            };
+            if idle || self.now_ms() + attempt_ms(sub) as i64 > deadline_ms {
+                return (total, None);
+            }
+            running.send_modify(|n| *n += 1);
+        }
     }
 
     /// One subscription's part of a drain: claims its run lease, drains it, and releases

@@ -40,6 +40,17 @@ pub(super) type Subs = Mutex<HashMap<(String, String), (Arc<Sub>, i64)>>;
 /// Subscriptions one process caches before it starts over (each is small; names are many).
 const MAX_CACHED_SUBS: usize = 10_000;
 
+/// Topics' partition heads as this process's push receives last read them, by topic id,
+/// with when.
+pub(super) type Heads = Mutex<HashMap<u64, (Vec<(HeadRecord, u64)>, i64)>>;
+
+/// How long heads read by a push receive serve the next ones' first look. Every receive
+/// reads a topic's heads, one `Query` of its whole collection; a dispatcher run's workers
+/// of many subscriptions, all in one process, would spend the collection's read units on
+/// them (3,000 a second on DynamoDB). A head older than this only delays: a push receive
+/// passes over what was published meanwhile, and the dispatcher looks again.
+const HEADS_MS: i64 = 50;
+
 impl Sub {
     /// The checks a write on this subscription's queue starts with: its topic's version when
     /// it came from the cache, nothing otherwise. Not its own: every queue write names a
@@ -78,6 +89,25 @@ impl Queues {
         }
         cache.insert(key, (sub.clone(), now));
         Ok(sub)
+    }
+
+    /// `topic`'s heads: read afresh, or for a push receive's first look (`recent`), as
+    /// read by this process within [`HEADS_MS`].
+    pub(super) async fn heads_of(&self, topic: &TopicConfig, recent: bool) -> Result<Vec<(HeadRecord, u64)>, Error> {
+        let now = self.now();
+        if recent {
+            let cache = self.local.heads.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((heads, _)) = cache.get(&topic.id).filter(|(_, at)| (*at..at + HEADS_MS).contains(&now)) {
+                return Ok(heads.clone());
+            }
+        }
+        let heads = topics::heads(self.store(), topic).await?;
+        let mut cache = self.local.heads.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() >= MAX_CACHED_SUBS {
+            cache.clear();
+        }
+        cache.insert(topic.id, (heads.clone(), now));
+        Ok(heads)
     }
 
     pub(super) fn forget_sub(&self, topic: &str, name: &str) {

@@ -39,6 +39,7 @@
 mod cache;
 mod dead;
 mod deliveries;
+mod events;
 pub use deliveries::PushSubscription;
 mod describe;
 mod peek;
@@ -460,6 +461,8 @@ pub struct Queues {
 struct Local {
     /// Subscriptions of receives and settles, when the queues cache them (`cache.rs`).
     subs: Option<cache::Subs>,
+    /// Topics' heads, as push receives last read them (`cache.rs`).
+    heads: cache::Heads,
     /// The receipt-signing key, once read (it never changes).
     receipt_key: tokio::sync::OnceCell<ReceiptKey>,
     /// Turns on queue partitions, so this process's receives and settles queue instead of racing.

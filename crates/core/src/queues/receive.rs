@@ -95,8 +95,10 @@ impl Queues {
         let deadline = self.now() + req.wait_ms as i64;
         let partitions = sub.topic.spec.partitions;
         let one_partition = sub.record.spec.push.is_some();
+        // A push receive's first look may take heads this process read a moment ago.
+        let mut recent = one_partition;
         loop {
-            let heads = topics::heads(self.store(), &sub.topic).await?;
+            let heads = self.heads_of(&sub.topic, std::mem::take(&mut recent)).await?;
             let mut messages: Vec<Message> = Vec::new();
             // Per take, the end (exclusive) of its messages in `messages` and their window's end.
             let mut held: Vec<(usize, i64)> = Vec::new();
@@ -114,16 +116,21 @@ impl Queues {
                 if messages.len() >= req.max_messages || bytes_left == 0 || (one_partition && !messages.is_empty()) {
                     break;
                 }
+                let head = heads.get(p as usize).map(|(h, _)| *h).unwrap_or_default();
+                let acks = riding.as_deref_mut().filter(|r| r.partition == p && r.results.is_none());
+                // A partition this process saw idle, its head not moved since: not read.
+                if let Some(hint) = turns.idle(sub.record.id, p, head.next, self.now()).filter(|_| acks.is_none()) {
+                    waiting((&mut wake_at, &mut idle), &sub.topic, p, hint.wake_at, Some(hint.cursor));
+                    continue;
+                }
                 let turn =
                     if first_pass { turns.try_now(sub.record.id, p) } else { Some(turns.wait(sub.record.id, p).await) };
                 let Some(turn) = turn else {
                     visits.push_back((p, false));
                     continue;
                 };
-                let head = heads.get(p as usize).map(|(h, _)| *h).unwrap_or_default();
                 let want = req.max_messages - messages.len();
                 let first = messages.is_empty();
-                let acks = riding.as_deref_mut().filter(|r| r.partition == p && r.results.is_none());
                 let took =
                     self.take(sub, &turn, head, want, visibility, receipt_key, &mut bytes_left, first, acks).await;
                 let taken = match took {
@@ -135,23 +142,16 @@ impl Queues {
                     }
                     Err(e) => return Err(e),
                 };
+                turns.note(&turn, taken.idle(self.now()));
                 drop(turn);
                 if !taken.messages.is_empty() {
                     held.push((messages.len() + taken.messages.len(), taken.held_until));
                 }
                 messages.extend(taken.messages);
-                wake_at = taken.wake_at.map_or(wake_at, |t| min_time(wake_at, t));
                 blocked |= taken.blocked;
-                if let Some(cursor) = taken.idle_at {
-                    idle.push((sub.topic.clone(), p, cursor));
-                }
+                waiting((&mut wake_at, &mut idle), &sub.topic, p, taken.wake_at, taken.idle_at);
             }
-            // Acks that found no write to ride on are written before the answer or a wait; if
-            // that fails, so does the receive (what it took comes back when its window ends).
-            if let Some(r) = riding.as_deref_mut().filter(|r| r.results.is_none()) {
-                let turn = self.local.turns.wait(sub.record.id, r.partition).await;
-                self.settle_riding(sub, &turn, r, receipt_key).await?;
-            }
+            self.settle_unridden(sub, riding.as_deref_mut(), receipt_key).await?;
             let now = self.now();
             if !messages.is_empty() {
                 return Ok(answerable(messages, &held, now, visibility));
@@ -161,6 +161,21 @@ impl Queues {
             }
             self.nap_unless(stop, now, deadline, (wake_at, blocked), &idle).await?;
         }
+    }
+
+    /// Acks that found no write to ride on are written before the answer or a wait; if
+    /// that fails, so does the receive (what it took comes back when its window ends).
+    async fn settle_unridden(
+        &self,
+        sub: &Sub,
+        riding: Option<&mut Riding>,
+        receipt_key: &ReceiptKey,
+    ) -> Result<(), Error> {
+        if let Some(r) = riding.filter(|r| r.results.is_none()) {
+            let turn = self.local.turns.wait(sub.record.id, r.partition).await;
+            self.settle_riding(sub, &turn, r, receipt_key).await?;
+        }
+        Ok(())
     }
 
     /// As [`Self::nap`], cut short once `stop` (if any) turns true.
@@ -475,61 +490,20 @@ impl Queues {
         }
         Err(contended(&sub.name))
     }
+}
 
-    /// The events at these offsets of a partition, read in runs of consecutive offsets.
-    pub(super) async fn events_at(
-        &self,
-        topic: &TopicConfig,
-        partition: u32,
-        offsets: &[u64],
-        head: HeadRecord,
-    ) -> Result<HashMap<u64, Event>, Error> {
-        let mut sorted = offsets.to_vec();
-        sorted.sort_unstable();
-        sorted.dedup();
-        let mut found = HashMap::with_capacity(sorted.len());
-        let limits = *self.log.limits();
-        let mut i = 0;
-        while i < sorted.len() {
-            let mut end = i;
-            while end + 1 < sorted.len() && sorted[end + 1] == sorted[end] + 1 {
-                end += 1;
-            }
-            let (first, last) = (sorted[i], sorted[end]);
-            let mut next = first.max(head.start);
-            while next <= last && next < head.next {
-                let want = (last - next + 1) as usize;
-                let read = self
-                    .log
-                    .read_at(
-                        topic,
-                        partition,
-                        next,
-                        (want.min(limits.max_read_events), limits.max_read_bytes),
-                        head,
-                        Lookup::Holder,
-                    )
-                    .await;
-                let batch = match read {
-                    Ok(batch) => batch,
-                    // Retention removed them while they were read: they are not found.
-                    Err(Error::OffsetOutOfRange { log_start_offset, .. }) if log_start_offset > next => {
-                        next = log_start_offset;
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                };
-                let Some(last_read) = batch.events.last().map(|e| e.offset) else { break };
-                for e in batch.events {
-                    if e.offset <= last {
-                        found.insert(e.offset, e);
-                    }
-                }
-                next = last_read + 1;
-            }
-            i = end + 1;
-        }
-        Ok(found)
+/// Adds to what a receive with nothing to answer waits for: when something of partition
+/// `p` comes due, and a commit past `cursor` if it is idle there.
+fn waiting(
+    (wake_at, idle): (&mut Option<i64>, &mut Vec<(TopicConfig, u32, u64)>),
+    topic: &TopicConfig,
+    p: u32,
+    due: Option<i64>,
+    cursor: Option<u64>,
+) {
+    *wake_at = due.map_or(*wake_at, |t| min_time(*wake_at, t));
+    if let Some(cursor) = cursor {
+        idle.push((topic.clone(), p, cursor));
     }
 }
 

@@ -4,19 +4,57 @@
 //! loser of many rounds gives up ("changing too fast"). Taking turns, first come first
 //! served, they queue instead. Only a saving and fairness: the conditional writes are what
 //! keeps them safe, across processes as within one.
+//!
+//! Beside the turns, what this process's receives last saw of a partition with nothing for
+//! its subscription ([`Idle`]), so the next receives skip it without reading it while the
+//! log's head has not passed that cursor. A hint for liveness only: a change this process
+//! makes under a turn forgets it, and it lapses after [`IDLE_HINT_MS`] whatever happened
+//! elsewhere (docs/DESIGN.md, "Receives skip idle partitions").
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Mutex as TurnLock, OwnedMutexGuard};
 
+use super::Taken;
+
 type Key = (u64, u32);
 type Table = Arc<Mutex<HashMap<Key, Arc<TurnLock<()>>>>>;
 
-/// The partitions of this process's queues someone has (or waits for) a turn on.
+/// How long a hint that a partition has nothing for a subscription serves. What another
+/// process does there without a publish (a nack, a visibility change, a redrive, a seek)
+/// reaches this process's receives at most this late, as a long poll's nap already hears
+/// of it only when it ends.
+pub(super) const IDLE_HINT_MS: i64 = 5_000;
+
+/// (Subscription, partition) hints one process keeps before it starts over.
+const MAX_HINTS: usize = 100_000;
+
+/// The partitions of this process's queues someone has (or waits for) a turn on, and the
+/// ones its receives found idle.
 #[derive(Default)]
 pub(super) struct Turns {
     table: Table,
+    idle: Mutex<HashMap<Key, Idle>>,
+}
+
+/// A partition a receive found with nothing for its subscription: nothing due, its cursor
+/// at the log's head.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Idle {
+    /// The cursor: the partition has something new once its head passes it.
+    pub cursor: u64,
+    /// When the earliest lease (a redelivery, a delayed message) seen then comes due.
+    pub wake_at: Option<i64>,
+    /// When the hint lapses.
+    pub until: i64,
+}
+
+impl Idle {
+    /// Whether a receive at `now` may pass over the partition, whose head is `head_next`.
+    pub(super) fn holds(&self, head_next: u64, now: i64) -> bool {
+        head_next <= self.cursor && now < self.until && self.wake_at.is_none_or(|t| now < t)
+    }
 }
 
 /// A turn on one queue partition, over when dropped.
@@ -28,8 +66,11 @@ pub(super) struct Turn {
 
 impl Turns {
     /// Waits for a turn on (`sub_id`, `partition`): those asking before go first.
+    /// Whoever waits for a turn may change the partition (a settle, a pause, a burial),
+    /// so its idle hint is forgotten.
     pub(super) async fn wait(&self, sub_id: u64, partition: u32) -> Turn {
         let key = (sub_id, partition);
+        self.forget(key);
         let lock = self.lock_of(key);
         // A wait dropped before its turn came (its request was) is cleaned up as a turn is.
         let mut turn = Turn { table: self.table.clone(), key, guard: None };
@@ -42,6 +83,34 @@ impl Turns {
         let key = (sub_id, partition);
         let guard = self.lock_of(key).try_lock_owned().ok()?;
         Some(Turn { table: self.table.clone(), key, guard: Some(guard) })
+    }
+
+    /// The partition's idle hint, if it still serves a receive at `now` whose head is
+    /// `head_next`: then the receive need not read it.
+    pub(super) fn idle(&self, sub_id: u64, partition: u32, head_next: u64, now: i64) -> Option<Idle> {
+        let hints = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        hints.get(&(sub_id, partition)).copied().filter(|h| h.holds(head_next, now))
+    }
+
+    /// Records what a take under `turn` saw: the partition idle (`Some`), or not.
+    pub(super) fn note(&self, turn: &Turn, idle: Option<Idle>) {
+        let key = turn.key;
+        let mut hints = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        match idle {
+            Some(hint) => {
+                if hints.len() >= MAX_HINTS {
+                    hints.clear();
+                }
+                hints.insert(key, hint);
+            }
+            None => {
+                hints.remove(&key);
+            }
+        }
+    }
+
+    fn forget(&self, key: Key) {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
     }
 
     fn lock_of(&self, key: Key) -> Arc<TurnLock<()>> {
@@ -65,6 +134,15 @@ impl Drop for Turn {
         if table.get(&self.key).is_some_and(|lock| Arc::strong_count(lock) == 1) {
             table.remove(&self.key);
         }
+    }
+}
+
+impl Taken {
+    /// The hint this take leaves at `now`: idle if it found nothing to deliver and nothing
+    /// held back behind a key or a pause, with when its earliest lease comes due.
+    pub(super) fn idle(&self, now: i64) -> Option<Idle> {
+        let cursor = self.idle_at.filter(|_| self.messages.is_empty() && !self.blocked)?;
+        Some(Idle { cursor, wake_at: self.wake_at, until: now.saturating_add(IDLE_HINT_MS) })
     }
 }
 

@@ -7,6 +7,7 @@ mod cache;
 mod delays;
 mod describe;
 mod faults;
+mod hints;
 mod long_poll;
 mod lost_answers;
 mod messages;
@@ -23,6 +24,7 @@ pub use cache::*;
 pub use delays::*;
 pub use describe::*;
 pub use faults::*;
+pub use hints::*;
 pub use long_poll::*;
 pub use lost_answers::*;
 pub use messages::*;
@@ -98,6 +100,8 @@ macro_rules! queue_conformance_suite {
             given_a_changed_filter_then_it_applies_from_filter_since_on_each_partition,
             given_a_patch_naming_start_ordering_or_a_push_target_on_a_pull_subscription_then_refused_and_unchanged,
             given_a_cached_subscription_patched_elsewhere_then_the_next_receive_uses_the_new_settings,
+            given_a_partition_a_process_saw_idle_when_another_redrives_there_then_delivered_once_the_hint_lapses,
+            given_a_partition_a_process_saw_idle_when_it_redrives_there_itself_then_delivered_at_once,
         );
         $crate::queue_conformance_suite!(@concurrent $backend;
             given_eight_workers_draining_a_queue_then_every_message_acked_exactly_once_and_backlog_ends_empty,
