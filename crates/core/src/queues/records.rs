@@ -78,12 +78,18 @@ pub struct CursorItem {
     /// cursor's version). Every write of the item keeps it (`QueueState::paused`).
     #[serde(rename = "p", default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
+    /// Where the queue was last sought (`seek.rs`): below it, a message in no lease was
+    /// acked or passed over, so an ack whose lease is gone answers stale there (it cannot
+    /// tell which, and passed over is not acked). An older binary that drops it only
+    /// answers such an ack `ok`: no message is delivered for it.
+    #[serde(rename = "s", default, skip_serializing_if = "is_zero")]
+    pub sought: u64,
 }
 
 impl CursorItem {
     pub fn new(cursor: CursorRecord, leases: Vec<InlineLease>, written: Vec<String>) -> Self {
         let CursorRecord { next, dead, expired, filtered } = cursor;
-        Self { next, dead, expired, filtered, leases, written, deleted: false, paused: false }
+        Self { next, dead, expired, filtered, leases, written, deleted: false, paused: false, sought: 0 }
     }
 
     /// A deleted subscription's cursor item (a fence: nothing else in it).
@@ -108,7 +114,7 @@ impl CursorItem {
                 }
             }
             layout::encode(&value)
-        } else if self.leases.is_empty() && self.written.is_empty() {
+        } else if self.leases.is_empty() && self.written.is_empty() && self.sought == 0 {
             layout::encode(&self.cursor())
         } else {
             layout::encode(self)

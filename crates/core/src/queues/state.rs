@@ -33,6 +33,8 @@ pub(super) struct QueueState {
     /// The cursor item says the subscription is paused: nothing is taken, and every write
     /// of the item keeps the mark.
     pub(super) paused: bool,
+    /// Where the queue was last sought ([`CursorItem::sought`]); every write of the item keeps it.
+    pub(super) sought: u64,
 }
 
 impl QueueState {
@@ -57,7 +59,7 @@ impl QueueState {
     ) -> WriteOp {
         let key = cursor_key(sub_id, partition);
         let written = if self.keyed { lease_puts(&key.pk, with) } else { Vec::new() };
-        let item = CursorItem { paused: self.paused, ..CursorItem::new(cursor, leases, written) };
+        let item = CursorItem { paused: self.paused, sought: self.sought, ..CursorItem::new(cursor, leases, written) };
         WriteOp::replace(key, item.encode(), self.cursor_version)
     }
 }
@@ -97,6 +99,7 @@ impl Queues {
             keyed: sub.record.spec.ordering == Ordering::Key,
             written: Vec::new(),
             paused: false,
+            sought: 0,
         };
         let mut query = Query::all(queue_pk(sub.record.id, partition), limit.unwrap_or(PAGE));
         loop {
@@ -111,6 +114,7 @@ impl Queues {
                     state.cursor_version = Some(item.version);
                     state.written = stored.written;
                     state.paused = stored.paused;
+                    state.sought = stored.sought;
                     let pk = &item.key.pk;
                     state.leases.extend(stored.leases.into_iter().map(|l| Lease {
                         key: Key::new(pk.clone(), lease_sk(l.due, l.record.nonce)),
