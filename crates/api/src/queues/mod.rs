@@ -1,16 +1,18 @@
 //! Work queues: subscriptions of a topic, each a queue of its own over the topic's log.
 //! `PUT|GET|DELETE /v1/topics/{topic}/subscriptions/{sub}`, `GET …/subscriptions`
-//! and `POST …/{sub}/pause`, `…/resume` (`subscriptions`), `POST …/{sub}/receive`, `…/ack`, `…/nack`, `…/visibility`
+//! and `POST …/{sub}/pause`, `…/resume` (`subscriptions`), `POST …/{sub}/seek`, `…/purge` (`seek`), `POST …/{sub}/receive`, `…/ack`, `…/nack`, `…/visibility`
 //! (`messages`), and the dead-letter queue: `GET|DELETE …/{sub}/dlq`, `DELETE
 //! …/{sub}/dlq/{id}`, `POST …/{sub}/dlq/redrive` (`dead`). Parsing and rendering only:
 //! [`Queues`](sluice_core::queues::Queues) checks every value before it writes.
 
 mod dead;
 mod messages;
+mod seek;
 mod subscriptions;
 
 pub use dead::*;
 pub use messages::*;
+pub use seek::*;
 pub use subscriptions::*;
 
 use axum::http::header;
