@@ -175,7 +175,7 @@ pub const ITEM_KINDS: &[ItemKind] = &[
         pk: "q#<sub>#<p>",
         sk: "c",
         value: "CursorItem",
-        written_by: "create, receive, ack, nack, visibility, bury, redrive, pause, resume, delete (tombstone)",
+        written_by: "create, receive, ack, nack, visibility, bury, redrive, pause, resume, seek, delete (tombstone)",
         deleted_by: "subscription purge",
     },
     ItemKind {
@@ -184,7 +184,7 @@ pub const ITEM_KINDS: &[ItemKind] = &[
         sk: "l#<time>#<nonce>",
         value: "LeaseRecord",
         written_by: "receive, ack, nack, visibility, redrive",
-        deleted_by: "receive, ack, bury, subscription purge",
+        deleted_by: "receive, ack, bury, seek, subscription purge",
     },
     ItemKind {
         name: "push delivery counts and last error (partition 0 only)",
