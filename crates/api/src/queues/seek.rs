@@ -75,3 +75,39 @@ pub async fn purge(
     let _: NoFields = parse_optional(&read_body(body, MAX_BODY).await?)?;
     Ok(sought_json(&queues.purge(&topic, &sub).await?))
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::http::{Method, StatusCode};
+
+    use super::super::tests::{call, given_a_queue_with_three_messages, snapshot, SUB};
+
+    #[tokio::test]
+    async fn given_bad_seeks_then_each_is_its_4xx_json_error_and_nothing_changes() {
+        let (app, _dir) = given_a_queue_with_three_messages().await;
+        let before = snapshot(&app).await;
+        let (seek, purge) = (format!("{SUB}/seek"), format!("{SUB}/purge"));
+        // Partition 1 holds 3 events, partition 0 none.
+        let cases = [
+            (&seek, r#"{"to": "middle"}"#, StatusCode::BAD_REQUEST, "invalid_seek"),
+            (&seek, r#"{"to": {"offsets": [0]}}"#, StatusCode::BAD_REQUEST, "invalid_seek"),
+            (&seek, r#"{"to": {"offsets": [0, 4]}}"#, StatusCode::BAD_REQUEST, "invalid_seek"),
+            (&seek, r#"{"to": {"offset": 1}}"#, StatusCode::BAD_REQUEST, "invalid_seek"),
+            (&seek, r#"{"dry_run": true}"#, StatusCode::BAD_REQUEST, "invalid_request"),
+            (&seek, r#"{"to": "latest", "now": 1}"#, StatusCode::BAD_REQUEST, "invalid_request"),
+            (&seek, "{", StatusCode::BAD_REQUEST, "invalid_json"),
+            (&purge, r#"{"dlq": false}"#, StatusCode::BAD_REQUEST, "invalid_request"),
+        ];
+        for (path, body, status, code) in cases {
+            let (got, answer) = call(&app, Method::POST, path, Some(body)).await;
+            assert_eq!((got, answer["error"]["code"].as_str()), (status, Some(code)), "{path} {body}: {answer}");
+        }
+        let other = "/v1/topics/jobs/subscriptions/other/seek";
+        let (got, answer) = call(&app, Method::POST, other, Some(r#"{"to": "latest"}"#)).await;
+        assert_eq!((got, answer["error"]["code"].as_str()), (StatusCode::NOT_FOUND, Some("subscription_not_found")));
+        let (got, dry) = call(&app, Method::POST, &seek, Some(r#"{"to": "latest", "dry_run": true}"#)).await;
+        assert_eq!(got, StatusCode::OK);
+        assert_eq!((dry["applied"].as_bool(), dry["skip"].as_u64()), (Some(false), Some(3)), "{dry}");
+        assert_eq!(snapshot(&app).await, before, "a refused seek or a dry run changed state");
+    }
+}
