@@ -2,7 +2,8 @@
 //! seek to offset `P`, the partition is as if every message below `P` had been acked
 //! and none at or after it had ever been delivered:
 //! - every lease ends (in flight, released, in backoff, delayed or parked behind a key):
-//!   its receipts answer `stale_receipt`;
+//!   its receipts answer `stale_receipt`; but one that ran out of deliveries is the
+//!   DLQ's (describe counts it dead) and stays for the next take to bury;
 //! - the messages below `P` that were still to be delivered (new ones, and those of the
 //!   leases) are passed over: `skip` counts them;
 //! - the messages at or after `P` are delivered from the log, as new (receive count 1):
@@ -165,18 +166,22 @@ impl Queues {
             (None, _) => head.next,
         };
         let from = state.cursor.next;
-        let held: BTreeSet<u64> = state.leases.iter().flat_map(|l| l.record.msgs.iter().map(|m| m.offset)).collect();
+        // A lease that ran out of deliveries is the DLQ's already (describe counts it dead):
+        // it stays, for the next take to bury, and is in neither count.
+        let (now, max) = (self.now(), sub.record.spec.max_receive_count);
+        let (dead, live): (Vec<&Lease>, Vec<&Lease>) =
+            state.leases.iter().partition(|l| l.due <= now && l.record.receives >= max);
+        let held: BTreeSet<u64> = live.iter().flat_map(|l| l.record.msgs.iter().map(|m| m.offset)).collect();
         let unmatched = match filter {
             Some(f) => self.unmatched(sub, partition, (from.min(to).max(head.start), from.max(to)), head, f).await?,
             None => BTreeSet::new(),
         };
         let counts = count(from, to, head.start, &held, &unmatched);
         let answer = PartitionSeek { partition, from, to, redeliver: counts.redeliver, skip: counts.skip };
-        if dry_run || (from == to && state.leases.is_empty()) {
+        if dry_run || (from == to && live.is_empty()) {
             return Ok(Change::Keep(answer));
         }
-        let deletes: Vec<WriteOp> = state
-            .leases
+        let deletes: Vec<WriteOp> = live
             .iter()
             .filter(|l| !l.inline)
             .map(|l| WriteOp::Delete { key: l.key.clone(), expect: Expect::Version(l.version) })
@@ -189,8 +194,9 @@ impl Queues {
             }));
         }
         let cursor = CursorRecord { next: to, expired: state.cursor.expired + counts.expired, ..state.cursor };
+        let kept = dead.iter().filter(|l| l.inline).map(|l| l.to_inline()).collect();
         let state = QueueState { sought: to, ..state };
-        let mut ops = vec![state.cursor_item_write(sub.record.id, partition, cursor, Vec::new(), &deletes)];
+        let mut ops = vec![state.cursor_item_write(sub.record.id, partition, cursor, kept, &deletes)];
         ops.extend(deletes);
         Ok(Change::Write(ops, answer))
     }
