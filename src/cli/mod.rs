@@ -54,7 +54,7 @@ pub enum Verb {
         after_help = "Example:\n  sluice topics create orders --partitions 12 --retention-ms 86400000"
     )]
     Topics(topics::TopicVerb),
-    /// Create, list, describe, delete, pause and resume subscriptions (work queues) of a topic.
+    /// Create, list, describe, update, delete, pause and resume subscriptions (work queues) of a topic.
     #[command(subcommand, after_help = "Example:\n  sluice subs create orders billing --start earliest")]
     Subs(subs::SubVerb),
     /// List, describe (members, assignment, committed offsets, lag), seek and delete groups.

@@ -1,5 +1,5 @@
-//! `sluice subs …`: create (with every setting as a flag), list, describe, delete, pause,
-//! resume, seek and purge a topic's subscriptions.
+//! `sluice subs …`: create (with every setting as a flag), list, describe, update, delete,
+//! pause, resume, seek and purge a topic's subscriptions.
 
 use clap::Subcommand;
 use serde_json::{json, Value};
@@ -23,6 +23,15 @@ pub enum SubVerb {
     /// A subscription with its backlog: visible, in flight, delayed, dead, expired, filtered.
     #[command(after_help = "Example:\n  sluice subs describe orders billing")]
     Describe { topic: String, sub: String },
+    /// Change a subscription's settings in place; those not given stay. Prints it as
+    /// `describe` does.
+    #[command(
+        after_help = "Examples:\n  sluice subs update orders billing --visibility-timeout-ms 60000 --max-receive-count 3\n  \
+                            sluice subs update orders paid --filter '{\"value\": {\"status\": [\"paid\"]}}'\n  \
+                            sluice subs update orders paid --no-filter\n  \
+                            sluice subs update orders hooks --push-url http://localhost:3000/v2/hooks"
+    )]
+    Update(UpdateArgs),
     /// Delete a subscription.
     #[command(after_help = "Example:\n  sluice subs delete orders billing")]
     Delete { topic: String, sub: String },
@@ -128,6 +137,92 @@ impl CreateArgs {
     }
 }
 
+#[derive(clap::Args, Debug)]
+pub struct UpdateArgs {
+    topic: String,
+    sub: String,
+    /// How long a message received from now on stays hidden from other receivers.
+    #[arg(long)]
+    visibility_timeout_ms: Option<u64>,
+    /// Deliveries before a message goes to the dead-letter queue.
+    #[arg(long)]
+    max_receive_count: Option<u32>,
+    /// New messages become visible this long after their timestamp.
+    #[arg(long)]
+    delay_ms: Option<u64>,
+    /// Waits before redeliveries, as JSON: `[ms, …]` or `{"initial_ms", "max_ms", "multiplier"}`.
+    #[arg(long, conflicts_with = "no_backoff")]
+    redelivery_backoff_ms: Option<String>,
+    /// Redeliver at once (remove the backoff).
+    #[arg(long)]
+    no_backoff: bool,
+    /// A new event pattern, as JSON: it applies on each partition from its cursor now.
+    #[arg(long, conflicts_with = "no_filter")]
+    filter: Option<String>,
+    /// Remove the filter: every event becomes a message from each partition's cursor now.
+    #[arg(long)]
+    no_filter: bool,
+    /// A push subscription's new endpoint (its secret stays).
+    #[arg(long, conflicts_with = "push_lambda")]
+    push_url: Option<String>,
+    /// A push subscription's new Lambda function.
+    #[arg(long)]
+    push_lambda: Option<String>,
+    /// Messages per push delivery.
+    #[arg(long)]
+    push_max_batch: Option<u32>,
+    /// How long one push delivery may take.
+    #[arg(long)]
+    push_timeout_ms: Option<u64>,
+    /// Push deliveries under way at once.
+    #[arg(long)]
+    push_max_in_flight: Option<u32>,
+}
+
+impl UpdateArgs {
+    /// The request body: each flag given.
+    fn body(&self) -> Result<Value, Error> {
+        let mut body = json!({});
+        let filter = match (&self.filter, self.no_filter) {
+            (Some(f), _) => Some(json_flag("--filter", f)?),
+            (None, true) => Some(Value::Null),
+            (None, false) => None,
+        };
+        let backoff = match (&self.redelivery_backoff_ms, self.no_backoff) {
+            (Some(b), _) => Some(json_flag("--redelivery-backoff-ms", b)?),
+            (None, true) => Some(Value::Null),
+            (None, false) => None,
+        };
+        for (name, value) in [
+            ("visibility_timeout_ms", self.visibility_timeout_ms.map(Value::from)),
+            ("max_receive_count", self.max_receive_count.map(Value::from)),
+            ("delay_ms", self.delay_ms.map(Value::from)),
+            ("redelivery_backoff_ms", backoff),
+            ("filter", filter),
+        ] {
+            if let Some(value) = value {
+                body[name] = value;
+            }
+        }
+        let push = [
+            ("url", self.push_url.clone().map(Value::from)),
+            ("lambda", self.push_lambda.clone().map(Value::from)),
+            ("max_batch", self.push_max_batch.map(Value::from)),
+            ("timeout_ms", self.push_timeout_ms.map(Value::from)),
+            ("max_in_flight", self.push_max_in_flight.map(Value::from)),
+        ];
+        for (name, value) in push {
+            if let Some(value) = value {
+                if !body["push"].is_object() {
+                    body["push"] = json!({});
+                }
+                body["push"][name] = value;
+            }
+        }
+        Ok(body)
+    }
+}
+
 fn json_flag(flag: &str, text: &str) -> Result<Value, Error> {
     serde_json::from_str(text).map_err(|e| Error::Invalid(format!("{flag} is not JSON: {e}")))
 }
@@ -150,6 +245,14 @@ pub async fn subs(client: &Client, verb: SubVerb, text: bool) -> Result<(), Erro
                 print_description(&described);
             } else {
                 print_json(&described);
+            }
+        }
+        SubVerb::Update(args) => {
+            let updated = client.patch_subscription(&args.topic, &args.sub, &args.body()?).await?;
+            if text {
+                print_description(&updated);
+            } else {
+                print_json(&updated);
             }
         }
         SubVerb::Delete { topic, sub } => {
@@ -274,15 +377,21 @@ fn print_description(sub: &Value) {
     let columns = ["visible", "in_flight", "delayed", "dead", "expired", "filtered"];
     let mut header = vec!["partition", "cursor", "high mark"];
     header.extend(columns);
-    let rows: Vec<Vec<String>> = sub["partitions"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default()
+    let partitions = sub["partitions"].as_array().map(Vec::as_slice).unwrap_or_default();
+    // Where a changed filter applies from (`subs update --filter`).
+    let since = partitions.iter().any(|p| p.get("filter_since").is_some());
+    if since {
+        header.push("filter since");
+    }
+    let rows: Vec<Vec<String>> = partitions
         .iter()
         .map(|p| {
             let mut row = vec![n(&p["partition"]).to_string(), n(&p["cursor"]).to_string()];
             row.push(n(&p["high_watermark"]).to_string());
             row.extend(columns.iter().map(|c| n(&p["backlog"][c]).to_string()));
+            if since {
+                row.push(p["filter_since"].as_u64().map_or("-".into(), |o| o.to_string()));
+            }
             row
         })
         .collect();

@@ -30,6 +30,8 @@ const EVENTS = 30;
 const DEAD = 6;
 /** The console error Chromium logs for the 416 the error check provokes on purpose. */
 const EXPECTED_416 = /Failed to load resource: the server responded with a status of 416/;
+/** The settings form's refused filter, logged by Chromium as the 416 is. */
+const EXPECTED_400 = /Failed to load resource: the server responded with a status of 400/;
 
 // ---------------------------------------------------------------------------------------
 // Helpers.
@@ -273,6 +275,34 @@ describe('the dashboard', () => {
     assert.equal(await text(button), 'Pause');
   });
 
+  it('changes a subscription\'s settings in place, and shows a refused value as an error', async () => {
+    const work = card('subscription', { topic: TOPIC, subscription: 'work' });
+    const before = await call('GET', sub('work'));
+    await work.getByTestId('edit-settings').click();
+    assert.equal(await page.getByTestId('settings-subscription').inputValue(), `${TOPIC}/work`);
+    const visibility = page.getByTestId('settings-visibility');
+    assert.equal(await visibility.inputValue(), String(before.visibility_timeout_ms), 'filled from describe');
+    await visibility.fill(String(before.visibility_timeout_ms + 15000));
+    await page.getByTestId('settings-save').click();
+    const outcome = page.getByTestId('settings-outcome');
+    await eventually('the change saved', async () => /saved visibility_timeout_ms of/.test(await text(outcome)));
+    const after = await call('GET', sub('work'));
+    assert.equal(after.visibility_timeout_ms, before.visibility_timeout_ms + 15000);
+    assert.equal(after.max_receive_count, before.max_receive_count, 'only what changed was sent');
+
+    // A pattern whose value is not a list of matches: the server refuses it, changing nothing.
+    await page.getByTestId('settings-filter').fill('{"value": {"kind": "a"}}');
+    await page.getByTestId('settings-save').click();
+    const error = page.locator('[data-testid="error"][data-source="settings"]');
+    await eventually('the refusal shown', async () => /invalid_filter/.test(await text(error)));
+    assert.equal((await call('GET', sub('work'))).filter, null, 'nothing changed');
+    await page.getByTestId('settings-filter').fill('');
+    await visibility.fill(String(before.visibility_timeout_ms));
+    await page.getByTestId('settings-save').click();
+    await eventually('restored', async () => (await call('GET', sub('work'))).visibility_timeout_ms
+      === before.visibility_timeout_ms);
+  });
+
   it('redrives, deletes and purges dead letters, each after a confirmation', async () => {
     const work = card('subscription', { topic: TOPIC, subscription: 'work' });
     const rows = page.getByTestId('dlq-row');
@@ -390,10 +420,12 @@ describe('the dashboard', () => {
   });
 
   it('logs no console errors and no page errors', () => {
-    // The 416 above is logged by Chromium itself for the failed request; nothing else may be.
-    const unexpected = consoleErrors.filter((message) => !EXPECTED_416.test(message));
+    // The 416 and the 400 above are logged by Chromium itself for the failed requests;
+    // nothing else may be.
+    const unexpected = consoleErrors.filter((message) => !EXPECTED_416.test(message) && !EXPECTED_400.test(message));
     assert.deepEqual(unexpected, []);
-    assert.equal(consoleErrors.length - unexpected.length, 1, 'the one 416 of the error check');
+    assert.equal(consoleErrors.filter((m) => EXPECTED_416.test(m)).length, 1, 'the one 416 of the error check');
+    assert.equal(consoleErrors.filter((m) => EXPECTED_400.test(m)).length, 1, 'the one refused setting');
     assert.deepEqual(pageErrors, []);
   });
 });

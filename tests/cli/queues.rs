@@ -193,3 +193,31 @@ fn given_an_acked_message_then_seek_dry_run_counts_it_and_purge_passes_over_the_
     let bad = sluice(&server, &["subs", "seek", "jobs", "w", "--to", "99"], None);
     assert!(stderr(&bad).contains("invalid_seek"), "{}", stderr(&bad));
 }
+
+#[test]
+fn given_subs_update_then_the_settings_change_a_filter_applies_from_its_cursor_and_start_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    three_jobs(&server, "5");
+    let update = ["subs", "update", "jobs", "w", "--visibility-timeout-ms", "60000", "--max-receive-count", "2"];
+    let updated = json(&ok(&server, &update, None));
+    assert_eq!(
+        (updated["visibility_timeout_ms"].as_u64(), updated["max_receive_count"].as_u64()),
+        (Some(60000), Some(2))
+    );
+    assert_eq!(updated["backlog"]["visible"], 3, "answered as describe shows it: {updated}");
+
+    let filter = ["subs", "update", "jobs", "w", "--filter", r#"{"value": {"job": [3]}}"#, "-o", "text"];
+    let shown = ok(&server, &filter, None);
+    assert!(shown.starts_with("subscription jobs/w  (from earliest, pull, filtered)"), "{shown}");
+    assert!(shown.contains("filter since"), "the position the filter applies from: {shown}");
+    let got = ndjson(&ok(&server, &["receive", "jobs", "w", "--count", "10", "--wait-ms", "0"], None));
+    assert_eq!(got.len(), 1, "only what the new filter matches: {got:?}");
+    let removed = json(&ok(&server, &["subs", "update", "jobs", "w", "--no-filter"], None));
+    assert!(removed["filter"].is_null(), "{removed}");
+
+    let start = sluice(&server, &["subs", "update", "jobs", "w", "--push-url", "http://localhost:1/x"], None);
+    assert!(stderr(&start).contains("invalid_request"), "a pull subscription stays one: {}", stderr(&start));
+    let missing = sluice(&server, &["subs", "update", "jobs", "nope", "--delay-ms", "1"], None);
+    assert!(stderr(&missing).contains("subscription_not_found"), "{}", stderr(&missing));
+}

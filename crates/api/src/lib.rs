@@ -138,7 +138,7 @@ pub fn queues_router(app: impl Into<App>) -> Router {
 fn queues_routes() -> OpenApiRouter<App> {
     OpenApiRouter::new()
         .routes(routes!(queues::list))
-        .routes(routes!(queues::create, queues::describe, queues::delete))
+        .routes(routes!(queues::create, queues::describe, queues::patch, queues::delete))
         .routes(routes!(queues::pause))
         .routes(routes!(queues::resume))
         .routes(routes!(queues::seek))

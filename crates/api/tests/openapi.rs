@@ -31,6 +31,7 @@ const STORY: &[(&str, u16)] = &[
     ("describeSubscription", 200),
     ("pauseSubscription", 200),
     ("resumeSubscription", 200),
+    ("patchSubscription", 200),
     ("peek", 200),
     ("receive", 200),
     ("changeVisibility", 200),

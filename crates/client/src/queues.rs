@@ -72,6 +72,14 @@ impl Client {
         self.fetch(Call::new(Method::GET, Self::subscription(topic, sub))).await
     }
 
+    /// Changes a subscription's settings in place: `change` names those to change
+    /// (docs/API.md, "Change"; `null` removes a filter or a backoff), the others stay.
+    /// Answers the subscription as described; once it has, every receive or delivery that
+    /// starts uses the new settings. Retried: the same change twice changes nothing more.
+    pub async fn patch_subscription(&self, topic: &str, sub: &str, change: &Value) -> Result<Value, Error> {
+        self.fetch(Call::new(Method::PATCH, Self::subscription(topic, sub)).json(change)?).await
+    }
+
     /// Pauses a subscription: it keeps counting the topic's events and delivers nothing
     /// (receives wait as on an empty queue, push stops) until resumed; messages already out
     /// can still be acked, nacked and held. Answers the subscription as described. Retried

@@ -1,10 +1,10 @@
 // The Sluice dashboard: every REFRESH_MS it lists and describes topics, groups and
 // subscriptions through the /v1 API and redraws them, keeping a history of lag and backlog
-// for the charts; a subscription can be paused, sought or purged (the last two after a
-// confirmation that shows a dry run's counts). The dead-letter queue of a chosen
-// subscription can be redriven, purged or pruned one message at a time (each after a
-// confirmation), and a live tail long-polls one
-// partition. Every failure of a call is shown in the page's error list.
+// for the charts. A chosen subscription's settings can be changed in place (PATCH); a
+// subscription can be paused, sought or purged (the last two after a confirmation that
+// shows a dry run's counts); its dead-letter queue redriven, purged or pruned one message
+// at a time (each after a confirmation), and a live tail long-polls one partition. Every
+// failure of a call is shown in the page's error list.
 
 import { api, ApiError, describe, seg } from './api.js';
 import { ago, bytes, cell, clock, duration, h, preview, setOptions, table } from './dom.js';
@@ -164,6 +164,7 @@ function render() {
   renderSubscriptions();
   setOptions($('tail-topic'), state.topics.map((t) => t.name), 'no topics');
   setOptions($('dlq-subscription'), state.subscriptions.map(subKey), 'no subscriptions');
+  setOptions($('settings-subscription'), state.subscriptions.map(subKey), 'no subscriptions');
 }
 
 // ---------------------------------------------------------------------------------------
@@ -244,6 +245,8 @@ function subscriptionCard(sub) {
       h('span', { class: 'spacer' }),
       h('button', { type: 'button', dataset: { testid: 'sub-pause' }, onclick: () => pauseOrResume(sub) },
         sub.state === 'paused' ? 'Resume' : 'Pause'),
+      h('button', { type: 'button', dataset: { testid: 'edit-settings' }, onclick: () => editSettings(subKey(sub)) },
+        'Settings'),
       h('button', { type: 'button', dataset: { testid: 'show-dlq' }, onclick: () => showDlq(subKey(sub)) },
         'Dead letters')),
     h('div', { class: 'seek' },
@@ -491,6 +494,66 @@ function showTailEvents(events) {
   }
   while (list.children.length > TAIL_KEEP) list.lastElementChild.remove();
 }
+
+// ---------------------------------------------------------------------------------------
+// A chosen subscription's settings, changed in place (only what differs is sent).
+
+/** The form's fields: input id, setting, and how a value is read from the input. */
+const SETTINGS = [
+  ['settings-visibility', 'visibility_timeout_ms', Number],
+  ['settings-max-receives', 'max_receive_count', Number],
+  ['settings-delay', 'delay_ms', Number],
+  ['settings-filter', 'filter', (text) => (text.trim() ? JSON.parse(text) : null)],
+];
+
+function chosenSettings() {
+  return state.subscriptions.find((s) => subKey(s) === $('settings-subscription').value) || null;
+}
+
+/** Fills the form with the chosen subscription's settings as last described. */
+function fillSettings() {
+  const sub = chosenSettings();
+  for (const [id, field] of SETTINGS) {
+    const value = sub ? sub[field] : null;
+    $(id).value = value === null || value === undefined ? '' : (field === 'filter' ? JSON.stringify(value) : value);
+  }
+  $('settings-save').disabled = !sub;
+}
+
+function editSettings(key) {
+  $('settings-subscription').value = key;
+  fillSettings();
+  $('settings-outcome').textContent = '';
+  $('settings-section').scrollIntoView({ behavior: 'smooth', block: 'start' });
+}
+
+/** Sends the settings that differ from the subscription's, then shows what it answered. */
+async function saveSettings(event) {
+  event.preventDefault();
+  const sub = chosenSettings();
+  if (!sub) return;
+  try {
+    const change = {};
+    for (const [id, field, read] of SETTINGS) {
+      const value = read($(id).value);
+      if (JSON.stringify(value) !== JSON.stringify(sub[field] ?? null)) change[field] = value;
+    }
+    const path = `/topics/${seg(sub.topic)}/subscriptions/${seg(sub.name)}`;
+    const changed = await api('PATCH', path, change);
+    const names = Object.keys(change);
+    $('settings-outcome').textContent = names.length
+      ? `saved ${names.join(', ')} of ${sub.topic} / ${sub.name}` : 'nothing to change';
+    Object.assign(sub, changed);
+    fillSettings();
+    clearError('settings');
+  } catch (error) {
+    report('settings', error);
+  }
+  await refresh();
+}
+
+$('settings-subscription').addEventListener('change', fillSettings);
+$('settings-form').addEventListener('submit', saveSettings);
 
 // ---------------------------------------------------------------------------------------
 // Little pieces.

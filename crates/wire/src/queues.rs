@@ -133,6 +133,11 @@ pub struct PartitionBacklog {
     pub cursor: u64,
     pub high_watermark: u64,
     pub backlog: Backlog,
+    /// Where the filter applies from on this partition, once a change (`PATCH`) set it:
+    /// messages below were judged by the filter before. Absent for the filter the
+    /// subscription was created with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter_since: Option<u64>,
 }
 
 /// A received message: the event, its receipt, and its deliveries so far.
@@ -352,6 +357,69 @@ pub struct CreateSubscription {
     /// A push target: `{"url", "secret"?, …}` or `{"lambda", …}`.
     #[cfg_attr(feature = "openapi", schema(value_type = Option<PushTarget>))]
     pub push: Option<Value>,
+}
+
+/// `PATCH …/subscriptions/{sub}`: the settings to change; those not named stay. `start`
+/// and `ordering` cannot change (named, they must be what they are); `null` removes a
+/// `filter` or a `redelivery_backoff_ms`. An empty body changes nothing.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct PatchSubscription {
+    /// Cannot change: refused unless it is the subscription's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Start>))]
+    pub start: Option<Value>,
+    /// Cannot change: refused unless it is the subscription's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ordering: Option<Ordering>,
+    /// 0 to 12 h: from the next receive (leases already granted keep their windows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(maximum = 43200000))]
+    pub visibility_timeout_ms: Option<u64>,
+    /// 1 to 1000: from the next receive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1000))]
+    pub max_receive_count: Option<u32>,
+    /// For messages a receive takes from the log from now on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<u64>,
+    /// `[ms, …]`, `{"initial_ms", "max_ms", "multiplier"}`, or `null` (none): for deliveries
+    /// from now on.
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Backoff>))]
+    pub redelivery_backoff_ms: Option<Value>,
+    /// An event pattern, or `null` (none): applies on each partition from its cursor at the
+    /// change (`filter_since` in describe).
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Value>))]
+    pub filter: Option<Value>,
+    /// A push subscription's target and limits (a pull subscription has none to change).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub push: Option<PatchPush>,
+}
+
+/// A field given as `null` is `Some(Value::Null)`; an absent one (`default`) is `None`.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+/// A push target's changes: `url` for a URL target (its secret stays), `lambda` for a
+/// function target; its kind cannot change.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct PatchPush {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lambda: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_batch: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_in_flight: Option<u32>,
 }
 
 /// A push target as requested: one of `url` and `lambda`.

@@ -72,6 +72,9 @@ errors! {
     /// `createSubscription`.
     CreateSubscription: [PATH, BODY] InvalidStart, InvalidVisibilityTimeout, InvalidMaxReceiveCount,
         InvalidDelay, InvalidBackoff, InvalidFilter, InvalidPush, TopicNotFound, SubscriptionExists;
+    /// `patchSubscription`.
+    PatchSubscription: [PATH, BODY, SUB] InvalidStart, InvalidVisibilityTimeout, InvalidMaxReceiveCount,
+        InvalidDelay, InvalidBackoff, InvalidFilter, InvalidPush;
     /// `listSubscriptions`.
     ListSubscriptions: [PATH] TopicNotFound;
     /// `describeSubscription`, `deleteSubscription`, `purgeDeadLetters`.

@@ -98,6 +98,16 @@ pub(crate) fn subscription_description() -> Value {
     out
 }
 
+pub(crate) fn patch_subscription() -> Value {
+    json!({ "visibility_timeout_ms": 45000 })
+}
+
+pub(crate) fn patched_subscription() -> Value {
+    let mut out = subscription_description();
+    out["visibility_timeout_ms"] = json!(45000);
+    out
+}
+
 pub(crate) fn paused_subscription() -> Value {
     let mut out = subscription_description();
     out["state"] = json!("paused");

@@ -1,6 +1,7 @@
 //! Work queues: subscriptions of a topic, each a queue of its own over the topic's log.
-//! `PUT|GET|DELETE /v1/topics/{topic}/subscriptions/{sub}`, `GET …/subscriptions`
-//! and `POST …/{sub}/pause`, `…/resume` (`subscriptions`), `POST …/{sub}/seek`, `…/purge` (`seek`), `POST …/{sub}/receive`, `…/ack`, `…/nack`, `…/visibility`
+//! `PUT|GET|PATCH|DELETE /v1/topics/{topic}/subscriptions/{sub}`, `GET …/subscriptions`
+//! and `POST …/{sub}/pause`, `…/resume` (`subscriptions`), `POST …/{sub}/seek`, `…/purge` (`seek`),
+//! `POST …/{sub}/receive`, `…/ack`, `…/nack`, `…/visibility`
 //! (`messages`), and the dead-letter queue: `GET|DELETE …/{sub}/dlq`, `DELETE
 //! …/{sub}/dlq/{id}`, `POST …/{sub}/dlq/redrive` (`dead`). Parsing and rendering only:
 //! [`Queues`](sluice_core::queues::Queues) checks every value before it writes.
@@ -221,6 +222,41 @@ mod tests {
             ),
             (Method::POST, format!("{SUB}/resume"), Some("{"), StatusCode::BAD_REQUEST, "invalid_json"),
             (Method::POST, format!("{other}/pause"), None, StatusCode::NOT_FOUND, "subscription_not_found"),
+            // A change: unknown fields (`rate` among them, for now), what cannot change, and
+            // each value as create checks it.
+            (
+                Method::PATCH,
+                SUB.into(),
+                Some(r#"{"rate": {"per_second": 5}}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+            ),
+            (Method::PATCH, SUB.into(), Some(r#"{"start": "latest"}"#), StatusCode::BAD_REQUEST, "invalid_request"),
+            (Method::PATCH, SUB.into(), Some(r#"{"ordering": "key"}"#), StatusCode::BAD_REQUEST, "invalid_request"),
+            (
+                Method::PATCH,
+                SUB.into(),
+                Some(r#"{"push": {"url": "http://a"}}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+            ),
+            (
+                Method::PATCH,
+                SUB.into(),
+                Some(r#"{"max_receive_count": 0}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_max_receive_count",
+            ),
+            (Method::PATCH, SUB.into(), Some(r#"{"filter": []}"#), StatusCode::BAD_REQUEST, "invalid_filter"),
+            (
+                Method::PATCH,
+                SUB.into(),
+                Some(r#"{"redelivery_backoff_ms": 5}"#),
+                StatusCode::BAD_REQUEST,
+                "invalid_backoff",
+            ),
+            (Method::PATCH, SUB.into(), Some("{"), StatusCode::BAD_REQUEST, "invalid_json"),
+            (Method::PATCH, other.into(), Some("{}"), StatusCode::NOT_FOUND, "subscription_not_found"),
             (
                 Method::POST,
                 "/v1/topics/nope/subscriptions/x/resume".into(),

@@ -1,4 +1,4 @@
-//! Subscriptions: create (idempotent), list, describe, delete, pause and resume.
+//! Subscriptions: create (idempotent), list, describe, change, delete, pause and resume.
 
 use axum::body::Body;
 use axum::extract::State;
@@ -8,7 +8,8 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sluice_core::queues::{
-    Backlog, Backoff, Ordering, PushSpec, PushTarget, Queues, StartAt, Subscription, SubscriptionSpec,
+    Backlog, Backoff, Ordering, PushPatch, PushSpec, PushTarget, Queues, StartAt, Subscription, SubscriptionPatch,
+    SubscriptionSpec,
 };
 use sluice_core::Code;
 
@@ -192,15 +193,55 @@ async fn described(queues: &Queues, topic: &str, sub: &str) -> Result<Json<Value
         .partitions
         .iter()
         .map(|p| {
-            json!({
+            let mut out = json!({
                 "partition": p.partition,
                 "cursor": p.cursor,
                 "high_watermark": p.high_watermark,
                 "backlog": backlog_json(&p.backlog),
-            })
+            });
+            if let Some(since) = p.filter_since {
+                out["filter_since"] = json!(since);
+            }
+            out
         })
         .collect();
     Ok(Json(out))
+}
+
+/// Change a subscription's settings in place: those named change, the others stay; `null`
+/// removes a filter or a backoff; `start` and `ordering` cannot change. Once this answers,
+/// every receive or delivery that starts uses the new settings; leases already granted keep
+/// their windows, and a new filter applies on each partition from `filter_since`.
+#[utoipa::path(patch, path = "/v1/topics/{topic}/subscriptions/{sub}", tag = "queues",
+    operation_id = "patchSubscription", params(SubParams),
+    request_body(content = Option<answers::PatchSubscription>, example = ex::patch_subscription),
+    responses((status = 200, description = "Changed (or already so): the subscription as describe shows it",
+        body = answers::SubscriptionDescription, example = ex::patched_subscription), errors::PatchSubscription))]
+pub async fn patch(
+    State(queues): State<Queues>,
+    Path((topic, sub)): SubPath,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    let req: answers::PatchSubscription = parse_optional(&read_body(body, MAX_BODY).await?)?;
+    let nullable = |v: Value| Some(v).filter(|v| !v.is_null());
+    let change = SubscriptionPatch {
+        start: req.start.map(start).transpose()?,
+        ordering: req.ordering.map(ordering),
+        visibility_timeout_ms: req.visibility_timeout_ms,
+        max_receive_count: req.max_receive_count,
+        delay_ms: req.delay_ms,
+        redelivery_backoff: req.redelivery_backoff_ms.map(|b| nullable(b).map(backoff).transpose()).transpose()?,
+        filter: req.filter.map(nullable),
+        push: req.push.map(|p| PushPatch {
+            url: p.url,
+            lambda: p.lambda,
+            max_batch: p.max_batch,
+            timeout_ms: p.timeout_ms,
+            max_in_flight: p.max_in_flight,
+        }),
+    };
+    queues.patch(&topic, &sub, &change).await?;
+    described(&queues, &topic, &sub).await
 }
 
 /// Delete a subscription and its messages' state.

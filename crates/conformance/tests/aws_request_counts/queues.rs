@@ -1,6 +1,6 @@
 //! What a work queue costs: receives, acks, releases, dead letters, an empty receive.
 
-use sluice_core::queues::{Message, Queues, ReceiveRequest, SeekTo, StartAt, SubscriptionSpec};
+use sluice_core::queues::{Message, Queues, ReceiveRequest, SeekTo, StartAt, SubscriptionPatch, SubscriptionSpec};
 
 use super::*;
 
@@ -36,6 +36,7 @@ async fn queue_requests_per_receive_and_ack_are_what_the_cost_model_says() {
     peek_and_ready(&counted, &queues, &topic).await;
     pause_and_resume(&counted, &queues, &topic).await;
     seek_and_purge(&counted, &queues, &topic).await;
+    change(&counted, &queues, &topic).await;
     dead_letters(&counted, &queues, &topic).await;
 
     // Drain, then an empty receive reads and writes nothing.
@@ -174,6 +175,22 @@ async fn seek_and_purge((state, objects, _): &Counted, queues: &Queues, topic: &
         .map(|op| counts.get(*op).copied().unwrap_or_default())
         .sum::<u64>();
     assert_eq!(writes, 8, "one write per partition: {counts:?}");
+}
+
+/// A change of settings on 8 partitions: it reads and marks every cursor, then writes the
+/// record (the route then answers a describe); the same change again writes nothing.
+async fn change((state, objects, _): &Counted, queues: &Queues, topic: &str) {
+    let longer = SubscriptionPatch { visibility_timeout_ms: Some(45_000), ..SubscriptionPatch::default() };
+    let (_, changed) = counted!(state, objects, queues.patch(topic, "work", &longer).await.unwrap());
+    per_request("change subscription settings (8 partitions)", &changed, 1);
+    let (_, again) = counted!(state, objects, queues.patch(topic, "work", &longer).await.unwrap());
+    per_request("change subscription settings, already so (8 partitions)", &again, 1);
+    let writes = changed.get("dynamodb:UpdateItem").copied().unwrap_or_default()
+        + changed.get("dynamodb:PutItem").copied().unwrap_or_default();
+    assert_eq!(writes, 9, "a change writes 8 cursors and the record: {changed:?}");
+    for op in ["dynamodb:UpdateItem", "dynamodb:PutItem", "dynamodb:TransactWriteItems"] {
+        assert!(!again.contains_key(op), "the same change again writes nothing: {again:?}");
+    }
 }
 
 /// Dead letters: a queue whose messages die at their first expiry, listed, redriven, purged,

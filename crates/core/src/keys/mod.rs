@@ -167,7 +167,7 @@ pub const ITEM_KINDS: &[ItemKind] = &[
         pk: "subs#<topic>",
         sk: "<name>",
         value: "SubscriptionRecord",
-        written_by: "create, delete, pause, resume",
+        written_by: "create, delete, pause, resume, change",
         deleted_by: "topic purge",
     },
     ItemKind {
@@ -175,7 +175,8 @@ pub const ITEM_KINDS: &[ItemKind] = &[
         pk: "q#<sub>#<p>",
         sk: "c",
         value: "CursorItem",
-        written_by: "create, receive, ack, nack, visibility, bury, redrive, pause, resume, seek, delete (tombstone)",
+        written_by:
+            "create, receive, ack, nack, visibility, bury, redrive, pause, resume, seek, change, delete (tombstone)",
         deleted_by: "subscription purge",
     },
     ItemKind {

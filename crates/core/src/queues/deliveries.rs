@@ -51,8 +51,28 @@ impl Queues {
         self.sub(&sub.topic, &sub.name).await.is_ok_and(|s| s.record.id == sub.id && !s.record.state.is_active())
     }
 
+    /// The subscription a dispatcher's `sub` names, as it is now: `SubscriptionNotFound`
+    /// once it was deleted or re-created, or its settings changed since the dispatcher read
+    /// them (`patch.rs`: its work on the old settings ends, and its next look at the
+    /// subscriptions starts it on the new ones, so no delivery that starts after a change
+    /// answered uses the old target or limits). `acks` of the old batch are written first.
+    async fn current_for_push(&self, sub: &PushSubscription, acks: &[String]) -> Result<Sub, Error> {
+        let current = self.sub(&sub.topic, &sub.name).await?;
+        if current.record.id != sub.id {
+            return Err(current.not_found());
+        }
+        if current.record.spec != sub.spec {
+            if !acks.is_empty() {
+                self.settle_on(&current, acks, Settle::Ack, Some(crate::metrics::ACKED)).await?;
+            }
+            return Err(current.not_found());
+        }
+        Ok(current)
+    }
+
     /// A receive on behalf of the push dispatcher of `sub` (and only while it is the same
-    /// subscription: `SubscriptionNotFound` once it was deleted or re-created). Its wait
+    /// subscription with the same settings: `SubscriptionNotFound` once it was deleted,
+    /// re-created or changed since the dispatcher listed it). Its wait
     /// ends early, with nothing, once `stop` turns true (a dispatcher shutting down): what
     /// a take already wrote is answered, never dropped.
     pub async fn receive_for_push(
@@ -62,10 +82,7 @@ impl Queues {
         stop: Option<&tokio::sync::watch::Receiver<bool>>,
     ) -> Result<Vec<Message>, Error> {
         Self::check_receive(req)?;
-        let current = self.sub(&sub.topic, &sub.name).await?;
-        if current.record.id != sub.id {
-            return Err(current.not_found());
-        }
+        let current = self.current_for_push(sub, &[]).await?;
         self.receive_until(&current, req, stop).await
     }
 
@@ -84,10 +101,7 @@ impl Queues {
             return self.receive_for_push(sub, req, None).await;
         }
         Self::check_receive(req)?;
-        let current = self.sub(&sub.topic, &sub.name).await?;
-        if current.record.id != sub.id {
-            return Err(current.not_found());
-        }
+        let current = self.current_for_push(sub, receipts).await?;
         let receipt_key = self.receipt_key().await?;
         let acked = |results: &[Result<Option<String>, ReceiptError>]| results.iter().filter(|r| r.is_ok()).count();
         match Riding::new(&current, receipts, receipt_key) {

@@ -2,6 +2,19 @@
 
 use super::*;
 
+impl Backlog {
+    /// Adds a partition's counts (not its oldest age) to the whole's.
+    fn add(&mut self, b: &Backlog) {
+        self.visible += b.visible;
+        self.in_flight += b.in_flight;
+        self.delayed += b.delayed;
+        self.dead += b.dead;
+        self.expired += b.expired;
+        self.filtered += b.filtered;
+        self.unscanned += b.unscanned;
+    }
+}
+
 impl Queues {
     /// The subscription with exact counts: every partition's leases are read (they are
     /// what is in flight or waiting, not the backlog), new messages are counted from the
@@ -76,14 +89,15 @@ impl Queues {
             if let Some(t) = visible_since {
                 oldest = min_time(oldest, t);
             }
-            total.visible += b.visible;
-            total.in_flight += b.in_flight;
-            total.delayed += b.delayed;
-            total.dead += b.dead;
-            total.expired += b.expired;
-            total.filtered += b.filtered;
-            total.unscanned += b.unscanned;
-            partitions.push(PartitionBacklog { partition: p, cursor, high_watermark: head.next, backlog: b });
+            total.add(&b);
+            let filter_since = state.marks.filter_since_of(sub.record.filter_config);
+            partitions.push(PartitionBacklog {
+                partition: p,
+                cursor,
+                high_watermark: head.next,
+                backlog: b,
+                filter_since,
+            });
         }
         total.oldest_visible_age_ms = oldest.map(|t| now.saturating_sub(t).max(0) as u64);
         let deliveries = self.push_stats(&sub).await?;

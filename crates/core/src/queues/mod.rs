@@ -46,6 +46,8 @@ pub use peek::{Peeked, MAX_PEEK_MESSAGES};
 mod cursors;
 use cursors::Change;
 mod inline;
+mod patch;
+pub use patch::{PushPatch, SubscriptionPatch};
 mod pause;
 pub use pause::SubscriptionState;
 mod purge;
@@ -219,6 +221,9 @@ pub struct PartitionBacklog {
     pub cursor: u64,
     pub high_watermark: u64,
     pub backlog: Backlog,
+    /// Where the filter the subscription has applies from on this partition, when a change
+    /// set it (`patch.rs`): messages below were judged by the filter before.
+    pub filter_since: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -569,6 +574,8 @@ fn test_sub(version: u64) -> Sub {
         created_ms: 0,
         deleted: false,
         state: SubscriptionState::Active,
+        config: 0,
+        filter_config: 0,
     };
     Sub { topic, name: "s".into(), record, version, guarded: false }
 }

@@ -118,7 +118,7 @@ mod tests {
             keyed: false,
             written: Vec::new(),
             paused,
-            sought: 0,
+            marks: Default::default(),
         }
     }
 

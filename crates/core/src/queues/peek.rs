@@ -157,7 +157,7 @@ mod tests {
             keyed: false,
             written: Vec::new(),
             paused: false,
-            sought: 0,
+            marks: Default::default(),
         };
         // (now, log start): the due leases' live messages (offset, receives), in offset order.
         type Case = (i64, u64, &'static [(u64, u32)]);

@@ -223,7 +223,8 @@ impl Queues {
     /// has been taken yet (the first message is taken whatever its size). The decisions
     /// are `take.rs`'s; this reads what they need and writes what they answer. `riding`:
     /// acks of this partition, written with the take's write (or alone if it writes nothing).
-    /// A paused partition (`pause.rs`) gives nothing: look again as at a blocked one.
+    /// A paused partition (`pause.rs`), or one whose settings changed since `sub` was read
+    /// (`patch.rs`), gives nothing (`QueueState::held_back`).
     #[allow(clippy::too_many_arguments)]
     async fn take(
         &self,
@@ -244,9 +245,9 @@ impl Queues {
             let now = self.now();
             let read = self.read_take(sub, turn, want, &mut head, &mut riding, receipt_key).await?;
             let Some((state, carried)) = read else { continue };
-            if state.paused {
+            if state.paused || state.marks.config > sub.record.config {
                 if !carried || self.acks_alone(sub, partition, &state, &mut riding, &mut attempt).await? {
-                    return Ok(Taken { blocked: true, ..Taken::default() });
+                    return state.held_back(sub);
                 }
                 continue;
             }

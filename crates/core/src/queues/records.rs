@@ -22,6 +22,15 @@ pub struct SubscriptionRecord {
     /// every partition's cursor ([`CursorItem::paused`]), written before this.
     #[serde(default, skip_serializing_if = "SubscriptionState::is_active")]
     pub state: SubscriptionState,
+    /// The version of the settings, raised by every change (`patch.rs`): 0 as created. The
+    /// fence receives obey is on every partition's cursor ([`CursorItem::config`]), written
+    /// before this.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub config: u64,
+    /// The settings' version whose change set the filter (0: as created): each partition's
+    /// cursor records where that filter applies from ([`CursorItem::filter_since`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub filter_config: u64,
 }
 
 /// A partition's cursor: offsets below `next` were all taken from the log into leases.
@@ -78,6 +87,17 @@ pub struct CursorItem {
     /// cursor's version). Every write of the item keeps it (`QueueState::paused`).
     #[serde(rename = "p", default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
+    /// The settings' version a change announced here before writing the subscription
+    /// record (`patch.rs`): a take holding an older record reads it again, and takes
+    /// nothing while the record is older still. Every write of the item keeps it
+    /// (`QueueState::marks`).
+    #[serde(rename = "c", default, skip_serializing_if = "is_zero")]
+    pub config: u64,
+    /// `[settings' version, offset]`: where each of the last filter changes applies from
+    /// on this partition (messages below were judged by the filter before), the newest
+    /// last; at most [`FILTER_SINCE_KEPT`].
+    #[serde(rename = "fs", default, skip_serializing_if = "Vec::is_empty")]
+    pub filter_since: Vec<[u64; 2]>,
     /// Where the queue was last sought (`seek.rs`): below it, a message in no lease was
     /// acked or passed over, so an ack whose lease is gone answers stale there (it cannot
     /// tell which, and passed over is not acked). An older binary that drops it only
@@ -86,10 +106,26 @@ pub struct CursorItem {
     pub sought: u64,
 }
 
+/// Filter changes a cursor item remembers the positions of: the one the subscription
+/// record shows and one whose change may be under way.
+pub const FILTER_SINCE_KEPT: usize = 2;
+
 impl CursorItem {
     pub fn new(cursor: CursorRecord, leases: Vec<InlineLease>, written: Vec<String>) -> Self {
         let CursorRecord { next, dead, expired, filtered } = cursor;
-        Self { next, dead, expired, filtered, leases, written, deleted: false, paused: false, sought: 0 }
+        Self {
+            next,
+            dead,
+            expired,
+            filtered,
+            leases,
+            written,
+            deleted: false,
+            paused: false,
+            config: 0,
+            filter_since: Vec::new(),
+            sought: 0,
+        }
     }
 
     /// A deleted subscription's cursor item (a fence: nothing else in it).
@@ -102,11 +138,12 @@ impl CursorItem {
     }
 
     pub fn encode(&self) -> bytes::Bytes {
-        if self.deleted || self.paused {
+        if self.deleted || self.paused || self.config > 0 {
             // A fence names `next` `N`: a binary from before the fences reads `n`, would
-            // ignore `x` and `p` and write the item back without them (receiving from a
-            // deleted subscription, delivering a paused one's messages) during a rolling
-            // deploy; with no `n` it fails to read the item instead.
+            // ignore `x`, `p` and `c` and write the item back without them (receiving from
+            // a deleted subscription, delivering a paused one's messages, or with settings
+            // since changed) during a rolling deploy; with no `n` it fails to read the item
+            // instead.
             let mut value = serde_json::to_value(self).unwrap_or_default();
             if let Some(fields) = value.as_object_mut() {
                 if let Some(next) = fields.remove("n") {
@@ -224,7 +261,9 @@ mod tests {
     fn a_fenced_cursor_round_trips_and_an_older_binary_cannot_read_it() {
         let cursor = CursorRecord { next: 7, dead: 2, expired: 0, filtered: 0 };
         let paused = CursorItem { paused: true, ..CursorItem::new(cursor, Vec::new(), Vec::new()) };
-        for item in [paused, CursorItem::tombstone()] {
+        let changed =
+            CursorItem { config: 3, filter_since: vec![[3, 7]], ..CursorItem::new(cursor, Vec::new(), Vec::new()) };
+        for item in [paused, CursorItem::tombstone(), changed] {
             let bytes = item.encode();
             let back: CursorItem = layout::decode("cursor", &bytes).unwrap();
             assert_eq!(back, item);

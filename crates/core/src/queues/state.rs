@@ -33,8 +33,28 @@ pub(super) struct QueueState {
     /// The cursor item says the subscription is paused: nothing is taken, and every write
     /// of the item keeps the mark.
     pub(super) paused: bool,
-    /// Where the queue was last sought ([`CursorItem::sought`]); every write of the item keeps it.
+    /// The settings' marks the cursor item carries (`patch.rs`): every write of the item
+    /// keeps them.
+    pub(super) marks: Marks,
+}
+
+/// A cursor item's marks of settings changes ([`CursorItem::config`],
+/// [`CursorItem::filter_since`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Marks {
+    pub(super) config: u64,
+    pub(super) filter_since: Vec<[u64; 2]>,
+    /// Where the queue was last sought ([`CursorItem::sought`]).
     pub(super) sought: u64,
+}
+
+impl Marks {
+    /// Where the filter set by the change of settings' version `config` applies from
+    /// (none for the filter the subscription was created with).
+    pub(super) fn filter_since_of(&self, config: u64) -> Option<u64> {
+        let found = self.filter_since.iter().find(|[c, _]| *c == config && config > 0);
+        found.map(|[_, offset]| *offset)
+    }
 }
 
 impl QueueState {
@@ -59,7 +79,13 @@ impl QueueState {
     ) -> WriteOp {
         let key = cursor_key(sub_id, partition);
         let written = if self.keyed { lease_puts(&key.pk, with) } else { Vec::new() };
-        let item = CursorItem { paused: self.paused, sought: self.sought, ..CursorItem::new(cursor, leases, written) };
+        let item = CursorItem {
+            paused: self.paused,
+            config: self.marks.config,
+            filter_since: self.marks.filter_since.clone(),
+            sought: self.marks.sought,
+            ..CursorItem::new(cursor, leases, written)
+        };
         WriteOp::replace(key, item.encode(), self.cursor_version)
     }
 }
@@ -99,7 +125,7 @@ impl Queues {
             keyed: sub.record.spec.ordering == Ordering::Key,
             written: Vec::new(),
             paused: false,
-            sought: 0,
+            marks: Marks::default(),
         };
         let mut query = Query::all(queue_pk(sub.record.id, partition), limit.unwrap_or(PAGE));
         loop {
@@ -114,7 +140,8 @@ impl Queues {
                     state.cursor_version = Some(item.version);
                     state.written = stored.written;
                     state.paused = stored.paused;
-                    state.sought = stored.sought;
+                    state.marks =
+                        Marks { config: stored.config, filter_since: stored.filter_since, sought: stored.sought };
                     let pk = &item.key.pk;
                     state.leases.extend(stored.leases.into_iter().map(|l| Lease {
                         key: Key::new(pk.clone(), lease_sk(l.due, l.record.nonce)),

@@ -25,7 +25,7 @@ impl Backoff {
 }
 
 impl SubscriptionSpec {
-    fn validate(&self) -> Result<(), Error> {
+    pub(super) fn validate(&self) -> Result<(), Error> {
         if self.visibility_timeout_ms > MAX_VISIBILITY_TIMEOUT_MS {
             return Err(Error::invalid(
                 Code::InvalidVisibilityTimeout,
@@ -139,6 +139,8 @@ impl Queues {
                 created_ms: self.now(),
                 deleted: false,
                 state: SubscriptionState::Active,
+                config: 0,
+                filter_config: 0,
             };
             let mut ops = vec![
                 WriteOp::replace(crate::keys::subscription_key(topic.id, name), layout::encode(&record), tombstone),

@@ -463,7 +463,7 @@ mod tests {
             keyed: false,
             written: Vec::new(),
             paused: false,
-            sought: 0,
+            marks: Default::default(),
         }
     }
 

@@ -9,6 +9,7 @@ mod delivery;
 mod faults;
 mod filters;
 mod parallel;
+mod patch;
 mod pause;
 mod receiver;
 mod retries;
@@ -18,6 +19,7 @@ pub use delivery::*;
 pub use faults::*;
 pub use filters::*;
 pub use parallel::*;
+pub use patch::*;
 pub use pause::*;
 pub use retries::*;
 
@@ -31,6 +33,7 @@ macro_rules! push_conformance_suite {
             given_a_push_subscription_then_clients_cannot_receive_it_and_an_idle_one_sends_nothing,
             given_a_paused_push_subscription_then_nothing_is_pushed_and_once_resumed_everything_is,
             given_a_running_dispatcher_when_its_subscription_is_paused_then_nothing_is_pushed_until_resumed,
+            given_a_push_target_changed_then_no_delivery_after_the_answer_goes_to_the_old_one,
             given_a_dispatcher_that_dies_mid_delivery_then_its_batch_is_pushed_again_after_the_window,
             given_a_filter_on_a_pull_subscription_then_only_matching_events_are_received_and_the_rest_counted,
             given_events_with_a_trace_context_then_a_delivery_carries_the_one_its_batch_shares,

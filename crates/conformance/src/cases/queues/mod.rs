@@ -10,6 +10,7 @@ mod faults;
 mod long_poll;
 mod lost_answers;
 mod messages;
+mod patch;
 mod pause;
 mod peek;
 mod removed_dead;
@@ -26,6 +27,7 @@ pub use faults::*;
 pub use long_poll::*;
 pub use lost_answers::*;
 pub use messages::*;
+pub use patch::*;
 pub use pause::*;
 pub use peek::*;
 pub use removed_dead::*;
@@ -97,6 +99,11 @@ macro_rules! queue_conformance_suite {
             given_a_seek_forward_then_skipped_messages_never_come_and_their_leases_are_stale,
             given_a_filtered_subscription_when_sought_then_unmatched_messages_count_in_neither,
             given_dead_letters_when_purged_then_the_queue_is_empty_and_the_dlq_is_kept,
+            given_a_patch_then_each_field_changes_and_describe_shows_it,
+            given_a_changed_visibility_timeout_then_the_next_receive_uses_it_and_a_granted_lease_keeps_its_window,
+            given_a_changed_filter_then_it_applies_from_filter_since_on_each_partition,
+            given_a_patch_naming_start_ordering_or_a_push_target_on_a_pull_subscription_then_refused_and_unchanged,
+            given_a_cached_subscription_patched_elsewhere_then_the_next_receive_uses_the_new_settings,
         );
         $crate::queue_conformance_suite!(@concurrent $backend;
             given_eight_workers_draining_a_queue_then_every_message_acked_exactly_once_and_backlog_ends_empty,
@@ -106,6 +113,7 @@ macro_rules! queue_conformance_suite {
             given_sixteen_workers_on_one_partition_then_no_ack_is_refused_for_contention,
             given_receives_racing_a_pause_then_none_that_started_after_its_answer_grants_a_lease,
             given_receives_and_acks_racing_a_seek_then_none_after_its_answer_acts_on_a_passed_over_message,
+            given_receives_racing_a_patch_then_none_that_started_after_its_answer_uses_the_old_setting,
         );
     };
     (@cases $backend:expr; $($case:ident),+ $(,)?) => {
