@@ -1,5 +1,5 @@
 //! `sluice subs …`: create (with every setting as a flag), list, describe, update, delete,
-//! pause and resume a topic's subscriptions.
+//! pause, resume, seek and purge a topic's subscriptions.
 
 use clap::Subcommand;
 use serde_json::{json, Value};
@@ -41,6 +41,25 @@ pub enum SubVerb {
     /// Resume a paused subscription: it delivers again.
     #[command(after_help = "Example:\n  sluice subs resume orders billing")]
     Resume { topic: String, sub: String },
+    /// Move a subscription's queue: messages before the target are passed over, those from
+    /// it on delivered again. Prints how many per partition.
+    #[command(after_help = "Examples:\n  sluice subs seek orders billing --to earliest --dry-run\n  \
+                            sluice subs seek orders billing --to 2026-12-01T00:00:00Z\n  \
+                            sluice subs seek orders billing --to 120,98,0,7")]
+    Seek {
+        topic: String,
+        sub: String,
+        /// `earliest`, `latest`, an RFC 3339 time, or one offset per partition (`o0,o1,…`).
+        #[arg(long)]
+        to: String,
+        /// Count only: change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Purge a subscription's queue: everything not yet delivered or acked is passed over.
+    /// Its dead letters stay.
+    #[command(after_help = "Example:\n  sluice subs purge orders billing")]
+    Purge { topic: String, sub: String },
 }
 
 #[derive(clap::Args, Debug)]
@@ -247,6 +266,11 @@ pub async fn subs(client: &Client, verb: SubVerb, text: bool) -> Result<(), Erro
             let sentence = format!("paused subscription {topic}/{sub} ({waiting} visible messages wait for a resume)");
             print_change(text, &sentence, &paused);
         }
+        SubVerb::Seek { topic, sub, to, dry_run } => {
+            let sought = client.seek(&topic, &sub, seek_target(&to)?, dry_run).await?;
+            print_sought(text, &sought);
+        }
+        SubVerb::Purge { topic, sub } => print_sought(text, &client.purge(&topic, &sub).await?),
         SubVerb::Resume { topic, sub } => {
             let resumed = client.resume(&topic, &sub).await?;
             let waiting = resumed["backlog"]["visible"].as_u64().unwrap_or_default();
@@ -404,6 +428,33 @@ fn print_description(sub: &Value) {
         })
         .collect();
     print_table(&header, &rows);
+}
+
+/// `--to`'s value as the API takes it.
+fn seek_target(to: &str) -> Result<Value, Error> {
+    if to == "earliest" || to == "latest" {
+        return Ok(json!(to));
+    }
+    if to.split(',').all(|o| !o.is_empty() && o.bytes().all(|b| b.is_ascii_digit())) {
+        let offsets: Result<Vec<u64>, _> = to.split(',').map(str::parse).collect();
+        return offsets.map(|o| json!({ "offsets": o })).map_err(|e| Error::Invalid(format!("--to {to}: {e}")));
+    }
+    Ok(json!({ "timestamp_ms": parse_time("--to", to)? }))
+}
+
+/// A seek's or a purge's counts: a table per partition and a total line, or the JSON answer.
+fn print_sought(text: bool, sought: &sluice_client::wire::SeekOutcome) {
+    if !text {
+        return print_json(sought);
+    }
+    let rows: Vec<Vec<String>> = sought
+        .partitions
+        .iter()
+        .map(|p| [u64::from(p.partition), p.from, p.to, p.redeliver, p.skip].iter().map(u64::to_string).collect())
+        .collect();
+    print_table(&["partition", "from", "to", "redeliver", "skip"], &rows);
+    let done = if sought.applied { "applied" } else { "dry run: nothing changed" };
+    say!("{} to redeliver, {} to skip ({done})", sought.redeliver, sought.skip);
 }
 
 #[cfg(test)]

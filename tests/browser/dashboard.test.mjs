@@ -358,6 +358,33 @@ describe('the dashboard', () => {
     await eventually('the new dead letters', async () => await rows.count() === 2, 15_000);
   });
 
+  it('seeks and purges a subscription, each after a confirmation showing its dry run', async () => {
+    const work = card('subscription', { topic: TOPIC, subscription: 'work' });
+    const dialog = page.getByTestId('confirm-dialog');
+    const dryRun = () => call('POST', sub('work', '/seek'), { to: 'earliest', dry_run: true });
+    const dry = await dryRun();
+    await work.getByTestId('sub-seek-to').fill('earliest');
+    await work.getByTestId('sub-seek').click();
+    await dialog.waitFor({ state: 'visible' });
+    assert.equal(await text(page.getByTestId('confirm-message')),
+      `Seek orders / work to earliest? Now that is ${dry.redeliver} to redeliver and ${dry.skip} to skip.`);
+    await page.getByTestId('confirm-cancel').click();
+    await dialog.waitFor({ state: 'hidden' });
+    assert.deepEqual(await dryRun(), dry, 'cancelled: nothing moved');
+
+    const dead = (await deadLetters()).length;
+    await work.getByTestId('sub-purge').click();
+    await dialog.waitFor({ state: 'visible' });
+    assert.match(await text(page.getByTestId('confirm-message')),
+      /^Purge orders \/ work\? Now that is \d+ to redeliver and \d+ to skip; its dead letters stay\.$/);
+    await page.getByTestId('confirm-ok').click();
+    await eventually('the purge shown', async () =>
+      /^purge: 0 redelivered, \d+ skipped$/.test(await text(work.getByTestId('sub-moved'))));
+    const { backlog } = await call('GET', sub('work'));
+    assert.deepEqual([backlog.visible, backlog.in_flight, backlog.delayed], [0, 0, 0], 'purged');
+    assert.equal((await deadLetters()).length, dead, 'the dead letters stay');
+  });
+
   it('tails a partition live', async () => {
     await page.getByTestId('tail-topic').selectOption(TOPIC);
     await page.getByTestId('tail-partition').fill('1');

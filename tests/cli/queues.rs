@@ -173,6 +173,30 @@ fn given_a_paused_subscription_then_it_delivers_nothing_until_resumed_and_says_s
 }
 
 #[test]
+fn given_an_acked_message_then_seek_dry_run_counts_it_and_purge_passes_over_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    three_jobs(&server, "5");
+    let held = receipts(&server, "3");
+    ok(&server, &["ack", "jobs", "w", &held[0]], None);
+
+    let dry = ok(&server, &["subs", "seek", "jobs", "w", "--to", "earliest", "--dry-run", "-o", "text"], None);
+    assert_eq!(
+        dry.lines().next().map(str::split_whitespace).map(Vec::from_iter),
+        Some(vec!["partition", "from", "to", "redeliver", "skip"]),
+        "{dry}"
+    );
+    assert_eq!(dry.lines().last(), Some("1 to redeliver, 0 to skip (dry run: nothing changed)"), "{dry}");
+    assert_eq!(backlog(&server)["in_flight"], 2, "a dry run changes nothing");
+
+    let purged = json(&ok(&server, &["subs", "purge", "jobs", "w"], None));
+    assert_eq!((purged["applied"].as_bool(), purged["skip"].as_u64()), (Some(true), Some(2)), "{purged}");
+    assert!(receipts(&server, "10").is_empty(), "purged");
+    let bad = sluice(&server, &["subs", "seek", "jobs", "w", "--to", "99"], None);
+    assert!(stderr(&bad).contains("invalid_seek"), "{}", stderr(&bad));
+}
+
+#[test]
 fn given_subs_update_then_the_settings_change_a_filter_applies_from_its_cursor_and_start_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());

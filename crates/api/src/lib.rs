@@ -141,6 +141,8 @@ fn queues_routes() -> OpenApiRouter<App> {
         .routes(routes!(queues::create, queues::describe, queues::patch, queues::delete))
         .routes(routes!(queues::pause))
         .routes(routes!(queues::resume))
+        .routes(routes!(queues::seek))
+        .routes(routes!(queues::purge))
         .routes(routes!(queues::receive))
         .routes(routes!(peek::peek))
         .routes(routes!(queues::ack))

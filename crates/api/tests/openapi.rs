@@ -41,6 +41,8 @@ const STORY: &[(&str, u16)] = &[
     ("deleteDeadLetter", 204),
     ("redrive", 200),
     ("purgeDeadLetters", 200),
+    ("seekSubscription", 200),
+    ("purgeSubscription", 200),
     ("deleteSubscription", 204),
     ("poll", 200),
     ("commit", 204),

@@ -5,7 +5,7 @@
 use reqwest::Method;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use sluice_wire::Settled;
+use sluice_wire::{SeekOutcome, Settled};
 
 use crate::client::Call;
 use crate::types::{DeadLetterPage, Message, PeekedMessage, ReceiptResult};
@@ -87,6 +87,24 @@ impl Client {
     pub async fn pause(&self, topic: &str, sub: &str) -> Result<Value, Error> {
         let call = Call::new(Method::POST, format!("{}/pause", Self::subscription(topic, sub)));
         self.fetch(call.json(&json!({}))?).await
+    }
+
+    /// Moves every partition of a subscription's queue to `to` (`"earliest"`, `"latest"`,
+    /// `{"timestamp_ms": T}` or `{"offsets": [o0, o1, …]}`): messages before it are passed
+    /// over, those from it on delivered again as new. With `dry_run`, nothing changes and
+    /// the answer counts what the seek would do now. A dry run is retried; a seek is not
+    /// (a retry after a lost answer would count from where the first one moved the queue).
+    pub async fn seek(&self, topic: &str, sub: &str, to: Value, dry_run: bool) -> Result<SeekOutcome, Error> {
+        let call = Call::new(Method::POST, format!("{}/seek", Self::subscription(topic, sub)));
+        let call = call.json(&json!({ "to": to, "dry_run": dry_run }))?;
+        self.fetch(if dry_run { call } else { call.once() }).await
+    }
+
+    /// Purges a subscription's queue (a seek to `latest`; its dead letters stay). Not
+    /// retried, as [`Client::seek`].
+    pub async fn purge(&self, topic: &str, sub: &str) -> Result<SeekOutcome, Error> {
+        let call = Call::new(Method::POST, format!("{}/purge", Self::subscription(topic, sub)));
+        self.fetch(call.json(&json!({}))?.once()).await
     }
 
     /// Resumes a paused subscription; answers it as described. Retried, as [`Client::pause`].

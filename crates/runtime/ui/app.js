@@ -1,8 +1,10 @@
 // The Sluice dashboard: every REFRESH_MS it lists and describes topics, groups and
 // subscriptions through the /v1 API and redraws them, keeping a history of lag and backlog
-// for the charts. A chosen subscription's settings can be changed in place (PATCH), its
-// dead-letter queue redriven, purged or pruned one message at a time (each after a
-// confirmation), and a live tail long-polls one partition. Every failure of a call is shown in the page's error list.
+// for the charts. A chosen subscription's settings can be changed in place (PATCH); a
+// subscription can be paused, sought or purged (the last two after a confirmation that
+// shows a dry run's counts); its dead-letter queue redriven, purged or pruned one message
+// at a time (each after a confirmation), and a live tail long-polls one partition. Every
+// failure of a call is shown in the page's error list.
 
 import { api, ApiError, describe, seg } from './api.js';
 import { ago, bytes, cell, clock, duration, h, preview, setOptions, table } from './dom.js';
@@ -29,6 +31,7 @@ const state = {
   lag: new Map(), // group → [{ t, v }]
   backlog: new Map(), // "topic/sub" → [{ t, visible, in_flight, delayed, dead }]
   push: new Map(), // "topic/sub" → { succeeded, failed, health } at the last refresh
+  moved: new Map(), // "topic/sub" → what its last seek or purge did
   paused: false,
   timer: null,
 };
@@ -246,6 +249,13 @@ function subscriptionCard(sub) {
         'Settings'),
       h('button', { type: 'button', dataset: { testid: 'show-dlq' }, onclick: () => showDlq(subKey(sub)) },
         'Dead letters')),
+    h('div', { class: 'seek' },
+      h('input', { type: 'text', dataset: { testid: 'sub-seek-to' }, 'aria-label': 'seek to',
+        placeholder: 'earliest | latest | 2026-12-01T00:00:00Z | o0,o1,…' }),
+      h('button', { type: 'button', dataset: { testid: 'sub-seek' }, onclick: (e) => seek(sub, e.target) }, 'Seek'),
+      h('button', { type: 'button', class: 'danger', dataset: { testid: 'sub-purge' }, onclick: () => seek(sub) },
+        'Purge'),
+      h('span', { class: 'muted', dataset: { testid: 'sub-moved' } }, state.moved.get(subKey(sub)) || '')),
     h('div', { class: 'stats' },
       stat('visible', b.visible, 'sub-visible'), stat('in flight', b.in_flight, 'sub-in-flight'),
       stat('delayed', b.delayed, 'sub-delayed'), stat('dead', b.dead, 'sub-dead'),
@@ -263,6 +273,37 @@ async function pauseOrResume(sub) {
   const verb = sub.state === 'paused' ? 'resume' : 'pause';
   try {
     await api('POST', `/topics/${seg(sub.topic)}/subscriptions/${seg(sub.name)}/${verb}`, {});
+    clearError('subscription');
+  } catch (error) {
+    report('subscription', error);
+  }
+  await refresh();
+}
+
+/** `to` as the seek route takes it: earliest, latest, one offset per partition, or a time. */
+function seekTarget(raw) {
+  if (raw === 'earliest' || raw === 'latest') return raw;
+  if (/^\d+(,\d+)*$/.test(raw)) return { offsets: raw.split(',').map(Number) };
+  const ms = Date.parse(raw);
+  if (Number.isNaN(ms)) throw new Error(`seek to "${raw}": not earliest, latest, o0,o1,… or a time`);
+  return { timestamp_ms: ms };
+}
+
+/** Seeks a subscription to the target typed beside `button` (none: a purge, to latest):
+ *  counts it with a dry run, asks with those numbers, then moves it and refreshes. */
+async function seek(sub, button) {
+  const path = `/topics/${seg(sub.topic)}/subscriptions/${seg(sub.name)}`;
+  try {
+    const raw = button ? button.previousElementSibling.value.trim() : 'latest';
+    const to = seekTarget(raw);
+    const dry = await api('POST', `${path}/seek`, { to, dry_run: true });
+    const what = `${dry.redeliver} to redeliver and ${dry.skip} to skip`;
+    const [question, label] = button
+      ? [`Seek ${sub.topic} / ${sub.name} to ${raw}? Now that is ${what}.`, 'Seek']
+      : [`Purge ${sub.topic} / ${sub.name}? Now that is ${what}; its dead letters stay.`, 'Purge'];
+    if (!await confirmDialog(question, label)) return;
+    const done = button ? await api('POST', `${path}/seek`, { to }) : await api('POST', `${path}/purge`, {});
+    state.moved.set(subKey(sub), `${label.toLowerCase()}: ${done.redeliver} redelivered, ${done.skip} skipped`);
     clearError('subscription');
   } catch (error) {
     report('subscription', error);

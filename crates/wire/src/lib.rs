@@ -26,10 +26,12 @@ pub mod openapi;
 pub mod partitioner;
 pub mod queues;
 pub mod read;
+pub mod seek;
 pub mod topics;
 
 pub use code::Code;
 pub use groups::*;
 pub use queues::*;
 pub use read::*;
+pub use seek::*;
 pub use topics::*;

@@ -79,8 +79,10 @@ errors! {
     ListSubscriptions: [PATH] TopicNotFound;
     /// `describeSubscription`, `deleteSubscription`, `purgeDeadLetters`.
     OneSubscription: [PATH, SUB];
-    /// `pauseSubscription`, `resumeSubscription` (a body, if any, is `{}`).
+    /// `pauseSubscription`, `resumeSubscription`, `purgeSubscription` (a body, if any, is `{}`).
     ChangeState: [PATH, BODY, SUB];
+    /// `seekSubscription`.
+    SeekSubscription: [PATH, BODY, SUB] InvalidSeek;
     /// `receive`.
     Receive: [PATH, BODY, SUB] InvalidMaxMessages, InvalidWait, InvalidVisibilityTimeout, TooManyReceipts,
         PushSubscription;

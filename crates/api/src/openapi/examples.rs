@@ -114,6 +114,24 @@ pub(crate) fn paused_subscription() -> Value {
     out
 }
 
+pub(crate) fn seek_subscription() -> Value {
+    json!({ "to": { "timestamp_ms": 1_767_225_600_000_i64 }, "dry_run": true })
+}
+
+pub(crate) fn subscription_sought() -> Value {
+    json!({ "applied": false, "redeliver": 3, "skip": 0, "partitions": [
+        { "partition": 0, "from": 5, "to": 3, "redeliver": 2, "skip": 0 },
+        { "partition": 1, "from": 2, "to": 1, "redeliver": 1, "skip": 0 },
+    ] })
+}
+
+pub(crate) fn subscription_purged() -> Value {
+    json!({ "applied": true, "redeliver": 0, "skip": 4, "partitions": [
+        { "partition": 0, "from": 5, "to": 8, "redeliver": 0, "skip": 3 },
+        { "partition": 1, "from": 2, "to": 3, "redeliver": 0, "skip": 1 },
+    ] })
+}
+
 pub(crate) fn receive() -> Value {
     json!({ "max_messages": 10, "wait_ms": 0 })
 }

@@ -1,16 +1,19 @@
 //! Work queues: subscriptions of a topic, each a queue of its own over the topic's log.
 //! `PUT|GET|PATCH|DELETE /v1/topics/{topic}/subscriptions/{sub}`, `GET …/subscriptions`
-//! and `POST …/{sub}/pause`, `…/resume` (`subscriptions`), `POST …/{sub}/receive`, `…/ack`, `…/nack`, `…/visibility`
+//! and `POST …/{sub}/pause`, `…/resume` (`subscriptions`), `POST …/{sub}/seek`, `…/purge` (`seek`),
+//! `POST …/{sub}/receive`, `…/ack`, `…/nack`, `…/visibility`
 //! (`messages`), and the dead-letter queue: `GET|DELETE …/{sub}/dlq`, `DELETE
 //! …/{sub}/dlq/{id}`, `POST …/{sub}/dlq/redrive` (`dead`). Parsing and rendering only:
 //! [`Queues`](sluice_core::queues::Queues) checks every value before it writes.
 
 mod dead;
 mod messages;
+mod seek;
 mod subscriptions;
 
 pub use dead::*;
 pub use messages::*;
+pub use seek::*;
 pub use subscriptions::*;
 
 use axum::http::header;
@@ -53,7 +56,7 @@ mod tests {
 
     use super::*;
 
-    const SUB: &str = "/v1/topics/jobs/subscriptions/workers";
+    pub(super) const SUB: &str = "/v1/topics/jobs/subscriptions/workers";
 
     /// The full router on a fresh embedded backend (the directory lives as long as the router).
     fn app() -> (Router, tempfile::TempDir) {
@@ -64,7 +67,7 @@ mod tests {
         (crate::router(log), dir)
     }
 
-    async fn call(app: &Router, method: Method, path: &str, body: Option<&str>) -> (StatusCode, Value) {
+    pub(super) async fn call(app: &Router, method: Method, path: &str, body: Option<&str>) -> (StatusCode, Value) {
         let mut request = Request::builder().method(method).uri(path);
         if body.is_some() {
             request = request.header(header::CONTENT_TYPE, "application/json");
@@ -83,7 +86,7 @@ mod tests {
     }
 
     /// A topic of 2 partitions, a subscription from its start, and 3 events on partition 1.
-    async fn given_a_queue_with_three_messages() -> (Router, tempfile::TempDir) {
+    pub(super) async fn given_a_queue_with_three_messages() -> (Router, tempfile::TempDir) {
         let (app, dir) = app();
         ok(&app, Method::PUT, "/v1/topics/jobs", Some(r#"{"partitions": 2}"#)).await;
         let (status, _) = call(&app, Method::PUT, SUB, Some(r#"{"start": "earliest", "max_receive_count": 2}"#)).await;
@@ -96,7 +99,7 @@ mod tests {
 
     /// What a client can see of the queues: the list, the description (the age of the oldest
     /// visible message moves with the clock: only whether there is one), the dead letters.
-    async fn snapshot(app: &Router) -> Value {
+    pub(super) async fn snapshot(app: &Router) -> Value {
         let mut described = ok(app, Method::GET, SUB, None).await;
         let mask = |b: &mut Value| b["oldest_visible_age_ms"] = json!(b["oldest_visible_age_ms"].is_u64());
         mask(&mut described["backlog"]);

@@ -1,6 +1,6 @@
 //! What a work queue costs: receives, acks, releases, dead letters, an empty receive.
 
-use sluice_core::queues::{Message, Queues, ReceiveRequest, StartAt, SubscriptionPatch, SubscriptionSpec};
+use sluice_core::queues::{Message, Queues, ReceiveRequest, SeekTo, StartAt, SubscriptionPatch, SubscriptionSpec};
 
 use super::*;
 
@@ -35,6 +35,7 @@ async fn queue_requests_per_receive_and_ack_are_what_the_cost_model_says() {
     settles(&counted, &queues, &topic).await;
     peek_and_ready(&counted, &queues, &topic).await;
     pause_and_resume(&counted, &queues, &topic).await;
+    seek_and_purge(&counted, &queues, &topic).await;
     change(&counted, &queues, &topic).await;
     dead_letters(&counted, &queues, &topic).await;
 
@@ -154,6 +155,26 @@ async fn pause_and_resume((state, objects, _): &Counted, queues: &Queues, topic:
             + counts.get("dynamodb:PutItem").copied().unwrap_or_default();
         assert_eq!(writes, 9, "a {what} writes 8 cursors and the record: {counts:?}");
     }
+}
+
+/// A seek of 8 partitions, its dry run first, then a purge: each partition read whole
+/// with its head, then moved in one write (a dry run writes nothing).
+async fn seek_and_purge((state, objects, _): &Counted, queues: &Queues, topic: &str) {
+    let (dry, counts) = counted!(state, objects, queues.seek(topic, "work", &SeekTo::Earliest, true).await.unwrap());
+    per_request("seek subscription, dry run (8 partitions)", &counts, 1);
+    for op in ["dynamodb:UpdateItem", "dynamodb:PutItem", "dynamodb:TransactWriteItems", "dynamodb:DeleteItem"] {
+        assert!(!counts.contains_key(op), "a dry run writes nothing: {counts:?}");
+    }
+    let (real, counts) = counted!(state, objects, queues.seek(topic, "work", &SeekTo::Earliest, false).await.unwrap());
+    per_request("seek subscription to earliest (8 partitions)", &counts, 1);
+    assert_eq!((real.redeliver, real.skip), (dry.redeliver, dry.skip), "the dry run counted what the seek did");
+    let (_, counts) = counted!(state, objects, queues.purge(topic, "work").await.unwrap());
+    per_request("purge subscription (8 partitions)", &counts, 1);
+    let writes = ["dynamodb:UpdateItem", "dynamodb:PutItem", "dynamodb:TransactWriteItems"]
+        .iter()
+        .map(|op| counts.get(*op).copied().unwrap_or_default())
+        .sum::<u64>();
+    assert_eq!(writes, 8, "one write per partition: {counts:?}");
 }
 
 /// A change of settings on 8 partitions: it reads and marks every cursor, then writes the

@@ -175,7 +175,8 @@ pub const ITEM_KINDS: &[ItemKind] = &[
         pk: "q#<sub>#<p>",
         sk: "c",
         value: "CursorItem",
-        written_by: "create, receive, ack, nack, visibility, bury, redrive, pause, resume, change, delete (tombstone)",
+        written_by:
+            "create, receive, ack, nack, visibility, bury, redrive, pause, resume, seek, change, delete (tombstone)",
         deleted_by: "subscription purge",
     },
     ItemKind {
@@ -184,7 +185,7 @@ pub const ITEM_KINDS: &[ItemKind] = &[
         sk: "l#<time>#<nonce>",
         value: "LeaseRecord",
         written_by: "receive, ack, nack, visibility, redrive",
-        deleted_by: "receive, ack, bury, subscription purge",
+        deleted_by: "receive, ack, bury, seek, subscription purge",
     },
     ItemKind {
         name: "push delivery counts, last error and flow state (partition 0 only)",

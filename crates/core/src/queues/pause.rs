@@ -39,30 +39,14 @@ impl SubscriptionState {
     }
 }
 
-/// What a pause or a resume does to one partition's cursor item.
-#[derive(Debug, PartialEq, Eq)]
-enum Mark {
-    /// The subscription was deleted (its delete's fence is there).
-    Gone,
-    /// Already so: nothing to write.
-    Unchanged,
-    /// Write this item, conditional on the version read (or on absence).
-    Write(CursorItem),
-}
-
-/// The cursor item `stored` (`None`: never written, so at the partition's `start`) with
-/// its mark set to `paused`.
-fn mark(stored: Option<CursorItem>, start: u64, paused: bool) -> Mark {
-    match stored {
-        Some(item) if item.deleted => Mark::Gone,
-        Some(item) if item.paused == paused => Mark::Unchanged,
-        Some(item) => Mark::Write(CursorItem { paused, ..item }),
-        None if !paused => Mark::Unchanged,
-        None => Mark::Write(CursorItem {
-            paused,
-            ..CursorItem::new(CursorRecord { next: start, ..Default::default() }, Vec::new(), Vec::new())
-        }),
+/// The write that sets one partition's mark to `paused`, or `None` if it is already so (a
+/// partition whose cursor item was never written is active).
+fn mark(state: &mut QueueState, sub_id: u64, partition: u32, paused: bool) -> Option<WriteOp> {
+    if state.paused == paused || (state.cursor_version.is_none() && !paused) {
+        return None;
     }
+    state.paused = paused;
+    Some(state.cursor_write(sub_id, partition, state.cursor, &[]))
 }
 
 impl Queues {
@@ -86,9 +70,13 @@ impl Queues {
         let mut attempt = 0;
         while attempt < MAX_ATTEMPTS {
             let sub = self.sub(topic, name).await?;
-            for partition in 0..sub.topic.spec.partitions {
-                self.mark_cursor(&sub, partition, to == SubscriptionState::Paused).await?;
-            }
+            let paused = to == SubscriptionState::Paused;
+            // The cursor item alone is read (the first item of the partition's collection).
+            self.change_cursors(&sub, Some(1), |partition, mut state| {
+                let op = mark(&mut state, sub.record.id, partition, paused);
+                std::future::ready(Ok(op.map_or(Change::Keep(()), |op| Change::Write(vec![op], ()))))
+            })
+            .await?;
             if sub.record.state == to {
                 return Ok(sub.describe());
             }
@@ -105,30 +93,6 @@ impl Queues {
         }
         Err(contended(name))
     }
-
-    /// Sets one partition's mark, conditional on the cursor item's version: a take racing
-    /// it either lands first (before the pause answers) or fails and reads the mark.
-    async fn mark_cursor(&self, sub: &Sub, partition: u32, paused: bool) -> Result<(), Error> {
-        let _turn = self.local.turns.wait(sub.record.id, partition).await;
-        let key = cursor_key(sub.record.id, partition);
-        let mut attempt = 0;
-        while attempt < MAX_ATTEMPTS {
-            let stored = self.store().get(&key).await?;
-            let item = stored.as_ref().map(|i| layout::decode::<CursorItem>("cursor", &i.value)).transpose()?;
-            match mark(item, sub.start(partition), paused) {
-                Mark::Gone => return Err(sub.not_found()),
-                Mark::Unchanged => return Ok(()),
-                Mark::Write(item) => {
-                    let op = WriteOp::replace(key.clone(), item.encode(), stored.map(|i| i.version));
-                    match self.store().write(vec![op]).await {
-                        Ok(()) => return Ok(()),
-                        Err(e) => self.lost_race(e, &mut attempt).await?,
-                    }
-                }
-            }
-        }
-        Err(contended(&sub.name))
-    }
 }
 
 #[cfg(test)]
@@ -139,34 +103,49 @@ mod tests {
         CursorItem { paused, ..CursorItem::new(CursorRecord { next, dead: 2, ..Default::default() }, vec![], vec![]) }
     }
 
-    #[test]
-    fn a_mark_changes_only_the_pause_and_never_revives_a_deleted_subscription() {
-        let lease = InlineLease {
-            due: 9,
-            record: LeaseRecord {
-                nonce: 1,
-                receives: 1,
-                held_until: Some(9),
-                delivered_ms: 0,
-                msgs: vec![LeaseMsg { offset: 3, first_ms: 0, key: None }],
-                redriven: false,
-            },
+    /// A partition's queue as read: its cursor item (if `version`) with an inline lease.
+    fn state(paused: bool, version: Option<u64>) -> QueueState {
+        let record = LeaseRecord {
+            nonce: 1,
+            receives: 1,
+            held_until: Some(9),
+            delivered_ms: 0,
+            msgs: vec![LeaseMsg { offset: 3, first_ms: 0, key: None }],
+            redriven: false,
         };
-        let with_lease = CursorItem { leases: vec![lease], ..item(4, false) };
-        // (stored, start, paused) → the mark.
+        let key = Key::new(queue_pk(7, 0), lease_sk(9, 1));
+        QueueState {
+            cursor: CursorRecord { next: 4, dead: 2, ..Default::default() },
+            cursor_version: version,
+            leases: vec![Lease { key, due: 9, version: version.unwrap_or(0), record, inline: version.is_some() }],
+            inline_changed: false,
+            keyed: false,
+            written: Vec::new(),
+            paused,
+            marks: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_mark_changes_only_the_pause() {
+        let with_lease = |paused| {
+            let leases = vec![state(false, Some(3)).leases[0].to_inline()];
+            let cursor = CursorRecord { next: 4, dead: 2, ..Default::default() };
+            CursorItem { paused, ..CursorItem::new(cursor, leases, vec![]) }
+        };
+        // (paused, cursor version, to) → the item written, conditional on the version read.
         let cases = [
-            (Some(item(4, false)), 0, true, Mark::Write(item(4, true))),
-            (Some(item(4, true)), 0, false, Mark::Write(item(4, false))),
-            (Some(item(4, true)), 0, true, Mark::Unchanged),
-            (Some(item(4, false)), 0, false, Mark::Unchanged),
-            (None, 7, true, Mark::Write(CursorItem { dead: 0, ..item(7, true) })),
-            (None, 7, false, Mark::Unchanged),
-            (Some(CursorItem::tombstone()), 0, true, Mark::Gone),
-            (Some(CursorItem::tombstone()), 0, false, Mark::Gone),
-            (Some(with_lease.clone()), 0, true, Mark::Write(CursorItem { paused: true, ..with_lease })),
+            (false, Some(3), true, Some(with_lease(true))),
+            (true, Some(3), false, Some(with_lease(false))),
+            (true, Some(3), true, None),
+            (false, Some(3), false, None),
+            (false, None, true, Some(item(4, true))),
+            (false, None, false, None),
         ];
-        for (stored, start, paused, want) in cases {
-            assert_eq!(mark(stored.clone(), start, paused), want, "{stored:?} → paused {paused}");
+        for (paused, version, to, want) in cases {
+            let op = mark(&mut state(paused, version), 7, 0, to);
+            let want = want.map(|item| WriteOp::replace(cursor_key(7, 0), item.encode(), version));
+            assert_eq!(op, want, "paused {paused}, version {version:?} → paused {to}");
         }
     }
 

@@ -98,6 +98,12 @@ pub struct CursorItem {
     /// last; at most [`FILTER_SINCE_KEPT`].
     #[serde(rename = "fs", default, skip_serializing_if = "Vec::is_empty")]
     pub filter_since: Vec<[u64; 2]>,
+    /// Where the queue was last sought (`seek.rs`): below it, a message in no lease was
+    /// acked or passed over, so an ack whose lease is gone answers stale there (it cannot
+    /// tell which, and passed over is not acked). An older binary that drops it only
+    /// answers such an ack `ok`: no message is delivered for it.
+    #[serde(rename = "s", default, skip_serializing_if = "is_zero")]
+    pub sought: u64,
 }
 
 /// Filter changes a cursor item remembers the positions of: the one the subscription
@@ -118,6 +124,7 @@ impl CursorItem {
             paused: false,
             config: 0,
             filter_since: Vec::new(),
+            sought: 0,
         }
     }
 
@@ -144,7 +151,7 @@ impl CursorItem {
                 }
             }
             layout::encode(&value)
-        } else if self.leases.is_empty() && self.written.is_empty() {
+        } else if self.leases.is_empty() && self.written.is_empty() && self.sought == 0 {
             layout::encode(&self.cursor())
         } else {
             layout::encode(self)

@@ -217,8 +217,11 @@ impl Queues {
         offsets: &[u64],
     ) -> Result<HashSet<u64>, Error> {
         let next = state.cursor.next;
+        // Below where the queue was last sought, a message in no lease may have been passed
+        // over rather than acked (`seek.rs`): not done.
+        let passed = |o: u64| matches!(action, Settle::Ack) && o < state.marks.sought;
         let mut done: HashSet<u64> =
-            offsets.iter().copied().filter(|&o| placed_already(action, leases, next, o)).collect();
+            offsets.iter().copied().filter(|&o| placed_already(action, leases, next, o) && !passed(o)).collect();
         if matches!(action, Settle::Ack) && !done.is_empty() {
             // In no lease are also a message dead-lettered (the DLQ tells), one whose dead
             // letter was deleted or purged (its mark tells), and one retention removed

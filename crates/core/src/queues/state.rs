@@ -44,6 +44,8 @@ pub(super) struct QueueState {
 pub(super) struct Marks {
     pub(super) config: u64,
     pub(super) filter_since: Vec<[u64; 2]>,
+    /// Where the queue was last sought ([`CursorItem::sought`]).
+    pub(super) sought: u64,
 }
 
 impl Marks {
@@ -81,6 +83,7 @@ impl QueueState {
             paused: self.paused,
             config: self.marks.config,
             filter_since: self.marks.filter_since.clone(),
+            sought: self.marks.sought,
             ..CursorItem::new(cursor, leases, written)
         };
         WriteOp::replace(key, item.encode(), self.cursor_version)
@@ -137,7 +140,8 @@ impl Queues {
                     state.cursor_version = Some(item.version);
                     state.written = stored.written;
                     state.paused = stored.paused;
-                    state.marks = Marks { config: stored.config, filter_since: stored.filter_since };
+                    state.marks =
+                        Marks { config: stored.config, filter_since: stored.filter_since, sought: stored.sought };
                     let pk = &item.key.pk;
                     state.leases.extend(stored.leases.into_iter().map(|l| Lease {
                         key: Key::new(pk.clone(), lease_sk(l.due, l.record.nonce)),

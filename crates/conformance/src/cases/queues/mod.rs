@@ -16,6 +16,7 @@ mod pause;
 mod peek;
 mod removed_dead;
 mod riding;
+mod seek;
 mod settings;
 mod start;
 mod workers;
@@ -33,6 +34,7 @@ pub use pause::*;
 pub use peek::*;
 pub use removed_dead::*;
 pub use riding::*;
+pub use seek::*;
 pub use settings::*;
 pub use start::*;
 pub use workers::*;
@@ -95,6 +97,10 @@ macro_rules! queue_conformance_suite {
             given_pause_or_resume_of_an_unknown_or_deleted_subscription_then_not_found,
             given_a_paused_subscription_then_a_long_poll_ends_empty_at_its_wait_and_one_waiting_is_woken_by_resume,
             given_a_cached_subscription_paused_elsewhere_then_no_receive_after_the_pause_grants_a_lease,
+            given_acked_messages_when_sought_back_then_a_dry_run_counts_them_and_the_seek_redelivers_them,
+            given_a_seek_forward_then_skipped_messages_never_come_and_their_leases_are_stale,
+            given_a_filtered_subscription_when_sought_then_unmatched_messages_count_in_neither,
+            given_dead_letters_when_purged_then_the_queue_is_empty_and_the_dlq_is_kept,
             given_a_patch_then_each_field_changes_and_describe_shows_it,
             given_a_changed_visibility_timeout_then_the_next_receive_uses_it_and_a_granted_lease_keeps_its_window,
             given_a_changed_filter_then_it_applies_from_filter_since_on_each_partition,
@@ -110,6 +116,7 @@ macro_rules! queue_conformance_suite {
             given_eight_workers_acking_on_their_next_receive_then_every_message_acked_exactly_once,
             given_sixteen_workers_on_one_partition_then_no_ack_is_refused_for_contention,
             given_receives_racing_a_pause_then_none_that_started_after_its_answer_grants_a_lease,
+            given_receives_and_acks_racing_a_seek_then_none_after_its_answer_acts_on_a_passed_over_message,
             given_receives_racing_a_patch_then_none_that_started_after_its_answer_uses_the_old_setting,
         );
     };
