@@ -67,14 +67,15 @@ pub(super) struct Turn {
 impl Turns {
     /// Waits for a turn on (`sub_id`, `partition`): those asking before go first.
     /// Whoever waits for a turn may change the partition (a settle, a pause, a burial),
-    /// so its idle hint is forgotten.
+    /// so its idle hint is forgotten once the turn is held: a take that held the turn
+    /// before may have noted one while this waited, from what it read before the change.
     pub(super) async fn wait(&self, sub_id: u64, partition: u32) -> Turn {
         let key = (sub_id, partition);
-        self.forget(key);
         let lock = self.lock_of(key);
         // A wait dropped before its turn came (its request was) is cleaned up as a turn is.
         let mut turn = Turn { table: self.table.clone(), key, guard: None };
         turn.guard = Some(lock.lock_owned().await);
+        self.forget(key);
         turn
     }
 
@@ -188,5 +189,21 @@ mod tests {
         drop(held);
         drop(waiting);
         assert!(turns.table.lock().unwrap().is_empty(), "no partition left after a wait given up");
+    }
+
+    /// A settle waiting for its turn while a take notes the partition idle (from what it
+    /// read before the settle's change) finds the hint gone once its turn comes.
+    #[tokio::test]
+    async fn a_hint_noted_while_a_settle_waited_is_forgotten_when_its_turn_comes() {
+        let turns = Arc::new(Turns::default());
+        let take = turns.wait(1, 0).await;
+        let mut settle = Box::pin(turns.wait(1, 0));
+        let pending = std::future::poll_fn(|cx| std::task::Poll::Ready(settle.as_mut().poll(cx).is_pending())).await;
+        assert!(pending, "the take holds the turn");
+        turns.note(&take, Some(Idle { cursor: 3, wake_at: None, until: 5_000 }));
+        assert!(turns.idle(1, 0, 3, 0).is_some(), "noted");
+        drop(take);
+        let _settle = settle.await;
+        assert_eq!(turns.idle(1, 0, 3, 0), None, "the settle may change the partition: the hint is gone");
     }
 }
