@@ -110,9 +110,9 @@ pub(crate) struct Committer {
     /// Whether a commit to one partition with an inline segment and no idempotency record is
     /// one single-item write of the head carrying the entry ([`LogConfig::single_write_commits`](crate::LogConfig)).
     pub single_write: bool,
-    /// The index items this chunk's commit wrote out (see `write_out`), removed again if its
-    /// topic turns out to be gone.
-    pub written_out: Vec<Key>,
+    /// The index items this chunk's commit wrote out (see `write_out`), with their topic id
+    /// and partition, removed again if their topic turns out to be gone.
+    pub written_out: Vec<(Key, u64, u32)>,
     /// The newest version of each live topic's record (by id) this process has read: a hint too.
     pub topic_versions: HashMap<u64, u64>,
     /// The record of the object blobs were last written to, and its version (0: absent): a hint
@@ -296,8 +296,10 @@ impl Committer {
         }
         for chunk in chunks {
             self.written_out.clear();
-            let result = self.commit_chunk(group, layout, stored, chunk, with_records, &mut bases).await;
-            if matches!(result, Err(CommitError::TopicGone)) {
+            let result = self.commit_chunk(group, layout, stored, chunk.clone(), with_records, &mut bases).await;
+            // Entries written out for a topic deleted meanwhile would outlive its purge. Any
+            // failure may be one (a fault or the deadline can hide the delete): the heads say.
+            if result.is_err() && !self.written_out.is_empty() {
                 self.unwrite_out().await;
             }
             result?;

@@ -39,7 +39,7 @@ impl Committer {
             }
             let key = keys::segment_key(s.topic_id, s.partition, tail.base);
             match self.store.write(vec![WriteOp::create(key.clone(), tail.index_item())]).await {
-                Ok(()) => self.written_out.push(key),
+                Ok(()) => self.written_out.push((key, s.topic_id, s.partition)),
                 Err(StorageError::ConditionFailed { .. }) => {}
                 Err(e) => return Err(e),
             }
@@ -47,16 +47,29 @@ impl Committer {
         Ok(())
     }
 
-    /// Removes the index items this chunk's commit wrote out, once its topic is found gone: a
-    /// stale committer's write-out may follow the purge of a deleted topic, which would never
-    /// visit that item again. (A crash between the two leaves it: one small item of a topic
-    /// nothing can reach, see docs/DESIGN.md.)
+    /// Removes the index items this chunk's commit wrote out whose topic is found gone: its
+    /// partition's head a delete's tombstone, or absent (only a deleted topic's purge
+    /// removes a head, and an entry is written out from a head that carried it). A stale
+    /// committer's write-out may follow the purge of a deleted topic, which would never
+    /// visit that item again. An entry whose head reads live, or cannot be read, stays:
+    /// an entry of a live topic is never removed. (A crash, or a failed read or delete,
+    /// leaves one: a small item of a topic nothing can reach, see docs/DESIGN.md.)
     pub(super) async fn unwrite_out(&mut self) {
-        let keys = std::mem::take(&mut self.written_out);
-        if keys.is_empty() {
+        let mut gone = Vec::new();
+        for (key, topic_id, partition) in std::mem::take(&mut self.written_out) {
+            let dead = match self.store.get(&keys::head_key(topic_id, partition)).await {
+                Ok(None) => true,
+                Ok(Some(item)) => layout::decode::<HeadRecord>("head", &item.value).is_ok_and(|h| h.deleted),
+                Err(_) => false,
+            };
+            if dead {
+                gone.push(key);
+            }
+        }
+        if gone.is_empty() {
             return;
         }
-        if let Err(e) = self.store.delete_many(keys).await {
+        if let Err(e) = self.store.delete_many(gone).await {
             tracing::warn!(error = %e, "could not remove entries written out for a deleted topic");
         }
     }
