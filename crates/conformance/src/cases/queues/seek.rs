@@ -154,16 +154,8 @@ pub async fn given_dead_letters_when_purged_then_the_queue_is_empty_and_the_dlq_
 pub async fn given_receives_and_acks_racing_a_seek_then_none_after_its_answer_acts_on_a_passed_over_message(
     backend: &dyn Backend,
 ) {
-    let (clock, log, queues) = manual(backend).await;
+    let (_clock, log, queues) = manual(backend).await;
     let topic = new_topic(&log, "seek-race", 4).await;
-    // Racing writes back off on the clock (a lost race answered `Throttled`): time moves,
-    // a millisecond a turn, or a backoff would wait for ever.
-    let ticker = tokio::spawn(async move {
-        loop {
-            clock.advance(1);
-            tokio::task::yield_now().await;
-        }
-    });
     let sub = subscribe(&queues, &topic, settings()).await;
     let total = scaled(backend, 400).max(80);
     publish(&log, &topic, (0..total).map(|i| event(format!("m{i}"), Some(i as u32 % 4), None, None)).collect()).await;
@@ -200,7 +192,7 @@ pub async fn given_receives_and_acks_racing_a_seek_then_none_after_its_answer_ac
                 }
                 // The in-memory store never makes a receive wait: without a yield, workers
                 // spinning on empty receives would keep every runtime thread from the
-                // tasks they woke (a turn handed over, a backoff's end).
+                // tasks they woke (a turn handed over).
                 tokio::task::yield_now().await;
             }
             for (received_after, m) in kept.into_iter().filter(|(after, _)| !after) {
@@ -220,7 +212,6 @@ pub async fn given_receives_and_acks_racing_a_seek_then_none_after_its_answer_ac
     answered.store(true, Ordering::SeqCst);
     publish(&log, &topic, (0..8).map(|i| event(format!("n{i}"), Some(i % 4), None, None)).collect()).await;
     while workers.join_next().await.is_some() {}
-    ticker.abort();
 
     let wrong = wrong.lock().unwrap().clone();
     assert!(wrong.is_empty(), "after the seek answered: {wrong:?}");
