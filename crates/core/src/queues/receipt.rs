@@ -21,6 +21,14 @@ const RECEIPT_BODY: usize = 40;
 
 const RECEIPT_MAC: usize = 16;
 
+/// Every receipt starts with this letter, so none starts with `-` (base64url's 63rd
+/// character) and a command line never reads one as a flag. Receipts issued before it
+/// carry no letter; they are told apart by length (75 characters against 76).
+const RECEIPT_PREFIX: char = 'r';
+
+/// How long a receipt without the letter is: 56 bytes in unpadded base64url.
+const UNPREFIXED_LEN: usize = 75;
+
 impl Receipt {
     pub(super) fn encode(&self, key: &ReceiptKey) -> String {
         let mut bytes = Vec::with_capacity(RECEIPT_BODY + RECEIPT_MAC);
@@ -32,10 +40,17 @@ impl Receipt {
         bytes.extend_from_slice(&self.receives.to_be_bytes());
         let tag = key.mac(&bytes).finalize().into_bytes();
         bytes.extend_from_slice(&tag[..RECEIPT_MAC]);
-        URL_SAFE_NO_PAD.encode(bytes)
+        let mut text = String::with_capacity(77);
+        text.push(RECEIPT_PREFIX);
+        URL_SAFE_NO_PAD.encode_string(bytes, &mut text);
+        text
     }
 
     pub(super) fn decode(text: &str, key: &ReceiptKey) -> Option<Self> {
+        let text = match text.len() {
+            UNPREFIXED_LEN => text,
+            _ => text.strip_prefix(RECEIPT_PREFIX)?,
+        };
         let bytes = URL_SAFE_NO_PAD.decode(text).ok()?;
         if bytes.len() != RECEIPT_BODY + RECEIPT_MAC {
             return None;
@@ -109,5 +124,39 @@ impl Queues {
             })
             .await?;
         Ok(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn receipt(sub_id: u64) -> Receipt {
+        Receipt { sub_id, partition: 3, offset: 41, nonce: 7, due: 1_000, receives: 2 }
+    }
+
+    #[test]
+    fn a_receipt_never_starts_with_a_dash_and_reads_back() {
+        let key = ReceiptKey::new(&[9; 32]);
+        // 0xF8… puts base64url's `-` (0b111110) first without the letter.
+        for sub_id in [0, 0xF800_0000_0000_0000, u64::MAX] {
+            let text = receipt(sub_id).encode(&key);
+            assert!(text.starts_with(RECEIPT_PREFIX), "{text}");
+            assert_eq!(Receipt::decode(&text, &key), Some(receipt(sub_id)));
+        }
+    }
+
+    #[test]
+    fn a_receipt_issued_before_the_letter_still_reads_back() {
+        let key = ReceiptKey::new(&[9; 32]);
+        let text = receipt(0xF800_0000_0000_0000).encode(&key);
+        let old = &text[RECEIPT_PREFIX.len_utf8()..];
+        assert_eq!(old.len(), UNPREFIXED_LEN);
+        assert!(old.starts_with('-'));
+        assert_eq!(Receipt::decode(old, &key), Some(receipt(0xF800_0000_0000_0000)));
+        let mut forged = format!("x{old}");
+        assert_eq!(Receipt::decode(&forged, &key), None);
+        forged.replace_range(..1, "r");
+        assert!(Receipt::decode(&forged, &key).is_some());
     }
 }
