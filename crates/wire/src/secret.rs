@@ -9,9 +9,11 @@ use serde::{Deserialize, Serialize};
 pub struct RotateSecret {
     /// `whsec_` and the base64 of a 24- to 64-byte key; generated if absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^whsec_"))]
     pub secret: Option<String>,
     /// How long the old secret keeps signing: 0 to 604800000 (7 days), 86400000 (24 h) if absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(maximum = 604800000))]
     pub overlap_ms: Option<u64>,
 }
 
