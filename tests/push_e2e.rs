@@ -23,6 +23,10 @@ use sluice_core::queues::secret_key;
 #[derive(Default)]
 struct Seen {
     key: Option<Vec<u8>>,
+    /// A second key (a rotated secret's new one), and per attempt since it was set whether
+    /// the delivery verified with it too.
+    also: Option<Vec<u8>>,
+    also_verified: Vec<bool>,
     attempts: Vec<(String, Vec<(String, u64)>)>,
     acked: HashSet<String>,
     /// Messages pushed again after the receiver had acked them.
@@ -54,7 +58,11 @@ async fn hook(State(r): State<Receiver>, headers: HeaderMap, body: Bytes) -> Res
         let mut seen = r.seen.lock().unwrap();
         let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
         let (id, ts, sig) = (header("webhook-id"), header("webhook-timestamp"), header("webhook-signature"));
-        let valid = seen.key.as_ref().is_some_and(|k| webhook::verify(k, &id, &ts, &sig, &body, now_s));
+        let verifies = |k: &Vec<u8>| webhook::verify(k, &id, &ts, &sig, &body, now_s);
+        let valid = seen.key.as_ref().is_some_and(verifies);
+        if let Some(also) = seen.also.as_ref().map(verifies) {
+            seen.also_verified.push(also);
+        }
         if !valid || header("content-type") != "application/json" {
             seen.bad_signatures += 1;
         }
@@ -158,6 +166,38 @@ async fn given_serve_and_a_flaky_receiver_then_matching_events_are_pushed_signed
     assert!(deliveries["attempted"].as_u64().unwrap() <= attempts, "{deliveries}");
     let r = c.post(server.url("/v1/topics/orders/subscriptions/hook/receive")).send().await.unwrap();
     assert_eq!(r.status(), 409);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_rotated_secret_then_serve_signs_each_delivery_with_both_over_http() {
+    let (url, seen) = start_receiver(Arc::new(|_, _| StatusCode::NO_CONTENT.into_response())).await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let c = client();
+    create_topic(&c, &server, "orders", 1).await;
+    // One worker: each worker's receive already waiting at the rotation may push one batch more
+    // signed with the old secret alone.
+    let body = json!({"start": "earliest", "push": {"url": url, "max_in_flight": 1}});
+    subscribe(&c, &server, "orders", body, &seen).await;
+    let first = publish(&c, &server, "orders", vec![json!({"value": 1})]).await;
+    let acked = |ids: &[String]| ids.iter().all(|id| seen.lock().unwrap().acked.contains(id));
+    eventually("pushed before the rotation", Duration::from_secs(30), || acked(&first)).await;
+
+    let r = c.post(server.url("/v1/topics/orders/subscriptions/hook/secret")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let rotated: Value = r.json().await.unwrap();
+    seen.lock().unwrap().also = Some(secret_key(rotated["secret"].as_str().expect("the new secret")).unwrap());
+    // The worker's receive already waiting may push one batch signed with the old secret
+    // alone (docs/API.md: liveness, not safety); every batch after it carries both.
+    for round in 0..2 {
+        let ids = publish(&c, &server, "orders", (0..3).map(|i| json!({"value": i})).collect()).await;
+        eventually(&format!("round {round} pushed after the rotation"), Duration::from_secs(30), || acked(&ids)).await;
+    }
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.bad_signatures, 0, "every delivery of the overlap verifies with the old secret");
+    let with_new = &seen.also_verified;
+    assert!(with_new.last() == Some(&true), "the last delivery verifies with the new secret too: {with_new:?}");
+    assert!(with_new.iter().filter(|v| !**v).count() <= 1, "one batch at most without the new: {with_new:?}");
 }
 
 /// Waits until the subscription `hook` of `topic` has nothing visible or in flight (the

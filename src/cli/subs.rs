@@ -1,5 +1,5 @@
 //! `sluice subs …`: create (with every setting as a flag), list, describe, update, delete,
-//! pause, resume, seek and purge a topic's subscriptions.
+//! pause, resume, seek and purge a topic's subscriptions, and rotate a push secret.
 
 use clap::Subcommand;
 use serde_json::{json, Value};
@@ -60,6 +60,21 @@ pub enum SubVerb {
     /// Its dead letters stay.
     #[command(after_help = "Example:\n  sluice subs purge orders billing")]
     Purge { topic: String, sub: String },
+    /// Rotate a push subscription's signing secret: the new one (generated unless given) is
+    /// printed once; the old one signs beside it until the overlap ends.
+    #[command(after_help = "Examples:\n  sluice subs rotate-secret orders hooks\n  \
+                            sluice subs rotate-secret orders hooks --overlap-ms 3600000\n  \
+                            sluice subs rotate-secret orders hooks --secret whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")]
+    RotateSecret {
+        topic: String,
+        sub: String,
+        /// The new secret (`whsec_` and the base64 of a 24- to 64-byte key); generated if absent.
+        #[arg(long)]
+        secret: Option<String>,
+        /// How long the old secret keeps signing (default 86400000, 24 h; at most 7 days).
+        #[arg(long)]
+        overlap_ms: Option<u64>,
+    },
 }
 
 #[derive(clap::Args, Debug)]
@@ -271,6 +286,18 @@ pub async fn subs(client: &Client, verb: SubVerb, text: bool) -> Result<(), Erro
             print_sought(text, &sought);
         }
         SubVerb::Purge { topic, sub } => print_sought(text, &client.purge(&topic, &sub).await?),
+        SubVerb::RotateSecret { topic, sub, secret, overlap_ms } => {
+            let rotation = sluice_client::wire::RotateSecret { secret, overlap_ms };
+            let rotated = client.rotate_secret(&topic, &sub, &rotation).await?;
+            if !text {
+                print_json(&rotated);
+                return Ok(());
+            }
+            let until = super::output::rfc3339(rotated.previous_expires_ms);
+            say!("rotated the push secret of {topic}/{sub}; the old one signs beside it until {until}");
+            say!("push signing secret (shown once: store it now):");
+            say!("{}", rotated.secret);
+        }
         SubVerb::Resume { topic, sub } => {
             let resumed = client.resume(&topic, &sub).await?;
             let waiting = resumed["backlog"]["visible"].as_u64().unwrap_or_default();

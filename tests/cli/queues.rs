@@ -223,3 +223,30 @@ fn given_subs_update_then_the_settings_change_a_filter_applies_from_its_cursor_a
     let missing = sluice(&server, &["subs", "update", "jobs", "nope", "--delay-ms", "1"], None);
     assert!(stderr(&missing).contains("subscription_not_found"), "{}", stderr(&missing));
 }
+
+#[test]
+fn given_a_push_subscription_when_its_secret_is_rotated_then_the_new_one_is_printed_once_and_the_overlap_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    ok(&server, &["topics", "create", "jobs"], None);
+    ok(&server, &["subs", "create", "jobs", "hooks", "--push-url", "http://127.0.0.1:9/hooks"], None);
+
+    let rotated =
+        ok(&server, &["subs", "rotate-secret", "jobs", "hooks", "--overlap-ms", "3600000", "-o", "text"], None);
+    let lines: Vec<&str> = rotated.lines().collect();
+    assert!(
+        lines[0].starts_with("rotated the push secret of jobs/hooks; the old one signs beside it until "),
+        "{rotated}"
+    );
+    assert_eq!(lines[1], "push signing secret (shown once: store it now):");
+    assert!(lines[2].starts_with("whsec_"), "{rotated}");
+
+    let key = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let given =
+        json(&ok(&server, &["subs", "rotate-secret", "jobs", "hooks", "--secret", key, "--overlap-ms", "0"], None));
+    assert_eq!(given["secret"], key, "{given}");
+    let described = json(&ok(&server, &["subs", "describe", "jobs", "hooks"], None));
+    assert_eq!(described["push"]["previous_secret_expires_ms"], given["previous_expires_ms"], "{described}");
+    let bad = sluice(&server, &["subs", "rotate-secret", "jobs", "hooks", "--secret", "whsec_AAAA"], None);
+    assert!(stderr(&bad).contains("invalid_push"), "{}", stderr(&bad));
+}

@@ -143,6 +143,7 @@ fn queues_routes() -> OpenApiRouter<App> {
         .routes(routes!(queues::resume))
         .routes(routes!(queues::seek))
         .routes(routes!(queues::purge))
+        .routes(routes!(queues::rotate_secret))
         .routes(routes!(queues::receive))
         .routes(routes!(peek::peek))
         .routes(routes!(queues::ack))

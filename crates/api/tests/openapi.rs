@@ -43,6 +43,8 @@ const STORY: &[(&str, u16)] = &[
     ("purgeDeadLetters", 200),
     ("seekSubscription", 200),
     ("purgeSubscription", 200),
+    // The story's subscription pulls: it has no secret to rotate.
+    ("rotateSecret", 400),
     ("deleteSubscription", 204),
     ("poll", 200),
     ("commit", 204),

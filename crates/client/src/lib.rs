@@ -19,8 +19,8 @@
 //!   back after their visibility timeout), group polls (with positions, a retried poll
 //!   answers the same events), deletes (a retry's `404` is reported done), purges and
 //!   unbounded redrives;
-//! - a publish only with an `Idempotency-Key` ([`Producer`] always sends one); a bounded
-//!   redrive never.
+//! - a publish only with an `Idempotency-Key` ([`Producer`] always sends one); a secret
+//!   rotation only to a given secret (a generated one never); a bounded redrive never.
 //!
 //! Errors carry the API's code: [`Error::code`].
 //!

@@ -5,7 +5,7 @@
 use reqwest::Method;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use sluice_wire::{SeekOutcome, Settled};
+use sluice_wire::{RotateSecret, SecretRotated, SeekOutcome, Settled};
 
 use crate::client::Call;
 use crate::types::{DeadLetterPage, Message, PeekedMessage, ReceiptResult};
@@ -105,6 +105,17 @@ impl Client {
     pub async fn purge(&self, topic: &str, sub: &str) -> Result<SeekOutcome, Error> {
         let call = Call::new(Method::POST, format!("{}/purge", Self::subscription(topic, sub)));
         self.fetch(call.json(&json!({}))?.once()).await
+    }
+
+    /// Rotates a push subscription's signing secret: `rotation.secret` (generated if
+    /// `None`) signs from now on, shown only in this answer; the old one signs beside it
+    /// until `previous_expires_ms` (`rotation.overlap_ms`, 24 h if `None`). Retried only
+    /// with a given secret (a retry of one already applied changes nothing); a generated
+    /// one is sent once, since a retry after a lost answer would replace the secret no one
+    /// saw and end the old one's overlap.
+    pub async fn rotate_secret(&self, topic: &str, sub: &str, rotation: &RotateSecret) -> Result<SecretRotated, Error> {
+        let call = Call::new(Method::POST, format!("{}/secret", Self::subscription(topic, sub))).json(rotation)?;
+        self.fetch(if rotation.secret.is_some() { call } else { call.once() }).await
     }
 
     /// Resumes a paused subscription; answers it as described. Retried, as [`Client::pause`].

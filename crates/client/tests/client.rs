@@ -508,3 +508,36 @@ async fn given_serve_without_a_lambda_endpoint_then_a_lambda_push_target_is_refu
     let webhook = json!({ "push": { "url": "http://127.0.0.1:9/hook" } });
     assert_eq!(http.put(url("/subscriptions/hook")).json(&webhook).send().await.unwrap().status(), 201);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_lost_rotation_answers_then_a_given_secret_is_retried_to_the_same_answer_and_a_generated_one_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LocalServer::start(dir.path()).await.unwrap();
+    // Every second rotation is applied and its answer lost.
+    let (url, proxy) = lossy(server.url(), "/secret", 2).await;
+    let (direct, lossy) = (Client::new(server.url()).unwrap(), quick_retries(&url));
+    direct.create_topic("hooks", &TopicSettings::partitions(1)).await.unwrap();
+    direct.create_subscription("hooks", "h", &json!({ "push": { "url": "http://127.0.0.1:9/hook" } })).await.unwrap();
+    let previous_expiry = || async {
+        direct.describe_subscription("hooks", "h").await.unwrap()["push"]["previous_secret_expires_ms"].clone()
+    };
+    let given =
+        |secret: &str| sluice_client::wire::RotateSecret { secret: Some(secret.into()), overlap_ms: Some(60_000) };
+    let (a, b) = ("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_c2x1aWNlLWNvbmZvcm1hbmNlLXB1c2gta2V5IQ==");
+    assert_eq!(lossy.rotate_secret("hooks", "h", &given(a)).await.unwrap().secret, a, "answered");
+
+    let rotated = lossy.rotate_secret("hooks", "h", &given(b)).await.unwrap();
+    assert_eq!(proxy.lost.load(Ordering::SeqCst), 1, "the first answer was lost, and the rotation sent again");
+    assert_eq!(rotated.secret, b);
+    assert_eq!(previous_expiry().await, json!(rotated.previous_expires_ms), "the retry changed nothing more");
+
+    let generated = sluice_client::wire::RotateSecret::default();
+    let lost = lossy.rotate_secret("hooks", "h", &generated).await;
+    assert!(lost.is_err(), "a generated secret's lost answer is the caller's to see: {lost:?}");
+    assert_eq!(proxy.lost.load(Ordering::SeqCst), 2, "sent once");
+    assert_ne!(
+        previous_expiry().await,
+        json!(rotated.previous_expires_ms),
+        "it was applied: b signs beside the new one"
+    );
+}

@@ -26,6 +26,7 @@ pub mod openapi;
 pub mod partitioner;
 pub mod queues;
 pub mod read;
+pub mod secret;
 pub mod seek;
 pub mod topics;
 
@@ -33,5 +34,6 @@ pub use code::Code;
 pub use groups::*;
 pub use queues::*;
 pub use read::*;
+pub use secret::*;
 pub use seek::*;
 pub use topics::*;

@@ -94,6 +94,10 @@ pub struct Push {
     /// The signing secret: only in the answer that created the subscription.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub secret: Option<String>,
+    /// When the secret the last rotation replaced stops (or stopped) signing; absent if the
+    /// secret was never rotated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_secret_expires_ms: Option<i64>,
     /// Deliveries so far: in a description only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deliveries: Option<Deliveries>,

@@ -83,6 +83,8 @@ errors! {
     ChangeState: [PATH, BODY, SUB];
     /// `seekSubscription`.
     SeekSubscription: [PATH, BODY, SUB] InvalidSeek;
+    /// `rotateSecret` (`invalid_request` also for a subscription without a secret: a pull one, or a function's).
+    RotateSecret: [PATH, BODY, SUB] InvalidPush;
     /// `receive`.
     Receive: [PATH, BODY, SUB] InvalidMaxMessages, InvalidWait, InvalidVisibilityTimeout, TooManyReceipts,
         PushSubscription;

@@ -132,6 +132,14 @@ pub(crate) fn subscription_purged() -> Value {
     ] })
 }
 
+pub(crate) fn rotate_secret() -> Value {
+    json!({ "overlap_ms": 3_600_000 })
+}
+
+pub(crate) fn secret_rotated() -> Value {
+    json!({ "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "previous_expires_ms": CREATED_MS + 3_600_000 })
+}
+
 pub(crate) fn receive() -> Value {
     json!({ "max_messages": 10, "wait_ms": 0 })
 }

@@ -1,6 +1,7 @@
 //! Work queues: subscriptions of a topic, each a queue of its own over the topic's log.
 //! `PUT|GET|PATCH|DELETE /v1/topics/{topic}/subscriptions/{sub}`, `GET …/subscriptions`
 //! and `POST …/{sub}/pause`, `…/resume` (`subscriptions`), `POST …/{sub}/seek`, `…/purge` (`seek`),
+//! `POST …/{sub}/secret` (`secret`),
 //! `POST …/{sub}/receive`, `…/ack`, `…/nack`, `…/visibility`
 //! (`messages`), and the dead-letter queue: `GET|DELETE …/{sub}/dlq`, `DELETE
 //! …/{sub}/dlq/{id}`, `POST …/{sub}/dlq/redrive` (`dead`). Parsing and rendering only:
@@ -8,11 +9,13 @@
 
 mod dead;
 mod messages;
+mod secret;
 mod seek;
 mod subscriptions;
 
 pub use dead::*;
 pub use messages::*;
+pub use secret::*;
 pub use seek::*;
 pub use subscriptions::*;
 

@@ -94,6 +94,9 @@ fn push_json(p: &PushSpec) -> Value {
     out["max_in_flight"] = json!(p.max_in_flight);
     let suspend = p.suspend_after();
     out["suspend_after"] = json!({ "failures": suspend.failures, "spanning_ms": suspend.spanning_ms });
+    if let Some(previous) = &p.previous_secret {
+        out["previous_secret_expires_ms"] = json!(previous.expires_ms);
+    }
     out
 }
 

@@ -60,3 +60,26 @@ async fn push_requests_per_message_are_what_the_cost_model_says() {
     // It looks without claiming anything (no run lease is written when nothing is due).
     assert_eq!(sweep.get(WRITE_UNITS).copied().unwrap_or(0), 0, "an idle sweep wrote: {sweep:?}");
 }
+
+/// A secret's rotation: the subscription read, then its record rewritten (no cursor is
+/// touched, whatever the partitions).
+#[tokio::test]
+async fn rotating_a_push_secret_is_one_write_of_the_record() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    use sluice_core::queues::{PushSpec, Queues, SecretRotation, SubscriptionSpec};
+    let (state, objects, log) = counted_log().await;
+    let queues = Queues::new(log.clone());
+    let topic = unique_topic("push-rotate");
+    log.create_topic(&topic, TopicSpec { partitions: 8, retention_ms: None, retention_bytes: None }).await.unwrap();
+    let spec = SubscriptionSpec { push: Some(PushSpec::url("https://example.com/hook", None)), ..Default::default() };
+    queues.create(&topic, "hook", spec).await.unwrap();
+    let rotation = SecretRotation::default();
+    let (_, counts) = counted!(state, objects, queues.rotate_secret(&topic, "hook", &rotation).await.unwrap());
+    per_request("rotate push secret (8 partitions)", &counts, 1);
+    let writes = ["dynamodb:UpdateItem", "dynamodb:PutItem", "dynamodb:TransactWriteItems"]
+        .iter()
+        .map(|op| counts.get(*op).copied().unwrap_or_default())
+        .sum::<u64>();
+    assert_eq!(writes, 1, "the record alone is written: {counts:?}");
+    assert!(!counts.contains_key("dynamodb:Query"), "no partition is read: {counts:?}");
+}

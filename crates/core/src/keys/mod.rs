@@ -167,7 +167,7 @@ pub const ITEM_KINDS: &[ItemKind] = &[
         pk: "subs#<topic>",
         sk: "<name>",
         value: "SubscriptionRecord",
-        written_by: "create, delete, pause, resume, change",
+        written_by: "create, delete, pause, resume, change, secret rotation",
         deleted_by: "topic purge",
     },
     ItemKind {

@@ -178,12 +178,14 @@ impl Dispatcher {
         let body = webhook::body(&sub.topic, &sub.name, &messages);
         let id = webhook::delivery_id(sub.id, &messages);
         let mut headers = vec![("content-type".to_owned(), "application/json".to_owned())];
-        if let PushTarget::Url { secret, .. } = &sub.push.target {
-            let key = secret_key(secret).map_err(|e| Error::Corrupt(format!("stored push secret: {e}")))?;
+        let secrets = sub.push.signing_secrets(self.now_ms());
+        if !secrets.is_empty() {
+            let keys = secrets.into_iter().map(secret_key).collect::<Result<Vec<_>, _>>();
+            let keys = keys.map_err(|e| Error::Corrupt(format!("stored push secret: {e}")))?;
             let timestamp = self.now_ms().div_euclid(1000);
             headers.push(("webhook-id".into(), id.clone()));
             headers.push(("webhook-timestamp".into(), timestamp.to_string()));
-            headers.push(("webhook-signature".into(), webhook::sign(&key, &id, timestamp, &body)));
+            headers.push(("webhook-signature".into(), webhook::sign_with_each(&keys, &id, timestamp, &body)));
         }
         headers.extend(TraceContext::of_batch(&messages).map(|c| c.headers()).unwrap_or_default());
         let destination = match &sub.push.target {

@@ -96,6 +96,13 @@ pub fn sign(key: &[u8], id: &str, timestamp_s: i64, body: &[u8]) -> String {
     format!("v1,{}", STANDARD.encode(mac(key, id, timestamp_s, body).finalize().into_bytes()))
 }
 
+/// `webhook-signature` with each of `keys`, space-separated (`v1,<new> v1,<old>` while a
+/// rotated secret's overlap lasts: the standard lets a receiver accept any one).
+pub fn sign_with_each(keys: &[Vec<u8>], id: &str, timestamp_s: i64, body: &[u8]) -> String {
+    let signatures: Vec<String> = keys.iter().map(|key| sign(key, id, timestamp_s, body)).collect();
+    signatures.join(" ")
+}
+
 /// Checks a delivery as a receiver should: the timestamp within [`TOLERANCE_S`] of
 /// `now_s`, and one of the space-separated signatures matching (in constant time).
 pub fn verify(key: &[u8], id: &str, timestamp: &str, signatures: &str, body: &[u8], now_s: i64) -> bool {

@@ -55,6 +55,8 @@ mod purge;
 mod push;
 mod receipt;
 mod receive;
+mod secret;
+pub use secret::{PreviousSecret, Rotated, SecretRotation, DEFAULT_SECRET_OVERLAP_MS, MAX_SECRET_OVERLAP_MS};
 mod seek;
 pub use seek::{PartitionSeek, SeekTo, Sought};
 mod riding;

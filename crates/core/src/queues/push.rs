@@ -6,6 +6,7 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
+use super::PreviousSecret;
 use crate::ports::deliver::{TargetError, Targets};
 use crate::{Code, Error};
 
@@ -68,6 +69,10 @@ pub struct PushSpec {
     /// When to suspend; [`DEFAULT_SUSPEND_AFTER`] if not set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspend_after: Option<SuspendAfter>,
+    /// The secret the last rotation replaced (`secret.rs`), signing beside the new one
+    /// until it expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_secret: Option<PreviousSecret>,
 }
 
 impl PushSpec {
@@ -88,6 +93,7 @@ impl PushSpec {
             timeout_ms: DEFAULT_PUSH_TIMEOUT_MS,
             max_in_flight: DEFAULT_PUSH_IN_FLIGHT,
             suspend_after: None,
+            previous_secret: None,
         }
     }
 
@@ -110,16 +116,17 @@ impl PushSpec {
     }
 
     /// Gives a URL target without a secret one made of `random` bytes.
-    pub(super) fn generate_secret(&mut self, mut random: impl FnMut() -> u64) {
+    pub(super) fn generate_secret(&mut self, random: impl FnMut() -> u64) {
         if let PushTarget::Url { secret, .. } = &mut self.target {
-            let key: Vec<u8> = (0..SECRET_BYTES / 8).flat_map(|_| random().to_le_bytes()).collect();
-            *secret = format!("{SECRET_PREFIX}{}", STANDARD.encode(key));
+            *secret = generated_secret(random);
         }
     }
 
-    /// The same settings as `requested`, where a request without a secret asks for any.
+    /// The same settings as `requested`, where a request without a secret asks for any (a
+    /// rotation's previous secret is not a setting a create names).
     pub(super) fn satisfies(&self, requested: &PushSpec) -> bool {
         let mut stored = self.clone();
+        stored.previous_secret.clone_from(&requested.previous_secret);
         if requested.wants_secret() {
             if let PushTarget::Url { secret, .. } = &mut stored.target {
                 secret.clear();
@@ -153,15 +160,7 @@ impl PushSpec {
             PushTarget::Url { url, secret } => {
                 check_url(url).or_else(|m| invalid(format!("push.url {m}")))?;
                 if !secret.is_empty() {
-                    let key = secret_key(secret)
-                        .map_err(|m| Error::invalid(Code::InvalidPush, format!("push.secret {m}")))?;
-                    if !(MIN_SECRET_BYTES..=MAX_SECRET_BYTES).contains(&key.len()) {
-                        return invalid(format!(
-                            "push.secret must hold a key of {MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} bytes \
-                             (Standard Webhooks); this one has {}",
-                            key.len()
-                        ));
-                    }
+                    check_secret("push.secret", secret)?;
                 }
                 Ok(())
             }
@@ -231,6 +230,29 @@ fn check_url(raw: &str) -> Result<(), String> {
         return Err("must not carry credentials (sign with the secret)".into());
     }
     Ok(())
+}
+
+/// A secret `field` names, checked as a create checks one: `whsec_` and a key of
+/// [`MIN_SECRET_BYTES`] to [`MAX_SECRET_BYTES`] bytes.
+pub(super) fn check_secret(field: &str, secret: &str) -> Result<(), Error> {
+    let key = secret_key(secret).map_err(|m| Error::invalid(Code::InvalidPush, format!("{field} {m}")))?;
+    if !(MIN_SECRET_BYTES..=MAX_SECRET_BYTES).contains(&key.len()) {
+        return Err(Error::invalid(
+            Code::InvalidPush,
+            format!(
+                "{field} must hold a key of {MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} bytes (Standard Webhooks); \
+                 this one has {}",
+                key.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A new `whsec_` secret made of `random` bytes.
+pub(super) fn generated_secret(mut random: impl FnMut() -> u64) -> String {
+    let key: Vec<u8> = (0..SECRET_BYTES / 8).flat_map(|_| random().to_le_bytes()).collect();
+    format!("{SECRET_PREFIX}{}", STANDARD.encode(key))
 }
 
 /// The key of a `whsec_<base64>` secret (Standard Webhooks). Its length is checked when a

@@ -14,6 +14,7 @@ mod patch;
 mod pause;
 mod receiver;
 mod retries;
+mod rotation;
 
 pub use deletion::*;
 pub use delivery::*;
@@ -24,6 +25,7 @@ pub use parallel::*;
 pub use patch::*;
 pub use pause::*;
 pub use retries::*;
+pub use rotation::*;
 
 /// Generates one `#[tokio::test]` per push case; `$backend` is an async expression yielding a [`Backend`](crate::Backend).
 #[macro_export]
@@ -36,6 +38,9 @@ macro_rules! push_conformance_suite {
             given_a_paused_push_subscription_then_nothing_is_pushed_and_once_resumed_everything_is,
             given_a_running_dispatcher_when_its_subscription_is_paused_then_nothing_is_pushed_until_resumed,
             given_a_push_target_changed_then_no_delivery_after_the_answer_goes_to_the_old_one,
+            // Secret rotation (`rotation.rs`).
+            given_a_rotated_push_secret_then_both_sign_during_the_overlap_and_only_the_new_one_after,
+            given_a_bad_rotation_or_a_subscription_without_a_secret_then_it_is_refused_and_nothing_changes,
             given_a_dispatcher_that_dies_mid_delivery_then_its_batch_is_pushed_again_after_the_window,
             given_a_filter_on_a_pull_subscription_then_only_matching_events_are_received_and_the_rest_counted,
             given_events_with_a_trace_context_then_a_delivery_carries_the_one_its_batch_shares,
