@@ -5,7 +5,8 @@ use crate::keys;
 use crate::layout::{self, HeadRecord, PurgeRecord, Tail, TopicRecord};
 use crate::model::{PartitionState, TopicConfig, TopicSpec};
 use crate::ports::state::{Expect, Query, StateStore, WriteOp, MAX_WRITE_OPS};
-use crate::{Error, StorageError};
+use crate::retry::Backoff;
+use crate::{Clock, Error, Random, StorageError};
 
 /// Items read per query when walking a collection.
 pub(crate) const PAGE: usize = 1000;
@@ -167,8 +168,13 @@ pub(crate) async fn list(store: &dyn StateStore) -> Result<Vec<TopicConfig>, Sto
 /// every fence go in one atomic write when they fit ([`MAX_WRITE_OPS`]); a larger
 /// topic's other fences follow before the delete answers, and a retry of a delete cut
 /// short between them writes those still open before it answers 404 ([`finish_fences`]).
-pub(crate) async fn delete(store: &dyn StateStore, name: &str, now_ms: i64) -> Result<(), Error> {
-    for _ in 0..2 {
+pub(crate) async fn delete(store: &dyn StateStore, name: &str, patience: &Patience<'_>) -> Result<(), Error> {
+    let now_ms = patience.clock.now_ms();
+    let (mut raced, mut wait) = (false, 0);
+    for attempt in 0..DELETE_ATTEMPTS {
+        if !crate::retry::pause_within(patience.clock, patience.deadline_ms, wait).await {
+            break;
+        }
         let (mut r, version) = match record(store, name).await? {
             Some((r, version)) if r.deleted_ms.is_none() => (r, version),
             Some((r, version)) => {
@@ -203,7 +209,13 @@ pub(crate) async fn delete(store: &dyn StateStore, name: &str, now_ms: i64) -> R
                 }
                 return Ok(());
             }
-            Err(StorageError::ConditionFailed { .. }) => continue,
+            Err(StorageError::ConditionFailed { .. }) if !raced => (raced, wait) = (true, 0),
+            // A transaction in flight on a head it fences (a commit): nothing was written.
+            // Back off and read again, as a commit does, until the request's deadline.
+            Err(StorageError::Throttled { .. }) => {
+                wait = Backoff::CONTENTION.wait_ms(attempt, patience.random.next_u64());
+            }
+            Err(StorageError::ConditionFailed { .. }) => break,
             Err(e) => return Err(e.into()),
         }
     }
@@ -212,6 +224,19 @@ pub(crate) async fn delete(store: &dyn StateStore, name: &str, now_ms: i64) -> R
         source: None,
     }))
 }
+
+/// What bounds a topic delete's retries after its write was refused (`Throttled`): the
+/// request's deadline on `clock` (none: [`DELETE_ATTEMPTS`] alone), the backoff's waits
+/// drawn from `random`.
+pub(crate) struct Patience<'a> {
+    pub(crate) clock: &'a dyn Clock,
+    pub(crate) random: &'a dyn Random,
+    pub(crate) deadline_ms: Option<i64>,
+}
+
+/// A delete's attempts at most, as a commit's: with the backoff capped at 1 s, about a
+/// minute of a store refusing it.
+const DELETE_ATTEMPTS: u32 = 64;
 
 /// A deleted topic's fences that a delete did not get to write (its later writes failed,
 /// and its retry finds the topic gone), written before that retry answers: otherwise a
