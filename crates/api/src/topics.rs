@@ -1,7 +1,7 @@
 //! Topic administration: create (idempotent), list, describe, delete.
 
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Json;
@@ -13,7 +13,7 @@ use crate::openapi::answers::{CreateTopic, Topic, TopicDescription, TopicList};
 use crate::openapi::params::TopicPath;
 use crate::openapi::{errors, examples as ex};
 use crate::path::Path;
-use crate::ApiError;
+use crate::{ApiError, Deadline};
 
 fn topic_json(t: &TopicConfig) -> Value {
     json!({
@@ -84,8 +84,15 @@ pub async fn describe(State(log): State<Log>, Path(name): Path<String>) -> Resul
 /// Delete a topic: at once, everywhere; its data is removed in the background.
 #[utoipa::path(delete, path = "/v1/topics/{topic}", tag = "topics", operation_id = "deleteTopic", params(TopicPath),
     responses((status = 204, description = "Deleted"), errors::OneTopic))]
-pub async fn delete(State(log): State<Log>, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
-    log.delete_topic(&name).await?;
+pub async fn delete(
+    State(log): State<Log>,
+    Path(name): Path<String>,
+    deadline: Option<Extension<Deadline>>,
+) -> Result<StatusCode, ApiError> {
+    match deadline {
+        Some(Extension(Deadline(ms))) => log.delete_topic_before(&name, ms).await?,
+        None => log.delete_topic(&name).await?,
+    }
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -25,6 +25,19 @@ impl Backoff {
     }
 }
 
+/// Waits `wait_ms` on `clock` (the backoff after the last attempt) unless `deadline` (the
+/// clock's milliseconds) comes first: answers `false` then, at once, so the caller stops and
+/// answers in time (before the function serving it is stopped).
+pub async fn pause_within(clock: &dyn crate::Clock, deadline: Option<i64>, wait_ms: u64) -> bool {
+    if deadline.is_some_and(|d| clock.now_ms().saturating_add(wait_ms as i64) >= d) {
+        return false;
+    }
+    if wait_ms > 0 {
+        clock.sleep(wait_ms).await;
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

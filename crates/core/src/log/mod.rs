@@ -277,9 +277,22 @@ impl Log {
 
     /// Deletes a topic at once (one atomic write); its data is removed afterwards by the janitor.
     pub async fn delete_topic(&self, name: &str) -> Result<(), Error> {
+        self.delete_topic_within(name, None).await
+    }
+
+    /// [`Log::delete_topic`] that answers by `deadline_ms` (this log's clock): a delete
+    /// refused for contention (a commit in flight on a head it fences) backs off and tries
+    /// again until then, and answers [`Error::Unavailable`] if it could not.
+    pub async fn delete_topic_before(&self, name: &str, deadline_ms: i64) -> Result<(), Error> {
+        self.delete_topic_within(name, Some(deadline_ms)).await
+    }
+
+    async fn delete_topic_within(&self, name: &str, deadline_ms: Option<i64>) -> Result<(), Error> {
         names::validate("topic", name)?;
         self.forget_topic(name);
-        topics::delete(self.inner.store.as_ref(), name, self.inner.clock.now_ms()).await
+        let patience =
+            topics::Patience { clock: self.inner.clock.as_ref(), random: self.inner.random.as_ref(), deadline_ms };
+        topics::delete(self.inner.store.as_ref(), name, &patience).await
     }
 
     /// Appends `events` to `topic`, durably, and answers where each landed, in request order.

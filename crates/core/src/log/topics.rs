@@ -5,7 +5,8 @@ use crate::keys;
 use crate::layout::{self, HeadRecord, PurgeRecord, Tail, TopicRecord};
 use crate::model::{PartitionState, TopicConfig, TopicSpec};
 use crate::ports::state::{Expect, Query, StateStore, WriteOp, MAX_WRITE_OPS};
-use crate::{Error, StorageError};
+use crate::retry::Backoff;
+use crate::{Clock, Error, Random, StorageError};
 
 /// Items read per query when walking a collection.
 pub(crate) const PAGE: usize = 1000;
@@ -89,36 +90,47 @@ pub(crate) async fn create(
 /// write that fails its condition (a commit created a head, or the topic changed) is
 /// re-read and tried again; a head still missing then is created by its first commit.
 async fn finish_heads(store: &dyn StateStore, topic: &TopicConfig) -> Result<(), StorageError> {
+    let check = WriteOp::Check { key: keys::topic_key(&topic.name), expect: Expect::Version(topic.version) };
+    let missing = |p: u32, _: HeadRecord, _: Option<Tail>, version: u64| (version == 0).then(|| new_head(topic.id, p));
+    complete_heads(store, topic, Some(check), missing).await?;
+    Ok(())
+}
+
+/// Writes, for each partition of `topic` whose head `write` (given the partition, its head,
+/// the entry it carries and its version) answers a write for, that write, grouped with
+/// `check` (if any) in writes as large as fit, or one by one without it. A write that
+/// fails its condition means a rival moved a head: the heads are read again and those
+/// still wanting a write are written, at most three times. Answers whether none was left.
+async fn complete_heads<F>(
+    store: &dyn StateStore,
+    topic: &TopicConfig,
+    check: Option<WriteOp>,
+    mut write: F,
+) -> Result<bool, StorageError>
+where
+    F: FnMut(u32, HeadRecord, Option<Tail>, u64) -> Option<WriteOp>,
+{
+    let per_write = if check.is_some() { MAX_WRITE_OPS - 1 } else { 1 };
     for _ in 0..3 {
-        let missing: Vec<u32> = heads(store, topic)
+        let wanted: Vec<WriteOp> = heads_with_tails(store, topic)
             .await?
-            .iter()
+            .into_iter()
             .enumerate()
-            .filter(|(_, (_, v))| *v == 0)
-            .map(|(p, _)| p as u32)
+            .filter_map(|(p, (head, tail, version))| write(p as u32, head, tail, version))
             .collect();
-        if missing.is_empty() {
-            return Ok(());
-        }
-        let mut lost = false;
-        for chunk in missing.chunks(MAX_WRITE_OPS - 1) {
-            let check = WriteOp::Check { key: keys::topic_key(&topic.name), expect: Expect::Version(topic.version) };
-            let ops = std::iter::once(check).chain(chunk.iter().map(|&p| new_head(topic.id, p))).collect();
-            match store.write(ops).await {
+        let mut raced = false;
+        for chunk in wanted.chunks(per_write) {
+            match store.write(check.iter().chain(chunk).cloned().collect()).await {
                 Ok(()) => {}
-                Err(StorageError::ConditionFailed { .. }) => lost = true,
+                Err(StorageError::ConditionFailed { .. }) => raced = true,
                 Err(e) => return Err(e),
             }
         }
-        if !lost {
-            return Ok(());
-        }
-        match record(store, &topic.name).await? {
-            Some((r, version)) if r.id == topic.id && version == topic.version && r.deleted_ms.is_none() => {}
-            _ => return Ok(()),
+        if !raced {
+            return Ok(true);
         }
     }
-    Ok(())
+    Ok(false)
 }
 
 /// The write that creates a new partition's head, empty.
@@ -156,8 +168,13 @@ pub(crate) async fn list(store: &dyn StateStore) -> Result<Vec<TopicConfig>, Sto
 /// every fence go in one atomic write when they fit ([`MAX_WRITE_OPS`]); a larger
 /// topic's other fences follow before the delete answers, and a retry of a delete cut
 /// short between them writes those still open before it answers 404 ([`finish_fences`]).
-pub(crate) async fn delete(store: &dyn StateStore, name: &str, now_ms: i64) -> Result<(), Error> {
-    for _ in 0..2 {
+pub(crate) async fn delete(store: &dyn StateStore, name: &str, patience: &Patience<'_>) -> Result<(), Error> {
+    let now_ms = patience.clock.now_ms();
+    let (mut raced, mut wait) = (false, 0);
+    for attempt in 0..DELETE_ATTEMPTS {
+        if !crate::retry::pause_within(patience.clock, patience.deadline_ms, wait).await {
+            break;
+        }
         let (mut r, version) = match record(store, name).await? {
             Some((r, version)) if r.deleted_ms.is_none() => (r, version),
             Some((r, version)) => {
@@ -192,7 +209,13 @@ pub(crate) async fn delete(store: &dyn StateStore, name: &str, now_ms: i64) -> R
                 }
                 return Ok(());
             }
-            Err(StorageError::ConditionFailed { .. }) => continue,
+            Err(StorageError::ConditionFailed { .. }) if !raced => (raced, wait) = (true, 0),
+            // A transaction in flight on a head it fences (a commit): nothing was written.
+            // Back off and read again, as a commit does, until the request's deadline.
+            Err(StorageError::Throttled { .. }) => {
+                wait = Backoff::CONTENTION.wait_ms(attempt, patience.random.next_u64());
+            }
+            Err(StorageError::ConditionFailed { .. }) => break,
             Err(e) => return Err(e.into()),
         }
     }
@@ -202,31 +225,30 @@ pub(crate) async fn delete(store: &dyn StateStore, name: &str, now_ms: i64) -> R
     }))
 }
 
+/// What bounds a topic delete's retries after its write was refused (`Throttled`): the
+/// request's deadline on `clock` (none: [`DELETE_ATTEMPTS`] alone), the backoff's waits
+/// drawn from `random`.
+pub(crate) struct Patience<'a> {
+    pub(crate) clock: &'a dyn Clock,
+    pub(crate) random: &'a dyn Random,
+    pub(crate) deadline_ms: Option<i64>,
+}
+
+/// A delete's attempts at most, as a commit's: with the backoff capped at 1 s, about a
+/// minute of a store refusing it.
+const DELETE_ATTEMPTS: u32 = 64;
+
 /// A deleted topic's fences that a delete did not get to write (its later writes failed,
 /// and its retry finds the topic gone), written before that retry answers: otherwise a
 /// process that cached one of those heads could still commit to it until the purge. A head
 /// that is absent needs none (a commit creating it checks the topic record), nor one the
 /// purge removes meanwhile (its condition fails); one a stale commit moved is read again.
 async fn finish_fences(store: &dyn StateStore, topic: &TopicConfig) -> Result<(), Error> {
-    for _ in 0..3 {
-        let open: Vec<WriteOp> = heads_with_tails(store, topic)
-            .await?
-            .into_iter()
-            .enumerate()
-            .filter(|(_, (head, _, version))| *version > 0 && !head.deleted)
-            .map(|(p, (head, tail, version))| fence(topic.id, p as u32, head, tail, Expect::Version(version)))
-            .collect();
-        let mut raced = false;
-        for op in open {
-            match store.write(vec![op]).await {
-                Ok(()) => {}
-                Err(StorageError::ConditionFailed { .. }) => raced = true,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        if !raced {
-            return Ok(());
-        }
+    let open = |p: u32, head: HeadRecord, tail: Option<Tail>, version: u64| {
+        (version > 0 && !head.deleted).then(|| fence(topic.id, p, head, tail, Expect::Version(version)))
+    };
+    if complete_heads(store, topic, None, open).await? {
+        return Ok(());
     }
     Err(Error::Unavailable(StorageError::Throttled {
         message: format!("topic {} is being changed concurrently", topic.name),

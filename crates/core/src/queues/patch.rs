@@ -123,38 +123,27 @@ impl PushPatch {
     }
 }
 
-/// What announcing settings' version `config` does to one partition's cursor item.
-#[derive(Debug, PartialEq, Eq)]
-enum Announce {
-    /// The subscription was deleted (its delete's fence is there).
-    Gone,
-    /// Already announced (or a newer change was: this one's record write will fail).
-    Unchanged,
-    /// Write this item, conditional on the version read (or on absence).
-    Write(CursorItem),
-}
-
-/// The cursor item `stored` (`None`: never written, so at the partition's `start`) marked
-/// with `config`, and, if the change sets a new filter, where it applies from: the cursor's
-/// position (nothing is taken between the mark and the record write).
-fn announce(stored: Option<CursorItem>, start: u64, config: u64, filter_changed: bool) -> Announce {
-    let mut item = match stored {
-        Some(item) if item.deleted => return Announce::Gone,
-        Some(item) if item.config > config => return Announce::Unchanged,
-        Some(item) => item,
-        None => CursorItem::new(CursorRecord { next: start, ..Default::default() }, Vec::new(), Vec::new()),
-    };
-    let since_missing = filter_changed && !item.filter_since.iter().any(|[c, _]| *c == config);
-    if item.config == config && !since_missing {
-        return Announce::Unchanged;
+/// The write marking one partition's queue, as read, with settings' version `config`, and,
+/// if the change sets a new filter, where it applies from: the cursor's position (nothing
+/// is taken between the mark and the record write). `None` if already marked (or marked
+/// by a newer change: this one's record write will fail). A partition whose cursor item
+/// was never written is at its `start`, and the write creates it (conditional on absence).
+fn announce(state: &mut QueueState, sub_id: u64, partition: u32, config: u64, filter_changed: bool) -> Option<WriteOp> {
+    let marks = &mut state.marks;
+    if marks.config > config {
+        return None;
     }
-    item.config = config;
+    let since_missing = filter_changed && !marks.filter_since.iter().any(|[c, _]| *c == config);
+    if marks.config == config && !since_missing {
+        return None;
+    }
+    marks.config = config;
     if since_missing {
-        item.filter_since.push([config, item.next]);
-        let extra = item.filter_since.len().saturating_sub(FILTER_SINCE_KEPT);
-        item.filter_since.drain(..extra);
+        marks.filter_since.push([config, state.cursor.next]);
+        let extra = marks.filter_since.len().saturating_sub(FILTER_SINCE_KEPT);
+        marks.filter_since.drain(..extra);
     }
-    Announce::Write(item)
+    Some(state.cursor_write(sub_id, partition, state.cursor, &[]))
 }
 
 impl Queues {
@@ -176,9 +165,13 @@ impl Queues {
                 checked = spec.push.clone();
             }
             let config = sub.record.config + 1;
-            for partition in 0..sub.topic.spec.partitions {
-                self.announce_config(&sub, partition, config, filter_changed).await?;
-            }
+            // The cursor item alone is read (the first item of the partition's collection);
+            // a deleted subscription's fence answers not found.
+            self.change_cursors(&sub, Some(1), |partition, mut state| {
+                let op = announce(&mut state, sub.record.id, partition, config, filter_changed);
+                std::future::ready(Ok(op.map_or(Change::Keep(()), |op| Change::Write(vec![op], ()))))
+            })
+            .await?;
             let filter_config = if filter_changed { config } else { sub.record.filter_config };
             let record = SubscriptionRecord { spec, config, filter_config, ..sub.record.clone() };
             let key = crate::keys::subscription_key(sub.topic.id, name);
@@ -192,31 +185,6 @@ impl Queues {
             }
         }
         Err(contended(name))
-    }
-
-    /// Marks one partition's cursor with `config`, conditional on the cursor item's version:
-    /// a take racing it either lands first (before the change answers) or fails and reads
-    /// the mark.
-    async fn announce_config(&self, sub: &Sub, partition: u32, config: u64, filter_changed: bool) -> Result<(), Error> {
-        let _turn = self.local.turns.wait(sub.record.id, partition).await;
-        let key = cursor_key(sub.record.id, partition);
-        let mut attempt = 0;
-        while attempt < MAX_ATTEMPTS {
-            let stored = self.store().get(&key).await?;
-            let item = stored.as_ref().map(|i| layout::decode::<CursorItem>("cursor", &i.value)).transpose()?;
-            match announce(item, sub.start(partition), config, filter_changed) {
-                Announce::Gone => return Err(sub.not_found()),
-                Announce::Unchanged => return Ok(()),
-                Announce::Write(item) => {
-                    let op = WriteOp::replace(key.clone(), item.encode(), stored.map(|i| i.version));
-                    match self.store().write(vec![op]).await {
-                        Ok(()) => return Ok(()),
-                        Err(e) => self.lost_race(e, &mut attempt).await?,
-                    }
-                }
-            }
-        }
-        Err(contended(&sub.name))
     }
 }
 
@@ -238,6 +206,8 @@ impl QueueState {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    use crate::queues::state::Marks;
 
     const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
@@ -352,25 +322,44 @@ mod tests {
         }
     }
 
+    /// A partition's queue as `load` reads it: its cursor item, if `stored`, else its start.
+    fn state(stored: Option<&CursorItem>, start: u64) -> QueueState {
+        let item = stored.cloned().unwrap_or_default();
+        QueueState {
+            cursor: if stored.is_some() { item.cursor() } else { CursorRecord { next: start, ..Default::default() } },
+            cursor_version: stored.map(|_| 5),
+            leases: Vec::new(),
+            inline_changed: false,
+            keyed: false,
+            written: Vec::new(),
+            paused: item.paused,
+            marks: Marks { config: item.config, filter_since: item.filter_since, sought: item.sought },
+        }
+    }
+
     #[test]
     fn an_announcement_marks_the_version_and_where_a_new_filter_starts() {
         let fresh = CursorItem { dead: 0, ..item(7, 1, &[[1, 7]]) };
-        // (stored, start, config, filter changed) → the announcement.
+        let paused = CursorItem { paused: true, ..item(4, 0, &[]) };
+        // (stored, start, config, filter changed) → the item written, if any.
         let cases = [
-            (Some(item(4, 0, &[])), 0, 1, false, Announce::Write(item(4, 1, &[]))),
-            (Some(item(4, 0, &[])), 0, 1, true, Announce::Write(item(4, 1, &[[1, 4]]))),
-            (Some(item(4, 1, &[])), 0, 1, false, Announce::Unchanged),
+            (Some(item(4, 0, &[])), 0, 1, false, Some(item(4, 1, &[]))),
+            (Some(item(4, 0, &[])), 0, 1, true, Some(item(4, 1, &[[1, 4]]))),
+            (Some(item(4, 1, &[])), 0, 1, false, None),
             // Another change of the same version got here first without a filter: this
             // one's filter needs its position (the record says which applies).
-            (Some(item(4, 1, &[])), 0, 1, true, Announce::Write(item(4, 1, &[[1, 4]]))),
-            (Some(item(4, 1, &[[1, 4]])), 0, 1, true, Announce::Unchanged),
-            (Some(item(4, 2, &[])), 0, 1, true, Announce::Unchanged),
-            (Some(item(9, 2, &[[1, 4], [2, 6]])), 0, 3, true, Announce::Write(item(9, 3, &[[2, 6], [3, 9]]))),
-            (None, 7, 1, true, Announce::Write(fresh)),
-            (Some(CursorItem::tombstone()), 0, 1, false, Announce::Gone),
+            (Some(item(4, 1, &[])), 0, 1, true, Some(item(4, 1, &[[1, 4]]))),
+            (Some(item(4, 1, &[[1, 4]])), 0, 1, true, None),
+            (Some(item(4, 2, &[])), 0, 1, true, None),
+            (Some(item(9, 2, &[[1, 4], [2, 6]])), 0, 3, true, Some(item(9, 3, &[[2, 6], [3, 9]]))),
+            (None, 7, 1, true, Some(fresh)),
+            (Some(paused.clone()), 0, 1, false, Some(CursorItem { config: 1, ..paused })),
         ];
         for (stored, start, config, filter_changed, want) in cases {
-            assert_eq!(announce(stored.clone(), start, config, filter_changed), want, "{stored:?} → {config}");
+            let version = stored.as_ref().map(|_| 5);
+            let op = announce(&mut state(stored.as_ref(), start), 7, 0, config, filter_changed);
+            let want = want.map(|item| WriteOp::replace(cursor_key(7, 0), item.encode(), version));
+            assert_eq!(op, want, "{stored:?} → {config}");
         }
     }
 }

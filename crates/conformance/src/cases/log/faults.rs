@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use sluice_core::ports::state::WriteOp;
-use sluice_core::{Error, IdempotencyKey, Log, Position, SystemClock};
+use sluice_core::{keys, Error, IdempotencyKey, Log, Position, SeededRandom, SteppingClock, SystemClock};
 
 use super::fixtures::*;
 use crate::cases::support::faults::Fault;
@@ -199,4 +199,48 @@ pub async fn given_every_cached_head_stale_when_publish_then_one_failed_write_he
     let acked = stale.publish(&topic, (0..8).map(|p| event("stale", p)).collect(), None).await.unwrap();
     assert_eq!(commits.load(Ordering::SeqCst) - before, 2, "one failed write, then the one that lands");
     assert_eq!(acked, (0..8).map(|partition| Position { partition, offset: 2 }).collect::<Vec<_>>());
+}
+
+/// A log whose topic deletes of `topic` are refused for contention `throttles` times (on
+/// DynamoDB, a transaction conflict with a commit in flight on a head the delete fences),
+/// on a clock where a backoff takes no time; with the count of the deletes' writes.
+async fn throttled_deletes(backend: &dyn Backend, topic: &str, throttles: usize) -> (Log, Arc<AtomicUsize>, Log) {
+    let (store, objects) = backend.open().await;
+    let clean = log_on((store.clone(), objects.clone()));
+    clean.create_topic(topic, spec(4)).await.unwrap();
+    let script = Scripted::new(store);
+    let record = keys::topic_key(topic);
+    let names_record = move |ops: &[WriteOp]| ops.iter().any(|op| *op.key() == record);
+    let writes = script.count(names_record.clone());
+    for _ in 0..throttles {
+        script.at(names_record.clone(), Action::Fault(Fault::Throttle));
+    }
+    let (clock, random) = (Arc::new(SteppingClock::new(0)), Arc::new(SeededRandom::new(7)));
+    (Log::with_random(script, objects, clock, random, crate::log_config()), writes, clean)
+}
+
+pub async fn given_a_topic_delete_throttled_three_times_then_it_backs_off_retries_and_the_topic_is_gone(
+    backend: &dyn Backend,
+) {
+    let topic = unique_topic("throttled-delete");
+    let (admin, writes, clean) = throttled_deletes(backend, &topic, 3).await;
+    let deadline = admin.clock().now_ms() + 10_000;
+    admin.delete_topic_before(&topic, deadline).await.expect("retried until it landed");
+    assert_eq!(writes.load(Ordering::SeqCst), 4, "three refused, then the one that landed");
+    let gone = clean.describe_topic(&topic).await;
+    assert!(matches!(gone, Err(Error::TopicNotFound(_))), "{gone:?}");
+    assert!(admin.clock().now_ms() < deadline, "backed off within the deadline");
+}
+
+pub async fn given_a_topic_delete_throttled_past_its_deadline_then_unavailable_and_nothing_changed(
+    backend: &dyn Backend,
+) {
+    let topic = unique_topic("throttled-late");
+    let (admin, writes, clean) = throttled_deletes(backend, &topic, 64).await;
+    let deadline = admin.clock().now_ms() + 50;
+    let late = admin.delete_topic_before(&topic, deadline).await;
+    assert!(matches!(late, Err(Error::Unavailable(_))), "{late:?}");
+    assert!(admin.clock().now_ms() <= deadline, "answered by its deadline");
+    assert!((2..64).contains(&writes.load(Ordering::SeqCst)), "backed off, then stopped");
+    clean.describe_topic(&topic).await.expect("the topic is still there");
 }

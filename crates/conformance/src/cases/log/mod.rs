@@ -38,6 +38,8 @@ macro_rules! log_conformance_suite {
             given_commit_failed_and_answer_lost_when_publish_then_retried_and_written_once,
             given_storage_down_when_publish_then_error_nothing_visible_and_keyed_retry_succeeds_once,
             given_throttling_and_conflicts_when_publish_then_retried_and_acknowledged,
+            given_a_topic_delete_throttled_three_times_then_it_backs_off_retries_and_the_topic_is_gone,
+            given_a_topic_delete_throttled_past_its_deadline_then_unavailable_and_nothing_changed,
             given_a_150_partition_publish_when_its_second_write_lands_and_its_answer_is_lost_then_read_back,
             given_keyed_groups_of_a_150_partition_publish_when_the_seconds_answer_is_lost_then_its_retry_answers_it,
             given_two_publishes_racing_under_one_key_then_written_once_and_both_answer_it,

@@ -14,11 +14,8 @@ impl Committer {
         wait_ms: u64,
         unknown: bool,
     ) -> Result<(), StorageError> {
-        if deadline.is_some_and(|d| self.clock.now_ms().saturating_add(wait_ms as i64) >= d) {
+        if !crate::retry::pause_within(self.clock.as_ref(), deadline, wait_ms).await {
             return Err(out_of_time(attempt, unknown));
-        }
-        if wait_ms > 0 {
-            self.clock.sleep(wait_ms).await;
         }
         Ok(())
     }
