@@ -69,7 +69,7 @@ impl Deliver for LambdaInvoker {
             })
             .send();
         match tokio::time::timeout(Duration::from_millis(delivery.timeout_ms), invoke).await {
-            Err(_) => Answer::Failed(sluice_core::ports::deliver::TIMED_OUT.into()),
+            Err(_) => Answer::TimedOut,
             Ok(Ok(out)) => {
                 let mut body = out.payload.map(Blob::into_inner).unwrap_or_default();
                 body.truncate(MAX_ANSWER_BYTES);

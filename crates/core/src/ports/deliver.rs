@@ -40,13 +40,17 @@ pub enum Answer {
         /// The answer's first [`MAX_ANSWER_BYTES`].
         body: Vec<u8>,
     },
-    /// No answer: a timeout (its reason exactly [`TIMED_OUT`]: flow control halves the
-    /// in-flight limit for it), a refused or failed connection, a refused destination.
+    /// No answer within the delivery's `timeout_ms` (flow control halves the in-flight
+    /// limit for it, as for a 429).
+    TimedOut,
+    /// No answer otherwise: a refused or failed connection, a refused destination.
     Failed(String),
 }
 
-/// The reason of an [`Answer::Failed`] that ran out of its `timeout_ms`.
-pub const TIMED_OUT: &str = "timed out";
+impl Answer {
+    /// What a failed attempt records as its error, when it has no status.
+    pub const TIMED_OUT: &'static str = "timed out";
+}
 
 /// Sends deliveries. Contract: one attempt per call (never retried by the adapter), ended
 /// by `timeout_ms`; redirects not followed (a 3xx is an answer); at most

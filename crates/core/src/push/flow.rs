@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{watch, Notify};
 
-use crate::ports::deliver::{Answer, TIMED_OUT};
+use crate::ports::deliver::Answer;
 pub use crate::queues::DEFAULT_SUSPEND_AFTER;
 use crate::queues::{FlowRecord, PushSubscription, SuspendAfter};
 use crate::Clock;
@@ -58,7 +58,7 @@ impl Outcome {
                 Self::Slowed { retry_after_ms: *retry_after_ms }
             }
             Answer::Status { .. } => Self::Failed,
-            Answer::Failed(reason) if reason == TIMED_OUT => Self::Slowed { retry_after_ms: None },
+            Answer::TimedOut => Self::Slowed { retry_after_ms: None },
             Answer::Failed(_) => Self::Failed,
         }
     }

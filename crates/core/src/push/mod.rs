@@ -64,6 +64,7 @@ pub fn judge(answer: &Answer, ids: &[String]) -> Verdict {
         gone: false,
     };
     match answer {
+        Answer::TimedOut => all(Answer::TIMED_OUT.into(), None),
         Answer::Failed(reason) => all(reason.clone(), None),
         Answer::Status { status, retry_after_ms, body } if !(200..300).contains(status) => {
             // Capped as flow control caps it: the batch waits no longer than the subscription.
@@ -140,7 +141,7 @@ mod tests {
             ),
             (Answer::Status { status: 429, retry_after_ms: None, body: vec![] }, vec!["t/0/1", "t/0/2"], None),
             (Answer::Status { status: 302, retry_after_ms: None, body: vec![] }, vec!["t/0/1", "t/0/2"], None),
-            (Answer::Failed("timed out".into()), vec!["t/0/1", "t/0/2"], None),
+            (Answer::TimedOut, vec!["t/0/1", "t/0/2"], None),
             (Answer::Status { status: 410, retry_after_ms: Some(9), body: vec![] }, vec!["t/0/1", "t/0/2"], None),
         ];
         for (answer, want, retry) in cases {

@@ -105,7 +105,7 @@ impl Deliver for HttpDeliverer {
         };
         let mut response = match request.send().await {
             Ok(r) => r,
-            Err(e) => return Answer::Failed(describe(&e)),
+            Err(e) => return failed(&e),
         };
         let mut status = response.status().as_u16();
         // A Lambda function's own error comes back as 200 with this header.
@@ -129,7 +129,7 @@ impl Deliver for HttpDeliverer {
                 }
                 Ok(None) => break,
                 // The answer stopped (or timed out) before its end: the attempt failed.
-                Err(e) => return Answer::Failed(describe(&e)),
+                Err(e) => return failed(&e),
             }
         }
         Answer::Status { status, retry_after_ms, body }
@@ -150,10 +150,12 @@ pub fn retry_after_ms(value: &str, now_ms: i64) -> Option<u64> {
     Some(u64::try_from(at_ms.saturating_sub(u128::try_from(now_ms.max(0)).ok()?)).unwrap_or(u64::MAX))
 }
 
-fn describe(e: &reqwest::Error) -> String {
+/// A failed request as the dispatcher judges it: out of time, or failed for a reason.
+fn failed(e: &reqwest::Error) -> Answer {
     if e.is_timeout() {
-        sluice_core::ports::deliver::TIMED_OUT.into()
-    } else if e.is_connect() {
+        return Answer::TimedOut;
+    }
+    Answer::Failed(if e.is_connect() {
         // The innermost cause: the guard's refusal, or the socket's error.
         let mut cause: &dyn std::error::Error = e;
         while let Some(inner) = cause.source() {
@@ -162,7 +164,7 @@ fn describe(e: &reqwest::Error) -> String {
         format!("could not connect: {cause}")
     } else {
         e.to_string()
-    }
+    })
 }
 
 #[cfg(test)]

@@ -373,7 +373,7 @@ fn answer(script: Script, failed: &BTreeSet<usize>, ids: &[String]) -> Answer {
         Script::ServerError => status(500, None, b"boom".to_vec()),
         Script::Throttled => status(503, Some(1_000), Vec::new()),
         Script::Refused => Answer::Failed("connection refused".into()),
-        Script::Late => Answer::Failed("timed out".into()),
+        Script::Late => Answer::TimedOut,
     }
 }
 

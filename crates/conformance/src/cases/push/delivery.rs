@@ -50,7 +50,7 @@ pub async fn given_a_flaky_receiver_then_every_matching_event_is_pushed_at_least
             .collect();
         match dice {
             0..30 if fresh => status(500, None),
-            30..40 if fresh => Answer::Failed("timed out".into()),
+            30..40 if fresh => Answer::TimedOut,
             _ => {
                 failures.dedup();
                 ok(json!({"batchItemFailures": failures}))

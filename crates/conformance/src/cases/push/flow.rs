@@ -82,7 +82,7 @@ pub async fn given_503s_and_timeouts_then_the_in_flight_limit_halves_down_to_one
     publish(&log, &topic, vec![json_event(json!(1), None)]).await;
     let receiver = Receiver::new(|_, n| match n {
         0 | 1 => status(503, None),
-        2 => Answer::Failed("timed out".into()),
+        2 => Answer::TimedOut,
         3 => status(500, None),
         _ => ok(json!({})),
     });

@@ -72,7 +72,7 @@ pub async fn given_failed_attempts_then_a_retry_pushes_the_same_batch_under_the_
         }
         match mix(attempt as u64 + 7) % 100 {
             0..30 => status(500, None),
-            30..45 => Answer::Failed("timed out".into()),
+            30..45 => Answer::TimedOut,
             45..65 if all.len() > 1 => ok(json!({"batchItemFailures": [{"itemIdentifier": all[0].0}]})),
             _ => ok(json!({})),
         }

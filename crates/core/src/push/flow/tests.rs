@@ -16,7 +16,7 @@ fn answers_are_read_as_flow_control_reads_them() {
         (status(503, None), slowed(None)),
         (status(500, Some(2_000)), Outcome::Failed),
         (status(410, None), Outcome::Failed),
-        (Answer::Failed("timed out".into()), slowed(None)),
+        (Answer::TimedOut, slowed(None)),
         (Answer::Failed("could not connect: refused".into()), Outcome::Failed),
     ];
     for (answer, want) in cases {
