@@ -212,6 +212,12 @@ impl Log {
         i64::try_from(self.inner.config.topic_cache_ttl.as_millis()).unwrap_or(i64::MAX)
     }
 
+    /// How many commits this process has made (any topic): a change says a head it read
+    /// before may have moved.
+    pub(crate) fn commits_here(&self) -> u64 {
+        *self.inner.committed.borrow()
+    }
+
     /// How often a long poll re-reads heads written by other processes.
     pub(crate) fn poll_interval_ms(&self) -> u64 {
         self.inner.config.poll_interval.as_millis() as u64

@@ -41,14 +41,16 @@ pub(super) type Subs = Mutex<HashMap<(String, String), (Arc<Sub>, i64)>>;
 const MAX_CACHED_SUBS: usize = 10_000;
 
 /// Topics' partition heads as this process's push receives last read them, by topic id,
-/// with when.
-pub(super) type Heads = Mutex<HashMap<u64, (Vec<(HeadRecord, u64)>, i64)>>;
+/// with when and how many commits this process had made then.
+pub(super) type Heads = Mutex<HashMap<u64, (Vec<(HeadRecord, u64)>, i64, u64)>>;
 
 /// How long heads read by a push receive serve the next ones' first look. Every receive
 /// reads a topic's heads, one `Query` of its whole collection; a dispatcher run's workers
 /// of many subscriptions, all in one process, would spend the collection's read units on
 /// them (3,000 a second on DynamoDB). A head older than this only delays: a push receive
-/// passes over what was published meanwhile, and the dispatcher looks again.
+/// passes over what other processes published meanwhile, and the dispatcher looks again.
+/// A commit by this process ends them at once (`serve` publishes and pushes in one process:
+/// its wake comes within microseconds of the commit, well inside this window).
 const HEADS_MS: i64 = 50;
 
 impl Sub {
@@ -94,10 +96,11 @@ impl Queues {
     /// `topic`'s heads: read afresh, or for a push receive's first look (`recent`), as
     /// read by this process within [`HEADS_MS`].
     pub(super) async fn heads_of(&self, topic: &TopicConfig, recent: bool) -> Result<Vec<(HeadRecord, u64)>, Error> {
-        let now = self.now();
+        let (now, commits) = (self.now(), self.log.commits_here());
         if recent {
             let cache = self.local.heads.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((heads, _)) = cache.get(&topic.id).filter(|(_, at)| (*at..at + HEADS_MS).contains(&now)) {
+            let fresh = |(_, at, seen): &&(_, i64, u64)| *seen == commits && (*at..at + HEADS_MS).contains(&now);
+            if let Some((heads, ..)) = cache.get(&topic.id).filter(fresh) {
                 return Ok(heads.clone());
             }
         }
@@ -106,7 +109,7 @@ impl Queues {
         if cache.len() >= MAX_CACHED_SUBS {
             cache.clear();
         }
-        cache.insert(topic.id, (heads.clone(), now));
+        cache.insert(topic.id, (heads.clone(), now, commits));
         Ok(heads)
     }
 

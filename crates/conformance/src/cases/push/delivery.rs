@@ -195,6 +195,24 @@ pub async fn given_a_push_subscription_then_clients_cannot_receive_it_and_an_idl
     assert_eq!(dispatcher.drain(&topics, clock.now_ms() + 60_000).await.unwrap().deliveries, 0, "deleted: not pushed");
 }
 
+/// A push receive's first look may use heads its process read a moment ago (50 ms); an event
+/// this process published since is not passed over for them, whatever the clock says.
+pub async fn given_heads_read_a_moment_ago_then_an_event_published_since_by_this_process_is_pushed_at_once(
+    backend: &dyn Backend,
+) {
+    let (clock, log, queues) = manual(backend).await;
+    let topic = new_topic(&log, "push-fresh", 1).await;
+    subscribe(&queues, &topic, push_spec(PushSpec::lambda("consumer"), 5, 100)).await;
+    let receiver = Receiver::new(|_, _| ok(json!({})));
+    let dispatcher = Dispatcher::new(queues.clone(), receiver.clone());
+    let topics = Topics::Named(vec![topic.clone()]);
+    assert_eq!(dispatcher.drain(&topics, clock.now_ms() + 60_000).await.unwrap().deliveries, 0);
+    // The clock stands still: the heads just read are as recent as can be.
+    publish(&log, &topic, vec![json_event(json!("fresh"), None)]).await;
+    let done = dispatcher.drain(&topics, clock.now_ms() + 60_000).await.unwrap();
+    assert_eq!(done.deliveries, 1, "an event this process published was passed over for heads read before it");
+}
+
 pub async fn given_a_dispatcher_that_dies_mid_delivery_then_its_batch_is_pushed_again_after_the_window(
     backend: &dyn Backend,
 ) {

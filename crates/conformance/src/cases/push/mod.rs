@@ -35,6 +35,7 @@ macro_rules! push_conformance_suite {
             given_a_flaky_receiver_then_every_matching_event_is_pushed_at_least_once_never_after_its_ack_and_poison_dead_letters_once,
             given_signed_deliveries_then_they_verify_the_id_is_stable_across_retries_and_retry_after_is_honoured,
             given_a_push_subscription_then_clients_cannot_receive_it_and_an_idle_one_sends_nothing,
+            given_heads_read_a_moment_ago_then_an_event_published_since_by_this_process_is_pushed_at_once,
             given_a_paused_push_subscription_then_nothing_is_pushed_and_once_resumed_everything_is,
             given_a_running_dispatcher_when_its_subscription_is_paused_then_nothing_is_pushed_until_resumed,
             given_a_push_target_changed_then_no_delivery_after_the_answer_goes_to_the_old_one,
