@@ -5,8 +5,7 @@
 //! a process caches. Time passes on a [`ManualClock`](sluice_core::ManualClock).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as SeqOrdering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use serde_json::json;
 use sluice_core::queues::{
@@ -15,6 +14,7 @@ use sluice_core::queues::{
 use sluice_core::{Error, Log, ManualClock};
 
 use crate::cases::support::queues::*;
+use crate::cases::support::race::receives_racing;
 use crate::Backend;
 
 fn settings() -> SubscriptionSpec {
@@ -197,9 +197,8 @@ pub async fn given_a_cached_subscription_patched_elsewhere_then_the_next_receive
     assert_eq!(windows, vec![5_000; 3], "a process that cached the old settings uses the new ones");
 }
 
-/// Receives by eight tasks (half of them caching subscriptions) racing a change of the
-/// visibility timeout: each notes whether the change had answered before it started, and
-/// the window each message got (the clock stands still: the window is the timeout used).
+/// Receives racing a change of the visibility timeout (`receives_racing`), and the window
+/// each message got (the clock stands still: the window is the timeout used).
 pub async fn given_receives_racing_a_patch_then_none_that_started_after_its_answer_uses_the_old_setting(
     backend: &dyn Backend,
 ) {
@@ -208,41 +207,12 @@ pub async fn given_receives_racing_a_patch_then_none_that_started_after_its_answ
     let sub = subscribe(&queues, &topic, settings()).await;
     let total = scaled(backend, 400).max(80);
     publish(&log, &topic, (0..total).map(|i| event(format!("m{i}"), Some(i as u32 % 4), None, None)).collect()).await;
-    let answered = Arc::new(AtomicBool::new(false));
-    let received = Arc::new(AtomicUsize::new(0));
-    let late = Arc::new(Mutex::new(Vec::new()));
-    let mut workers = tokio::task::JoinSet::new();
-    for w in 0..8 {
-        let q = if w % 2 == 0 { Queues::caching_subscriptions(log.clone()) } else { Queues::new(log.clone()) };
-        let (topic, sub) = (topic.clone(), sub.clone());
-        let (answered, received, late) = (answered.clone(), received.clone(), late.clone());
-        workers.spawn(async move {
-            let mut after = 0;
-            while after < 5 {
-                let started_after = answered.load(SeqOrdering::SeqCst);
-                // Half the queue is left for after the change, so a late receive has something to take.
-                if !started_after && received.load(SeqOrdering::SeqCst) >= total / 2 {
-                    tokio::task::yield_now().await;
-                    continue;
-                }
-                let got = receive(&q, &topic, &sub, 3).await;
-                received.fetch_add(got.len(), SeqOrdering::SeqCst);
-                if started_after {
-                    after += 1;
-                    late.lock().unwrap().extend(got.iter().map(|m| (at(m), m.held_until_ms - START_MS)));
-                }
-            }
-        });
-    }
-    while received.load(SeqOrdering::SeqCst) < total / 10 {
-        tokio::task::yield_now().await;
-    }
     let change = SubscriptionPatch { visibility_timeout_ms: Some(7_000), ..Default::default() };
-    queues.patch(&topic, &sub, &change).await.expect("patch");
-    answered.store(true, SeqOrdering::SeqCst);
-    while workers.join_next().await.is_some() {}
-
-    let late = late.lock().unwrap().clone();
+    let race = receives_racing(&log, &topic, &sub, total, async {
+        queues.patch(&topic, &sub, &change).await.expect("patch");
+    })
+    .await;
+    let late: Vec<_> = race.late.iter().map(|m| (at(m), m.held_until_ms - START_MS)).collect();
     assert!(!late.is_empty(), "receives started after the change took messages");
     let old: Vec<_> = late.iter().filter(|(_, window)| *window != 7_000).collect();
     assert!(old.is_empty(), "receives started after the change answered used the old timeout: {old:?}");

@@ -4,14 +4,14 @@
 //! whatever a process caches. Time passes on a [`ManualClock`](sluice_core::ManualClock).
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use sluice_core::queues::{Message, Queues, ReceiveRequest, StartAt, SubscriptionSpec, SubscriptionState};
 use sluice_core::{Clock, Error, Log, ManualClock};
 
 use crate::cases::support::clock::WatchedClock;
 use crate::cases::support::queues::*;
+use crate::cases::support::race::receives_racing;
 use crate::Backend;
 
 fn settings() -> SubscriptionSpec {
@@ -148,8 +148,7 @@ pub async fn given_a_cached_subscription_paused_elsewhere_then_no_receive_after_
     assert_eq!(receive(&cached, &topic, "s", 10).await.len(), 3, "the rest, once resumed");
 }
 
-/// Receives by `workers` tasks (half of them caching subscriptions) racing a pause: each
-/// notes whether the pause had answered before it started.
+/// Receives racing a pause (`receives_racing`).
 pub async fn given_receives_racing_a_pause_then_none_that_started_after_its_answer_grants_a_lease(
     backend: &dyn Backend,
 ) {
@@ -158,44 +157,16 @@ pub async fn given_receives_racing_a_pause_then_none_that_started_after_its_answ
     let sub = subscribe(&queues, &topic, settings()).await;
     let total = scaled(backend, 400).max(80);
     publish(&log, &topic, (0..total).map(|i| event(format!("m{i}"), Some(i as u32 % 4), None, None)).collect()).await;
-    let answered = Arc::new(AtomicBool::new(false));
-    let received = Arc::new(AtomicUsize::new(0));
-    let late = Arc::new(Mutex::new(Vec::new()));
-    let mut workers = tokio::task::JoinSet::new();
-    for w in 0..8 {
-        let q = if w % 2 == 0 { Queues::caching_subscriptions(log.clone()) } else { Queues::new(log.clone()) };
-        let (topic, sub) = (topic.clone(), sub.clone());
-        let (answered, received, late) = (answered.clone(), received.clone(), late.clone());
-        workers.spawn(async move {
-            let mut after = 0;
-            while after < 5 {
-                let started_after = answered.load(Ordering::SeqCst);
-                // Half the queue is left for after the pause, so a late receive has something to take.
-                if !started_after && received.load(Ordering::SeqCst) >= total / 2 {
-                    tokio::task::yield_now().await;
-                    continue;
-                }
-                let got = receive(&q, &topic, &sub, 3).await;
-                received.fetch_add(got.len(), Ordering::SeqCst);
-                if started_after {
-                    after += 1;
-                    late.lock().unwrap().extend(positions(&got));
-                }
-            }
-        });
-    }
-    while received.load(Ordering::SeqCst) < total / 10 {
-        tokio::task::yield_now().await;
-    }
-    queues.pause(&topic, &sub).await.expect("pause");
-    answered.store(true, Ordering::SeqCst);
-    let at_answer = received.load(Ordering::SeqCst);
-    while workers.join_next().await.is_some() {}
+    let race = receives_racing(&log, &topic, &sub, total, async {
+        queues.pause(&topic, &sub).await.expect("pause");
+    })
+    .await;
+    let at_answer = race.at_answer;
     assert!(at_answer < total, "messages were left to take after the pause answered");
 
-    let late = late.lock().unwrap().clone();
+    let late = positions(&race.late);
     assert!(late.is_empty(), "receives started after the pause answered were granted {late:?}");
-    let taken = received.load(Ordering::SeqCst) as u64;
+    let taken = race.taken as u64;
     let d = queues.describe(&topic, &sub).await.expect("describe");
     assert_eq!((d.backlog.in_flight, d.backlog.visible), (taken, total as u64 - taken), "each once, the rest waiting");
     assert_eq!(d.subscription.state, SubscriptionState::Paused);

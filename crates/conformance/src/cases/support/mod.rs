@@ -6,3 +6,4 @@ pub mod entries;
 pub mod faults;
 pub mod groups;
 pub mod queues;
+pub mod race;
