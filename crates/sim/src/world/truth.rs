@@ -53,8 +53,9 @@ impl World {
     }
 }
 
+/// A receipt's fields, read past its leading letter (`crates/core/src/queues/receipt.rs`).
 pub(crate) fn receipt_parts(receipt: &str) -> Option<(u64, u32, u64, u64, u32)> {
-    let b = URL_SAFE_NO_PAD.decode(receipt).ok()?;
+    let b = URL_SAFE_NO_PAD.decode(receipt.strip_prefix('r')?).ok()?;
     if b.len() < 40 {
         return None;
     }

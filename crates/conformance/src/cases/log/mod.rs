@@ -57,6 +57,7 @@ macro_rules! log_conformance_suite {
             given_one_commit_of_equal_inline_segments_on_two_partitions_then_each_partition_reads_its_own,
             given_single_write_commits_when_each_replaces_the_heads_entry_then_every_event_stays_readable,
             given_a_commit_stopped_between_writing_out_the_entry_and_its_head_then_later_commits_lose_nothing,
+            given_a_write_out_landing_after_the_purge_with_its_answer_lost_then_nothing_is_left,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn eight_concurrent_publishers_to_one_partition_get_dense_offsets() {

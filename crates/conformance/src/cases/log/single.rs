@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use sluice_core::ports::state::{Query, WriteOp};
 use sluice_core::{Error, Log, LogConfig, OffsetQuery, Position, SystemClock};
 
 use super::fixtures::*;
@@ -85,4 +86,42 @@ pub async fn given_a_commit_stopped_between_writing_out_the_entry_and_its_head_t
     );
     let expected = vec![(0, "a".to_string()), (1, "c".into()), (2, "d".into()), (3, "e".into())];
     assert_eq!(values(&read_all(&other, &topic, 0).await.unwrap()), expected, "acknowledged, never lost");
+}
+
+/// A stale committer's write-out of its head's entry that lands after the topic was deleted
+/// and purged, its answer lost, is removed again when the commit fails: nothing of the
+/// deleted topic is left for no purge to visit (the fault simulation's seed 63).
+pub async fn given_a_write_out_landing_after_the_purge_with_its_answer_lost_then_nothing_is_left(
+    backend: &dyn Backend,
+) {
+    let (store, objects) = backend.open().await;
+    let script = Scripted::new(store.clone());
+    let stale = single_write_log((script.clone(), objects));
+    let admin = transaction_log(backend.open().await);
+    let topic = unique_topic("late-write-out");
+    let (config, _) = stale.create_topic(&topic, spec(1)).await.unwrap();
+    // The head now carries "a"'s entry: the next commit writes it out first.
+    stale.publish(&topic, vec![event("a", 0)], None).await.unwrap();
+    let rival = {
+        let (admin, topic, store) = (admin.clone(), topic.clone(), store.clone());
+        Box::pin(async move {
+            admin.delete_topic(&topic).await.unwrap();
+            let own = crate::OwnPurges::new(store.clone(), &[config.id], &[]);
+            for _ in 0..100 {
+                if store.get(&sluice_core::keys::purge_key(config.id)).await.unwrap().is_none() {
+                    break;
+                }
+                crate::janitor_step(&own, 1_000, 0).await;
+            }
+            assert!(store.get(&sluice_core::keys::purge_key(config.id)).await.unwrap().is_none(), "purged");
+        })
+    };
+    let segments = sluice_core::keys::segments_pk(config.id, 0);
+    let write_out = move |ops: &[WriteOp]| ops.iter().any(|op| op.key().pk == segments);
+    script.at(write_out, Action::LoseAnswerBefore(rival));
+    let late = stale.publish(&topic, vec![event("b", 0)], None).await;
+    assert_eq!(script.pending(), 0, "the purge ran before the write-out landed");
+    assert!(matches!(late, Err(Error::TopicNotFound(_))), "{late:?}");
+    let left = store.query(&Query::all(sluice_core::keys::segments_pk(config.id, 0), 10)).await.unwrap();
+    assert_eq!(left.items, vec![], "the late write-out was removed again");
 }

@@ -91,6 +91,9 @@ pub enum Action {
     /// The write is not applied, the rival runs to its end, then the write answers
     /// `Unavailable`: a rival's work landing between a failed attempt and its retry.
     FailAfter(Rival),
+    /// The rival runs to its end, then the write applies and its answer is lost: a write
+    /// landing after a rival's work, its sender none the wiser.
+    LoseAnswerBefore(Rival),
 }
 
 /// What happens at the query a query rule meets.
@@ -299,6 +302,11 @@ impl StateLayer for Scripted {
             }
             Some(Action::FailAfter(rival)) => {
                 rival.await;
+                Err(lost())
+            }
+            Some(Action::LoseAnswerBefore(rival)) => {
+                rival.await;
+                inner.write(ops).await?;
                 Err(lost())
             }
         }

@@ -41,22 +41,33 @@ impl Committer {
             match self.store.write(vec![WriteOp::create(key.clone(), tail.index_item())]).await {
                 Ok(()) => self.written_out.push((key, s.topic_id, s.partition)),
                 Err(StorageError::ConditionFailed { .. }) => {}
+                // It may have landed (after a purge, for a topic deleted meanwhile): removed
+                // with the others if the commit fails and its topic is found gone.
+                Err(e @ StorageError::Unavailable { .. }) => {
+                    self.written_out.push((key, s.topic_id, s.partition));
+                    return Err(e);
+                }
                 Err(e) => return Err(e),
             }
         }
         Ok(())
     }
 
-    /// Removes the index items this chunk's commit wrote out whose topic is found gone: its
-    /// partition's head a delete's tombstone, or absent (only a deleted topic's purge
-    /// removes a head, and an entry is written out from a head that carried it). A stale
+    /// Removes the index items this chunk's commit wrote out (or may have: an answer lost)
+    /// whose topic is found gone: its partition's head a delete's tombstone, or absent (only
+    /// a deleted topic's purge removes a head, and an entry is written out from a head that
+    /// carried it). A stale
     /// committer's write-out may follow the purge of a deleted topic, which would never
     /// visit that item again. An entry whose head reads live, or cannot be read, stays:
     /// an entry of a live topic is never removed. (A crash, or a failed read or delete,
     /// leaves one: a small item of a topic nothing can reach, see docs/DESIGN.md.)
     pub(super) async fn unwrite_out(&mut self) {
         let mut gone = Vec::new();
-        for (key, topic_id, partition) in std::mem::take(&mut self.written_out) {
+        let mut written_out = std::mem::take(&mut self.written_out);
+        // One key twice (an answer lost, then written again) would be refused by a batch delete.
+        written_out.sort_unstable();
+        written_out.dedup();
+        for (key, topic_id, partition) in written_out {
             let dead = match self.store.get(&keys::head_key(topic_id, partition)).await {
                 Ok(None) => true,
                 Ok(Some(item)) => layout::decode::<HeadRecord>("head", &item.value).is_ok_and(|h| h.deleted),
