@@ -46,7 +46,10 @@ pub struct CompactionReport {
 
 /// Merges the first run of small segments of a partition found from its log start, if any.
 /// A segment is small below half of `target_bytes`; a run is at most `target_bytes`, written
-/// in parts of about `part_bytes`.
+/// in parts of about `part_bytes`. With `settle` (the embedded backend, whose commits share a
+/// blob file among partitions), a segment a commit wrote and no run takes in is moved alone
+/// to an object of its own, the partition's newest too: so that retention, removing a
+/// partition's segments, frees whole files.
 pub async fn compact(
     store: &dyn StateStore,
     objects: &dyn ObjectStore,
@@ -54,6 +57,7 @@ pub async fn compact(
     partition: u32,
     now_ms: i64,
     (target_bytes, part_bytes): (u64, usize),
+    settle: bool,
 ) -> Result<CompactionReport, StorageError> {
     let mut report = CompactionReport::default();
     let (head, version) = topics::head(store, topic.id, partition).await?;
@@ -66,14 +70,20 @@ pub async fn compact(
         let page = store.query(&query).await?;
         let more_pages = page.next.is_some();
         let mut segments = decode_segments(page.items)?;
-        // Never the newest segment: a committer whose answer was lost reads its segment item
-        // back to learn whether it landed, and must find it as it wrote it.
-        if segments.last().is_some_and(|s| s.record.next >= head.next) {
-            segments.pop();
-        }
-        if let Some(run) = runs(&segments, target_bytes).into_iter().next() {
-            let written = merge(store, objects, topic, partition, &segments[run.clone()], now_ms, part_bytes).await?;
-            if written {
+        // Never merged, the newest segment: a committer whose answer was lost reads its segment
+        // item back to learn whether it landed, and must find it as it wrote it (or moved alone,
+        // saying where from: see `SegmentRecord::moved_from`).
+        let newest = segments.pop_if(|s| s.record.next >= head.next);
+        let run = runs(&segments, target_bytes).into_iter().next();
+        let settling = |s: &Segment| settle && !s.record.inline && !s.record.rewritten;
+        let alone = segments.iter().position(settling).map(|i| i..i + 1);
+        let next = match run.or(alone) {
+            Some(run) => Some(&segments[run]),
+            None if !more_pages => newest.as_ref().filter(|s| settling(s)).map(std::slice::from_ref),
+            None => None,
+        };
+        if let Some(run) = next {
+            if merge(store, objects, Rewrite { topic, partition, run, now_ms, part_bytes }).await? {
                 report.segments_merged = run.len();
                 report.segments_written = 1;
             }
@@ -117,18 +127,20 @@ fn runs(segments: &[Segment], target_bytes: u64) -> Vec<std::ops::Range<usize>> 
     runs
 }
 
-/// Merges `run` into one segment written as a new blob, and swaps it into the index.
-/// Answers whether the swap landed (it loses to a concurrent retention or compaction, harmlessly:
-/// the new blob is then never indexed, and the collector removes it).
-async fn merge(
-    store: &dyn StateStore,
-    objects: &dyn ObjectStore,
-    topic: &TopicConfig,
+/// A run of a partition's segments to write anew as one.
+struct Rewrite<'a> {
+    topic: &'a TopicConfig,
     partition: u32,
-    run: &[Segment],
+    run: &'a [Segment],
     now_ms: i64,
     part_bytes: usize,
-) -> Result<bool, StorageError> {
+}
+
+/// Merges `run` into one segment written as a new blob, and swaps it into the index (a run of
+/// one moves its segment). Answers whether the swap landed (it loses to a concurrent retention
+/// or compaction, harmlessly: the new blob is then never indexed, and the collector removes it).
+async fn merge(store: &dyn StateStore, objects: &dyn ObjectStore, r: Rewrite<'_>) -> Result<bool, StorageError> {
+    let Rewrite { topic, partition, run, now_ms, part_bytes } = r;
     let (first, last) = (&run[0], &run[run.len() - 1]);
     let mut records: Vec<(u64, Record)> = Vec::new();
     for seg in run {
@@ -146,6 +158,11 @@ async fn merge(
     let (len, max_ts) = (parts.len as u64, parts.max_timestamp_ms);
     let counted: u64 = run.iter().map(|s| s.record.counted_bytes()).sum();
     let at = objects.put(Bytes::from(blob)).await?;
+    // A commit's segment moved alone keeps where the commit wrote it.
+    let moved_from = match run {
+        [only] if !only.record.inline && !only.record.rewritten => Some((only.record.object.clone(), only.record.pos)),
+        _ => None,
+    };
     let merged = SegmentRecord {
         next: last.record.next,
         object: at.object.clone(),
@@ -155,6 +172,8 @@ async fn merge(
         parts: parts.starts,
         inline: false,
         counted: Some(counted).filter(|c| *c != len),
+        rewritten: true,
+        moved_from,
     };
     let mut changes: ObjectChanges = BTreeMap::new();
     for seg in run {
@@ -207,6 +226,8 @@ mod tests {
             parts: Vec::new(),
             inline: false,
             counted: None,
+            rewritten: false,
+            moved_from: None,
         };
         Segment { base, version: 1, record, data: None }
     }
