@@ -74,15 +74,8 @@ pub async fn compact(
         // item back to learn whether it landed, and must find it as it wrote it (or moved alone,
         // saying where from: see `SegmentRecord::moved_from`).
         let newest = segments.pop_if(|s| s.record.next >= head.next);
-        let run = runs(&segments, target_bytes).into_iter().next();
-        let settling = |s: &Segment| settle && !s.record.inline && !s.record.rewritten;
-        let alone = segments.iter().position(settling).map(|i| i..i + 1);
-        let next = match run.or(alone) {
-            Some(run) => Some(&segments[run]),
-            None if !more_pages => newest.as_ref().filter(|s| settling(s)).map(std::slice::from_ref),
-            None => None,
-        };
-        if let Some(run) = next {
+        let last_page = newest.as_ref().filter(|_| !more_pages);
+        if let Some(run) = next_rewrite(&segments, last_page, target_bytes, settle) {
             if merge(store, objects, Rewrite { topic, partition, run, now_ms, part_bytes }).await? {
                 report.segments_merged = run.len();
                 report.segments_written = 1;
@@ -95,6 +88,25 @@ pub async fn compact(
             Some(after) if more_pages => query.after = Some(after),
             _ => return Ok(report),
         }
+    }
+}
+
+/// What to write anew next, of a page of a partition's segments (`newest` given on the last
+/// page only): the first run of small ones; else, when settling, the first segment a commit
+/// wrote (not inline, not rewritten) alone; else the newest, alone, if a commit wrote it.
+fn next_rewrite<'a>(
+    segments: &'a [Segment],
+    newest: Option<&'a Segment>,
+    target_bytes: u64,
+    settle: bool,
+) -> Option<&'a [Segment]> {
+    if let Some(run) = runs(segments, target_bytes).into_iter().next() {
+        return Some(&segments[run]);
+    }
+    let committed = |s: &Segment| settle && !s.record.inline && !s.record.rewritten;
+    match segments.iter().position(committed) {
+        Some(i) => Some(&segments[i..=i]),
+        None => newest.filter(|s| committed(s)).map(std::slice::from_ref),
     }
 }
 
@@ -230,6 +242,41 @@ mod tests {
             moved_from: None,
         };
         Segment { base, version: 1, record, data: None }
+    }
+
+    /// A segment `seg` as a commit wrote it (`c`), compaction (`r`), or inline (`i`).
+    fn made(base: u64, len: u64, by: char) -> Segment {
+        let mut s = seg(base, base + 1, len);
+        (s.record.rewritten, s.record.inline) = (by == 'r', by == 'i');
+        s
+    }
+
+    #[test]
+    fn the_next_rewrite_is_a_run_else_when_settling_a_commits_segment_alone_else_the_newest() {
+        let bases = |picked: Option<&[Segment]>| picked.map(|r| r.iter().map(|s| s.base).collect::<Vec<_>>());
+        // (segments as (len, by), the newest as (len, by) if this is the last page, settle, picked bases)
+        type Case = (Vec<(u64, char)>, Option<(u64, char)>, bool, Option<Vec<u64>>);
+        let cases: Vec<Case> = vec![
+            // A run first, settling or not; the newest never in one.
+            (vec![(10, 'c'), (10, 'c')], Some((10, 'c')), false, Some(vec![0, 1])),
+            (vec![(900, 'c'), (10, 'r'), (10, 'c')], Some((10, 'c')), true, Some(vec![1, 2])),
+            // Not settling: nothing else moves.
+            (vec![(900, 'c'), (10, 'c')], Some((10, 'c')), false, None),
+            // Settling: a large or a lone commit's segment, oldest first; a rewritten or inline one stays.
+            (vec![(10, 'r'), (900, 'r'), (900, 'c'), (10, 'c')], Some((10, 'c')), true, Some(vec![2])),
+            (vec![(10, 'i'), (900, 'r'), (10, 'c')], None, true, Some(vec![2])),
+            // Then the newest, on the last page only, if a commit wrote it (inline: no file to free).
+            (vec![(900, 'r'), (10, 'i')], Some((10, 'c')), true, Some(vec![2])),
+            (vec![(900, 'r')], None, true, None),
+            (vec![(900, 'r')], Some((10, 'r')), true, None),
+            (vec![(900, 'r')], Some((10, 'i')), true, None),
+        ];
+        for (i, (page, newest, settle, picked)) in cases.into_iter().enumerate() {
+            let segments: Vec<Segment> =
+                page.iter().enumerate().map(|(b, &(len, by))| made(b as u64, len, by)).collect();
+            let newest = newest.map(|(len, by)| made(segments.len() as u64, len, by));
+            assert_eq!(bases(next_rewrite(&segments, newest.as_ref(), 1000, settle)), picked, "case {i}");
+        }
     }
 
     #[test]
