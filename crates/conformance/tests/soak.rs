@@ -34,10 +34,11 @@ async fn publishing_1_gib_with_64_mib_retention_per_partition_keeps_the_data_dir
     let clock = Arc::new(ManualClock::new(SystemClock.now_ms()));
     let (store, objects) = sluice_local::open(dir.path(), clock.clone()).unwrap();
     let log = Log::new(store.clone(), objects.clone(), clock.clone(), LogConfig::default());
-    // As `serve` runs it: blob files of its own for what it compacts.
-    let own: Arc<dyn sluice_core::ObjectStore> =
-        Arc::new(sluice_local::LocalObjectStore::open(&dir.path().join("objects")).unwrap());
-    let janitor = Janitor::new(store, own, clock.clone(), JanitorConfig { grace_ms: 0, ..JanitorConfig::default() });
+    // As `serve` runs it (`sluice_runtime::janitor`): a blob file per blob it writes, commits'
+    // segments settled.
+    let own: Arc<dyn sluice_core::ObjectStore> = Arc::new(sluice_local::open_upkeep_objects(dir.path()).unwrap());
+    let config = JanitorConfig { grace_ms: 0, settle_commit_segments: true, ..JanitorConfig::default() };
+    let janitor = Janitor::new(store, own, clock.clone(), config);
     let spec =
         TopicSpec { partitions: PARTITIONS, retention_ms: None, retention_bytes: Some(BOUND_PER_PARTITION as i64) };
     log.create_topic("soak", spec).await.unwrap();

@@ -232,6 +232,15 @@ pub struct SegmentRecord {
     /// retention takes this off the head's count, which stays the sum of its segments'.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub counted: Option<u64>,
+    /// Compaction wrote these bytes, to an object holding them alone on the embedded backend:
+    /// a segment to leave where it is ([`crate::upkeep::compaction`] settles only a commit's).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rewritten: bool,
+    /// Where a commit wrote this segment (object, position) before compaction moved it alone,
+    /// offsets unchanged, to an object of its own: a committer whose answer was lost still
+    /// recognises its entry, even the partition's newest, after the move.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moved_from: Option<(String, u64)>,
 }
 
 impl SegmentRecord {
@@ -406,6 +415,8 @@ mod tests {
             parts: Vec::new(),
             inline: true,
             counted: None,
+            rewritten: false,
+            moved_from: None,
         };
         let tail = Tail { base: 4, record, data: Bytes::from_static(b"abc") };
         let value = encode_head(&head, Some(&tail));
@@ -442,10 +453,18 @@ mod tests {
             parts: Vec::new(),
             inline: false,
             counted: None,
+            rewritten: false,
+            moved_from: None,
         };
         let plain = encode_segment_item(&record, None);
         assert_eq!(decode_segment_item(&plain).unwrap(), (record.clone(), None));
         assert_eq!(plain, encode(&record), "a segment in an object is stored as before");
+        let exact = r#"{"next":9,"object":"o","pos":40,"len":3,"max_ts":1}"#;
+        assert_eq!(plain, exact.as_bytes(), "a commit's item, byte for byte as before moves were recorded");
+        let moved = SegmentRecord { rewritten: true, moved_from: Some(("c".into(), 7)), ..record.clone() };
+        let item = encode_segment_item(&moved, None);
+        assert!(String::from_utf8_lossy(&item).ends_with(r#""rewritten":true,"moved_from":["c",7]}"#));
+        assert_eq!(decode_segment_item(&item).unwrap(), (moved, None));
 
         (record.pos, record.inline) = (0, true);
         let bytes: &[u8] = b"{\x00}";

@@ -358,6 +358,8 @@ mod tests {
             parts: parts.starts,
             inline: false,
             counted: None,
+            rewritten: false,
+            moved_from: None,
         };
         let mut offsets = Vec::new();
         for (delta, off, len) in record.pieces() {

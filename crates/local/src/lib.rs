@@ -76,6 +76,13 @@ fn open_on(
     Ok((state, Arc::new(objects)))
 }
 
+/// The blob files the janitor writes what it compacts to, under `data_dir` beside the
+/// publishes' (`objects/`), each holding one blob: a merged or moved segment, which lives until
+/// retention or another merge takes it, never pins another's bytes, so its file goes with it.
+pub fn open_upkeep_objects(data_dir: &Path) -> Result<LocalObjectStore, StorageError> {
+    LocalObjectStore::open_with_roll(&data_dir.join("objects"), 0)
+}
+
 /// Runs blocking file or database work off the async threads.
 async fn blocking<T, F>(f: F) -> Result<T, StorageError>
 where

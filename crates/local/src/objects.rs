@@ -87,7 +87,8 @@ impl LocalObjectStore {
     }
 
     /// Blob files under `dir` (created if needed); a file takes no more appends once it
-    /// holds `roll_bytes` (a blob is never split, so a file may end up larger).
+    /// holds `roll_bytes` (a blob is never split, so a file may end up larger; 0: every blob
+    /// in a file of its own).
     pub fn open_with_roll(dir: &Path, roll_bytes: u64) -> Result<Self, StorageError> {
         Self::open_on(dir, roll_bytes, Arc::new(OsFs))
     }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 #[cfg(feature = "aws")]
 use sluice_aws::AwsSettings;
-use sluice_core::upkeep::Janitor;
+use sluice_core::upkeep::{Janitor, JanitorConfig};
 use sluice_core::{Clock, Log, ObjectStore, StateStore, StorageError, SystemClock};
 
 use crate::{App, Config};
@@ -130,18 +130,21 @@ pub async fn open(config: &Config) -> Result<App, OpenError> {
     Ok(app)
 }
 
-/// The janitor of `log`'s backend. On the embedded backend it appends what it compacts to
-/// blob files of its own: merged segments, which live long, never pin files of small
-/// segments, which compaction soon empties (on S3 every blob is an object of its own).
+/// The janitor of `log`'s backend. On the embedded backend it writes each segment it compacts
+/// to a blob file of its own, and moves every segment a commit wrote (to a file shared by the
+/// partitions of its group) alone to one as well, so that retention frees whole files and the
+/// disk follows it (docs/DESIGN.md, "Disk that follows retention"). On S3 every blob is an
+/// object of its own, and a commit's stays where it is (a move would cost requests).
 pub fn janitor(config: &Config, log: &Log) -> Result<Janitor, OpenError> {
-    let objects: Arc<dyn ObjectStore> = match config.backend()? {
+    let (objects, settle): (Arc<dyn ObjectStore>, bool) = match config.backend()? {
         #[cfg(not(feature = "embedded"))]
         BackendChoice::Embedded(_) => return Err(OpenError::NoEmbeddedBackend),
         #[cfg(feature = "embedded")]
-        BackendChoice::Embedded(dir) => Arc::new(sluice_local::LocalObjectStore::open(&dir.join("objects"))?),
-        BackendChoice::Aws { .. } => log.objects().clone(),
+        BackendChoice::Embedded(dir) => (Arc::new(sluice_local::open_upkeep_objects(&dir)?), true),
+        BackendChoice::Aws { .. } => (log.objects().clone(), false),
     };
-    Ok(Janitor::new(log.store().clone(), objects, log.clock().clone(), config.janitor_config()))
+    let janitor_config = JanitorConfig { settle_commit_segments: settle, ..config.janitor_config() };
+    Ok(Janitor::new(log.store().clone(), objects, log.clock().clone(), janitor_config))
 }
 
 #[cfg(test)]

@@ -375,6 +375,8 @@ mod tests {
             parts: Vec::new(),
             inline: false,
             counted: None,
+            rewritten: false,
+            moved_from: None,
         };
         Segment { base, record, version: 1, data: None }
     }

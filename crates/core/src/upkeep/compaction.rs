@@ -46,7 +46,10 @@ pub struct CompactionReport {
 
 /// Merges the first run of small segments of a partition found from its log start, if any.
 /// A segment is small below half of `target_bytes`; a run is at most `target_bytes`, written
-/// in parts of about `part_bytes`.
+/// in parts of about `part_bytes`. With `settle` (the embedded backend, whose commits share a
+/// blob file among partitions), a segment a commit wrote and no run takes in is moved alone
+/// to an object of its own, the partition's newest too: so that retention, removing a
+/// partition's segments, frees whole files.
 pub async fn compact(
     store: &dyn StateStore,
     objects: &dyn ObjectStore,
@@ -54,6 +57,7 @@ pub async fn compact(
     partition: u32,
     now_ms: i64,
     (target_bytes, part_bytes): (u64, usize),
+    settle: bool,
 ) -> Result<CompactionReport, StorageError> {
     let mut report = CompactionReport::default();
     let (head, version) = topics::head(store, topic.id, partition).await?;
@@ -66,14 +70,13 @@ pub async fn compact(
         let page = store.query(&query).await?;
         let more_pages = page.next.is_some();
         let mut segments = decode_segments(page.items)?;
-        // Never the newest segment: a committer whose answer was lost reads its segment item
-        // back to learn whether it landed, and must find it as it wrote it.
-        if segments.last().is_some_and(|s| s.record.next >= head.next) {
-            segments.pop();
-        }
-        if let Some(run) = runs(&segments, target_bytes).into_iter().next() {
-            let written = merge(store, objects, topic, partition, &segments[run.clone()], now_ms, part_bytes).await?;
-            if written {
+        // Never merged, the newest segment: a committer whose answer was lost reads its segment
+        // item back to learn whether it landed, and must find it as it wrote it (or moved alone,
+        // saying where from: see `SegmentRecord::moved_from`).
+        let newest = segments.pop_if(|s| s.record.next >= head.next);
+        let last_page = newest.as_ref().filter(|_| !more_pages);
+        if let Some(run) = next_rewrite(&segments, last_page, target_bytes, settle) {
+            if merge(store, objects, Rewrite { topic, partition, run, now_ms, part_bytes }).await? {
                 report.segments_merged = run.len();
                 report.segments_written = 1;
             }
@@ -85,6 +88,25 @@ pub async fn compact(
             Some(after) if more_pages => query.after = Some(after),
             _ => return Ok(report),
         }
+    }
+}
+
+/// What to write anew next, of a page of a partition's segments (`newest` given on the last
+/// page only): the first run of small ones; else, when settling, the first segment a commit
+/// wrote (not inline, not rewritten) alone; else the newest, alone, if a commit wrote it.
+fn next_rewrite<'a>(
+    segments: &'a [Segment],
+    newest: Option<&'a Segment>,
+    target_bytes: u64,
+    settle: bool,
+) -> Option<&'a [Segment]> {
+    if let Some(run) = runs(segments, target_bytes).into_iter().next() {
+        return Some(&segments[run]);
+    }
+    let committed = |s: &Segment| settle && !s.record.inline && !s.record.rewritten;
+    match segments.iter().position(committed) {
+        Some(i) => Some(&segments[i..=i]),
+        None => newest.filter(|s| committed(s)).map(std::slice::from_ref),
     }
 }
 
@@ -117,18 +139,20 @@ fn runs(segments: &[Segment], target_bytes: u64) -> Vec<std::ops::Range<usize>> 
     runs
 }
 
-/// Merges `run` into one segment written as a new blob, and swaps it into the index.
-/// Answers whether the swap landed (it loses to a concurrent retention or compaction, harmlessly:
-/// the new blob is then never indexed, and the collector removes it).
-async fn merge(
-    store: &dyn StateStore,
-    objects: &dyn ObjectStore,
-    topic: &TopicConfig,
+/// A run of a partition's segments to write anew as one.
+struct Rewrite<'a> {
+    topic: &'a TopicConfig,
     partition: u32,
-    run: &[Segment],
+    run: &'a [Segment],
     now_ms: i64,
     part_bytes: usize,
-) -> Result<bool, StorageError> {
+}
+
+/// Merges `run` into one segment written as a new blob, and swaps it into the index (a run of
+/// one moves its segment). Answers whether the swap landed (it loses to a concurrent retention
+/// or compaction, harmlessly: the new blob is then never indexed, and the collector removes it).
+async fn merge(store: &dyn StateStore, objects: &dyn ObjectStore, r: Rewrite<'_>) -> Result<bool, StorageError> {
+    let Rewrite { topic, partition, run, now_ms, part_bytes } = r;
     let (first, last) = (&run[0], &run[run.len() - 1]);
     let mut records: Vec<(u64, Record)> = Vec::new();
     for seg in run {
@@ -146,6 +170,11 @@ async fn merge(
     let (len, max_ts) = (parts.len as u64, parts.max_timestamp_ms);
     let counted: u64 = run.iter().map(|s| s.record.counted_bytes()).sum();
     let at = objects.put(Bytes::from(blob)).await?;
+    // A commit's segment moved alone keeps where the commit wrote it.
+    let moved_from = match run {
+        [only] if !only.record.inline && !only.record.rewritten => Some((only.record.object.clone(), only.record.pos)),
+        _ => None,
+    };
     let merged = SegmentRecord {
         next: last.record.next,
         object: at.object.clone(),
@@ -155,6 +184,8 @@ async fn merge(
         parts: parts.starts,
         inline: false,
         counted: Some(counted).filter(|c| *c != len),
+        rewritten: true,
+        moved_from,
     };
     let mut changes: ObjectChanges = BTreeMap::new();
     for seg in run {
@@ -207,8 +238,45 @@ mod tests {
             parts: Vec::new(),
             inline: false,
             counted: None,
+            rewritten: false,
+            moved_from: None,
         };
         Segment { base, version: 1, record, data: None }
+    }
+
+    /// A segment `seg` as a commit wrote it (`c`), compaction (`r`), or inline (`i`).
+    fn made(base: u64, len: u64, by: char) -> Segment {
+        let mut s = seg(base, base + 1, len);
+        (s.record.rewritten, s.record.inline) = (by == 'r', by == 'i');
+        s
+    }
+
+    #[test]
+    fn the_next_rewrite_is_a_run_else_when_settling_a_commits_segment_alone_else_the_newest() {
+        let bases = |picked: Option<&[Segment]>| picked.map(|r| r.iter().map(|s| s.base).collect::<Vec<_>>());
+        // (segments as (len, by), the newest as (len, by) if this is the last page, settle, picked bases)
+        type Case = (Vec<(u64, char)>, Option<(u64, char)>, bool, Option<Vec<u64>>);
+        let cases: Vec<Case> = vec![
+            // A run first, settling or not; the newest never in one.
+            (vec![(10, 'c'), (10, 'c')], Some((10, 'c')), false, Some(vec![0, 1])),
+            (vec![(900, 'c'), (10, 'r'), (10, 'c')], Some((10, 'c')), true, Some(vec![1, 2])),
+            // Not settling: nothing else moves.
+            (vec![(900, 'c'), (10, 'c')], Some((10, 'c')), false, None),
+            // Settling: a large or a lone commit's segment, oldest first; a rewritten or inline one stays.
+            (vec![(10, 'r'), (900, 'r'), (900, 'c'), (10, 'c')], Some((10, 'c')), true, Some(vec![2])),
+            (vec![(10, 'i'), (900, 'r'), (10, 'c')], None, true, Some(vec![2])),
+            // Then the newest, on the last page only, if a commit wrote it (inline: no file to free).
+            (vec![(900, 'r'), (10, 'i')], Some((10, 'c')), true, Some(vec![2])),
+            (vec![(900, 'r')], None, true, None),
+            (vec![(900, 'r')], Some((10, 'r')), true, None),
+            (vec![(900, 'r')], Some((10, 'i')), true, None),
+        ];
+        for (i, (page, newest, settle, picked)) in cases.into_iter().enumerate() {
+            let segments: Vec<Segment> =
+                page.iter().enumerate().map(|(b, &(len, by))| made(b as u64, len, by)).collect();
+            let newest = newest.map(|(len, by)| made(segments.len() as u64, len, by));
+            assert_eq!(bases(next_rewrite(&segments, newest.as_ref(), 1000, settle)), picked, "case {i}");
+        }
     }
 
     #[test]

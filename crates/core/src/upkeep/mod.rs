@@ -155,6 +155,11 @@ pub struct JanitorConfig {
     pub grace_ms: i64,
     /// How long a consumer group without members keeps its committed offsets.
     pub offsets_retention_ms: i64,
+    /// Whether compaction moves every segment a commit wrote to a blob, that no run merges,
+    /// alone into a blob of its own, a partition's newest too ([`compaction::compact`]): on
+    /// the embedded backend, whose commits share blob files among partitions and whose
+    /// janitor writes each blob to a file of its own, so that the disk follows retention.
+    pub settle_commit_segments: bool,
 }
 
 impl Default for JanitorConfig {
@@ -165,6 +170,7 @@ impl Default for JanitorConfig {
             part_bytes: crate::segment::PART_BYTES,
             grace_ms: 10 * 60 * 1000,
             offsets_retention_ms: crate::groups::DEFAULT_OFFSETS_RETENTION_MS,
+            settle_commit_segments: false,
         }
     }
 }
@@ -397,8 +403,9 @@ impl Janitor {
         left = true;
         for _ in 0..PARTITION_STEPS {
             let target = self.config.compaction_target_bytes;
-            let c =
-                compact(store, self.objects.as_ref(), topic, partition, now, (target, self.config.part_bytes)).await?;
+            let sizes = (target, self.config.part_bytes);
+            let settle = self.config.settle_commit_segments;
+            let c = compact(store, self.objects.as_ref(), topic, partition, now, sizes, settle).await?;
             done.segments_merged += c.segments_merged as u64;
             done.segments_written += c.segments_written as u64;
             if !c.more {

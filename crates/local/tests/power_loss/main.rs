@@ -45,12 +45,14 @@ mod state_cut;
 mod wal_vfs;
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use sluice_core::upkeep::{Janitor, JanitorConfig, STEP_BUDGET};
 use sluice_core::{Clock, Log, LogConfig, NewEvent, SystemClock, TopicSpec};
 use sluice_local::DEFAULT_SYNC_WINDOW_MS;
 
@@ -89,6 +91,8 @@ struct Tally {
     /// Committed, but the power went before the answer: visible (whole), never acknowledged.
     unacked_visible_publishes: u64,
     events_read: u64,
+    /// Segments the janitor merged or moved (to blob files of its own) before a cut.
+    segments_rewritten: u64,
 }
 
 impl Tally {
@@ -113,6 +117,7 @@ impl Tally {
         self.acked_events_checked += other.acked_events_checked;
         self.unacked_visible_publishes += other.unacked_visible_publishes;
         self.events_read += other.events_read;
+        self.segments_rewritten += other.segments_rewritten;
     }
 }
 
@@ -154,6 +159,8 @@ fn runtime() -> tokio::runtime::Runtime {
 struct Run {
     attempts: HashMap<PublishId, Vec<NewEvent>>,
     acks: HashMap<PublishId, Vec<sluice_core::Position>>,
+    /// Segments the janitor merged or moved before the cut.
+    rewritten: usize,
 }
 
 /// One seed: publish until the power goes, build the disk image, reopen it, check it.
@@ -177,9 +184,12 @@ fn power_cut(seed: u64, tally: &mut Tally) {
         // seeds write every group's blob first: both ways, a blob must be durable before its index.
         let inline_segment_bytes = if seed % 2 == 1 { 2 << 10 } else { 0 };
         let config = LogConfig { inline_segment_bytes, ..LogConfig::default() };
-        let log = Log::new(store, objects.clone(), clock.clone(), config);
+        let log = Log::new(store.clone(), objects.clone(), clock.clone(), config);
         let spec = TopicSpec { partitions: PARTITIONS, retention_ms: None, retention_bytes: None };
         log.create_topic(TOPIC, spec).await.unwrap();
+        // Seeds 2 and 3 of every 4: the janitor settles and merges the segments meanwhile,
+        // moving live blobs to files of its own and deleting the files they leave empty.
+        let janitor = (seed % 4 >= 2).then(|| janitor(&work, store.clone(), clock.clone(), power.clone()));
         power.arm(cut_at, lands);
         let mut tasks = Vec::new();
         for (p, seed) in publisher_seeds.into_iter().enumerate() {
@@ -198,12 +208,13 @@ fn power_cut(seed: u64, tally: &mut Tally) {
                 (attempts, acks)
             }));
         }
-        let mut run = Run { attempts: HashMap::new(), acks: HashMap::new() };
+        let mut run = Run { attempts: HashMap::new(), acks: HashMap::new(), rewritten: 0 };
         for t in tasks {
             let (attempts, acks) = t.await.unwrap();
             run.attempts.extend(attempts);
             run.acks.extend(acks);
         }
+        run.rewritten = stop(janitor).await;
         run
     });
     let cut_on = power.cut_now();
@@ -219,6 +230,7 @@ fn power_cut(seed: u64, tally: &mut Tally) {
     *tally.cut_on.entry(on.clone()).or_default() += 1;
     tally.publishes += run.attempts.len() as u64;
     tally.acked_publishes += run.acks.len() as u64;
+    tally.segments_rewritten += run.rewritten as u64;
 
     let image_root = tempfile::tempdir().unwrap();
     let image = image_root.path().join("data");
@@ -230,6 +242,47 @@ fn power_cut(seed: u64, tally: &mut Tally) {
     // Only a commit that landed as the power went can be visible unanswered.
     let answer_lost = cut_on == "state commit" && lands;
     runtime().block_on(check(&image, clock, &run, answer_lost, tally, &what));
+}
+
+/// The embedded backend's janitor as `serve` runs it (a blob file per blob it writes; commits'
+/// segments settled), on the recording file system, in rounds until `stop` or the power goes.
+/// A short grace period: files emptied are deleted within the run, as are blobs never indexed.
+fn janitor(
+    work: &std::path::Path,
+    store: Arc<CutState>,
+    clock: Arc<dyn Clock>,
+    power: Arc<Power>,
+) -> (Arc<AtomicBool>, tokio::task::JoinHandle<usize>) {
+    let objects = sluice_local::LocalObjectStore::open_with_fs(&work.join("objects"), 0, power.clone()).unwrap();
+    let config = JanitorConfig {
+        compaction_target_bytes: 4 << 10,
+        part_bytes: 1 << 10,
+        grace_ms: 20,
+        settle_commit_segments: true,
+        ..JanitorConfig::default()
+    };
+    let janitor = Janitor::new(store, Arc::new(objects), clock, config);
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopped = stop.clone();
+    let task = tokio::spawn(async move {
+        let mut rewritten = 0;
+        while !stopped.load(Ordering::Relaxed) && !power.is_off() {
+            // A round failing on the cut is what a dead process's janitor does.
+            if let Ok(report) = janitor.run(STEP_BUDGET).await {
+                rewritten += report.segments_written;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        rewritten
+    });
+    (stop, task)
+}
+
+/// Stops a [`janitor`], if one runs: answers the segments it rewrote.
+async fn stop(janitor: Option<(Arc<AtomicBool>, tokio::task::JoinHandle<usize>)>) -> usize {
+    let Some((stop, task)) = janitor else { return 0 };
+    stop.store(true, Ordering::Relaxed);
+    task.await.unwrap()
 }
 
 fn env(name: &str) -> Option<u64> {
@@ -265,7 +318,8 @@ fn given_power_cuts_at_seeded_points_when_reopened_then_acked_events_survive_and
     println!(
         "power loss: {} cuts in {:.1?}; cut on {:?}; undurable tails: {} torn ({} a prefix, {} garbage, {} zeros), \
          {} dropped, {} kept whole; {} files and {} directories lost with their names; {} publishes, {} acknowledged, \
-         {} acknowledged events checked, {} events read back, {} publishes committed but never acknowledged (whole)",
+         {} acknowledged events checked, {} events read back, {} publishes committed but never acknowledged (whole), \
+         {} segments the janitor merged or moved",
         tally.cuts,
         started.elapsed(),
         tally.cut_on,
@@ -282,10 +336,12 @@ fn given_power_cuts_at_seeded_points_when_reopened_then_acked_events_survive_and
         tally.acked_events_checked,
         tally.events_read,
         tally.unacked_visible_publishes,
+        tally.segments_rewritten,
     );
     if tally.cuts >= DEFAULT_CUTS {
         // Not vacuous: the cuts did tear tails, and most runs acknowledged something first.
         assert!(tally.torn() >= 10, "too few torn tails to prove anything: {tally:?}");
         assert!(tally.acked_events_checked >= 1000, "too few acknowledged events to prove anything: {tally:?}");
+        assert!(tally.segments_rewritten >= 100, "too few segments moved to prove anything: {tally:?}");
     }
 }

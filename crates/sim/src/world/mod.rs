@@ -373,6 +373,7 @@ fn draw_janitor(rng: &mut Rng) -> JanitorConfig {
         offsets_retention_ms: 7 * 24 * 3600 * 1000,
         // Parts of a few events, so that commits and merges write segments in parts.
         part_bytes: rng.range(300, 3000) as usize,
+        settle_commit_segments: false,
     }
 }
 

@@ -152,3 +152,41 @@ pub async fn given_a_collectors_doom_applied_but_its_answer_lost_then_the_next_r
     assert!(matches!(world.janitor_objects.read(&left[0], 0, 1).await, Err(StorageError::NotFound(_))), "collected");
     assert_retained(&world, &log).await;
 }
+
+/// Settling (the embedded backend's upkeep): every segment a commit wrote moves alone to an
+/// object of its own, the newest included, each keeping where it came from; nothing moves
+/// twice; replay is exact; and the commits' objects, emptied, are collected.
+pub async fn given_commits_segments_when_settled_then_each_moves_once_replay_is_exact_and_their_objects_go(
+    backend: &dyn Backend,
+) {
+    let world = JanitorWorld::new(backend, "settle", None).await;
+    let log = world.log(backend).await;
+    let big = "x".repeat(3000);
+    for value in ["a", "b", &big, "c", "d"] {
+        log.publish(&world.topic, vec![event(value, 0, None), event("-", 0, None)], None).await.unwrap();
+    }
+    let values = ["a", "-", "b", "-", big.as_str(), "-", "c", "-", "d", "-"];
+    assert_eq!(replay(&log, &world.topic, 0, 0).await, expected(0, &values));
+    let id = world.id().await;
+    let commits: Vec<String> = crate::cases::support::entries::entries(world.store.as_ref(), id, 0)
+        .await
+        .into_iter()
+        .map(|(_, e)| e.object)
+        .collect();
+    // Small segments merge (below half of 4 KiB), the large one and the newest move alone.
+    let config = JanitorConfig { compaction_target_bytes: 4 << 10, settle_commit_segments: true, ..retention_only() };
+    let report = world.janitor(config.clone()).run(STEP_BUDGET).await.unwrap();
+    assert_eq!((report.segments_merged, report.segments_written), (5, 4), "{report:?}");
+    let entries = crate::cases::support::entries::entries(world.store.as_ref(), id, 0).await;
+    assert!(entries.iter().all(|(_, e)| e.rewritten && !commits.contains(&e.object)), "{entries:?}");
+    let newest = &entries.last().expect("the newest").1;
+    assert_eq!(newest.moved_from.as_ref().map(|(object, _)| object), commits.last(), "where it came from");
+    assert_eq!(replay(&log, &world.topic, 0, 0).await, expected(0, &values));
+    let again = world.janitor(config).run(STEP_BUDGET).await.unwrap();
+    assert_eq!(again.segments_written, 0, "nothing moves twice: {again:?}");
+    for object in &commits {
+        assert!(matches!(world.janitor_objects.read(object, 0, 1).await, Err(StorageError::NotFound(_))), "{object}");
+    }
+    assert_eq!(replay(&log, &world.topic, 0, 0).await, expected(0, &values));
+    world.assert_every_object_live().await;
+}

@@ -159,3 +159,34 @@ pub async fn given_a_topic_delete_applied_but_its_answer_lost_then_the_retry_is_
     assert_eq!(log.publish(&topic, vec![event("new", 0, None)], None).await.unwrap()[0].offset, 0);
     assert_eq!(replay(&log, &topic, 0, 0).await, expected(0, &["new"]), "nothing of its predecessor");
 }
+
+/// A publish's commit is applied, and before its answer (lost) comes back the janitor settles
+/// the partition (the embedded backend's upkeep): it moves every segment a commit wrote, the
+/// newest included, alone to an object of its own. The publish reads its entry back, knows it
+/// by where it was moved from, and answers its own offsets: nothing is written twice.
+pub async fn given_a_publish_commit_applied_but_its_answer_lost_and_its_segment_moved_then_it_answers_its_own_offsets(
+    backend: &dyn Backend,
+) {
+    let world = JanitorWorld::new(backend, "lost-moved", None).await;
+    let (store, objects) = backend.open_with(world.clock.clone()).await;
+    let script = crate::cases::support::faults::Scripted::new(store);
+    let objects = ScopedObjects::over(objects, &world.scope);
+    // On the real clock: a retry's backoff passes.
+    let log = Log::new(script.clone(), objects, Arc::new(SystemClock), crate::blobs_only());
+    log.publish(&world.topic, vec![event("a", 0, None)], None).await.unwrap();
+    let race = {
+        let janitor = world.janitor(JanitorConfig { settle_commit_segments: true, ..JanitorConfig::default() });
+        Box::pin(async move {
+            let report = janitor.run(STEP_BUDGET).await.expect("the janitor's round");
+            assert_eq!(report.segments_written, 2, "both segments moved, the newest too");
+        })
+    };
+    script.at(crate::is_commit, Action::LoseAnswerAfter(race));
+    let acked = log.publish(&world.topic, vec![event("b", 0, None), event("c", 0, None)], None).await;
+    assert_eq!(script.pending(), 0, "the commit met its lost answer and the janitor ran");
+    let acked = acked.expect("a commit that landed is acknowledged");
+    assert_eq!(acked, vec![Position { partition: 0, offset: 1 }, Position { partition: 0, offset: 2 }], "its own");
+    assert_eq!(replay(&log, &world.topic, 0, 0).await, expected(0, &["a", "b", "c"]), "nothing written twice");
+    let entries = crate::cases::support::entries::entries(world.store.as_ref(), world.id().await, 0).await;
+    assert!(entries.iter().all(|(_, e)| e.rewritten && e.moved_from.is_some()), "both moved: {entries:?}");
+}

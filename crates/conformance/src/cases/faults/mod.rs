@@ -28,6 +28,7 @@ macro_rules! lost_answer_conformance_suite {
         $crate::lost_answer_conformance_suite!(@cases $backend;
             given_a_publish_commit_applied_but_its_answer_lost_and_a_rival_commit_then_it_answers_its_own_offsets,
             given_a_failed_commit_then_a_rival_on_one_partition_then_a_lost_retry_then_it_answers_the_retrys_offsets,
+            given_a_publish_commit_applied_but_its_answer_lost_and_its_segment_moved_then_it_answers_its_own_offsets,
             given_an_s3_put_applied_but_its_answer_lost_then_the_keyed_retry_is_acknowledged_once_and_replay_is_exact,
             given_a_nack_applied_but_its_answer_lost_then_the_retry_is_stale_or_ok_and_the_message_comes_back_once,
             given_a_visibility_change_applied_but_its_answer_lost_then_the_retry_keeps_one_holder,
@@ -47,6 +48,7 @@ macro_rules! lost_answer_conformance_suite {
             given_retentions_item_removal_applied_but_its_answer_lost_then_the_next_run_finishes_and_replay_is_exact,
             given_a_compaction_swap_applied_but_its_answer_lost_then_the_next_run_finishes_and_replay_is_exact,
             given_a_collectors_doom_applied_but_its_answer_lost_then_the_next_run_collects_and_replay_is_exact,
+            given_commits_segments_when_settled_then_each_moves_once_replay_is_exact_and_their_objects_go,
         );
     };
     (@cases $backend:expr; $($case:ident),+ $(,)?) => {

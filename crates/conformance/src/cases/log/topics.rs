@@ -90,6 +90,8 @@ async fn write_index_items(store: &dyn StateStore, topic_id: u64, items: usize) 
                     parts: Vec::new(),
                     inline: false,
                     counted: None,
+                    rewritten: false,
+                    moved_from: None,
                 };
                 WriteOp::create(sluice_core::keys::segment_key(topic_id, 0, base), layout::encode(&record))
             })

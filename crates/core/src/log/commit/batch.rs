@@ -74,8 +74,19 @@ impl Stored {
             Self::Inline(name) => (name.clone(), 0, true),
         };
         let parts = s.parts.clone();
-        let entry =
-            SegmentRecord { next, object, pos, len: s.len, max_ts: s.max_timestamp_ms, parts, inline, counted: None };
+        let (len, max_ts) = (s.len, s.max_timestamp_ms);
+        let entry = SegmentRecord {
+            next,
+            object,
+            pos,
+            len,
+            max_ts,
+            parts,
+            inline,
+            counted: None,
+            rewritten: false,
+            moved_from: None,
+        };
         let bytes = inline.then(|| layout.blob.slice(s.start as usize..(s.start + s.len) as usize));
         (entry, bytes)
     }
@@ -83,7 +94,12 @@ impl Stored {
     /// Whether `found`, read back from the index, is the entry this group wrote for `s`.
     pub(super) fn wrote(&self, s: &SegmentPlan, found: &SegmentRecord) -> bool {
         match self {
-            Self::Blob(blob) => found.object == blob.object && found.pos == blob.position + s.start && !found.inline,
+            Self::Blob(blob) => {
+                let at = blob.position + s.start;
+                // Or moved since, alone and unchanged, by compaction (it keeps where it came from).
+                let moved = found.moved_from.as_ref().is_some_and(|(object, pos)| *object == blob.object && *pos == at);
+                !found.inline && ((found.object == blob.object && found.pos == at) || moved)
+            }
             Self::Inline(name) => found.object == *name && found.inline,
         }
     }
