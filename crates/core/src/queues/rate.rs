@@ -5,7 +5,8 @@
 //! write, and gives back what it did not take by another. So a busy subscription pays one
 //! write per receive (not per message), and a receive that finds the bucket empty takes
 //! nothing from any partition: no lease is granted, no receive count spent. It waits (a long
-//! poll) until the next token, or answers fewer messages.
+//! poll) until the next token, or answers fewer messages. A push delivery waits for its
+//! batch's tokens (or the burst's): fewer, fuller batches at the same rate.
 //!
 //! The rate is flow control, not a safety promise: no correctness argument rests on it. A
 //! lost write (an unknown outcome) only holds back tokens, never hands out more than the
@@ -96,17 +97,20 @@ struct Grant {
     next_at: i64,
 }
 
-/// Up to `want` tokens from the bucket `stored` (absent: full) at `now`.
-fn grant(stored: Option<RateRecord>, rate: Rate, want: usize, now: i64) -> Grant {
+/// Up to `want` tokens from the bucket `stored` (absent: full) at `now`, none unless it
+/// holds `least` (at most `want` and the burst): a push delivery waits for a batch's worth.
+fn grant(stored: Option<RateRecord>, rate: Rate, (least, want): (usize, usize), now: i64) -> Grant {
     let full = RateRecord { tokens: rate.size(), at_ms: now, ..RateRecord::default() };
     let mut record = stored.map_or(full, |r| r.at(rate, now));
-    let granted = (record.tokens / MILLI).min(want as u64);
-    if granted > 0 {
+    let least = (least as u64).min(want as u64).min(u64::from(rate.burst)).max(1);
+    let held = record.tokens / MILLI;
+    if held >= least {
+        let granted = held.min(want as u64);
         record.tokens -= granted * MILLI;
         return Grant { granted: granted as usize, record, write: true, next_at: now };
     }
     let per_ms = u64::from(rate.per_second);
-    let next_at = now + (MILLI - record.tokens).div_ceil(per_ms) as i64;
+    let next_at = now + (least * MILLI - record.tokens).div_ceil(per_ms) as i64;
     let counted_from = record.throttled_until_ms.max(now);
     let throttled = next_at.saturating_sub(counted_from).max(0) as u64;
     if throttled > 0 {
@@ -135,6 +139,9 @@ impl Queues {
     /// them without a rate).
     pub(super) async fn rate_gate(&self, sub: &Sub, want: usize) -> Result<Gate, Error> {
         let Some(rate) = sub.record.spec.rate else { return Ok(Gate::Open(want, None)) };
+        // A push batch waits for its tokens (fewer, smaller batches); a pull receive answers
+        // as soon as one message may go.
+        let least = if sub.record.spec.push.is_some() { want } else { 1 };
         let key = rate_key(sub.record.id);
         let mut sub_version = sub.version;
         let mut attempt = 0;
@@ -142,7 +149,7 @@ impl Queues {
             let now = self.now();
             let item = self.store().get(&key).await?;
             let stored = item.as_ref().map(|i| layout::decode::<RateRecord>("rate", &i.value)).transpose()?;
-            let grant = grant(stored, rate, want, now);
+            let grant = grant(stored, rate, (least, want), now);
             if grant.write {
                 let value = layout::encode(&grant.record);
                 let written = match &item {
@@ -245,18 +252,35 @@ mod tests {
             (bucket(1_500, 50), 9, 10, (1, 500, 10)),
         ];
         for (stored, want, now, (granted, tokens, next_at)) in cases {
-            let g = grant(stored, RATE, want, now);
+            let g = grant(stored, RATE, (1, want), now);
             assert_eq!((g.granted, g.record.tokens, g.next_at), (granted, tokens, next_at), "{stored:?} {want} {now}");
         }
     }
 
     #[test]
+    fn a_grant_for_a_batch_waits_for_its_tokens_or_the_burst() {
+        // (stored, (least, want), now) → (granted, next token at).
+        let cases = [
+            (bucket(3_000, 0), (4, 4), 0, (0, 100)),
+            (bucket(3_000, 0), (4, 4), 100, (4, 100)),
+            (bucket(3_000, 0), (4, 9), 150, (4, 150)),
+            // More than the bucket holds: the burst is enough.
+            (bucket(4_000, 0), (9, 9), 100, (5, 100)),
+            (bucket(0, 0), (9, 9), 0, (0, 500)),
+        ];
+        for (stored, asked, now, (granted, next_at)) in cases {
+            let g = grant(stored, RATE, asked, now);
+            assert_eq!((g.granted, g.next_at), (granted, next_at), "{stored:?} {asked:?} {now}");
+        }
+    }
+
+    #[test]
     fn an_empty_bucket_counts_the_wait_once_however_many_find_it_empty() {
-        let first = grant(bucket(0, 0), RATE, 1, 20);
+        let first = grant(bucket(0, 0), RATE, (1, 1), 20);
         assert!(first.write);
         assert_eq!((first.record.throttled_ms, first.record.throttled_until_ms, first.next_at), (80, 100, 100));
         // Another receiver at 40 waits for the same token: nothing more counted, nothing written.
-        let second = grant(Some(first.record), RATE, 3, 40);
+        let second = grant(Some(first.record), RATE, (1, 3), 40);
         assert_eq!((second.granted, second.write, second.record.throttled_ms), (0, false, 80));
         // Only what has passed is shown.
         assert_eq!(first.record.throttled_by(60), 40);

@@ -42,3 +42,25 @@ pub async fn given_a_push_subscription_with_a_rate_then_deliveries_follow_it_and
     assert_eq!(sent.len(), 11);
     assert!(sent.iter().all(|id| at.iter().any(|p| webhook::message_id(&topic, p.partition, p.offset) == *id)));
 }
+
+/// Batches of 3 at 4 a second: a delivery waits for a batch's tokens instead of sending
+/// each message as its token comes (fewer, fuller batches; the same rate).
+pub async fn given_a_push_subscription_with_a_rate_then_a_batch_waits_for_its_tokens(backend: &dyn Backend) {
+    let (clock, log, queues) = manual(backend).await;
+    let topic = new_topic(&log, "push-rate-batch", 1).await;
+    let push = PushSpec { max_batch: 3, max_in_flight: 1, ..PushSpec::lambda("consumer") };
+    let rate = Some(Rate { per_second: 4, burst: 3 });
+    subscribe(&queues, &topic, SubscriptionSpec { rate, ..push_spec(push, 1, 100) }).await;
+    publish(&log, &topic, (0..20).map(|i| json_event(json!(i), None)).collect()).await;
+    let receiver = Receiver::new(|_, _| ok(json!({})));
+    let dispatcher = Dispatcher::new(queues.clone(), receiver.clone());
+    let topics = Topics::Named(vec![topic.clone()]);
+    let mut delivered = Vec::new();
+    for _ in 0..7 {
+        delivered.push(dispatcher.drain(&topics, clock.now_ms() + 60_000).await.expect("drain").messages);
+        clock.advance(250);
+    }
+    assert_eq!(delivered, [3, 0, 0, 3, 0, 0, 3], "a batch of 3 each 750 ms");
+    let sizes: Vec<usize> = receiver.attempts().iter().map(|a| a.items.len()).collect();
+    assert_eq!(sizes, [3, 3, 3], "full batches only");
+}
