@@ -74,7 +74,8 @@ def workload(server):
     did = {"published": 0, "received": 0, "acked": 0, "nacked": 0}
     server.call("PUT", "/v1/topics/orders", {"partitions": 3})
     server.call("PUT", "/v1/topics/orders/subscriptions/jobs",
-                {"start": "earliest", "max_receive_count": 1, "visibility_timeout_ms": 60000})
+                {"start": "earliest", "max_receive_count": 1, "visibility_timeout_ms": 60000,
+                 "rate": {"per_second": 10000, "burst": 10000}})
     for batch in range(3):
         events = [{"key": f"k{batch}-{i}", "value": {"n": i}} for i in range(10)]
         server.call("POST", "/v1/topics/orders/events", {"events": events})
@@ -202,6 +203,9 @@ def checks(server, samples, did):
     check(samples, "sluice_subscription_expired", labels, sub["backlog"]["expired"])
     assert sub["state"] == "paused", sub["state"]
     check(samples, "sluice_subscription_paused", labels, 1)
+    # A rate never reached: the store's running total of its waits, 0.
+    assert sub["throttled_ms"] == 0, sub
+    check(samples, "sluice_subscription_throttled_seconds", labels, 0)
     check(samples, "sluice_messages_received_total", labels, did["received"])
     check(samples, "sluice_messages_acked_total", labels, did["acked"])
     check(samples, "sluice_messages_nacked_total", labels, did["nacked"])

@@ -13,7 +13,7 @@ pub enum SubVerb {
     #[command(
         after_help = "Examples:\n  sluice subs create orders billing --start earliest --max-receive-count 3\n  \
                             sluice subs create orders paid --filter '{\"value\": {\"status\": [\"paid\"]}}'\n  \
-                            sluice subs create orders hooks --push-url http://localhost:3000/hooks/orders\n  \
+                            sluice subs create orders hooks --push-url http://localhost:3000/hooks/orders --rate 50/100\n  \
                             sluice subs create orders audit --start 2026-12-01T00:00:00Z --ordering key"
     )]
     Create(CreateArgs),
@@ -29,6 +29,7 @@ pub enum SubVerb {
         after_help = "Examples:\n  sluice subs update orders billing --visibility-timeout-ms 60000 --max-receive-count 3\n  \
                             sluice subs update orders paid --filter '{\"value\": {\"status\": [\"paid\"]}}'\n  \
                             sluice subs update orders paid --no-filter\n  \
+                            sluice subs update orders hooks --rate 20 (or --no-rate)\n  \
                             sluice subs update orders hooks --push-url http://localhost:3000/v2/hooks"
     )]
     Update(UpdateArgs),
@@ -108,6 +109,10 @@ pub struct CreateArgs {
     /// `--lambda-endpoint` for it.
     #[arg(long)]
     push_lambda: Option<String>,
+    /// At most N messages a second handed out, across every receiver and push delivery:
+    /// `N` or `N/BURST` (BURST, how many at once after a quiet spell, defaults to N).
+    #[arg(long)]
+    rate: Option<String>,
     /// Any other settings, as the JSON body docs/API.md describes (e.g. redelivery_backoff_ms);
     /// the flags above win over it.
     #[arg(long)]
@@ -134,6 +139,7 @@ impl CreateArgs {
             ("ordering", self.ordering.clone().map(Value::from)),
             ("delay_ms", self.delay_ms.map(Value::from)),
             ("filter", filter),
+            ("rate", self.rate.as_deref().map(rate_flag).transpose()?),
         ] {
             if let Some(value) = value {
                 body[name] = value;
@@ -192,6 +198,12 @@ pub struct UpdateArgs {
     /// Push deliveries under way at once.
     #[arg(long)]
     push_max_in_flight: Option<u32>,
+    /// A new rate: `N` or `N/BURST` messages a second (BURST defaults to N).
+    #[arg(long, conflicts_with = "no_rate")]
+    rate: Option<String>,
+    /// Remove the rate: no limit.
+    #[arg(long)]
+    no_rate: bool,
 }
 
 impl UpdateArgs {
@@ -200,6 +212,11 @@ impl UpdateArgs {
         let mut body = json!({});
         let filter = match (&self.filter, self.no_filter) {
             (Some(f), _) => Some(json_flag("--filter", f)?),
+            (None, true) => Some(Value::Null),
+            (None, false) => None,
+        };
+        let rate = match (&self.rate, self.no_rate) {
+            (Some(r), _) => Some(rate_flag(r)?),
             (None, true) => Some(Value::Null),
             (None, false) => None,
         };
@@ -214,6 +231,7 @@ impl UpdateArgs {
             ("delay_ms", self.delay_ms.map(Value::from)),
             ("redelivery_backoff_ms", backoff),
             ("filter", filter),
+            ("rate", rate),
         ] {
             if let Some(value) = value {
                 body[name] = value;
@@ -236,6 +254,28 @@ impl UpdateArgs {
         }
         Ok(body)
     }
+}
+
+/// `--rate N` or `--rate N/BURST` as the API takes it (the server checks the bounds).
+fn rate_flag(text: &str) -> Result<Value, Error> {
+    let number = |n: &str| {
+        n.trim().parse::<u32>().map_err(|_| Error::Invalid(format!("--rate is N or N/BURST, whole numbers: {text:?}")))
+    };
+    let (per_second, burst) = match text.split_once('/') {
+        Some((n, burst)) => (number(n)?, number(burst)?),
+        None => (number(text)?, number(text)?),
+    };
+    Ok(json!({ "per_second": per_second, "burst": burst }))
+}
+
+/// A subscription's rate for people: `rate: 50/s, burst 100, waited 1200 ms for it`.
+fn rate_line(sub: &Value) -> Option<String> {
+    let rate = sub.get("rate").filter(|r| r.is_object())?;
+    let mut line = format!("rate: {}/s, burst {}", rate["per_second"], rate["burst"]);
+    if let Some(waited) = sub.get("throttled_ms").and_then(Value::as_u64) {
+        line += &format!(", waited {waited} ms for it");
+    }
+    Some(line)
 }
 
 fn json_flag(flag: &str, text: &str) -> Result<Value, Error> {
@@ -350,6 +390,9 @@ fn summary(sub: &Value) -> String {
     if sub["ordering"] == "key" {
         parts.push("ordered by key".into());
     }
+    if let Some(per_second) = sub["rate"]["per_second"].as_u64() {
+        parts.push(format!("at most {per_second}/s"));
+    }
     parts.join(", ")
 }
 
@@ -419,7 +462,7 @@ fn print_description(sub: &Value) {
             _ => "",
         }
     );
-    if let Some(line) = delivery_line(sub) {
+    for line in [rate_line(sub), delivery_line(sub)].into_iter().flatten() {
         say!("{line}");
     }
     let unscanned = backlog.get("unscanned").and_then(Value::as_u64).map(|u| format!(", {u} unscanned"));
@@ -506,5 +549,17 @@ mod tests {
             assert_eq!(delivery_line(&sub(delivery)).as_deref(), Some(want));
         }
         assert_eq!(delivery_line(&json!({"push": null})), None, "a pull subscription has none");
+    }
+
+    #[test]
+    fn a_rate_flag_reads_as_the_api_takes_it_and_its_description_as_one_line() {
+        assert_eq!(rate_flag("50").unwrap(), json!({"per_second": 50, "burst": 50}));
+        assert_eq!(rate_flag("50/200").unwrap(), json!({"per_second": 50, "burst": 200}));
+        for bad in ["", "x", "5/", "-1", "1.5", "5/x"] {
+            assert!(matches!(rate_flag(bad), Err(Error::Invalid(_))), "{bad:?}");
+        }
+        let sub = json!({"rate": {"per_second": 50, "burst": 100}, "throttled_ms": 1200});
+        assert_eq!(rate_line(&sub).as_deref(), Some("rate: 50/s, burst 100, waited 1200 ms for it"));
+        assert_eq!(rate_line(&json!({"rate": null})), None);
     }
 }

@@ -305,6 +305,19 @@ describe('the dashboard', () => {
     await page.getByTestId('settings-save').click();
     await eventually('restored', async () => (await call('GET', sub('work'))).visibility_timeout_ms
       === before.visibility_timeout_ms);
+
+    // A rate: N/BURST in the form, shown on the card; emptied, removed.
+    const rate = page.getByTestId('settings-rate');
+    assert.equal(await rate.inputValue(), '', 'no rate yet');
+    await rate.fill('30/60');
+    await page.getByTestId('settings-save').click();
+    await eventually('the rate saved', async () => /saved rate of/.test(await text(outcome)));
+    assert.deepEqual((await call('GET', sub('work'))).rate, { per_second: 30, burst: 60 });
+    await eventually('the rate on the card', async () => await text(work.getByTestId('sub-rate')) === '30/s, burst 60');
+    assert.equal(await rate.inputValue(), '30/60', 'filled from describe');
+    await rate.fill('');
+    await page.getByTestId('settings-save').click();
+    await eventually('the rate removed', async () => (await call('GET', sub('work'))).rate === null);
   });
 
   it('redrives, deletes and purges dead letters, each after a confirmation', async () => {

@@ -225,6 +225,22 @@ fn given_subs_update_then_the_settings_change_a_filter_applies_from_its_cursor_a
 }
 
 #[test]
+fn given_subs_create_and_update_with_a_rate_then_it_is_set_shown_changed_and_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    ok(&server, &["topics", "create", "jobs"], None);
+    let created = json(&ok(&server, &["subs", "create", "jobs", "r", "--rate", "50"], None));
+    assert_eq!(created["rate"], serde_json::json!({"per_second": 50, "burst": 50}), "{created}");
+    let shown = ok(&server, &["subs", "update", "jobs", "r", "--rate", "20/40", "-o", "text"], None);
+    assert!(shown.contains("at most 20/s"), "{shown}");
+    assert!(shown.contains("rate: 20/s, burst 40, waited 0 ms for it"), "{shown}");
+    let bad = sluice(&server, &["subs", "update", "jobs", "r", "--rate", "0"], None);
+    assert!(stderr(&bad).contains("invalid_request") && stderr(&bad).contains("rate."), "{}", stderr(&bad));
+    let removed = json(&ok(&server, &["subs", "update", "jobs", "r", "--no-rate"], None));
+    assert!(removed["rate"].is_null() && removed.get("throttled_ms").is_none(), "{removed}");
+}
+
+#[test]
 fn given_a_push_subscription_when_its_secret_is_rotated_then_the_new_one_is_printed_once_and_the_overlap_shown() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());

@@ -73,7 +73,7 @@ impl Client {
     }
 
     /// Changes a subscription's settings in place: `change` names those to change
-    /// (docs/API.md, "Change"; `null` removes a filter or a backoff), the others stay.
+    /// (docs/API.md, "Change"; `null` removes a filter, a backoff or a `rate`), the others stay.
     /// Answers the subscription as described; once it has, every receive or delivery that
     /// starts uses the new settings. Retried: the same change twice changes nothing more.
     pub async fn patch_subscription(&self, topic: &str, sub: &str, change: &Value) -> Result<Value, Error> {

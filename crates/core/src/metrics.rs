@@ -78,6 +78,9 @@ pub const PUSH_SUSPENSIONS: &str = "sluice_push_suspensions_total";
 pub const PUSH_RESUMPTIONS: &str = "sluice_push_resumptions_total";
 /// 1 while a push subscription is suspended, 0 otherwise, by `topic`, `subscription`.
 pub const SUB_SUSPENDED: &str = "sluice_subscription_suspended";
+/// Time a subscription with a rate waited for it so far (its receives found no token), by
+/// `topic`, `subscription` (a running total kept by the store).
+pub const SUB_THROTTLED: &str = "sluice_subscription_throttled_seconds";
 /// A push subscription's in-flight limit in use (adaptive, at most `max_in_flight`), by
 /// `topic`, `subscription`.
 pub const PUSH_IN_FLIGHT_LIMIT: &str = "sluice_push_in_flight_limit";
@@ -140,7 +143,7 @@ pub fn describe() {
     for (name, unit, help) in counters {
         describe_counter!(name, unit, help);
     }
-    let gauges: [(&'static str, Unit, &'static str); 16] = [
+    let gauges: [(&'static str, Unit, &'static str); 17] = [
         (HIGH_WATERMARK, Unit::Count, "A partition's next offset"),
         (LOG_START, Unit::Count, "A partition's first readable offset"),
         (TOPIC_BYTES, Unit::Bytes, "Bytes a topic's partitions hold"),
@@ -155,6 +158,7 @@ pub fn describe() {
         (SUB_OLDEST_AGE, Unit::Seconds, "Age of a subscription's oldest visible message"),
         (SUB_PAUSED, Unit::Count, "1 while a subscription is paused"),
         (SUB_SUSPENDED, Unit::Count, "1 while a push subscription is suspended"),
+        (SUB_THROTTLED, Unit::Seconds, "Time a subscription waited for its rate so far"),
         (PUSH_IN_FLIGHT_LIMIT, Unit::Count, "A push subscription's adaptive in-flight limit in use"),
         (SAMPLE_TRUNCATED, Unit::Count, "1 when the last state sample stopped at its bounds"),
     ];

@@ -242,6 +242,8 @@ function subscriptionCard(sub) {
       stat('max receives', sub.max_receive_count),
       stat('visibility', duration(sub.visibility_timeout_ms)),
       sub.filter ? stat('filter', 'yes') : null,
+      sub.rate ? stat('rate', `${sub.rate.per_second}/s, burst ${sub.rate.burst}`, 'sub-rate') : null,
+      sub.rate ? stat('throttled', duration(sub.throttled_ms || 0), 'sub-throttled') : null,
       h('span', { class: 'spacer' }),
       h('button', { type: 'button', dataset: { testid: 'sub-pause' }, onclick: () => pauseOrResume(sub) },
         sub.state === 'paused' ? 'Resume' : 'Pause'),
@@ -506,12 +508,21 @@ function showTailEvents(events) {
 // ---------------------------------------------------------------------------------------
 // A chosen subscription's settings, changed in place (only what differs is sent).
 
-/** The form's fields: input id, setting, and how a value is read from the input. */
+/** `N` or `N/BURST` as the API takes a rate (empty: none); the server checks the bounds. */
+function readRate(text) {
+  if (!text.trim()) return null;
+  const m = /^\s*(\d+)\s*(?:\/\s*(\d+)\s*)?$/.exec(text);
+  if (!m) throw new Error('rate is N or N/BURST messages a second, or empty for none');
+  return { per_second: Number(m[1]), burst: Number(m[2] ?? m[1]) };
+}
+
+/** The form's fields: input id, setting, how a value is read from the input, and shown in it. */
 const SETTINGS = [
   ['settings-visibility', 'visibility_timeout_ms', Number],
   ['settings-max-receives', 'max_receive_count', Number],
   ['settings-delay', 'delay_ms', Number],
-  ['settings-filter', 'filter', (text) => (text.trim() ? JSON.parse(text) : null)],
+  ['settings-rate', 'rate', readRate, (rate) => `${rate.per_second}/${rate.burst}`],
+  ['settings-filter', 'filter', (text) => (text.trim() ? JSON.parse(text) : null), JSON.stringify],
 ];
 
 function chosenSettings() {
@@ -521,9 +532,9 @@ function chosenSettings() {
 /** Fills the form with the chosen subscription's settings as last described. */
 function fillSettings() {
   const sub = chosenSettings();
-  for (const [id, field] of SETTINGS) {
+  for (const [id, field, , show] of SETTINGS) {
     const value = sub ? sub[field] : null;
-    $(id).value = value === null || value === undefined ? '' : (field === 'filter' ? JSON.stringify(value) : value);
+    $(id).value = value === null || value === undefined ? '' : (show ? show(value) : value);
   }
   $('settings-save').disabled = !sub;
 }

@@ -7,7 +7,7 @@ fn usage() -> ! {
         "usage: sluice-sim scale --workload publish|queue|group|push --partitions P --clients N --seconds S \\
          [--batch B] [--subscriptions K] [--rate R] [--seed X] [--trace] \\
          [--keyed] [--stage-rps R] [--stage-burst B] [--long-poll-rps R] [--long-poll-burst B] \\
-         [--window-ms MS] [--receiver-ms MS] [--max-in-flight N]"
+         [--window-ms MS] [--receiver-ms MS] [--max-in-flight N] [--sub-rate N]"
     );
     std::process::exit(2)
 }
@@ -47,6 +47,7 @@ pub fn parse(mut args: impl Iterator<Item = String>) -> ScaleArgs {
             "--window-ms" => a.window_ms = value(&mut args),
             "--receiver-ms" => a.receiver_ms = value(&mut args),
             "--max-in-flight" => a.max_in_flight = value(&mut args),
+            "--sub-rate" => a.sub_rate = Some(value(&mut args)),
             _ => usage(),
         }
     }

@@ -23,6 +23,10 @@ pub struct Subscription {
     pub filter: Option<Value>,
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub push: Option<Push>,
+    /// Messages per second handed out at most (null: no limit; absent from older servers).
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub rate: Option<Rate>,
     /// Per partition, where the subscription started.
     pub start_offsets: Vec<u64>,
     pub created_ms: i64,
@@ -30,6 +34,18 @@ pub struct Subscription {
     /// (push, in a description) while its endpoint keeps failing.
     #[serde(default)]
     pub state: SubscriptionState,
+}
+
+/// A subscription's delivery rate: at most `per_second` messages a second across every
+/// receiver and push delivery, up to `burst` at once after a quiet spell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Rate {
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 10000))]
+    pub per_second: u32,
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    pub burst: u32,
 }
 
 /// Whether a subscription delivers. More states may come: read an unknown one as not active.
@@ -140,10 +156,17 @@ pub struct SubscriptionDescription {
     pub filter: Option<Value>,
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub push: Option<Push>,
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub rate: Option<Rate>,
     pub start_offsets: Vec<u64>,
     pub created_ms: i64,
     #[serde(default)]
     pub state: SubscriptionState,
+    /// With a rate: milliseconds its receives and deliveries waited for it so far (a
+    /// running total; absent without a rate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttled_ms: Option<u64>,
     /// A push subscription's flow control and endpoint health (push subscriptions only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivery: Option<PushDelivery>,
@@ -403,6 +426,10 @@ pub struct CreateSubscription {
     /// A push target: `{"url", "secret"?, …}` or `{"lambda", …}`.
     #[cfg_attr(feature = "openapi", schema(value_type = Option<PushTarget>))]
     pub push: Option<Value>,
+    /// `{"per_second": 1–10000, "burst": ≥ 1}`: messages per second handed out at most,
+    /// across every receiver and push delivery (default: no limit).
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Rate>))]
+    pub rate: Option<Value>,
 }
 
 /// `PATCH …/subscriptions/{sub}`: the settings to change; those not named stay. `start`
@@ -443,6 +470,10 @@ pub struct PatchSubscription {
     /// A push subscription's target and limits (a pull subscription has none to change).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub push: Option<PatchPush>,
+    /// `{"per_second", "burst"}`, or `null` (no limit): from the next receive or delivery.
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Rate>))]
+    pub rate: Option<Value>,
 }
 
 /// A field given as `null` is `Some(Value::Null)`; an absent one (`default`) is `None`.

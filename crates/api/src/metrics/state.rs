@@ -206,6 +206,9 @@ fn sample_subscription(d: &SubscriptionDescription, g: &mut Gauges) {
     g.set(m::SUB_OLDEST_AGE, &labels, b.oldest_visible_age_ms.unwrap_or(0) as f64 / 1000.0);
     let paused = d.subscription.state == SubscriptionState::Paused;
     g.set(m::SUB_PAUSED, &labels, if paused { 1.0 } else { 0.0 });
+    if let Some(throttled_ms) = d.throttled_ms {
+        g.set(m::SUB_THROTTLED, &labels, throttled_ms as f64 / 1000.0);
+    }
     if let Some(pushed) = &d.deliveries {
         let flow = pushed.flow.clone().unwrap_or_default();
         let suspended = flow.suspended_since_ms.is_some();

@@ -75,7 +75,7 @@ pub(crate) fn create_subscription() -> Value {
 pub(crate) fn subscription() -> Value {
     json!({ "topic": "orders", "name": "workers", "start": "earliest", "visibility_timeout_ms": 30000,
             "max_receive_count": 1, "ordering": "none", "delay_ms": 0, "redelivery_backoff_ms": null,
-            "filter": null, "push": null, "start_offsets": [0, 0], "created_ms": CREATED_MS, "state": "active" })
+            "filter": null, "push": null, "rate": null, "start_offsets": [0, 0], "created_ms": CREATED_MS, "state": "active" })
 }
 
 pub(crate) fn subscriptions() -> Value {
@@ -99,12 +99,14 @@ pub(crate) fn subscription_description() -> Value {
 }
 
 pub(crate) fn patch_subscription() -> Value {
-    json!({ "visibility_timeout_ms": 45000 })
+    json!({ "visibility_timeout_ms": 45000, "rate": { "per_second": 50, "burst": 100 } })
 }
 
 pub(crate) fn patched_subscription() -> Value {
     let mut out = subscription_description();
     out["visibility_timeout_ms"] = json!(45000);
+    out["rate"] = json!({ "per_second": 50, "burst": 100 });
+    out["throttled_ms"] = json!(0);
     out
 }
 

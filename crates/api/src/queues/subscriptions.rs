@@ -8,8 +8,8 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sluice_core::queues::{
-    Backlog, Backoff, Ordering, PushPatch, PushSpec, PushTarget, Queues, StartAt, Subscription, SubscriptionPatch,
-    SubscriptionSpec, SuspendAfter,
+    Backlog, Backoff, Ordering, PushPatch, PushSpec, PushTarget, Queues, Rate, StartAt, Subscription,
+    SubscriptionPatch, SubscriptionSpec, SuspendAfter,
 };
 use sluice_core::Code;
 
@@ -83,6 +83,17 @@ fn push(raw: Value) -> Result<PushSpec, ApiError> {
     Ok(spec)
 }
 
+/// A rate as given: its bounds are the core's to check (`400 invalid_request` naming the field).
+fn rate(raw: Value) -> Result<Rate, ApiError> {
+    let rate: answers::Rate = serde_json::from_value(raw).map_err(|e| {
+        ApiError::bad_request(
+            Code::InvalidRequest,
+            format!(r#"rate must be {{"per_second": 1–10000, "burst": ≥ 1}}: {e}"#),
+        )
+    })?;
+    Ok(Rate { per_second: rate.per_second, burst: rate.burst })
+}
+
 /// A push target as shown: never its secret (the create answer adds it once).
 fn push_json(p: &PushSpec) -> Value {
     let mut out = match &p.target {
@@ -112,6 +123,7 @@ fn subscription_json(s: &Subscription) -> Value {
         "redelivery_backoff_ms": s.spec.redelivery_backoff,
         "filter": s.spec.filter,
         "push": s.spec.push.as_ref().map(push_json),
+        "rate": s.spec.rate.map(|r| json!({ "per_second": r.per_second, "burst": r.burst })),
         "start_offsets": s.start_offsets,
         "created_ms": s.created_ms,
         "state": s.state,
@@ -155,6 +167,7 @@ pub async fn create(
         redelivery_backoff: req.redelivery_backoff_ms.map(backoff).transpose()?.or(defaults.redelivery_backoff),
         filter: req.filter,
         push: req.push.map(push).transpose()?,
+        rate: req.rate.map(rate).transpose()?,
     };
     let (subscription, created) = queues.create(&topic, &sub, spec).await?;
     let mut out = subscription_json(&subscription);
@@ -189,6 +202,9 @@ async fn described(queues: &Queues, topic: &str, sub: &str) -> Result<Json<Value
     let mut out = subscription_json(&d.subscription);
     out["backlog"] = backlog_json(&d.backlog);
     out["exact"] = json!(d.exact);
+    if let Some(throttled) = d.throttled_ms {
+        out["throttled_ms"] = json!(throttled);
+    }
     if let Some(stats) = &d.deliveries {
         out["push"]["deliveries"] =
             json!({ "attempted": stats.attempted, "succeeded": stats.succeeded, "failed": stats.failed });
@@ -254,6 +270,7 @@ pub async fn patch(
             timeout_ms: p.timeout_ms,
             max_in_flight: p.max_in_flight,
         }),
+        rate: req.rate.map(|r| nullable(r).map(rate).transpose()).transpose()?,
     };
     queues.patch(&topic, &sub, &change).await?;
     described(&queues, &topic, &sub).await

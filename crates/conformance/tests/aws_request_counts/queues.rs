@@ -1,6 +1,8 @@
 //! What a work queue costs: receives, acks, releases, dead letters, an empty receive.
 
-use sluice_core::queues::{Message, Queues, ReceiveRequest, SeekTo, StartAt, SubscriptionPatch, SubscriptionSpec};
+use sluice_core::queues::{
+    Message, Queues, Rate, ReceiveRequest, SeekTo, StartAt, SubscriptionPatch, SubscriptionSpec,
+};
 
 use super::*;
 
@@ -37,6 +39,7 @@ async fn queue_requests_per_receive_and_ack_are_what_the_cost_model_says() {
     pause_and_resume(&counted, &queues, &topic).await;
     seek_and_purge(&counted, &queues, &topic).await;
     change(&counted, &queues, &topic).await;
+    rated(&counted, &queues, &topic).await;
     dead_letters(&counted, &queues, &topic).await;
 
     // Drain, then an empty receive reads and writes nothing.
@@ -219,4 +222,36 @@ async fn dead_letters((state, objects, _): &Counted, queues: &Queues, topic: &st
     let (_, purge) =
         counted!(state, objects, { while upkeep::step(state.as_ref(), upkeep::STEP_BUDGET, 0).await.unwrap().more {} });
     per_request("janitor: purge the deleted subscription (8 partitions)", &purge, 1);
+}
+
+/// Receives of a subscription with a rate: one read and one conditional write of its bucket
+/// per receive (a busy one uses every token it took); one that finds the bucket empty reads
+/// it, writes only to count the wait once, and reads no partition.
+async fn rated((state, objects, _): &Counted, queues: &Queues, topic: &str) {
+    let writes = |c: &BTreeMap<&'static str, u64>| {
+        ["dynamodb:UpdateItem", "dynamodb:PutItem", "dynamodb:TransactWriteItems"]
+            .iter()
+            .map(|op| c.get(*op).copied().unwrap_or_default())
+            .sum::<u64>()
+    };
+    for (name, per_second, burst) in [("rated", 1000, 20), ("slow", 1, 10)] {
+        let rate = Some(Rate { per_second, burst });
+        let spec = SubscriptionSpec { start: StartAt::Earliest, rate, ..SubscriptionSpec::default() };
+        queues.create(topic, name, spec).await.unwrap();
+        // The first receive creates the bucket (with the subscription's check).
+        queues.receive(topic, name, &receive(10)).await.unwrap();
+    }
+    let (got, busy) = counted!(state, objects, queues.receive(topic, "rated", &receive(10)).await.unwrap());
+    per_request("queue receive with a rate, busy, batch 10", &busy, 1);
+    assert_eq!(got.len(), 10);
+    assert_eq!(busy.get("dynamodb:GetItem"), Some(&3), "topic, subscription, bucket: {busy:?}");
+    assert_eq!(writes(&busy), 2, "the tokens, then the take: {busy:?}");
+    let (got, empty) = counted!(state, objects, queues.receive(topic, "slow", &receive(10)).await.unwrap());
+    per_request("queue receive with a rate, bucket empty", &empty, 1);
+    assert!(got.is_empty());
+    assert_eq!(writes(&empty), 1, "the throttled time counted: {empty:?}");
+    assert!(!empty.contains_key("dynamodb:Query"), "no partition read: {empty:?}");
+    let (_, again) = counted!(state, objects, queues.receive(topic, "slow", &receive(10)).await.unwrap());
+    per_request("queue receive with a rate, bucket empty, wait already counted", &again, 1);
+    assert_eq!(writes(&again), 0, "nothing more to count: {again:?}");
 }

@@ -196,6 +196,14 @@ pub const ITEM_KINDS: &[ItemKind] = &[
         deleted_by: "subscription purge",
     },
     ItemKind {
+        name: "rate bucket (tokens, throttled time; partition 0 only)",
+        pk: "q#<sub>#<p>",
+        sk: "r",
+        value: "RateRecord",
+        written_by: "receive (take and give back tokens)",
+        deleted_by: "subscription purge",
+    },
+    ItemKind {
         name: "push run lease (the dispatcher run driving a push subscription; expiring)",
         pk: "push-run#<sub>",
         sk: "-",
@@ -393,11 +401,12 @@ mod tests {
             (cursor_key(0x7b, 3), ("q#000000000000007b#3", "c"), 18),
             (lease_key(0x7b, 3, 5, 0x1f), ("q#000000000000007b#3", "l#00000000000000000005#000000000000001f"), 19),
             (push_stats_key(0x7b), ("q#000000000000007b#0", "s"), 20),
-            (push_run_key(0x7b), ("push-run#000000000000007b", "-"), 21),
-            (dead_key(0x7b, 3, 42), ("dlq#000000000000007b#3", "00000000000000000042"), 22),
-            (removed_dead_key(0x7b, 3, 42), ("dlq#000000000000007b#3#gone", "00000000000000000042"), 23),
-            (sub_purge_key(0x7b), ("purge-subs", "000000000000007b"), 24),
-            (receipt_signing_key(), ("queues", "receipt-key"), 25),
+            (rate_key(0x7b), ("q#000000000000007b#0", "r"), 21),
+            (push_run_key(0x7b), ("push-run#000000000000007b", "-"), 22),
+            (dead_key(0x7b, 3, 42), ("dlq#000000000000007b#3", "00000000000000000042"), 23),
+            (removed_dead_key(0x7b, 3, 42), ("dlq#000000000000007b#3#gone", "00000000000000000042"), 24),
+            (sub_purge_key(0x7b), ("purge-subs", "000000000000007b"), 25),
+            (receipt_signing_key(), ("queues", "receipt-key"), 26),
         ];
         for (key, (pk, sk), kind) in &cases {
             assert_eq!(key, &Key::new(*pk, *sk));
@@ -432,7 +441,7 @@ mod tests {
         );
         assert_eq!(lease_sk(-5, 0x1f), "l#00000000000000000000#000000000000001f");
         assert_eq!(tp_key("my#topic", 12), "my#topic#0000000012");
-        assert_eq!((CURSOR_SK, PUSH_STATS_SK, LEASE_PREFIX), ("c", "s", "l#"));
+        assert_eq!((CURSOR_SK, PUSH_STATS_SK, RATE_SK, LEASE_PREFIX), ("c", "s", "r", "l#"));
         assert_eq!((GROUP_META_SK, ACTIVITY_SK), ("meta", "active"));
     }
 

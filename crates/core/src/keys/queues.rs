@@ -10,6 +10,8 @@ pub const CURSOR_SK: &str = "c";
 /// The sort key of a push subscription's delivery counts: sorts after the cursor and every
 /// lease, so a partition's first items are still those.
 pub const PUSH_STATS_SK: &str = "s";
+/// The sort key of a subscription's rate bucket: after every lease, before the push counts.
+pub const RATE_SK: &str = "r";
 /// What every lease item's sort key starts with.
 pub const LEASE_PREFIX: &str = "l#";
 const SUB_PURGE_PK: &str = "purge-subs";
@@ -62,6 +64,12 @@ pub fn cursor_key(sub_id: u64, partition: u32) -> Key {
 /// A push subscription's delivery counts (kept on partition 0).
 pub fn push_stats_key(sub_id: u64) -> Key {
     Key::new(queue_pk(sub_id, 0), PUSH_STATS_SK)
+}
+
+/// A subscription's rate bucket (`queues/rate.rs`; kept on partition 0, so the
+/// subscription's purge removes it).
+pub fn rate_key(sub_id: u64) -> Key {
+    Key::new(queue_pk(sub_id, 0), RATE_SK)
 }
 
 /// A push subscription's run lease: which dispatcher run drives it (an item of its own,

@@ -101,8 +101,8 @@ impl Queues {
             });
         }
         total.oldest_visible_age_ms = oldest.map(|t| now.saturating_sub(t).max(0) as u64);
-        let (subscription, deliveries) = self.shown(&sub).await?;
-        Ok(SubscriptionDescription { subscription, backlog: total, partitions, exact, deliveries })
+        let ((subscription, deliveries), throttled_ms) = (self.shown(&sub).await?, self.throttled(&sub).await?);
+        Ok(SubscriptionDescription { subscription, backlog: total, partitions, exact, deliveries, throttled_ms })
     }
 
     /// The subscription as describe shows it, with its delivery counts if it pushes: its

@@ -53,6 +53,8 @@ mod pause;
 pub use pause::SubscriptionState;
 mod purge;
 mod push;
+mod rate;
+pub use rate::{Rate, RateRecord, MAX_RATE_PER_SECOND};
 mod receipt;
 mod receive;
 mod secret;
@@ -64,6 +66,8 @@ use riding::{written, Riding};
 mod records;
 mod settle;
 mod state;
+#[cfg(test)]
+use state::test_sub;
 use state::{holder, Lease, QueueState};
 mod subscriptions;
 mod take;
@@ -158,6 +162,9 @@ pub struct SubscriptionSpec {
     /// Delivered by a dispatcher to this target; clients do not receive from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub push: Option<PushSpec>,
+    /// Messages per second handed out at most, across every receiver (`rate.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<Rate>,
 }
 
 impl Default for SubscriptionSpec {
@@ -171,6 +178,7 @@ impl Default for SubscriptionSpec {
             redelivery_backoff: None,
             filter: None,
             push: None,
+            rate: None,
         }
     }
 }
@@ -239,6 +247,8 @@ pub struct SubscriptionDescription {
     pub exact: bool,
     /// A push subscription's deliveries so far.
     pub deliveries: Option<PushStatsRecord>,
+    /// With a rate: the time it spent waiting for it so far (ms; `rate.rs`).
+    pub throttled_ms: Option<u64>,
 }
 
 /// A receive: up to `max_messages`, waiting up to `wait_ms` for the first.
@@ -326,7 +336,7 @@ use crate::filter::Filter;
 use crate::keys::{
     self, cursor_key, dead_key, dlq_pk, lease_key, lease_sk, parse_lease_sk, push_stats_key, queue_pk,
     receipt_signing_key, removed_dead_key, sub_purge_key, sub_purge_pk, subs_pk, CURSOR_SK, LEASE_PREFIX,
-    PUSH_STATS_SK,
+    PUSH_STATS_SK, RATE_SK,
 };
 use crate::layout::{self, HeadRecord};
 use crate::log::topics;
@@ -572,23 +582,4 @@ struct Target<'a> {
 /// The item of a new lease, due at `due`.
 fn new_lease(sub: &Sub, partition: u32, due: i64, lease: LeaseRecord) -> WriteOp {
     WriteOp::create(lease_key(sub.record.id, partition, due, lease.nonce), layout::encode(&lease))
-}
-
-/// Subscription `s` (id 7, default settings) of topic `t` (id 1, one partition), its item at
-/// `version`: for the plans' unit tests.
-#[cfg(test)]
-fn test_sub(version: u64) -> Sub {
-    let spec = crate::model::TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None };
-    let topic = TopicConfig { name: "t".into(), id: 1, spec, created_ms: 0, version: 1 };
-    let record = SubscriptionRecord {
-        id: 7,
-        spec: SubscriptionSpec::default(),
-        starts: vec![0],
-        created_ms: 0,
-        deleted: false,
-        state: SubscriptionState::Active,
-        config: 0,
-        filter_config: 0,
-    };
-    Sub { topic, name: "s".into(), record, version, guarded: false }
 }

@@ -42,6 +42,8 @@ pub struct SubscriptionPatch {
     pub filter: Option<Option<Value>>,
     /// Only for a push subscription.
     pub push: Option<PushPatch>,
+    /// `Some(None)` removes the rate.
+    pub rate: Option<Option<Rate>>,
 }
 
 /// A change of a push subscription's target and limits. The target's kind stays: a URL
@@ -86,6 +88,7 @@ fn plan(stored: &SubscriptionSpec, patch: &SubscriptionPatch) -> Result<Planned,
         delay_ms: patch.delay_ms.unwrap_or(stored.delay_ms),
         redelivery_backoff: patch.redelivery_backoff.clone().unwrap_or_else(|| stored.redelivery_backoff.clone()),
         filter: patch.filter.clone().unwrap_or_else(|| stored.filter.clone()),
+        rate: patch.rate.unwrap_or(stored.rate),
         ..stored.clone()
     };
     if let Some(change) = &patch.push {

@@ -1,6 +1,7 @@
 //! Receiving: visiting partitions, taking due leases and new messages under conditional
 //! writes, burying what exhausted its receives, and answering only live windows.
 
+use super::rate::Gate;
 use super::take::{self, Plan};
 use super::*;
 use crate::log::read::Lookup;
@@ -93,64 +94,29 @@ impl Queues {
         let visibility = req.visibility_timeout_ms.unwrap_or(sub.record.spec.visibility_timeout_ms);
         let receipt_key = self.receipt_key().await?;
         let deadline = self.now() + req.wait_ms as i64;
-        let partitions = sub.topic.spec.partitions;
-        let one_partition = sub.record.spec.push.is_some();
         // A push receive's first look may take heads this process read a moment ago.
-        let mut recent = one_partition;
+        let mut recent = sub.record.spec.push.is_some();
         loop {
-            let heads = self.heads_of(&sub.topic, std::mem::take(&mut recent)).await?;
-            let mut messages: Vec<Message> = Vec::new();
-            // Per take, the end (exclusive) of its messages in `messages` and their window's end.
-            let mut held: Vec<(usize, i64)> = Vec::new();
-            let (mut wake_at, mut idle, mut blocked) = (None, Vec::new(), false);
-            let mut bytes_left = self.log.limits().max_response_bytes;
-            // From the partition of the acks riding, if any: they ride on its write.
-            let random = || (self.nonce() % u64::from(partitions.max(1))) as u32;
-            let start = riding.as_ref().filter(|r| r.results.is_none()).map_or_else(random, |r| r.partition);
-            // First the partitions nobody in this process has a turn on, then, if more is
-            // wanted, the busy ones, each once its turn comes.
-            let mut visits: VecDeque<(u32, bool)> = (0..partitions).map(|i| ((start + i) % partitions, true)).collect();
-            let turns = &self.local.turns;
-            while let Some((p, first_pass)) = visits.pop_front() {
-                // A push batch is one partition's (one lease: retried as it was, `take.rs`).
-                if messages.len() >= req.max_messages || bytes_left == 0 || (one_partition && !messages.is_empty()) {
-                    break;
-                }
-                let head = heads.get(p as usize).map(|(h, _)| *h).unwrap_or_default();
-                let acks = riding.as_deref_mut().filter(|r| r.partition == p && r.results.is_none());
-                // A partition this process saw idle, its head not moved since: not read.
-                if let Some(hint) = turns.idle(sub.record.id, p, head.next, self.now()).filter(|_| acks.is_none()) {
-                    waiting((&mut wake_at, &mut idle), &sub.topic, p, hint.wake_at, Some(hint.cursor));
-                    continue;
-                }
-                let turn =
-                    if first_pass { turns.try_now(sub.record.id, p) } else { Some(turns.wait(sub.record.id, p).await) };
-                let Some(turn) = turn else {
-                    visits.push_back((p, false));
-                    continue;
-                };
-                let want = req.max_messages - messages.len();
-                let first = messages.is_empty();
-                let took =
-                    self.take(sub, &turn, head, want, visibility, receipt_key, &mut bytes_left, first, acks).await;
-                let taken = match took {
-                    Ok(taken) => taken,
-                    // Messages already taken from other partitions are answered, not stranded.
-                    Err(e) if !messages.is_empty() => {
-                        tracing::warn!(error = %e, partition = p, "receive stopped early");
-                        break;
+            // With a rate, tokens first: a receive that finds none visits no partition.
+            let (want, tokens) = match self.rate_gate(sub, req.max_messages).await? {
+                Gate::Open(want, tokens) => (want, tokens),
+                Gate::Shut(next_token) => {
+                    self.settle_unridden(sub, riding.as_deref_mut(), receipt_key).await?;
+                    let now = self.now();
+                    if now >= deadline || stop.is_some_and(|s| *s.borrow()) {
+                        return Ok(Vec::new());
                     }
-                    Err(e) => return Err(e),
-                };
-                turns.note(&turn, taken.idle(self.now()));
-                drop(turn);
-                if !taken.messages.is_empty() {
-                    held.push((messages.len() + taken.messages.len(), taken.held_until));
+                    self.nap_unless(stop, now, deadline, (Some(next_token), false), &[]).await?;
+                    continue;
                 }
-                messages.extend(taken.messages);
-                blocked |= taken.blocked;
-                waiting((&mut wake_at, &mut idle), &sub.topic, p, taken.wake_at, taken.idle_at);
+            };
+            let heads = self.heads_of(&sub.topic, std::mem::take(&mut recent)).await?;
+            let visited = self.visit(sub, &heads, (want, visibility), receipt_key, riding.as_deref_mut()).await;
+            if let Some((rate, taken)) = tokens {
+                let used = visited.as_ref().map_or(0, |v| v.messages.len());
+                self.give_back_tokens(sub, rate, taken.saturating_sub(used)).await;
             }
+            let Visit { messages, held, wake_at, idle, blocked } = visited?;
             self.settle_unridden(sub, riding.as_deref_mut(), receipt_key).await?;
             let now = self.now();
             if !messages.is_empty() {
@@ -161,6 +127,70 @@ impl Queues {
             }
             self.nap_unless(stop, now, deadline, (wake_at, blocked), &idle).await?;
         }
+    }
+
+    /// One look at the partitions for up to `max_messages`, from a random one (or the acks'
+    /// riding): what it took, and what to wait for if nothing.
+    async fn visit(
+        &self,
+        sub: &Sub,
+        heads: &[(HeadRecord, u64)],
+        (max_messages, visibility): (usize, u64),
+        receipt_key: &ReceiptKey,
+        mut riding: Option<&mut Riding>,
+    ) -> Result<Visit, Error> {
+        let partitions = sub.topic.spec.partitions;
+        let one_partition = sub.record.spec.push.is_some();
+        let mut v = Visit::default();
+        let mut bytes_left = self.log.limits().max_response_bytes;
+        // From the partition of the acks riding, if any: they ride on its write.
+        let random = || (self.nonce() % u64::from(partitions.max(1))) as u32;
+        let start = riding.as_ref().filter(|r| r.results.is_none()).map_or_else(random, |r| r.partition);
+        // First the partitions nobody in this process has a turn on, then, if more is
+        // wanted, the busy ones, each once its turn comes.
+        let mut visits: VecDeque<(u32, bool)> = (0..partitions).map(|i| ((start + i) % partitions, true)).collect();
+        let turns = &self.local.turns;
+        while let Some((p, first_pass)) = visits.pop_front() {
+            let messages = &mut v.messages;
+            // A push batch is one partition's (one lease: retried as it was, `take.rs`).
+            if messages.len() >= max_messages || bytes_left == 0 || (one_partition && !messages.is_empty()) {
+                break;
+            }
+            let head = heads.get(p as usize).map(|(h, _)| *h).unwrap_or_default();
+            let acks = riding.as_deref_mut().filter(|r| r.partition == p && r.results.is_none());
+            // A partition this process saw idle, its head not moved since: not read.
+            if let Some(hint) = turns.idle(sub.record.id, p, head.next, self.now()).filter(|_| acks.is_none()) {
+                waiting((&mut v.wake_at, &mut v.idle), &sub.topic, p, hint.wake_at, Some(hint.cursor));
+                continue;
+            }
+            let turn =
+                if first_pass { turns.try_now(sub.record.id, p) } else { Some(turns.wait(sub.record.id, p).await) };
+            let Some(turn) = turn else {
+                visits.push_back((p, false));
+                continue;
+            };
+            let want = max_messages - messages.len();
+            let first = messages.is_empty();
+            let took = self.take(sub, &turn, head, want, visibility, receipt_key, &mut bytes_left, first, acks).await;
+            let taken = match took {
+                Ok(taken) => taken,
+                // Messages already taken from other partitions are answered, not stranded.
+                Err(e) if !messages.is_empty() => {
+                    tracing::warn!(error = %e, partition = p, "receive stopped early");
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
+            turns.note(&turn, taken.idle(self.now()));
+            drop(turn);
+            if !taken.messages.is_empty() {
+                v.held.push((messages.len() + taken.messages.len(), taken.held_until));
+            }
+            messages.extend(taken.messages);
+            v.blocked |= taken.blocked;
+            waiting((&mut v.wake_at, &mut v.idle), &sub.topic, p, taken.wake_at, taken.idle_at);
+        }
+        Ok(v)
     }
 
     /// Acks that found no write to ride on are written before the answer or a wait; if
@@ -543,6 +573,18 @@ fn taken(
         })
         .collect();
     Taken { messages, held_until, wake_at: plan.wake_at, blocked: plan.blocked, idle_at: None }
+}
+
+/// What one look at the partitions took ([`Queues::visit`]): the messages, and per take
+/// the end (exclusive) of its messages among them and their window's end; with nothing,
+/// when to look again.
+#[derive(Default)]
+struct Visit {
+    messages: Vec<Message>,
+    held: Vec<(usize, i64)>,
+    wake_at: Option<i64>,
+    idle: Vec<(TopicConfig, u32, u64)>,
+    blocked: bool,
 }
 
 /// What one attempt of a take chose ([`Queues::choose`]).

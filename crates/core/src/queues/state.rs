@@ -150,7 +150,7 @@ impl Queues {
                         record: l.record,
                         inline: true,
                     }));
-                } else if item.key.sk == PUSH_STATS_SK {
+                } else if item.key.sk == PUSH_STATS_SK || item.key.sk == RATE_SK {
                     continue;
                 } else {
                     state.leases.push(Lease::from_item(item)?);
@@ -203,4 +203,23 @@ pub(super) fn holder<'a>(leases: &'a BTreeMap<String, Lease>, r: &Receipt) -> Op
     // The lease the receipt names first (its due time, without formatting its sort key):
     // it is where the message is unless it moved.
     leases.values().filter(|l| l.due == r.due).chain(leases.values()).find_map(holds)
+}
+
+/// Subscription `s` (id 7, default settings) of topic `t` (id 1, one partition), its item at
+/// `version`: for the plans' unit tests.
+#[cfg(test)]
+pub(super) fn test_sub(version: u64) -> Sub {
+    let spec = crate::model::TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None };
+    let topic = TopicConfig { name: "t".into(), id: 1, spec, created_ms: 0, version: 1 };
+    let record = SubscriptionRecord {
+        id: 7,
+        spec: SubscriptionSpec::default(),
+        starts: vec![0],
+        created_ms: 0,
+        deleted: false,
+        state: SubscriptionState::Active,
+        config: 0,
+        filter_config: 0,
+    };
+    Sub { topic, name: "s".into(), record, version, guarded: false }
 }

@@ -76,6 +76,9 @@ impl SubscriptionSpec {
         if let Some(push) = &self.push {
             push.validate()?;
         }
+        if let Some(rate) = &self.rate {
+            rate.validate()?;
+        }
         Ok(())
     }
 

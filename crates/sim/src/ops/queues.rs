@@ -32,7 +32,7 @@ impl World {
             4 => {
                 let spec = self.sub_specs[SUB_Q].clone();
                 self.spawn(c, Act::SubCreate { sub: SUB_Q }, Some(TOPIC_A), async move {
-                    Res::SubCreate(queues.create(TOPIC_A, SUB_Q, spec).await)
+                    Res::SubCreate(Box::new(queues.create(TOPIC_A, SUB_Q, spec).await))
                 })
             }
             5 => self.spawn(c, Act::DlqPurge { sub }, Some(TOPIC_A), async move {
@@ -62,7 +62,7 @@ impl World {
     }
 
     pub(crate) fn on_sub_create(&mut self, d: &Done, sub: &'static str) {
-        if matches!(&d.res, Res::SubCreate(Ok(_))) {
+        if matches!(&d.res, Res::SubCreate(r) if r.is_ok()) {
             self.learn_sub(sub);
         }
     }

@@ -27,6 +27,8 @@ pub struct ScaleArgs {
     pub receiver_ms: f64,
     /// Push: `max_in_flight` of each subscription.
     pub max_in_flight: u32,
+    /// Push: each subscription's `rate` (messages a second, the same burst), if any.
+    pub sub_rate: Option<u32>,
     /// Publish: each event of a batch to a partition of its own draw (keyed events spread
     /// over the topic, docs/AWS.md's "batch 100 keyed over 8 partitions") instead of one
     /// partition per request.
@@ -53,6 +55,7 @@ impl ScaleArgs {
             window_ms: params::ESM_WINDOW_MS,
             receiver_ms: params::RECEIVER_MS,
             max_in_flight: sluice_core::queues::DEFAULT_PUSH_IN_FLIGHT,
+            sub_rate: None,
             keyed: false,
         }
     }

@@ -135,7 +135,7 @@ pub(crate) enum Res {
     QDescribe(Box<Result<SubscriptionDescription, Error>>),
     Count(Result<u64, Error>),
     Dlq(Result<DeadLetterPage, Error>),
-    SubCreate(Result<(Subscription, bool), Error>),
+    SubCreate(Box<Result<(Subscription, bool), Error>>),
     TopicCreate(Result<(TopicConfig, bool), Error>),
     BusyDelete(Box<BusyDelete>),
     /// The batch received (by receipt: partition, offset, nonce, receive count), and how its
@@ -398,7 +398,7 @@ impl Res {
                 }
                 Err(e) => line.push_str(&code(e)),
             },
-            Res::SubCreate(r) => match r {
+            Res::SubCreate(r) => match r.as_ref() {
                 Ok((_, created)) => {
                     let _ = write!(line, "created {created}");
                 }

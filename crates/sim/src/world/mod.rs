@@ -404,6 +404,7 @@ fn draw_subscriptions(seed: u64, rng: &mut Rng) -> (SimFilter, SubscriptionSpec,
         redelivery_backoff: backoff,
         filter: q_filter.pattern(),
         push: None,
+        rate: None,
     };
     let qk = SubscriptionSpec {
         start: StartAt::Earliest,
@@ -414,6 +415,7 @@ fn draw_subscriptions(seed: u64, rng: &mut Rng) -> (SimFilter, SubscriptionSpec,
         redelivery_backoff: None,
         filter: None,
         push: None,
+        rate: None,
     };
     (q_filter, q, qk)
 }

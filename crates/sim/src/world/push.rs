@@ -84,5 +84,6 @@ fn draw_spec(rng: &mut Rng, min_receives: i64) -> SubscriptionSpec {
         redelivery_backoff: None,
         filter: None,
         push: Some(push),
+        rate: None,
     }
 }

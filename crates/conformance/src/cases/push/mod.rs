@@ -12,6 +12,7 @@ mod flow;
 mod parallel;
 mod patch;
 mod pause;
+mod rate;
 mod receiver;
 mod retries;
 mod rotation;
@@ -24,6 +25,7 @@ pub use flow::*;
 pub use parallel::*;
 pub use patch::*;
 pub use pause::*;
+pub use rate::*;
 pub use retries::*;
 pub use rotation::*;
 
@@ -53,6 +55,8 @@ macro_rules! push_conformance_suite {
             given_an_endpoint_failing_twenty_times_over_five_minutes_then_it_is_suspended_probed_once_a_minute_and_resumed,
             given_a_target_answering_410_gone_then_its_batch_is_dead_lettered_at_once_with_reason_gone,
             given_a_running_dispatcher_and_a_429_with_retry_after_then_nothing_is_received_until_then,
+            given_a_push_subscription_with_a_rate_then_deliveries_follow_it_and_spend_no_receive_count,
+            given_a_push_subscription_with_a_rate_then_a_batch_waits_for_its_tokens,
             // The push fault cases (`faults.rs`).
             given_the_ack_answer_after_a_2xx_is_lost_then_an_applied_ack_holds_and_a_lost_one_repushes_the_batch,
             given_a_push_receive_whose_answer_is_lost_then_nothing_is_pushed_until_its_window_ends_then_once,

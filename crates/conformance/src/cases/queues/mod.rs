@@ -14,6 +14,7 @@ mod messages;
 mod patch;
 mod pause;
 mod peek;
+mod rate;
 mod removed_dead;
 mod riding;
 mod seek;
@@ -32,6 +33,7 @@ pub use messages::*;
 pub use patch::*;
 pub use pause::*;
 pub use peek::*;
+pub use rate::*;
 pub use removed_dead::*;
 pub use riding::*;
 pub use seek::*;
@@ -108,6 +110,11 @@ macro_rules! queue_conformance_suite {
             given_a_cached_subscription_patched_elsewhere_then_the_next_receive_uses_the_new_settings,
             given_a_partition_a_process_saw_idle_when_another_redrives_there_then_delivered_once_the_hint_lapses,
             given_a_partition_a_process_saw_idle_when_it_redrives_there_itself_then_delivered_at_once,
+            given_a_rate_then_a_burst_then_exactly_per_second_times_t_messages_over_t,
+            given_a_rate_then_a_long_poll_waits_for_the_next_token,
+            given_two_processes_on_one_rate_then_they_share_its_bucket,
+            given_a_throttled_subscription_then_waiting_messages_spend_no_receive_count,
+            given_a_patch_adding_and_removing_a_rate_then_receives_follow_it,
         );
         $crate::queue_conformance_suite!(@concurrent $backend;
             given_eight_workers_draining_a_queue_then_every_message_acked_exactly_once_and_backlog_ends_empty,
@@ -118,6 +125,7 @@ macro_rules! queue_conformance_suite {
             given_receives_racing_a_pause_then_none_that_started_after_its_answer_grants_a_lease,
             given_receives_and_acks_racing_a_seek_then_none_after_its_answer_acts_on_a_passed_over_message,
             given_receives_racing_a_patch_then_none_that_started_after_its_answer_uses_the_old_setting,
+            given_eight_receivers_racing_on_one_rate_then_together_they_get_exactly_the_burst,
         );
     };
     (@cases $backend:expr; $($case:ident),+ $(,)?) => {

@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use sluice_core::ports::deliver::{Answer, Deliver, Delivery};
 use sluice_core::push::{Dispatcher, Topics};
-use sluice_core::queues::{PushSpec, StartAt, SubscriptionSpec};
+use sluice_core::queues::{PushSpec, Rate, StartAt, SubscriptionSpec};
 use sluice_core::NewEvent;
 
 use crate::rng::Rng;
@@ -78,8 +78,14 @@ async fn subscribe(rig: &Rig, args: &ScaleArgs) {
         let mut push = PushSpec::url(format!("https://receiver.example/{k}"), None);
         push.max_in_flight = args.max_in_flight;
         let filter = serde_json::json!({ "value": { "kind": [format!("k{k}")] } });
-        let spec =
-            SubscriptionSpec { start: StartAt::Earliest, filter: Some(filter), push: Some(push), ..Default::default() };
+        let rate = args.sub_rate.map(|per_second| Rate { per_second, burst: per_second });
+        let spec = SubscriptionSpec {
+            start: StartAt::Earliest,
+            filter: Some(filter),
+            push: Some(push),
+            rate,
+            ..Default::default()
+        };
         queues.create(TOPIC, &format!("push{k}"), spec).await.expect("create a push subscription");
     }
 }
