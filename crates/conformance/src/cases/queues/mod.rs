@@ -16,6 +16,7 @@ mod pause;
 mod peek;
 mod removed_dead;
 mod riding;
+mod schedule;
 mod seek;
 mod settings;
 mod start;
@@ -34,6 +35,7 @@ pub use pause::*;
 pub use peek::*;
 pub use removed_dead::*;
 pub use riding::*;
+pub use schedule::*;
 pub use seek::*;
 pub use settings::*;
 pub use start::*;
@@ -108,6 +110,11 @@ macro_rules! queue_conformance_suite {
             given_a_cached_subscription_patched_elsewhere_then_the_next_receive_uses_the_new_settings,
             given_a_partition_a_process_saw_idle_when_another_redrives_there_then_delivered_once_the_hint_lapses,
             given_a_partition_a_process_saw_idle_when_it_redrives_there_itself_then_delivered_at_once,
+            given_scheduled_events_then_none_is_delivered_early_and_each_comes_at_its_time,
+            given_thousands_scheduled_ahead_of_due_messages_then_those_are_not_held_back,
+            given_a_subscription_created_after_a_scheduled_publish_then_it_honours_the_schedule,
+            given_a_scheduled_event_then_replay_reads_it_at_once_with_its_schedule,
+            given_a_schedule_beyond_the_topics_retention_then_refused_and_nothing_written,
         );
         $crate::queue_conformance_suite!(@concurrent $backend;
             given_eight_workers_draining_a_queue_then_every_message_acked_exactly_once_and_backlog_ends_empty,
