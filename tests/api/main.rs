@@ -6,6 +6,7 @@ mod bad_input;
 mod bounds;
 #[path = "../common/mod.rs"]
 mod common;
+mod schedule;
 
 use base64::Engine;
 use common::{client, create_topic, Server};
