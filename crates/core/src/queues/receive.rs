@@ -254,7 +254,7 @@ impl Queues {
         mut riding: Option<&mut Riding>,
     ) -> Result<Taken, Error> {
         let (spec, filter) = (&sub.record.spec, sub.filter()?);
-        let (mut attempt, mut burials, mut passes) = (0, 0, 0);
+        let (mut attempt, mut burials, mut passes, mut scheduling) = (0, 0, 0, false);
         let partition = turn.partition();
         while attempt < MAX_ATTEMPTS {
             let now = self.now();
@@ -275,8 +275,7 @@ impl Queues {
                 }
                 continue;
             }
-            let at = Target { sub, partition, receipt_key };
-            let passing = (&dead[..], filter.as_ref(), passes > 0);
+            let (at, passing) = (Target { sub, partition, receipt_key }, (&dead[..], filter.as_ref(), scheduling));
             let Some(choice) =
                 self.choose(&at, &state, passing, &mut head, (want, *bytes_left, first), now, &mut attempt).await?
             else {
@@ -301,6 +300,7 @@ impl Queues {
             // The window counts from the write, not from the reads before it: a slow read
             // must not shorten it.
             let held_until = self.now().max(now).saturating_add(visibility as i64);
+            scheduling |= !pick.scheduled.is_empty(); // the next pass reads ahead past the rest
             let write = take::write(&at, &state, &plan, pick, &kept, skipped, now, held_until, || self.nonce());
             if let Err(e) = self.write_on(sub, write.ops).await? {
                 if write.checks_sub && matches!(e, StorageError::ConditionFailed { op: 0, .. }) {

@@ -56,13 +56,16 @@ impl Pick {
     }
 
     /// Moves a scheduled message not yet due into the lease due at its time `at`, holding
-    /// back no key, and the cursor past it: `false` if this take moved all it may.
-    fn schedule(&mut self, msg: LeaseMsg, at: i64) -> bool {
+    /// back no key, and the cursor past it: `false` if this take moved all it may. A new
+    /// lease takes one of the write's `ops_left`.
+    fn schedule(&mut self, msg: LeaseMsg, at: i64, ops_left: &mut usize) -> bool {
         let new_lease = !self.scheduled.contains_key(&at);
         let moved: usize = self.scheduled.values().map(Vec::len).sum();
-        if moved >= MAX_SCHEDULED_PER_TAKE || (new_lease && self.scheduled.len() >= MAX_SCHEDULED_LEASES) {
+        let no_lease = new_lease && (self.scheduled.len() >= MAX_SCHEDULED_LEASES || *ops_left == 0);
+        if moved >= MAX_SCHEDULED_PER_TAKE || no_lease {
             return false;
         }
+        *ops_left -= usize::from(new_lease);
         self.scheduled.entry(at).or_default().push(msg);
         self.cursor_next = msg.offset + 1;
         true
@@ -227,7 +230,7 @@ impl Plan {
         }
         let mut pick = Pick::default();
         // The cursor, the parked lease, and two checks (a first write's, or `Sub::guards`).
-        let mut ops_left = MAX_WRITE_OPS - 4 - MAX_DELAY_LEASES - MAX_SCHEDULED_LEASES;
+        let mut ops_left = MAX_WRITE_OPS - 4 - MAX_DELAY_LEASES;
         for (ci, c) in self.candidates.iter().enumerate() {
             if c.filtered {
                 pick.cursor_next = c.msg.offset + 1; // passed over, even once full
@@ -240,8 +243,10 @@ impl Plan {
             if let Some(at) = c.waiting {
                 // Within its delay, but later messages are due: parked until its time, its
                 // key (if ordered) held back behind it. Scheduled: moved, holding back no key.
-                let moved =
-                    if c.scheduled { pick.schedule(c.msg, at) } else { pick.delay(c.msg, at, self.parked_before) };
+                let moved = match c.scheduled {
+                    true => pick.schedule(c.msg, at, &mut ops_left),
+                    false => pick.delay(c.msg, at, self.parked_before),
+                };
                 if !moved {
                     break;
                 }

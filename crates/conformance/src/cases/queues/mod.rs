@@ -116,6 +116,7 @@ macro_rules! queue_conformance_suite {
             given_a_subscription_created_after_a_scheduled_publish_then_it_honours_the_schedule,
             given_a_scheduled_event_then_replay_reads_it_at_once_with_its_schedule,
             given_a_schedule_beyond_the_topics_retention_then_refused_and_nothing_written,
+            given_a_scheduled_message_moved_aside_when_sought_back_then_it_still_waits_and_comes_once,
         );
         $crate::queue_conformance_suite!(@concurrent $backend;
             given_eight_workers_draining_a_queue_then_every_message_acked_exactly_once_and_backlog_ends_empty,

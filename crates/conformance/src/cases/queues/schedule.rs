@@ -1,7 +1,7 @@
 //! Scheduled delivery (`deliver_at_ms`): in the log at once, delivered by no queue before
 //! its time, without holding back what is due; refused past the topic's retention.
 
-use sluice_core::queues::{Backlog, Ordering, StartAt, SubscriptionSpec};
+use sluice_core::queues::{Backlog, Ordering, SeekTo, StartAt, SubscriptionSpec};
 use sluice_core::schedule::{deliver_at, stamp};
 use sluice_core::{Code, Error, NewEvent, ReadRequest, TopicSpec};
 
@@ -163,4 +163,26 @@ pub async fn given_a_schedule_beyond_the_topics_retention_then_refused_and_nothi
     assert_eq!(states[0].high_watermark, 0, "nothing written");
     let at_edge = log.publish(&topic, vec![scheduled("edge", Some(START_MS + retention))], None).await;
     assert_eq!(at_edge.expect("at the retention's edge").len(), 1);
+}
+
+/// A seek back ends the scheduled message's lease with every other: read from the log
+/// again, it waits for its time again, and comes once.
+pub async fn given_a_scheduled_message_moved_aside_when_sought_back_then_it_still_waits_and_comes_once(
+    backend: &dyn Backend,
+) {
+    let (clock, log, queues) = manual(backend).await;
+    let topic = new_topic(&log, "sched-seek", 1).await;
+    let sub = subscribe(&queues, &topic, spec(StartAt::Earliest)).await;
+    let pos = publish(&log, &topic, vec![scheduled("later", Some(START_MS + 10_000)), scheduled("now", None)]).await;
+    let now = receive_one(&queues, &topic, &sub).await;
+    assert_eq!(ack(&queues, &topic, &sub, &now.receipt).await, Ok(()));
+    let sought = queues.seek(&topic, &sub, &SeekTo::Earliest, false).await.expect("seek");
+    assert_eq!((sought.redeliver, sought.skip), (1, 0), "the acked one again; the scheduled one still to come");
+    assert_eq!(at(&receive_one(&queues, &topic, &sub).await), (0, pos[1].offset), "the due one again, alone");
+    assert_eq!(waiting(&queues.describe(&topic, &sub).await.unwrap().backlog), [0, 1, 1]);
+    clock.advance(10_000);
+    let later = receive(&queues, &topic, &sub, 10).await;
+    assert_eq!(positions(&later), [(0, pos[0].offset)], "once, at its time");
+    let purged = queues.purge(&topic, &sub).await.expect("purge");
+    assert_eq!(purged.skip, 2, "both held, never acked: a purge passes them over, as any: {purged:?}");
 }
