@@ -197,7 +197,7 @@ def checks(server, samples, did):
 
     sub = server.call("GET", "/v1/topics/orders/subscriptions/jobs")
     labels = {**topic, "subscription": "jobs"}
-    for state in ("visible", "in_flight", "delayed", "dead"):
+    for state in ("visible", "in_flight", "delayed", "scheduled", "dead"):
         check(samples, "sluice_subscription_messages", {**labels, "state": state}, sub["backlog"][state])
     check(samples, "sluice_subscription_filtered", labels, sub["backlog"]["filtered"])
     check(samples, "sluice_subscription_expired", labels, sub["backlog"]["expired"])

@@ -26,6 +26,22 @@ pub struct PublishArgs {
     /// A header of every event, `name=value` (repeatable).
     #[arg(long = "header", value_parser = parse_header)]
     headers: Vec<(String, String)>,
+    /// Deliver no event before TIME (RFC 3339, or milliseconds since the epoch): they are
+    /// in the log at once, for replay and groups; queues and push wait.
+    #[arg(long, value_name = "TIME", value_parser = parse_time, conflicts_with = "delay_ms")]
+    deliver_at: Option<i64>,
+    /// Deliver no event before N milliseconds after the server accepts it.
+    #[arg(long, value_name = "N")]
+    delay_ms: Option<u64>,
+}
+
+/// RFC 3339 or milliseconds since the epoch, as milliseconds.
+fn parse_time(s: &str) -> Result<i64, String> {
+    s.parse::<i64>().or_else(|_| {
+        time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+            .map(|t| (t.unix_timestamp_nanos() / 1_000_000) as i64)
+            .map_err(|e| format!("`{s}` is neither RFC 3339 nor milliseconds since the epoch: {e}"))
+    })
 }
 
 fn parse_header(s: &str) -> Result<(String, String), String> {
@@ -42,6 +58,7 @@ impl PublishArgs {
         let mut record = Record::json(value);
         record.key = key;
         record.headers = self.headers.iter().cloned().collect();
+        (record.deliver_at_ms, record.delay_ms) = (self.deliver_at, self.delay_ms);
         record
     }
 }

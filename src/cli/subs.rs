@@ -467,16 +467,17 @@ fn print_description(sub: &Value) {
     }
     let unscanned = backlog.get("unscanned").and_then(Value::as_u64).map(|u| format!(", {u} unscanned"));
     say!(
-        "backlog: {} visible, {} in flight, {} delayed, {} dead, {} expired, {} filtered{}",
+        "backlog: {} visible, {} in flight, {} delayed, {} scheduled, {} dead, {} expired, {} filtered{}",
         n(&backlog["visible"]),
         n(&backlog["in_flight"]),
         n(&backlog["delayed"]),
+        n(&backlog["scheduled"]),
         n(&backlog["dead"]),
         n(&backlog["expired"]),
         n(&backlog["filtered"]),
         unscanned.unwrap_or_default(),
     );
-    let columns = ["visible", "in_flight", "delayed", "dead", "expired", "filtered"];
+    let columns = ["visible", "in_flight", "delayed", "scheduled", "dead", "expired", "filtered"];
     let mut header = vec!["partition", "cursor", "high mark"];
     header.extend(columns);
     let partitions = sub["partitions"].as_array().map(Vec::as_slice).unwrap_or_default();

@@ -7,6 +7,7 @@ mod bounds;
 #[path = "../common/mod.rs"]
 mod common;
 mod rate;
+mod schedule;
 
 use base64::Engine;
 use common::{client, create_topic, Server};

@@ -266,3 +266,28 @@ fn given_a_push_subscription_when_its_secret_is_rotated_then_the_new_one_is_prin
     let bad = sluice(&server, &["subs", "rotate-secret", "jobs", "hooks", "--secret", "whsec_AAAA"], None);
     assert!(stderr(&bad).contains("invalid_push"), "{}", stderr(&bad));
 }
+
+#[test]
+fn given_publish_with_a_schedule_then_tail_shows_it_and_a_receive_waits_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    ok(&server, &["topics", "create", "jobs", "--retention-ms", "86400000"], None);
+    ok(&server, &["subs", "create", "jobs", "w", "--start", "earliest"], None);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let at = (now + 7_200_000).to_string();
+    ok(&server, &["publish", "jobs", "--deliver-at", &at, "later"], None);
+    ok(&server, &["publish", "jobs", "--delay-ms", "3600000", "in an hour"], None);
+    ok(&server, &["publish", "jobs", "now"], None);
+    let both = sluice(&server, &["publish", "jobs", "--deliver-at", "1", "--delay-ms", "1", "x"], None);
+    assert!(!both.status.success(), "both a time and a delay: refused");
+    let far = sluice(&server, &["publish", "jobs", "--deliver-at", "2100-01-01T00:00:00Z", "x"], None);
+    assert!(!far.status.success() && stderr(&far).contains("invalid_event"), "{}", stderr(&far));
+    let events = ndjson(&ok(&server, &["tail", "jobs", "--from", "earliest"], None));
+    let schedules: Vec<Option<i64>> = events.iter().map(|e| e["deliver_at_ms"].as_i64()).collect();
+    assert_eq!(schedules.len(), 3, "{events:?}");
+    assert_eq!(schedules[0], at.parse().ok());
+    assert!(schedules[1].is_some() && schedules[2].is_none(), "{schedules:?}");
+    let received = ndjson(&ok(&server, &["receive", "jobs", "w", "--count", "10", "--wait-ms", "0"], None));
+    let values: Vec<&Value> = received.iter().map(|m| &m["value"]).collect();
+    assert_eq!(values, [&Value::from("now")], "only what is due");
+}

@@ -44,6 +44,14 @@ pub(crate) struct Envelope {
     traceparent: Option<String>,
     /// Stored as the event's `tracestate` header, with its `traceparent`.
     tracestate: Option<String>,
+    /// RFC 3339: no subscription delivers the event before this time (Sluice's
+    /// `deliver_at_ms`); not with `delayms`.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    deliverat: Option<String>,
+    /// Milliseconds from now before which no subscription delivers the event (Sluice's
+    /// `delay_ms`); not with `deliverat`.
+    #[schema(minimum = 0)]
+    delayms: Option<i64>,
 }
 
 fn invalid(message: impl Into<String>) -> ApiError {
@@ -84,29 +92,32 @@ fn trace_headers(traceparent: Option<&str>, tracestate: Option<&str>) -> Vec<(St
     context.map_or_else(Vec::new, |c| c.headers().into_iter().map(|(name, value)| (name, Bytes::from(value))).collect())
 }
 
-fn structured_event(raw: &RawValue) -> Result<NewEvent, ApiError> {
+fn structured_event(raw: &RawValue, now: i64) -> Result<NewEvent, ApiError> {
     let Object(env): Object<Envelope> = parse_json_owned(raw.get().as_bytes())?;
     check_required(env.specversion.as_deref(), env.id.as_deref(), env.source.as_deref(), env.kind.as_deref())?;
     let mut headers = vec![("content-type".into(), Bytes::from_static(b"application/cloudevents+json"))];
     headers.extend(trace_headers(env.traceparent.as_deref(), env.tracestate.as_deref()));
-    Ok(NewEvent {
+    let mut event = NewEvent {
         key: env.partitionkey.map(Bytes::from),
         headers,
         value: Bytes::copy_from_slice(raw.get().as_bytes()),
         value_is_json: true,
         timestamp_ms: parse_time(env.time.as_deref())?,
         partition: None,
-    })
+    };
+    let deliver_at = parse_time(env.deliverat.as_deref())?;
+    crate::schedule::apply(&mut event, deliver_at, env.delayms, now).map_err(invalid)?;
+    Ok(event)
 }
 
 /// `application/cloudevents+json`: one event, the body is the event.
-pub fn structured(body: &[u8]) -> Result<NewEvent, ApiError> {
+pub fn structured(body: &[u8], now: i64) -> Result<NewEvent, ApiError> {
     let raw: &RawValue = parse_json(body)?;
-    structured_event(raw)
+    structured_event(raw, now)
 }
 
 /// `application/cloudevents-batch+json`: a JSON array of structured events.
-pub fn batch(body: &[u8], max_events: usize) -> Result<Vec<NewEvent>, ApiError> {
+pub fn batch(body: &[u8], max_events: usize, now: i64) -> Result<Vec<NewEvent>, ApiError> {
     let raws: Vec<&RawValue> = parse_json(body)?;
     if raws.len() > max_events {
         return Err(ApiError::new(
@@ -114,11 +125,11 @@ pub fn batch(body: &[u8], max_events: usize) -> Result<Vec<NewEvent>, ApiError> 
             format!("{} events in one publish; the limit is {max_events}", raws.len()),
         ));
     }
-    raws.into_iter().map(structured_event).collect()
+    raws.into_iter().map(|raw| structured_event(raw, now)).collect()
 }
 
 /// Binary mode: attributes in `ce-*` headers, the body is the data.
-pub fn binary(headers: &HeaderMap, body: &Bytes) -> Result<NewEvent, ApiError> {
+pub fn binary(headers: &HeaderMap, body: &Bytes, now: i64) -> Result<NewEvent, ApiError> {
     let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     check_required(get("ce-specversion"), get("ce-id"), get("ce-source"), get("ce-type"))?;
     // A well-formed trace context is stored as the `traceparent` and `tracestate` headers
@@ -127,7 +138,7 @@ pub fn binary(headers: &HeaderMap, body: &Bytes) -> Result<NewEvent, ApiError> {
     let traced = !record_headers.is_empty();
     for (name, value) in headers {
         if let Some(attr) = name.as_str().strip_prefix("ce-") {
-            if traced && matches!(attr, "traceparent" | "tracestate") {
+            if (traced && matches!(attr, "traceparent" | "tracestate")) || matches!(attr, "deliverat" | "delayms") {
                 continue;
             }
             record_headers.push((format!("ce_{attr}"), Bytes::copy_from_slice(value.as_bytes())));
@@ -142,12 +153,17 @@ pub fn binary(headers: &HeaderMap, body: &Bytes) -> Result<NewEvent, ApiError> {
         mime == "application/json" || mime.ends_with("+json")
     });
     let value_is_json = json_type && serde_json::from_slice::<&RawValue>(body).is_ok();
-    Ok(NewEvent {
+    let mut event = NewEvent {
         key: get("ce-partitionkey").map(|k| Bytes::copy_from_slice(k.as_bytes())),
         headers: record_headers,
         value: body.clone(),
         value_is_json,
         timestamp_ms: parse_time(get("ce-time"))?,
         partition: None,
-    })
+    };
+    let delay = get("ce-delayms")
+        .map(|d| d.trim().parse().map_err(|_| invalid(format!("delayms '{d}' is not an integer"))))
+        .transpose()?;
+    crate::schedule::apply(&mut event, parse_time(get("ce-deliverat"))?, delay, now).map_err(invalid)?;
+    Ok(event)
 }

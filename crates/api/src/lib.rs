@@ -15,6 +15,7 @@ mod peek;
 mod publish;
 mod queues;
 mod read;
+mod schedule;
 mod topics;
 mod trace;
 

@@ -63,6 +63,13 @@ pub(crate) struct JsonEvent<'a> {
     timestamp_ms: Option<i64>,
     /// An explicit partition, 0 to partitions − 1.
     partition: Option<u32>,
+    /// Milliseconds since the epoch before which no subscription delivers the event (it is
+    /// in the log at once): at most the topic's retention after its timestamp.
+    deliver_at_ms: Option<i64>,
+    /// The same, as milliseconds from now (when Sluice accepts the request); not with
+    /// `deliver_at_ms`.
+    #[schema(minimum = 0)]
+    delay_ms: Option<i64>,
 }
 
 /// Publish a batch of events: a JSON batch, or CloudEvents 1.0 (structured, batch, or binary
@@ -119,15 +126,17 @@ async fn store(
     let trace = trace::request_context(headers);
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
     let mime = content_type.split(';').next().unwrap_or_default().trim();
+    // What a `delay_ms` counts from: the log's clock, as the event's timestamp.
+    let now = log.clock().now_ms();
     let is = |m: &str| mime.eq_ignore_ascii_case(m);
     let mut events = if headers.contains_key("ce-specversion") {
-        vec![cloudevents::binary(headers, &body)?]
+        vec![cloudevents::binary(headers, &body, now)?]
     } else if is("application/cloudevents+json") {
-        vec![cloudevents::structured(&body)?]
+        vec![cloudevents::structured(&body, now)?]
     } else if is("application/cloudevents-batch+json") {
-        cloudevents::batch(&body, log.limits().max_events_per_publish)?
+        cloudevents::batch(&body, log.limits().max_events_per_publish, now)?
     } else if is("application/json") || mime.is_empty() {
-        json_batch(&body, log.limits().max_events_per_publish)?
+        json_batch(&body, log.limits().max_events_per_publish, now)?
     } else {
         return Err(ApiError::new(
             Code::UnsupportedMediaType,
@@ -160,7 +169,7 @@ fn render_results(results: &[Position]) -> Vec<u8> {
     out
 }
 
-fn json_batch(body: &Bytes, max_events: usize) -> Result<Vec<NewEvent>, ApiError> {
+fn json_batch(body: &Bytes, max_events: usize, now: i64) -> Result<Vec<NewEvent>, ApiError> {
     // Count before building anything, so a huge batch is refused cheaply.
     let Object(batch): Object<Batch<'_>> = parse_json(body)?;
     if batch.events.len() > max_events {
@@ -169,12 +178,14 @@ fn json_batch(body: &Bytes, max_events: usize) -> Result<Vec<NewEvent>, ApiError
             format!("{} events in one publish; the limit is {max_events}", batch.events.len()),
         ));
     }
-    batch.events.into_iter().enumerate().map(|(i, Object(e))| json_event(body, i, e)).collect()
+    batch.events.into_iter().enumerate().map(|(i, Object(e))| json_event(body, i, e, now)).collect()
 }
 
 /// Builds an event whose key and value share the request body's memory where the JSON
 /// holds them verbatim (a value always does; a key does unless it has escapes).
-fn json_event(body: &Bytes, i: usize, e: JsonEvent<'_>) -> Result<NewEvent, ApiError> {
+fn json_event(body: &Bytes, i: usize, e: JsonEvent<'_>, now: i64) -> Result<NewEvent, ApiError> {
+    let invalid = |why: String| ApiError::bad_request(Code::InvalidEvent, format!("event {i}: {why}"));
+    crate::schedule::check_headers(e.headers.keys()).map_err(invalid)?;
     let (value, value_is_json) = match (e.value, e.value_base64) {
         (Some(v), None) => (body.slice_ref(v.get().as_bytes()), true),
         (None, Some(b64)) => (
@@ -193,7 +204,10 @@ fn json_event(body: &Bytes, i: usize, e: JsonEvent<'_>) -> Result<NewEvent, ApiE
         Cow::Owned(k) => Bytes::from(k),
     });
     let headers: Vec<(String, Bytes)> = e.headers.into_iter().map(|(k, v)| (k, Bytes::from(v))).collect();
-    Ok(NewEvent { key, headers, value, value_is_json, timestamp_ms: e.timestamp_ms, partition: e.partition })
+    let mut event =
+        NewEvent { key, headers, value, value_is_json, timestamp_ms: e.timestamp_ms, partition: e.partition };
+    crate::schedule::apply(&mut event, e.deliver_at_ms, e.delay_ms, now).map_err(invalid)?;
+    Ok(event)
 }
 
 pub fn decode_base64(s: &str) -> Result<Bytes, String> {
@@ -284,7 +298,7 @@ mod tests {
             (br#"{"events": [[null, 1, null, {}, null, null]]}"#, "expected a JSON object"),
         ];
         for (body, why) in cases {
-            let Err(err) = json_batch(&Bytes::from_static(body), 10) else {
+            let Err(err) = json_batch(&Bytes::from_static(body), 10, 0) else {
                 panic!("accepted: {}", String::from_utf8_lossy(body))
             };
             assert_eq!(err.code, Code::InvalidRequest, "{}", err.message);
@@ -295,7 +309,7 @@ mod tests {
     #[test]
     fn given_plain_and_escaped_keys_when_parsed_then_both_keep_their_text() {
         let body = Bytes::from_static(br#"{"events":[{"key":"k1","value":{"a":1}},{"key":"k\"2","value":"v"}]}"#);
-        let events = json_batch(&body, 10).unwrap();
+        let events = json_batch(&body, 10, 0).unwrap();
         assert_eq!(events[0].key.as_deref(), Some(&b"k1"[..]));
         assert_eq!(events[0].value, r#"{"a":1}"#);
         assert_eq!(events[1].key.as_deref(), Some(&b"k\"2"[..]));

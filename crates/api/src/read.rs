@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use base64::Engine;
 use serde_json::{json, Value};
+use sluice_core::schedule::DELIVER_AT_HEADER;
 use sluice_core::segment::Record;
 use sluice_core::{Log, OffsetQuery, ReadBatch, ReadRequest};
 
@@ -143,7 +144,9 @@ pub(crate) fn write_record(out: &mut Vec<u8>, r: &Record) {
         Some(k) => write_str(out, &String::from_utf8_lossy(k)),
     }
     out.extend_from_slice(b",\"headers\":{");
-    for (i, (name, value)) in r.headers.iter().enumerate() {
+    // The schedule is kept as a header (`sluice_core::schedule`), shown as a field of its own.
+    let shown = r.headers.iter().filter(|(name, _)| name != DELIVER_AT_HEADER);
+    for (i, (name, value)) in shown.enumerate() {
         if i > 0 {
             out.push(b',');
         }
@@ -152,6 +155,9 @@ pub(crate) fn write_record(out: &mut Vec<u8>, r: &Record) {
         write_str(out, &String::from_utf8_lossy(value));
     }
     out.push(b'}');
+    if let Some(at) = sluice_core::schedule::deliver_at(&r.headers) {
+        write_int(out, ",\"deliver_at_ms\":", at);
+    }
     if r.value_is_json {
         out.extend_from_slice(b",\"value\":");
         out.extend_from_slice(&r.value);

@@ -56,6 +56,13 @@ pub struct Record {
     pub timestamp_ms: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub partition: Option<u32>,
+    /// No subscription delivers it before this time (ms since the epoch); replay and groups
+    /// read it at once. At most the topic's retention after its timestamp.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deliver_at_ms: Option<i64>,
+    /// The same, as milliseconds from when the server accepts it (not with `deliver_at_ms`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<u64>,
 }
 
 impl Record {
@@ -68,6 +75,8 @@ impl Record {
             headers: BTreeMap::new(),
             timestamp_ms: None,
             partition: None,
+            deliver_at_ms: None,
+            delay_ms: None,
         }
     }
 
@@ -80,6 +89,20 @@ impl Record {
     /// With a key (which picks the partition).
     pub fn key(mut self, key: impl Into<String>) -> Self {
         self.key = Some(key.into());
+        self
+    }
+
+    /// Delivered by no subscription before `ms` (since the epoch): replaces a delay.
+    pub fn deliver_at_ms(mut self, ms: i64) -> Self {
+        (self.deliver_at_ms, self.delay_ms) = (Some(ms), None);
+        self
+    }
+
+    /// Delivered by no subscription before `delay` after the server accepts it (whole
+    /// milliseconds): replaces a `deliver_at_ms`.
+    pub fn delay(mut self, delay: std::time::Duration) -> Self {
+        let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        (self.deliver_at_ms, self.delay_ms) = (None, Some(ms));
         self
     }
 
@@ -118,6 +141,10 @@ pub struct Event {
     pub key: Option<String>,
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// Published with a schedule: no subscription delivers it before this time (ms since
+    /// the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deliver_at_ms: Option<i64>,
     /// The JSON value, when it was published as JSON.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<Value>,

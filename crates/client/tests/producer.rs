@@ -163,3 +163,39 @@ async fn given_an_event_for_a_partition_the_topic_lacks_then_it_fails_alone_and_
     assert!(matches!(&outcomes[1], Err(e) if e.contains("partition 5 does not exist")), "{:?}", outcomes[1]);
     assert_eq!(outcomes[2], Ok(1), "the event batched after it lands");
 }
+
+/// A record sent with a schedule lands at once: replay hands back its `deliver_at_ms`, a
+/// delay's as the time it ends, and a receive leaves both until then.
+#[tokio::test]
+async fn given_records_sent_with_a_schedule_then_replay_carries_it_and_a_receive_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LocalServer::start(dir.path()).await.unwrap();
+    let client = Client::builder(server.url()).build().unwrap();
+    client.create_topic("later", &TopicSettings::partitions(1)).await.unwrap();
+    client.create_subscription("later", "work", &json!({"start": "earliest"})).await.unwrap();
+    let producer = Producer::new(client.clone());
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let at = now + 7_200_000;
+    let sent = [
+        Record::json(json!("at")).deliver_at_ms(at),
+        Record::json(json!("in an hour")).delay(Duration::from_secs(3600)),
+        Record::json(json!("now")),
+    ];
+    let mut deliveries = Vec::new();
+    for record in sent {
+        deliveries.push(producer.send_record("later", record).await.unwrap());
+    }
+    producer.flush().await.unwrap();
+    for delivery in deliveries {
+        delivery.await.unwrap();
+    }
+    let page = client.read("later", 0, From::Earliest, 10, 0).await.unwrap();
+    let schedules: Vec<Option<i64>> = page.events.iter().map(|e| e.deliver_at_ms).collect();
+    assert_eq!(schedules[0], Some(at));
+    assert!(schedules[1].is_some_and(|t| t > page.events[1].timestamp_ms + 3_500_000), "{schedules:?}");
+    assert_eq!(schedules[2], None);
+    let request = sluice_client::Receive { max_messages: 10, wait_ms: 0, visibility_timeout_ms: None, ack: Vec::new() };
+    let received = client.receive("later", "work", &request).await.unwrap();
+    let values: Vec<_> = received.messages.iter().map(|m| m.event.value.clone()).collect();
+    assert_eq!(values, [Some(json!("now"))], "only what is due");
+}

@@ -135,3 +135,5 @@ mod prices;
 mod push;
 #[path = "aws_request_counts/queues.rs"]
 mod queues;
+#[path = "aws_request_counts/schedule.rs"]
+mod schedule;

@@ -30,6 +30,7 @@ pub mod ports;
 pub mod push;
 pub mod queues;
 pub mod retry;
+pub mod schedule;
 pub mod segment;
 pub mod trace;
 pub mod upkeep;

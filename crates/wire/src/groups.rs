@@ -24,6 +24,9 @@ pub struct GroupEvent {
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub key: Option<String>,
     pub headers: BTreeMap<String, String>,
+    /// Published with a schedule: no subscription delivers it before this time (ms since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deliver_at_ms: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -183,6 +183,9 @@ pub struct Backlog {
     pub visible: u64,
     pub in_flight: u64,
     pub delayed: u64,
+    /// Published with a schedule not yet due (`deliver_at_ms`): never delivered before it.
+    #[serde(default)]
+    pub scheduled: u64,
     pub dead: u64,
     pub expired: u64,
     pub filtered: u64,
@@ -223,6 +226,9 @@ pub struct Message {
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub key: Option<String>,
     pub headers: BTreeMap<String, String>,
+    /// Published with a schedule: no subscription delivers it before this time (ms since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deliver_at_ms: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -252,6 +258,9 @@ pub struct PeekedMessage {
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub key: Option<String>,
     pub headers: BTreeMap<String, String>,
+    /// Published with a schedule: no subscription delivers it before this time (ms since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deliver_at_ms: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -329,6 +338,9 @@ pub struct Record {
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub key: Option<String>,
     pub headers: BTreeMap<String, String>,
+    /// Published with a schedule: no subscription delivers it before this time (ms since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deliver_at_ms: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -16,6 +16,10 @@ pub struct Event {
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub key: Option<String>,
     pub headers: BTreeMap<String, String>,
+    /// Published with a schedule: no subscription delivers it before this time (ms since
+    /// the epoch). Replay and groups read it at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deliver_at_ms: Option<i64>,
     /// Any JSON.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value: Option<Value>,

@@ -198,7 +198,13 @@ async fn sample_groups(
 fn sample_subscription(d: &SubscriptionDescription, g: &mut Gauges) {
     let b = &d.backlog;
     let labels = [("topic", d.subscription.topic.clone()), ("subscription", d.subscription.name.clone())];
-    for (state, n) in [("visible", b.visible), ("in_flight", b.in_flight), ("delayed", b.delayed), ("dead", b.dead)] {
+    for (state, n) in [
+        ("visible", b.visible),
+        ("in_flight", b.in_flight),
+        ("delayed", b.delayed),
+        ("scheduled", b.scheduled),
+        ("dead", b.dead),
+    ] {
         g.set(m::SUB_MESSAGES, &[labels[0].clone(), labels[1].clone(), ("state", state.to_owned())], n as f64);
     }
     g.set(m::SUB_FILTERED, &labels, b.filtered as f64);

@@ -83,8 +83,8 @@ pub(crate) fn subscriptions() -> Value {
 }
 
 fn backlog(visible: u64) -> Value {
-    json!({ "visible": visible, "in_flight": 0, "delayed": 0, "dead": 0, "expired": 0, "filtered": 0,
-            "unscanned": 0, "oldest_visible_age_ms": if visible > 0 { json!(1200) } else { Value::Null } })
+    json!({ "visible": visible, "in_flight": 0, "delayed": 0, "scheduled": 0, "dead": 0, "expired": 0,
+            "filtered": 0, "unscanned": 0, "oldest_visible_age_ms": if visible > 0 { json!(1200) } else { Value::Null } })
 }
 
 pub(crate) fn subscription_description() -> Value {

@@ -135,6 +135,7 @@ fn backlog_json(b: &Backlog) -> Value {
         "visible": b.visible,
         "in_flight": b.in_flight,
         "delayed": b.delayed,
+        "scheduled": b.scheduled,
         "dead": b.dead,
         "expired": b.expired,
         "filtered": b.filtered,

@@ -346,6 +346,7 @@ impl Log {
             }
             None => self.topic(topic).await?,
         };
+        crate::schedule::check(&topic, &events, self.inner.clock.now_ms())?;
         let sent_to = topic.id;
         let partitions = topic.spec.partitions;
         // Kafka's sticky idea: a request's unkeyed events share one partition, the next request another.

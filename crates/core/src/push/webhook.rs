@@ -31,6 +31,9 @@ struct Item {
     timestamp_ms: i64,
     key: Option<String>,
     headers: serde_json::Map<String, serde_json::Value>,
+    /// Its schedule, if it was published with one (kept as a header, shown as a field).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deliver_at_ms: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     value: Option<Box<RawValue>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -60,7 +63,13 @@ pub fn body(topic: &str, subscription: &str, messages: &[Message]) -> Vec<u8> {
                 first_receive_ms: m.first_receive_ms,
                 timestamp_ms: r.timestamp_ms,
                 key: r.key.as_deref().map(text),
-                headers: r.headers.iter().map(|(n, v)| (n.clone(), text(v).into())).collect(),
+                headers: r
+                    .headers
+                    .iter()
+                    .filter(|(n, _)| n != crate::schedule::DELIVER_AT_HEADER)
+                    .map(|(n, v)| (n.clone(), text(v).into()))
+                    .collect(),
+                deliver_at_ms: crate::schedule::deliver_at(&r.headers),
                 value_base64: value.is_none().then(|| STANDARD.encode(&r.value)),
                 value,
             }

@@ -151,8 +151,15 @@ impl Queues {
                 }
                 if requeue {
                     let nonce = self.nonce();
-                    let lease =
-                        LeaseRecord { nonce, receives: 0, held_until: None, delivered_ms: now, msgs, redriven: true };
+                    let lease = LeaseRecord {
+                        nonce,
+                        receives: 0,
+                        held_until: None,
+                        delivered_ms: now,
+                        msgs,
+                        redriven: true,
+                        scheduled: false,
+                    };
                     ops.push(WriteOp::create(lease_key(sub.record.id, p, now, nonce), layout::encode(&lease)));
                 }
                 let cursor = CursorRecord { dead: state.cursor.dead.saturating_sub(n), ..state.cursor };

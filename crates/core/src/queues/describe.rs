@@ -2,6 +2,7 @@
 //! subscription's deliveries, flow state, and its suspension (shown as its `state` unless paused).
 
 use super::*;
+use crate::log::read::Lookup;
 
 impl Backlog {
     /// Adds a partition's counts (not its oldest age) to the whole's.
@@ -9,11 +10,43 @@ impl Backlog {
         self.visible += b.visible;
         self.in_flight += b.in_flight;
         self.delayed += b.delayed;
+        self.scheduled += b.scheduled;
         self.dead += b.dead;
         self.expired += b.expired;
         self.filtered += b.filtered;
         self.unscanned += b.unscanned;
     }
+}
+
+/// New messages one describe reads past a partition's cursor at most, counting those
+/// scheduled for later: past it the counts are not exact.
+const SCHEDULE_SCAN: usize = 10_000;
+
+/// Counts a partition's leases at `now` into `b` (those out of deliveries are dead; due
+/// messages below `log_start` are expired): answers since when the oldest due one is visible.
+fn count_leases(state: &QueueState, max_receive_count: u32, log_start: u64, now: i64, b: &mut Backlog) -> Option<i64> {
+    let mut visible_since: Option<i64> = None;
+    for lease in &state.leases {
+        let n = lease.record.msgs.len() as u64;
+        if lease.due <= now && lease.record.receives >= max_receive_count {
+            b.dead += n;
+        } else if lease.due <= now {
+            // …and due messages below it.
+            let gone = lease.record.msgs.iter().filter(|m| m.offset < log_start).count() as u64;
+            b.expired += gone;
+            if n > gone {
+                b.visible += n - gone;
+                visible_since = min_time(visible_since, lease.due);
+            }
+        } else if lease.record.held_until.is_some_and(|h| h > now) {
+            b.in_flight += n;
+        } else if lease.record.scheduled {
+            b.scheduled += n;
+        } else {
+            b.delayed += n;
+        }
+    }
+    visible_since
 }
 
 impl Queues {
@@ -45,25 +78,7 @@ impl Queues {
             };
             // What a receive would pass over now: new messages below the log start.
             b.expired += head.start.saturating_sub(state.cursor.next);
-            let mut visible_since: Option<i64> = None;
-            for lease in &state.leases {
-                let n = lease.record.msgs.len() as u64;
-                if lease.due <= now && lease.record.receives >= spec.max_receive_count {
-                    b.dead += n;
-                } else if lease.due <= now {
-                    // …and due messages below it.
-                    let gone = lease.record.msgs.iter().filter(|m| m.offset < head.start).count() as u64;
-                    b.expired += gone;
-                    if n > gone {
-                        b.visible += n - gone;
-                        visible_since = min_time(visible_since, lease.due);
-                    }
-                } else if lease.record.held_until.is_some_and(|h| h > now) {
-                    b.in_flight += n;
-                } else {
-                    b.delayed += n;
-                }
-            }
+            let mut visible_since = count_leases(&state, spec.max_receive_count, head.start, now, &mut b);
             let cursor = state.cursor.next.clamp(head.start, head.next.max(head.start));
             if spec.filter.is_some() {
                 // Whether they match is known once a receive looks at them: not visible yet.
@@ -78,6 +93,9 @@ impl Queues {
                 };
                 b.visible += boundary - cursor;
                 b.delayed += head.next - boundary;
+                let (early, late, whole) = self.scheduled_new(&sub, p, cursor, boundary, *head, now).await?;
+                (b.visible, b.delayed, b.scheduled) = (b.visible - early, b.delayed - late, early + late);
+                exact &= whole;
                 if boundary > cursor {
                     let first = self.events_at(&sub.topic, p, &[cursor], *head).await?;
                     if let Some(e) = first.get(&cursor) {
@@ -103,6 +121,44 @@ impl Queues {
         total.oldest_visible_age_ms = oldest.map(|t| now.saturating_sub(t).max(0) as u64);
         let ((subscription, deliveries), throttled_ms) = (self.shown(&sub).await?, self.throttled(&sub).await?);
         Ok(SubscriptionDescription { subscription, backlog: total, partitions, exact, deliveries, throttled_ms })
+    }
+
+    /// Of the new messages `from..head.next` of a partition, those scheduled for after `now`:
+    /// how many below `boundary` (counted visible otherwise) and how many from it (counted
+    /// delayed otherwise), and whether all were read (at most [`SCHEDULE_SCAN`]).
+    async fn scheduled_new(
+        &self,
+        sub: &Sub,
+        partition: u32,
+        mut from: u64,
+        boundary: u64,
+        head: HeadRecord,
+        now: i64,
+    ) -> Result<(u64, u64, bool), Error> {
+        let limits = *self.log.limits();
+        let (mut early, mut late, mut scanned) = (0, 0, 0);
+        while from < head.next {
+            if scanned >= SCHEDULE_SCAN {
+                return Ok((early, late, false));
+            }
+            let max = (limits.max_read_events, limits.max_read_bytes);
+            let batch = match self.log.read_at(&sub.topic, partition, from, max, head, Lookup::Holder).await {
+                Ok(batch) => batch,
+                // Retention removed them meanwhile: a receive would pass them over.
+                Err(Error::OffsetOutOfRange { log_start_offset, .. }) if log_start_offset > from => {
+                    from = log_start_offset;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let Some(last) = batch.events.last().map(|e| e.offset) else { break };
+            scanned += batch.events.len();
+            for e in batch.events.iter().filter(|e| crate::schedule::deliver_at(&e.record.headers) > Some(now)) {
+                *(if e.offset < boundary { &mut early } else { &mut late }) += 1;
+            }
+            from = last + 1;
+        }
+        Ok((early, late, true))
     }
 
     /// The subscription as describe shows it, with its delivery counts if it pushes: its

@@ -143,6 +143,7 @@ mod tests {
             delivered_ms: 0,
             msgs: offsets.map(|offset| LeaseMsg { offset, first_ms: 1_733_300_000_000, key: None }).collect(),
             redriven: false,
+            scheduled: false,
         }
     }
 

@@ -205,6 +205,8 @@ pub struct Backlog {
     pub in_flight: u64,
     /// Waiting: new messages within `delay_ms`, released with a delay, or in redelivery backoff.
     pub delayed: u64,
+    /// Published with a schedule (`crate::schedule`) not yet due: never delivered before it.
+    pub scheduled: u64,
     /// In the dead-letter queue (including messages whose last delivery ran out at the limit).
     pub dead: u64,
     /// Removed from the log by retention before they were delivered, or before they were

@@ -112,6 +112,7 @@ mod tests {
             delivered_ms: 0,
             msgs: vec![LeaseMsg { offset: 3, first_ms: 0, key: None }],
             redriven: false,
+            scheduled: false,
         };
         let key = Key::new(queue_pk(7, 0), lease_sk(9, 1));
         QueueState {

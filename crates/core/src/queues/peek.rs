@@ -36,8 +36,9 @@ fn visible_leases(state: &QueueState, now: i64, max_receive_count: u32, log_star
 }
 
 /// Of new messages read from the log (in offset order), those visible at `now`: the filter
-/// matches them and their delay is over. The first still within its delay ends the
-/// visible run (what follows it waits too, as describe counts them): `true` then.
+/// matches them, their delay is over and their schedule due. The first still within its
+/// delay ends the visible run (what follows it waits too, as describe counts them): `true`
+/// then. One scheduled for later is passed over (a receive moves it out of the way).
 fn visible_new<'a>(
     events: &'a [Event],
     spec: &SubscriptionSpec,
@@ -47,6 +48,9 @@ fn visible_new<'a>(
     let mut visible = Vec::new();
     for event in events {
         if filter.is_some_and(|f| !f.matches(&document(event))) {
+            continue;
+        }
+        if crate::schedule::deliver_at(&event.record.headers).is_some_and(|at| at > now) {
             continue;
         }
         if spec.delay_ms > 0 && event.record.timestamp_ms.min(now).saturating_add(spec.delay_ms as i64) > now {
@@ -143,7 +147,15 @@ mod tests {
 
     fn lease(due: i64, receives: u32, offsets: &[u64]) -> Lease {
         let msgs = offsets.iter().map(|&offset| LeaseMsg { offset, first_ms: 0, key: None }).collect();
-        let record = LeaseRecord { nonce: 0, receives, held_until: None, delivered_ms: 0, msgs, redriven: false };
+        let record = LeaseRecord {
+            nonce: 0,
+            receives,
+            held_until: None,
+            delivered_ms: 0,
+            msgs,
+            redriven: false,
+            scheduled: false,
+        };
         Lease { key: Key::new("q", lease_sk(due, 0)), due, version: 1, record, inline: false }
     }
 

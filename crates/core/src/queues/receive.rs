@@ -284,7 +284,7 @@ impl Queues {
         mut riding: Option<&mut Riding>,
     ) -> Result<Taken, Error> {
         let (spec, filter) = (&sub.record.spec, sub.filter()?);
-        let (mut attempt, mut burials, mut passes) = (0, 0, 0);
+        let (mut attempt, mut burials, mut passes, mut scheduling) = (0, 0, 0, false);
         let partition = turn.partition();
         while attempt < MAX_ATTEMPTS {
             let now = self.now();
@@ -305,18 +305,17 @@ impl Queues {
                 }
                 continue;
             }
-            let at = Target { sub, partition, receipt_key };
-            let Some(choice) = self
-                .choose(&at, &state, (&dead, filter.as_ref()), &mut head, (want, *bytes_left, first), now, &mut attempt)
-                .await?
+            let (at, passing) = (Target { sub, partition, receipt_key }, (&dead[..], filter.as_ref(), scheduling));
+            let Some(choice) =
+                self.choose(&at, &state, passing, &mut head, (want, *bytes_left, first), now, &mut attempt).await?
             else {
                 continue;
             };
             let Choice { plan, pick, kept, left, payloads, skipped, filtered } = choice;
-            // Only expired or filtered messages to pass over: written, then the partition is
-            // looked at again (a few times: a long run of them is left to the next receive).
+            // Only expired or filtered messages to pass over, or scheduled ones to move: written,
+            // then the partition is looked at again (a few times: a long run is left to the next receive).
             let only_expired = kept.is_empty() && pick.parked.is_empty() && pick.delayed.is_empty();
-            let nothing = only_expired && pick.gone.is_empty() && skipped == 0 && filtered == 0;
+            let nothing = only_expired && pick.gone.is_empty() && pick.scheduled.is_empty() && skipped + filtered == 0;
             // Nothing to take: the acks are written alone (or, on a lost race, read again).
             let alone = carried && (nothing || (only_expired && passes == MAX_PASSES));
             if alone && !self.acks_alone(sub, partition, &state, &mut riding, &mut attempt).await? {
@@ -331,6 +330,7 @@ impl Queues {
             // The window counts from the write, not from the reads before it: a slow read
             // must not shorten it.
             let held_until = self.now().max(now).saturating_add(visibility as i64);
+            scheduling |= !pick.scheduled.is_empty(); // the next pass reads ahead past the rest
             let write = take::write(&at, &state, &plan, pick, &kept, skipped, now, held_until, || self.nonce());
             if let Err(e) = self.write_on(sub, write.ops).await? {
                 if write.checks_sub && matches!(e, StorageError::ConditionFailed { op: 0, .. }) {
@@ -389,7 +389,7 @@ impl Queues {
         &self,
         at: &Target<'_>,
         state: &QueueState,
-        (dead, filter): (&[usize], Option<&Filter>),
+        (dead, filter, lookahead): (&[usize], Option<&Filter>, bool),
         head: &mut HeadRecord,
         (want, bytes_left, first): (usize, usize, bool),
         now: i64,
@@ -402,6 +402,7 @@ impl Queues {
             plan.retry_batches_alone();
         }
         plan.filtering = filter.is_some();
+        plan.scheduling = lookahead;
         // Where new messages start: offsets below the log start were removed by retention
         // before the queue took them, and are counted as expired when the cursor passes them.
         let mut base = state.cursor.next.max(head.start);

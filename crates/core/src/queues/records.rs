@@ -186,6 +186,11 @@ pub struct LeaseRecord {
     /// does not count toward the keyed look-ahead's parking limit.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub redriven: bool,
+    /// Scheduled messages (`crate::schedule`) waiting for their time, due then (never
+    /// delivered yet): not parked behind a key, so they neither hold their keys back nor
+    /// count toward the parking limit.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub scheduled: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -383,6 +383,7 @@ fn settle_round<'a>(
             delivered_ms: from.record.delivered_ms,
             msgs: Vec::new(),
             redriven: false,
+            scheduled: false,
         });
         lease.msgs.extend(msgs);
     }
@@ -419,6 +420,7 @@ mod tests {
             delivered_ms: 0,
             msgs: offsets.iter().map(|&offset| LeaseMsg { offset, first_ms: 0, key: None }).collect(),
             redriven: false,
+            scheduled: false,
         };
         Lease { key: lease_key(7, 0, due, nonce), due, version: 4, record, inline: false }
     }

@@ -14,6 +14,9 @@ pub(super) struct Candidate {
     pub waiting: Option<i64>,
     /// A new message the subscription's filter does not match: passed over, never delivered.
     pub filtered: bool,
+    /// A new message scheduled (`crate::schedule`) for `waiting`: moved out of the log's
+    /// order into a lease due then, never left to stop the cursor.
+    pub scheduled: bool,
 }
 
 /// What one take chose, before its write.
@@ -25,6 +28,8 @@ pub(super) struct Pick {
     pub parked: Vec<LeaseMsg>,
     /// New messages parked until their delay ends, by that time.
     pub delayed: BTreeMap<i64, Vec<LeaseMsg>>,
+    /// New scheduled messages, each moved into a lease due at its time, by that time.
+    pub scheduled: BTreeMap<i64, Vec<LeaseMsg>>,
     /// Lease messages gone from the log.
     pub gone: HashSet<u64>,
     /// Due leases this write changes, and the receive counts of the leases it creates.
@@ -36,6 +41,34 @@ pub(super) struct Pick {
 impl Pick {
     fn parked_count(&self) -> usize {
         self.parked.len() + self.delayed.values().map(Vec::len).sum::<usize>()
+    }
+
+    /// Parks a message within its delay in the lease due at its time `at`, and the cursor
+    /// past it: `false` if the take may park no more (`parked_before` were before it).
+    fn delay(&mut self, msg: LeaseMsg, at: i64, parked_before: usize) -> bool {
+        let new_lease = !self.delayed.contains_key(&at);
+        if parked_before + self.parked_count() >= PARK_LIMIT || (new_lease && self.delayed.len() >= MAX_DELAY_LEASES) {
+            return false;
+        }
+        self.delayed.entry(at).or_default().push(msg);
+        self.cursor_next = msg.offset + 1;
+        true
+    }
+
+    /// Moves a scheduled message not yet due into the lease due at its time `at`, holding
+    /// back no key, and the cursor past it: `false` if this take moved all it may. A new
+    /// lease takes one of the write's `ops_left`.
+    fn schedule(&mut self, msg: LeaseMsg, at: i64, ops_left: &mut usize) -> bool {
+        let new_lease = !self.scheduled.contains_key(&at);
+        let moved: usize = self.scheduled.values().map(Vec::len).sum();
+        let no_lease = new_lease && (self.scheduled.len() >= MAX_SCHEDULED_LEASES || *ops_left == 0);
+        if moved >= MAX_SCHEDULED_PER_TAKE || no_lease {
+            return false;
+        }
+        *ops_left -= usize::from(new_lease);
+        self.scheduled.entry(at).or_default().push(msg);
+        self.cursor_next = msg.offset + 1;
+        true
     }
 }
 
@@ -61,10 +94,17 @@ pub(super) struct Plan {
     /// The subscription has a filter: the log is read further ahead, as some of what is
     /// read will not be delivered.
     pub filtering: bool,
+    /// An earlier pass of this take moved scheduled messages out of the way: the log is
+    /// read as far ahead as one take moves them, so a run of them is passed in a pass or two.
+    pub scheduling: bool,
 }
 
 /// New messages a filtering take reads at least (it passes over those that do not match).
 const FILTER_LOOKAHEAD: usize = 256;
+/// Scheduled messages one take moves into leases at most, and the leases it puts for
+/// them (one per due time): within a write's operations and an item's size.
+pub(super) const MAX_SCHEDULED_PER_TAKE: usize = 1000;
+pub(super) const MAX_SCHEDULED_LEASES: usize = 16;
 
 impl Plan {
     /// Sorts the leases out at `now`: due ones (but `dead`) are candidates; keyed, a lease
@@ -79,14 +119,17 @@ impl Plan {
             keyed,
             alone: false,
             filtering: false,
+            scheduling: false,
         };
         for (i, lease) in state.leases.iter().enumerate() {
-            if lease.record.held_until.is_none() && lease.record.receives == 0 && !lease.record.redriven {
+            let parked = lease.record.held_until.is_none() && lease.record.receives == 0;
+            if parked && !lease.record.redriven && !lease.record.scheduled {
                 plan.parked_before += lease.record.msgs.len();
             }
             if lease.due > now {
                 plan.wake_at = min_time(plan.wake_at, lease.due);
-                if keyed && !crate::mutation::skipped(crate::mutation::Mutation::KeyedLeaseBlocks) {
+                let holds_keys = !lease.record.scheduled;
+                if keyed && holds_keys && !crate::mutation::skipped(crate::mutation::Mutation::KeyedLeaseBlocks) {
                     plan.blocked_keys.extend(lease.record.msgs.iter().filter_map(|m| m.key));
                 }
             } else if !dead.contains(&i) {
@@ -96,6 +139,7 @@ impl Plan {
                     receives: lease.record.receives,
                     waiting: None,
                     filtered: false,
+                    scheduled: false,
                 }));
             }
         }
@@ -124,10 +168,11 @@ impl Plan {
         } else {
             want.saturating_sub(self.candidates.len())
         };
-        if self.filtering && room > 0 {
-            room.max(FILTER_LOOKAHEAD)
-        } else {
-            room
+        match room {
+            0 => 0,
+            _ if self.scheduling => room.max(MAX_SCHEDULED_PER_TAKE),
+            _ if self.filtering => room.max(FILTER_LOOKAHEAD),
+            _ => room,
         }
     }
 
@@ -135,14 +180,16 @@ impl Plan {
     /// does not match are marked, to be passed over. Those still within their delay at the
     /// end of what was read stay in the log: the cursor stops at the first of them, and the
     /// filtered ones after it wait with them (timestamps growing with offsets, the common
-    /// case, park nothing).
+    /// case, park nothing). A scheduled message not yet due never stays: a schedule is not
+    /// monotonic, so one waiting in the log would hold back every message after it.
     pub fn add_new(&mut self, events: &[Event], spec: &SubscriptionSpec, filter: Option<&Filter>, now: i64) {
         for event in events {
             let filtered = filter.is_some_and(|f| !f.matches(&document(event)));
-            let waiting = (spec.delay_ms > 0 && !filtered)
+            let delayed = (spec.delay_ms > 0 && !filtered)
                 // From its timestamp, or from now if the publisher's clock ran ahead.
-                .then(|| event.record.timestamp_ms.min(now).saturating_add(spec.delay_ms as i64))
-                .filter(|at| *at > now);
+                .then(|| event.record.timestamp_ms.min(now).saturating_add(spec.delay_ms as i64));
+            let scheduled = crate::schedule::deliver_at(&event.record.headers).filter(|at| *at > now && !filtered);
+            let waiting = delayed.max(scheduled).filter(|at| *at > now);
             let key = if self.keyed && !filtered { event.record.key.as_deref().map(key_hash) } else { None };
             self.candidates.push(Candidate {
                 msg: LeaseMsg { offset: event.offset, first_ms: 0, key },
@@ -150,10 +197,14 @@ impl Plan {
                 receives: 0,
                 waiting,
                 filtered,
+                scheduled: scheduled.is_some(),
             });
         }
         // The tail of new messages that are all waiting or filtered; from its first waiting one.
-        let tail = self.candidates.iter().rposition(|c| c.lease.is_some() || (c.waiting.is_none() && !c.filtered));
+        let tail = self
+            .candidates
+            .iter()
+            .rposition(|c| c.lease.is_some() || c.scheduled || (c.waiting.is_none() && !c.filtered));
         let tail = tail.map_or(0, |i| i + 1);
         if let Some(first) = (tail..self.candidates.len()).find(|&i| self.candidates[i].waiting.is_some()) {
             for at in self.candidates.drain(first..).filter_map(|c| c.waiting) {
@@ -190,20 +241,19 @@ impl Plan {
                 break; // the cursor stops here: the rest stay in the log
             }
             if let Some(at) = c.waiting {
-                // Within its delay, but later messages are due: parked until its time,
-                // its key (if ordered) held back behind it.
-                let new_lease = !pick.delayed.contains_key(&at);
-                if self.parked_before + pick.parked_count() >= PARK_LIMIT
-                    || (new_lease && pick.delayed.len() >= MAX_DELAY_LEASES)
-                {
+                // Within its delay, but later messages are due: parked until its time, its
+                // key (if ordered) held back behind it. Scheduled: moved, holding back no key.
+                let moved = match c.scheduled {
+                    true => pick.schedule(c.msg, at, &mut ops_left),
+                    false => pick.delay(c.msg, at, self.parked_before),
+                };
+                if !moved {
                     break;
                 }
-                if let Some(k) = c.msg.key {
+                if let Some(k) = c.msg.key.filter(|_| !c.scheduled) {
                     self.blocked_keys.insert(k);
                 }
-                pick.delayed.entry(at).or_default().push(c.msg);
                 self.wake_at = min_time(self.wake_at, at);
-                pick.cursor_next = c.msg.offset + 1;
                 continue;
             }
             // Removed from the log by retention: dropped from its lease, never delivered.
@@ -294,10 +344,11 @@ impl Plan {
         if let Some(at) = cut {
             pick.cursor_next = at.max(base);
             pick.parked.retain(|m| m.offset < at);
-            for msgs in pick.delayed.values_mut() {
+            for msgs in pick.delayed.values_mut().chain(pick.scheduled.values_mut()) {
                 msgs.retain(|m| m.offset < at);
             }
             pick.delayed.retain(|_, msgs| !msgs.is_empty());
+            pick.scheduled.retain(|_, msgs| !msgs.is_empty());
         }
         self.blocked |= !pick.parked.is_empty();
         (kept, left)
@@ -405,20 +456,49 @@ pub(super) fn write(
             let receipt = Receipt { sub_id: sub.record.id, partition, offset: m.offset, nonce, due, receives };
             delivered.push((m.offset, receipt.encode(at.receipt_key), receives, m.first_ms));
         }
-        let lease =
-            LeaseRecord { nonce, receives, held_until: Some(held_until), delivered_ms: now, msgs, redriven: false };
+        let lease = LeaseRecord {
+            nonce,
+            receives,
+            held_until: Some(held_until),
+            delivered_ms: now,
+            msgs,
+            redriven: false,
+            scheduled: false,
+        };
         ops.push(new_lease(sub, partition, due, lease));
     }
-    for (due, msgs) in std::iter::once((now, pick.parked)).chain(pick.delayed) {
-        if !msgs.is_empty() {
-            let lease =
-                LeaseRecord { nonce: nonce(), receives: 0, held_until: None, delivered_ms: now, msgs, redriven: false };
-            ops.push(new_lease(sub, partition, due, lease));
-        }
-    }
+    waiting_leases(at, pick.parked, pick.delayed, pick.scheduled, now, &mut nonce, &mut ops);
     let ops =
         names_cursor(state, sub.record.id, partition, inline::fold(state, sub.record.id, partition, cursor, ops, true));
     Write { ops, delivered, checks_sub }
+}
+
+/// The puts of new leases never delivered: the parked messages (due now), those delayed
+/// and those scheduled (each due at its time).
+fn waiting_leases(
+    at: &Target<'_>,
+    parked: Vec<LeaseMsg>,
+    delayed: BTreeMap<i64, Vec<LeaseMsg>>,
+    scheduled: BTreeMap<i64, Vec<LeaseMsg>>,
+    now: i64,
+    nonce: &mut impl FnMut() -> u64,
+    ops: &mut Vec<WriteOp>,
+) {
+    let parked = std::iter::once((now, parked)).chain(delayed).map(|(due, msgs)| (due, msgs, false));
+    for (due, msgs, scheduled) in parked.chain(scheduled.into_iter().map(|(due, msgs)| (due, msgs, true))) {
+        if !msgs.is_empty() {
+            let lease = LeaseRecord {
+                nonce: nonce(),
+                receives: 0,
+                held_until: None,
+                delivered_ms: now,
+                msgs,
+                redriven: false,
+                scheduled,
+            };
+            ops.push(new_lease(at.sub, at.partition, due, lease));
+        }
+    }
 }
 
 /// `ops`, naming the partition's cursor: every take does, as the cursor is a delete's
@@ -448,6 +528,7 @@ mod tests {
                 delivered_ms: 0,
                 msgs: msgs.iter().map(|&(offset, key)| LeaseMsg { offset, first_ms: 0, key }).collect(),
                 redriven: false,
+                scheduled: false,
             },
             inline: false,
         }
@@ -613,6 +694,30 @@ mod tests {
         assert_eq!(plan.wake_at, Some(5_500));
         let pick = plan.choose(5, 0, 10);
         assert_eq!(pick.cursor_next, 11, "the cursor stops at the first message still delayed");
+    }
+
+    /// A scheduled message not yet due never stops the cursor (last of the read or not): it
+    /// goes into a lease due at its time, holding back no key; one due is a message as any.
+    #[test]
+    fn scheduled_messages_not_yet_due_move_into_leases_at_their_time_and_stop_nothing() {
+        let at = |e: &mut Event, ms: i64| {
+            e.record.headers.push((crate::schedule::DELIVER_AT_HEADER.into(), ms.to_string().into()));
+        };
+        let mut log = vec![event(10, Some("a"), 0), event(11, Some("a"), 0), event(12, None, 0), event(13, None, 0)];
+        at(&mut log[0], 900);
+        at(&mut log[2], 40);
+        at(&mut log[3], 700);
+        let s = state(10, vec![]);
+        let mut plan = Plan::new(&s, 50, true, &[]);
+        plan.add_new(&log, &SubscriptionSpec::default(), None, 50);
+        let pick = plan.choose(5, 0, 10);
+        assert_eq!(offsets(&plan, &pick), vec![11, 12], "a's next is not held behind it; 12 is due");
+        assert_eq!(pick.cursor_next, 14, "past the last, scheduled one");
+        let leases: Vec<(i64, Vec<u64>)> =
+            pick.scheduled.iter().map(|(due, msgs)| (*due, msgs.iter().map(|m| m.offset).collect())).collect();
+        assert_eq!(leases, vec![(700, vec![13]), (900, vec![10])]);
+        assert!(pick.parked.is_empty() && pick.delayed.is_empty());
+        assert_eq!(plan.wake_at, Some(700));
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod rate;
 mod receiver;
 mod retries;
 mod rotation;
+mod schedule;
 
 pub use deletion::*;
 pub use delivery::*;
@@ -28,6 +29,7 @@ pub use pause::*;
 pub use rate::*;
 pub use retries::*;
 pub use rotation::*;
+pub use schedule::*;
 
 /// Generates one `#[tokio::test]` per push case; `$backend` is an async expression yielding a [`Backend`](crate::Backend).
 #[macro_export]
@@ -65,6 +67,8 @@ macro_rules! push_conformance_suite {
             // Runs in parallel (`parallel.rs`).
             given_concurrent_runs_then_a_subscription_has_at_most_max_in_flight_and_subscriptions_run_in_parallel,
             given_a_backlog_then_one_run_delivers_max_in_flight_batches_at_once,
+            // Scheduled delivery (`schedule.rs`).
+            given_a_scheduled_event_on_a_push_subscription_then_it_is_pushed_at_its_time_and_not_before,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn given_ordering_by_key_under_four_pushers_then_per_key_in_offset_order_and_never_two_at_once() {

@@ -87,6 +87,27 @@ pub async fn given_long_poll_when_a_delayed_message_comes_due_then_it_returns_th
     assert_eq!(positions(&got), vec![pos], "returned when the message came due, within the wait");
 }
 
+pub async fn given_long_poll_when_a_scheduled_message_comes_due_then_it_returns_the_message_at_that_instant(
+    backend: &dyn Backend,
+) {
+    let clock = Arc::new(WatchedClock::new(START_MS));
+    let (log, queues) = queues_on(backend, clock.clone()).await;
+    let topic = new_topic(&log, "sched-due", 1).await;
+    let sub = subscribe(&queues, &topic, spec(StartAt::Earliest)).await;
+    let mut later = event("later".into(), Some(0), None, None);
+    sluice_core::schedule::stamp(&mut later, START_MS + 2_000);
+    let pos = publish(&log, &topic, vec![later]).await;
+    let before = clock.sleeps();
+    let waiting = long_poll(&queues, &topic, &sub, 5_000);
+    clock.slept_more_than(before).await;
+    clock.clock.advance(1_999);
+    let_others_run(&queues, &topic, &sub).await;
+    assert!(!waiting.is_finished(), "1 ms before its time: the receive waits");
+    clock.clock.advance(1);
+    let got = finished(waiting).await;
+    assert_eq!(positions(&got), vec![(0, pos[0].offset)], "returned when it came due, within the wait");
+}
+
 pub async fn given_long_poll_when_the_only_messages_lease_ends_then_it_is_delivered_at_that_instant(
     backend: &dyn Backend,
 ) {

@@ -17,6 +17,7 @@ mod peek;
 mod rate;
 mod removed_dead;
 mod riding;
+mod schedule;
 mod seek;
 mod settings;
 mod start;
@@ -36,6 +37,7 @@ pub use peek::*;
 pub use rate::*;
 pub use removed_dead::*;
 pub use riding::*;
+pub use schedule::*;
 pub use seek::*;
 pub use settings::*;
 pub use start::*;
@@ -115,6 +117,13 @@ macro_rules! queue_conformance_suite {
             given_two_processes_on_one_rate_then_they_share_its_bucket,
             given_a_throttled_subscription_then_waiting_messages_spend_no_receive_count,
             given_a_patch_adding_and_removing_a_rate_then_receives_follow_it,
+            given_scheduled_events_then_none_is_delivered_early_and_each_comes_at_its_time,
+            given_long_poll_when_a_scheduled_message_comes_due_then_it_returns_the_message_at_that_instant,
+            given_thousands_scheduled_ahead_of_due_messages_then_those_are_not_held_back,
+            given_a_subscription_created_after_a_scheduled_publish_then_it_honours_the_schedule,
+            given_a_scheduled_event_then_replay_reads_it_at_once_with_its_schedule,
+            given_a_schedule_beyond_the_topics_retention_then_refused_and_nothing_written,
+            given_a_scheduled_message_moved_aside_when_sought_back_then_it_still_waits_and_comes_once,
         );
         $crate::queue_conformance_suite!(@concurrent $backend;
             given_eight_workers_draining_a_queue_then_every_message_acked_exactly_once_and_backlog_ends_empty,
