@@ -398,6 +398,35 @@ describe('the dashboard', () => {
     assert.equal((await deadLetters()).length, dead, 'the dead letters stay');
   });
 
+  it('rotates a push target\'s secret after a confirmation, showing the new one and the old one\'s end', async () => {
+    const webhook = card('subscription', { topic: TOPIC, subscription: 'webhook' });
+    const dialog = page.getByTestId('confirm-dialog');
+    await webhook.getByTestId('sub-rotate-secret').click();
+    await dialog.waitFor({ state: 'visible' });
+    assert.match(await text(page.getByTestId('confirm-message')), /^Rotate the signing secret of orders \/ webhook\?/);
+    await page.getByTestId('confirm-cancel').click();
+    await dialog.waitFor({ state: 'hidden' });
+    const never = await call('GET', sub('webhook'));
+    assert.equal(never.push.previous_secret_expires_ms, undefined, 'cancelled: not rotated');
+    assert.equal(await webhook.getByTestId('sub-new-secret').count(), 0);
+
+    const before = Date.now();
+    await webhook.getByTestId('sub-rotate-secret').click();
+    await dialog.waitFor({ state: 'visible' });
+    await page.getByTestId('confirm-ok').click();
+    const secret = webhook.getByTestId('sub-new-secret');
+    await eventually('the new secret shown', async () => await secret.count() === 1);
+    assert.match(await text(secret), /^whsec_[A-Za-z0-9+/=]+$/);
+    const described = await call('GET', sub('webhook'));
+    assert.ok(described.push.previous_secret_expires_ms >= before + 24 * 3600 * 1000, 'the old one signs for 24 h');
+    assert.equal(await text(webhook.getByTestId('sub-previous-expires')),
+      `the previous one signs too until ${new Date(described.push.previous_secret_expires_ms).toISOString()}`);
+    // Shown until hidden, then never again (describe never shows it).
+    assert.ok(!JSON.stringify(described).includes(await text(secret)), 'describe does not show the secret');
+    await webhook.getByTestId('sub-secret-hide').click();
+    await eventually('hidden', async () => await webhook.getByTestId('sub-new-secret').count() === 0);
+  });
+
   it('tails a partition live', async () => {
     await page.getByTestId('tail-topic').selectOption(TOPIC);
     await page.getByTestId('tail-partition').fill('1');

@@ -2,8 +2,10 @@
 // subscriptions through the /v1 API and redraws them, keeping a history of lag and backlog
 // for the charts. A chosen subscription's settings can be changed in place (PATCH); a
 // subscription can be paused, sought or purged (the last two after a confirmation that
-// shows a dry run's counts); its dead-letter queue redriven, purged or pruned one message
-// at a time (each after a confirmation), and a live tail long-polls one partition. Every
+// shows a dry run's counts), and a push one's signing secret rotated (the new one shown
+// once, with when the old one stops signing); its dead-letter queue redriven, purged or
+// pruned one message at a time (each after a confirmation), and a live tail long-polls
+// one partition. Every
 // failure of a call is shown in the page's error list.
 
 import { api, ApiError, describe, seg } from './api.js';
@@ -32,6 +34,7 @@ const state = {
   backlog: new Map(), // "topic/sub" → [{ t, visible, in_flight, delayed, dead }]
   push: new Map(), // "topic/sub" → { succeeded, failed, health } at the last refresh
   moved: new Map(), // "topic/sub" → what its last seek or purge did
+  rotated: new Map(), // "topic/sub" → the secret its last rotation answered, until hidden
   paused: false,
   timer: null,
 };
@@ -265,6 +268,7 @@ function subscriptionCard(sub) {
       stat('oldest visible', duration(b.oldest_visible_age_ms), 'sub-oldest'),
       sub.exact ? null : h('span', { class: 'pill warn', title: 'counts changed while being read' }, 'inexact')),
     sub.push ? pushStatus(sub.push, sub.delivery, state.push.get(subKey(sub))?.health) : null,
+    sub.push?.url ? secretRow(sub) : null,
     lineChart('backlog-chart', BACKLOG_SERIES.map(([field, name, color]) => ({
       name, color, points: points.map((p) => ({ t: p.t, v: p[field] })),
     }))));
@@ -306,6 +310,38 @@ async function seek(sub, button) {
     if (!await confirmDialog(question, label)) return;
     const done = button ? await api('POST', `${path}/seek`, { to }) : await api('POST', `${path}/purge`, {});
     state.moved.set(subKey(sub), `${label.toLowerCase()}: ${done.redeliver} redelivered, ${done.skip} skipped`);
+    clearError('subscription');
+  } catch (error) {
+    report('subscription', error);
+  }
+  await refresh();
+}
+
+/** A URL target's signing secret: a button that rotates it, and the new secret the rotation
+ *  answered (the only time the API shows it) with when the previous one stops signing,
+ *  until hidden. */
+function secretRow(sub) {
+  const rotated = state.rotated.get(subKey(sub));
+  return h('div', { class: 'seek', dataset: { testid: 'push-secret' } },
+    h('button', { type: 'button', dataset: { testid: 'sub-rotate-secret' }, onclick: () => rotateSecret(sub) },
+      'Rotate secret'),
+    rotated ? h('span', {}, 'new secret, shown once: ',
+      h('code', { dataset: { testid: 'sub-new-secret' } }, rotated.secret)) : null,
+    rotated ? h('span', { class: 'muted', dataset: { testid: 'sub-previous-expires' } },
+      `the previous one signs too until ${new Date(rotated.previous_expires_ms).toISOString()}`) : null,
+    rotated ? h('button', { type: 'button', dataset: { testid: 'sub-secret-hide' },
+      onclick: () => { state.rotated.delete(subKey(sub)); renderSubscriptions(); } }, 'Hide') : null);
+}
+
+/** Rotates a push subscription's secret after a confirmation (the old one keeps signing
+ *  beside the new for the default overlap, 24 h), then shows the new one. */
+async function rotateSecret(sub) {
+  const question = `Rotate the signing secret of ${sub.topic} / ${sub.name}? `
+    + 'The previous one keeps signing beside the new for 24 hours.';
+  try {
+    if (!await confirmDialog(question, 'Rotate')) return;
+    const path = `/topics/${seg(sub.topic)}/subscriptions/${seg(sub.name)}/secret`;
+    state.rotated.set(subKey(sub), await api('POST', path, {}));
     clearError('subscription');
   } catch (error) {
     report('subscription', error);

@@ -189,3 +189,96 @@ impl GroupModel {
             .unwrap_or(0)
     }
 }
+
+/// A change of one of SUB_QO's settings (`ops/subops.rs`), over its span of seqs.
+#[derive(Debug, Clone)]
+pub(crate) struct Change<T> {
+    pub(crate) start: u64,
+    /// `u64::MAX` while in flight.
+    pub(crate) end: u64,
+    pub(crate) value: T,
+    /// Answered ok: applied.
+    pub(crate) ok: bool,
+}
+
+impl<T> Change<T> {
+    /// The setting the subscription was created with.
+    fn created(value: T) -> Self {
+        Change { start: 0, end: 0, value, ok: true }
+    }
+
+    /// A change begun at `start`.
+    pub(crate) fn begun(start: u64, value: T) -> Self {
+        Change { start, end: u64::MAX, value, ok: false }
+    }
+}
+
+/// What the operator did to SUB_QO: its pauses, resumes, changes and seeks, each with its
+/// span of seqs, for the promises that depend on them. An op whose answer is unknown may
+/// have applied at any point of its span; one that ended had no effect after it.
+#[derive(Default)]
+pub(crate) struct OpsModel {
+    /// Pauses answered ok: (start seq, end seq).
+    pub(crate) paused: Vec<(u64, u64)>,
+    /// Resumes, whatever their answer: (start seq, end seq).
+    pub(crate) resumes: Vec<(u64, u64)>,
+    /// Real seeks and purges, whatever their answer: (start seq, end seq).
+    pub(crate) seeks: Vec<(u64, u64)>,
+    /// Real seeks and purges answered ok: (start seq, end seq).
+    pub(crate) sought: Vec<(u64, u64)>,
+    /// Changes of the visibility timeout (the first: the one it was created with).
+    pub(crate) windows: Vec<Change<u64>>,
+    /// Changes of the filter, each with the heads when its answer was seen (from there on,
+    /// past where it applies from, `filter_since`).
+    pub(crate) filters: Vec<Change<(SimFilter, Vec<u64>)>>,
+    /// Every dead letter a listing named: nothing removes SUB_QO's, a seek or purge least of all.
+    pub(crate) dead_seen: BTreeSet<(u32, u64)>,
+    /// A change whose answer was not ok (the window, the filter): the operator makes it
+    /// again, as a client retries a 5xx (one that failed between its marks and its record
+    /// write leaves the marked partitions taking nothing until it is made).
+    pub(crate) retry: Option<(Option<u64>, Option<SimFilter>)>,
+}
+
+impl OpsModel {
+    pub(crate) fn new(window: u64) -> Self {
+        Self {
+            windows: vec![Change::created(window)],
+            filters: vec![Change::created((SimFilter::None, Vec::new()))],
+            ..Self::default()
+        }
+    }
+
+    /// Whether a receive over seqs `[start, end]` surely found the subscription paused: a
+    /// pause answered before it began, and no resume that may have applied since.
+    pub(crate) fn surely_paused(&self, start: u64, end: u64) -> bool {
+        self.paused.iter().any(|(ps, pe)| *pe < start && !self.resumes.iter().any(|(rs, re)| *rs < end && *re > *ps))
+    }
+
+    /// Whether a real seek may have applied between seqs `a` and `b`.
+    pub(crate) fn seek_between(&self, a: u64, b: u64) -> bool {
+        self.seeks.iter().any(|(s, e)| *s < b && *e > a)
+    }
+
+    /// The shortest visibility timeout that may have been in force over `[start, end]`.
+    pub(crate) fn window_floor(&self, start: u64, end: u64) -> u64 {
+        in_force(&self.windows, start, end).map(|c| c.value).min().unwrap_or(0)
+    }
+
+    /// The filter surely in force over `[start, end]`, and the heads past which it applies;
+    /// `None` if another may have been.
+    pub(crate) fn filter_at(&self, start: u64, end: u64) -> Option<&(SimFilter, Vec<u64>)> {
+        let mut all = in_force(&self.filters, start, end);
+        match (all.next(), all.next()) {
+            (Some(c), None) if c.ok && c.end < start => Some(&c.value),
+            _ => None,
+        }
+    }
+}
+
+/// The changes that may have been in force at some point of `[start, end]`: those begun
+/// before its end that no change answered ok, begun after they ended, replaced before its start.
+fn in_force<T>(changes: &[Change<T>], start: u64, end: u64) -> impl Iterator<Item = &Change<T>> {
+    changes
+        .iter()
+        .filter(move |c| c.start < end && !changes.iter().any(|c2| c2.ok && c2.start > c.end && c2.end < start))
+}

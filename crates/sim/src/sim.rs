@@ -17,7 +17,7 @@ use std::fmt::Write as _;
 use sluice_core::Clock;
 
 use crate::fault::Fault;
-use crate::world::{Act, Done, Inflight, Kind, Member, Res, World, SUB_Q, SUB_QK, T0, TOPIC_A, TOPIC_B};
+use crate::world::{Act, Done, Inflight, Kind, Member, Res, World, SUB_Q, SUB_QK, SUB_QO, T0, TOPIC_A, TOPIC_B};
 
 pub use crate::world::{Options, Outcome, Violation};
 
@@ -132,7 +132,7 @@ impl World {
             let (t, _) = log.create_topic(name, self.topic_specs[name]).await.expect("create topic");
             self.topic_ids.entry(name).or_default().insert(t.id);
         }
-        for sub in [SUB_Q, SUB_QK] {
+        for sub in [SUB_Q, SUB_QK, SUB_QO] {
             queues.create(TOPIC_A, sub, self.sub_specs[sub].clone()).await.expect("create subscription");
             self.learn_sub(sub);
         }
@@ -171,6 +171,12 @@ impl World {
         }
         self.add(Kind::QueueAdmin);
         self.add(Kind::TopicAdmin);
+        // SUB_QO: one or two workers, and its operator.
+        for _ in 0..self.rng.range(1, 2) {
+            let slow = self.rng.chance(0.3);
+            self.add(Kind::Worker { sub: SUB_QO, holding: Vec::new(), slow });
+        }
+        self.add(Kind::Operator);
         self.setup_push(&queues).await;
         self.trace.line(format!("clients: {}", self.clients.len()));
     }
@@ -317,6 +323,10 @@ impl World {
                 self.start_queue_admin(c, queues);
                 Kind::QueueAdmin
             }
+            Kind::Operator => {
+                self.start_operator(c, queues);
+                Kind::Operator
+            }
             Kind::TopicAdmin => {
                 self.start_topic_admin(c, log, groups, queues);
                 Kind::TopicAdmin
@@ -361,6 +371,7 @@ impl World {
             Act::BusyDelete => self.on_busy_delete(&d),
             Act::Push { sub } => self.on_push(&d, sub),
             Act::PushDrain { .. } => self.on_push_drain(),
+            Act::Pause { .. } | Act::Resume { .. } | Act::Patch { .. } | Act::QSeek { .. } => self.on_operated(&d),
         }
     }
 

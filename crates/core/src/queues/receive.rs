@@ -456,7 +456,9 @@ impl Queues {
     }
 
     /// Moves the messages of leases that ran out of deliveries (up to a write's worth) to
-    /// the dead-letter queue: exactly once, as each lease's version is checked.
+    /// the dead-letter queue: exactly once, as each lease's version is checked. A message
+    /// whose dead letter is there already (a seek back delivered it again: `seek.rs`) keeps
+    /// that one, and counts once.
     async fn bury(
         &self,
         sub: &Sub,
@@ -478,6 +480,10 @@ impl Queues {
             let offsets: HashSet<u64> = msgs.iter().map(|m| m.offset).collect();
             ops.push(shrink(lease, &offsets));
             for m in &msgs {
+                if self.store().get(&dead_key(sub.record.id, partition, m.offset)).await?.is_some() {
+                    continue;
+                }
+                buried += 1;
                 let dead = DeadRecord {
                     reason: DEAD_REASON.into(),
                     receives: lease.record.receives,
@@ -488,7 +494,6 @@ impl Queues {
                 };
                 ops.push(WriteOp::create(dead_key(sub.record.id, partition, m.offset), layout::encode(&dead)));
             }
-            buried += msgs.len() as u64;
         }
         let cursor = CursorRecord { dead: state.cursor.dead + buried, ..state.cursor };
         let ops = super::inline::fold(state, sub.record.id, partition, Some(cursor), ops, false);

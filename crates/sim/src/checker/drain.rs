@@ -156,7 +156,7 @@ impl World {
     }
 
     /// Every dead letter of the subscription, each listed once; None if listing failed.
-    async fn dead_listed(&mut self, queues: &Queues, sub: &'static str) -> Option<Offsets> {
+    pub(crate) async fn dead_listed(&mut self, queues: &Queues, sub: &'static str) -> Option<Offsets> {
         let mut dead = BTreeSet::new();
         let mut after: Option<String> = None;
         loop {

@@ -44,6 +44,7 @@ impl World {
             }
         }
         self.drain_queues(&queues).await;
+        self.check_operated_quiet(&queues).await;
         self.check_quiet_describes(&log, &queues, &groups).await;
         self.check_fresh_members(&groups).await;
         self.check_purges(&janitor).await;

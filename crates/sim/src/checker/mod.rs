@@ -8,6 +8,7 @@ mod push;
 mod quiet;
 #[cfg(test)]
 mod selftest;
+mod subops;
 
 use bytes::Bytes;
 use std::collections::BTreeMap;
@@ -19,7 +20,7 @@ use sluice_core::segment::{decode_segment, Record};
 use sluice_core::Clock;
 
 use crate::model::{Delivery, SimFilter, SubModel};
-use crate::world::{event_id, Done, World, SUB_Q, T0, TOPIC_A, TOPIC_B};
+use crate::world::{event_id, Done, World, SUB_Q, SUB_QO, T0, TOPIC_A, TOPIC_B};
 
 impl World {
     /// The partition's true log: every event from the segment holding the log start to the head,
@@ -325,8 +326,10 @@ impl World {
             problems.push(("receive-count", format!("receive count {count} (max {max})")));
         }
         problems.extend(self.content_problems(sub_id, d, p, o));
+        // A seek since may have ended an earlier lease, the message new again (count 1, acked or not).
+        let sought = |prev: &&Delivery| s.name == SUB_QO && self.ops.seek_between(prev.start_seq, d.end_seq);
         if let Some(m) = s.msgs.get(&(p, o)) {
-            for prev in &m.deliveries {
+            for prev in m.deliveries.iter().filter(|prev| !sought(prev) || prev.nonce == nonce) {
                 if prev.nonce == nonce {
                     problems.push(("two-holders", format!("delivery {nonce:x} handed out twice")));
                     continue;
@@ -384,7 +387,16 @@ impl World {
         let s = &self.subs[&sub_id];
         let facts_key = self.live_topic_id(TOPIC_A).map(|tid| (tid, p));
         let mut problems = Vec::new();
-        let filter = if s.name == SUB_Q { self.q_filter } else { SimFilter::None };
+        let filter = match s.name {
+            SUB_Q => self.q_filter,
+            // SUB_QO's filter where it surely applies: a change answered before the receive
+            // began (no other since), and an offset past the heads at its answer.
+            SUB_QO => match self.ops.filter_at(d.start_seq, d.end_seq) {
+                Some((f, heads)) if heads.get(p as usize).is_none_or(|h| o >= *h) => *f,
+                _ => SimFilter::None,
+            },
+            _ => SimFilter::None,
+        };
         if let Some(event) = facts_key.and_then(|(tid, _)| self.facts.get(&(tid, p, o))).map(|e| &self.events[e]) {
             if !filter.passes(event) {
                 problems.push(("filtered-delivered", format!("delivered, but {filter:?} does not pass it")));

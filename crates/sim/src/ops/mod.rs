@@ -6,4 +6,5 @@ mod groups;
 mod log;
 mod push;
 mod queues;
+mod subops;
 mod upkeep;

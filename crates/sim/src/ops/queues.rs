@@ -7,7 +7,8 @@ use sluice_core::queues::{Queues, ReceiptError, ReceiveRequest};
 use sluice_core::{Clock, Error};
 
 use crate::world::{
-    code, receipt_parts, uncertain, Acks, Act, Done, Held, Kind, Res, SettleHow, World, SUB_Q, SUB_QK, T0, TOPIC_A,
+    code, receipt_parts, uncertain, Acks, Act, Done, Held, Kind, Res, SettleHow, World, SUB_Q, SUB_QK, SUB_QO, T0,
+    TOPIC_A,
 };
 
 impl World {
@@ -168,6 +169,9 @@ impl World {
 
     pub(crate) fn on_receive(&mut self, d: &Done, sub: &'static str, visibility: u64) {
         let Res::Receive(r) = &d.res else { return self.receive_lost(sub, d.end_seq) };
+        // SUB_QO's window may have changed while the receive ran: the shortest it may have had.
+        let visibility =
+            if sub == SUB_QO { visibility.min(self.ops.window_floor(d.start_seq, d.end_seq)) } else { visibility };
         match r {
             Ok(messages) => {
                 if visibility > 0 && d.end_ms - d.start_ms >= visibility as i64 {
@@ -197,6 +201,7 @@ impl World {
                         // A subscription deleted meanwhile that we never described: nothing to hold it to.
                         continue;
                     }
+                    self.check_paused(d, sub_id, p, o);
                     self.check_delivery(d, sub_id, p, o, nonce, count, visibility);
                     if let Kind::Worker { holding, .. } = &mut self.clients[d.client].kind {
                         holding.push(Held {
@@ -236,6 +241,7 @@ impl World {
         };
         if let (SettleHow::Ack, Res::Acks(Ok(rs))) = (how, &d.res) {
             self.check_ack_refusals(d, held, rs);
+            self.check_seek_stale(d, held, rs);
         }
         let (mut keep, mut unheld) = (Vec::new(), 0);
         let durable = self.mem.durable_count();
@@ -304,6 +310,12 @@ impl World {
             }
             let end_ms = d.end_ms;
             let start_seq = d.start_seq;
+            let operated = self.operated(h.sub_id);
+            // A seek that may have applied since the delivery ended its lease.
+            let delivered = self.delivery_mut(h).map(|dl| dl.start_seq);
+            if delivered.is_none_or(|start| operated && self.ops.seek_between(start, d.end_seq)) {
+                continue;
+            }
             let Some(dl) = self.delivery_mut(h) else { continue };
             let first_settle = dl.release_seq.is_none_or(|r| r >= start_seq);
             if first_settle && end_ms < dl.until_lo {
@@ -350,6 +362,9 @@ impl World {
             }
         }
         let live = self.sub_now(TOPIC_A, sub).map(|r| r.id);
+        if sub == SUB_QO {
+            self.check_dead_kept(&seen);
+        }
         if let Some(s) = live.and_then(|id| self.subs.get_mut(&id)) {
             s.listed_dead = (d.start_seq, seen);
         }

@@ -5,7 +5,7 @@ use sluice_core::groups::{GroupDescription, PollAnswer, SeekTarget};
 use sluice_core::layout::HeadRecord;
 use sluice_core::push::Drained;
 use sluice_core::queues::{
-    DeadLetterPage, Message, ReceiptError, Subscription, SubscriptionDescription, VisibilityResult,
+    DeadLetterPage, Message, ReceiptError, SeekTo, Sought, Subscription, SubscriptionDescription, VisibilityResult,
 };
 use sluice_core::upkeep::UpkeepReport;
 use sluice_core::{Error, Position, ReadBatch, StorageError, TopicConfig};
@@ -13,6 +13,7 @@ use sluice_core::{Error, Position, ReadBatch, StorageError, TopicConfig};
 use std::fmt::Write as _;
 
 use super::Held;
+use crate::model::SimFilter;
 
 /// Some fields are only read where the trace prints an operation (through `Debug`).
 #[allow(dead_code)]
@@ -104,6 +105,26 @@ pub(crate) enum Act {
     PushDrain {
         deadline_ms: i64,
     },
+    /// The operator's ops on SUB_QO (`ops/subops.rs`).
+    Pause {
+        sub: &'static str,
+    },
+    Resume {
+        sub: &'static str,
+    },
+    /// A change of the visibility timeout, or of the filter (`None`: removed), or both.
+    Patch {
+        sub: &'static str,
+        window: Option<u64>,
+        filter: Option<SimFilter>,
+    },
+    /// A seek (a purge: `to` latest, `purge` set), or its dry run.
+    QSeek {
+        sub: &'static str,
+        to: SeekTo,
+        dry_run: bool,
+        purge: bool,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,6 +163,9 @@ pub(crate) enum Res {
     /// delivery and settling went (the messages that failed).
     Push(Result<(Vec<Pushed>, Result<usize, Error>), Error>),
     PushDrain(Result<Drained, Error>),
+    /// A pause's, a resume's or a change's answer: the subscription.
+    Sub(Result<Subscription, Error>),
+    Sought(Result<Sought, Error>),
     /// The process serving it crashed: the answer never came.
     Crashed,
 }
@@ -253,6 +277,7 @@ impl Res {
             Res::Poll(_) | Res::Unit(_) | Res::Seek(_) | Res::GDescribe(_) => self.write_group_answer(line),
             Res::Crashed => line.push_str("CRASHED"),
             Res::Push(_) | Res::PushDrain(_) => self.write_push_answer(line),
+            Res::Sub(_) | Res::Sought(_) => self.write_operator_answer(line),
             _ => self.write_queue_answer(line),
         }
     }
@@ -348,6 +373,26 @@ impl Res {
         }
     }
 
+    /// The answers of SUB_QO's operator (`ops/subops.rs`).
+    fn write_operator_answer(&self, line: &mut String) {
+        match self {
+            Res::Sub(r) => match r {
+                Ok(s) => {
+                    let _ = write!(line, "{:?} window {}", s.state, s.spec.visibility_timeout_ms);
+                }
+                Err(e) => line.push_str(&code(e)),
+            },
+            Res::Sought(r) => match r {
+                Ok(s) => {
+                    let moves: Vec<_> = s.partitions.iter().map(|p| (p.from, p.to, p.redeliver, p.skip)).collect();
+                    let _ = write!(line, "applied {} {moves:?}", s.applied);
+                }
+                Err(e) => line.push_str(&code(e)),
+            },
+            _ => {}
+        }
+    }
+
     fn write_queue_answer(&self, line: &mut String) {
         match self {
             Res::Receive(r) => match r {
@@ -413,6 +458,7 @@ impl Res {
             Res::BusyDelete(b) => {
                 let _ = write!(line, "{b:?}");
             }
+
             _ => {}
         }
     }

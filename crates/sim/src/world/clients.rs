@@ -46,6 +46,8 @@ pub(crate) enum Kind {
         slow: bool,
     },
     QueueAdmin,
+    /// Changes, pauses, resumes, seeks and purges SUB_QO (`ops/subops.rs`).
+    Operator,
     TopicAdmin,
     /// A push dispatcher's worker on one push subscription.
     Pusher {

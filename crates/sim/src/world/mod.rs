@@ -25,7 +25,7 @@ use sluice_core::{Clock, Log, LogConfig, ObjectStore, SeededRandom, TopicSpec};
 use sluice_testkit::{Layered, LayeredObjects, MemObjects, MemStore, SimClock};
 
 use crate::fault::{Chaos, FaultConfig, FaultyObjects, FaultyStore, Life};
-use crate::model::{Delivery, EventInfo, GroupModel, GroupSnap, Request, SimFilter, SubModel};
+use crate::model::{Delivery, EventInfo, GroupModel, GroupSnap, OpsModel, Request, SimFilter, SubModel};
 use crate::rng::Rng;
 use crate::trace::Trace;
 
@@ -36,6 +36,8 @@ pub(crate) const TOPIC_B: &str = "b";
 pub(crate) const GROUP: &str = "g";
 pub(crate) const SUB_Q: &str = "q";
 pub(crate) const SUB_QK: &str = "qk";
+/// A subscription the operator changes, pauses, seeks and purges (`ops/subops.rs`).
+pub(crate) const SUB_QO: &str = "qo";
 
 /// How a run is made.
 #[derive(Debug, Clone)]
@@ -133,6 +135,8 @@ pub(crate) struct World {
     pub(crate) first_segments: BTreeMap<(u64, u32), (u64, u64, i64)>,
     pub(crate) last_first_segments: BTreeMap<(u64, u32), (u64, u64, i64)>,
     pub(crate) push: PushModel,
+    /// What the operator did to SUB_QO.
+    pub(crate) ops: OpsModel,
 }
 
 impl World {
@@ -148,6 +152,8 @@ impl World {
         let (a, b) = draw_topics(&mut rng);
         let (q_filter, q, qk) = draw_subscriptions(seed, &mut rng);
         let push = PushModel::new(seed, clock.clone(), mem.clone(), trace.clone());
+        let qo = draw_operated(seed);
+        let ops = OpsModel::new(qo.visibility_timeout_ms);
         let mut world = Self {
             seed,
             options,
@@ -167,7 +173,7 @@ impl World {
             step: 0,
             jconfig,
             topic_specs: [(TOPIC_A, a), (TOPIC_B, b)].into_iter().collect(),
-            sub_specs: [(SUB_Q, q), (SUB_QK, qk)].into_iter().collect(),
+            sub_specs: [(SUB_Q, q), (SUB_QK, qk), (SUB_QO, qo)].into_iter().collect(),
             q_filter,
             events: BTreeMap::new(),
             requests: BTreeMap::new(),
@@ -190,6 +196,7 @@ impl World {
             first_segments: BTreeMap::new(),
             last_first_segments: BTreeMap::new(),
             push,
+            ops,
         };
         let nprocs = world.rng.range(2, 3) as usize;
         for pid in 0..nprocs {
@@ -197,7 +204,7 @@ impl World {
             world.procs.push(p);
         }
         world.trace.line(format!(
-            "seed {seed}: {nprocs} processes, a={:?}, b={:?}, janitor target {} grace {}, faults {:?}, q={:?} ({:?}), qk={:?}",
+            "seed {seed}: {nprocs} processes, a={:?}, b={:?}, janitor target {} grace {}, faults {:?}, q={:?} ({:?}), qk={:?}, qo={:?}",
             world.topic_specs[TOPIC_A],
             world.topic_specs[TOPIC_B],
             world.jconfig.compaction_target_bytes,
@@ -206,6 +213,7 @@ impl World {
             world.sub_specs[SUB_Q],
             world.q_filter,
             world.sub_specs[SUB_QK],
+            world.sub_specs[SUB_QO],
         ));
         world
     }
@@ -418,4 +426,16 @@ fn draw_subscriptions(seed: u64, rng: &mut Rng) -> (SimFilter, SubscriptionSpec,
         rate: None,
     };
     (q_filter, q, qk)
+}
+
+/// SUB_QO's spec, from a generator of its own: no filter and no delay to begin with (the
+/// operator changes its window and filter as it runs).
+fn draw_operated(seed: u64) -> SubscriptionSpec {
+    let mut rng = Rng::new(seed.rotate_left(7) ^ 0x0be7_a7ed_5ee4);
+    SubscriptionSpec {
+        start: StartAt::Earliest,
+        visibility_timeout_ms: rng.range(1000, 6000) as u64,
+        max_receive_count: rng.range(2, 4) as u32,
+        ..SubscriptionSpec::default()
+    }
 }

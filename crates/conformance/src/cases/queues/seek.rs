@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::json;
-use sluice_core::queues::{PartitionSeek, ReceiptError, SeekTo, Sought, StartAt, SubscriptionSpec};
+use sluice_core::queues::{PartitionSeek, ReceiptError, SeekTo, Sought, StartAt, SubscriptionPatch, SubscriptionSpec};
 use sluice_core::{Code, Error};
 
 use crate::cases::support::queues::*;
@@ -121,6 +121,57 @@ pub async fn given_a_filtered_subscription_when_sought_then_unmatched_messages_c
     assert_eq!(back, sought(true, vec![moved(0, 10, 2, 3, 0)]), "3, 6 and 9 come back; the others never do");
     let again: Vec<(u32, u64)> = positions(&receive(&queues, &topic, &sub, 10).await);
     assert_eq!(again, vec![(0, 3), (0, 6), (0, 9)]);
+}
+
+/// Found by the simulation: a message held across a change of filter that the new filter
+/// does not match was taken off the redeliver count twice (as held, and as unmatched).
+pub async fn given_held_messages_a_new_filter_does_not_match_when_sought_back_then_counted_once(backend: &dyn Backend) {
+    let (_clock, log, queues) = manual(backend).await;
+    let topic = new_topic(&log, "seek-held-unmatched", 1).await;
+    let sub = subscribe(&queues, &topic, settings()).await;
+    let events = (0..6).map(|i| {
+        let key = if i % 2 == 0 { "keep" } else { "drop" };
+        event(format!("m{i}"), Some(0), Some(key.to_owned()), Some(START_MS))
+    });
+    publish(&log, &topic, events.collect()).await;
+    let got = receive(&queues, &topic, &sub, 10).await;
+    // 1 and 3 stay held; the others are acked.
+    let (held, done): (Vec<_>, Vec<_>) = got.iter().partition(|m| [1, 3].contains(&at(m).1));
+    for m in done {
+        assert_eq!(ack(&queues, &topic, &sub, &m.receipt).await, Ok(()));
+    }
+    let change = SubscriptionPatch { filter: Some(Some(json!({"key": ["keep"]}))), ..Default::default() };
+    queues.patch(&topic, &sub, &change).await.expect("patch");
+    // Back over 0..6: 0, 2 and 4 come back; 1 and 3 (held) and 5 (acked) fail the filter.
+    let want = vec![moved(0, 6, 0, 3, 0)];
+    assert_eq!(seek(&queues, &topic, &sub, SeekTo::Earliest, true).await, sought(false, want.clone()));
+    assert_eq!(seek(&queues, &topic, &sub, SeekTo::Earliest, false).await, sought(true, want));
+    for m in held {
+        assert_eq!(ack(&queues, &topic, &sub, &m.receipt).await, Err(ReceiptError::Stale), "{:?}", at(m));
+    }
+    let again = positions(&receive(&queues, &topic, &sub, 10).await);
+    assert_eq!(again, vec![(0, 0), (0, 2), (0, 4)], "exactly the 3 counted");
+}
+
+/// Found by the simulation: a dead letter stays through a seek back, and its message,
+/// delivered again, can run out again; burying it then must not fail on the letter already
+/// there (every receive and listing answered 429 for good).
+pub async fn given_a_dead_letter_sought_back_over_when_it_runs_out_again_then_buried_once(backend: &dyn Backend) {
+    let (clock, log, queues) = manual(backend).await;
+    let topic = new_topic(&log, "seek-dead-again", 1).await;
+    let settings = SubscriptionSpec { visibility_timeout_ms: 1_000, max_receive_count: 1, ..spec(StartAt::Earliest) };
+    let sub = subscribe(&queues, &topic, settings).await;
+    publish_at(&log, &topic, 0, "poison", START_MS).await;
+    for round in 0..2 {
+        assert_eq!(receive(&queues, &topic, &sub, 1).await.len(), 1, "round {round}: delivered");
+        clock.advance(1_000);
+        let dead = queues.dead_letters(&topic, &sub, None, 10).await.expect("dead letters");
+        assert_eq!(dead.entries.len(), 1, "round {round}: one dead letter");
+        assert!(receive(&queues, &topic, &sub, 1).await.is_empty(), "round {round}: nothing left");
+        assert_eq!(backlog(&queues, &topic, &sub).await, [0, 0, 0, 1], "round {round}: dead, once");
+        let back = seek(&queues, &topic, &sub, SeekTo::Earliest, false).await;
+        assert_eq!(back, sought(true, vec![moved(0, 1, 0, 1, 0)]), "round {round}: the dead letter comes back");
+    }
 }
 
 pub async fn given_dead_letters_when_purged_then_the_queue_is_empty_and_the_dlq_is_kept(backend: &dyn Backend) {
