@@ -37,6 +37,7 @@
 
 #[macro_use]
 mod cache;
+mod bury;
 mod dead;
 mod deliveries;
 mod events;

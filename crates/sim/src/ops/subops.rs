@@ -15,20 +15,14 @@ impl World {
         let sub = SUB_QO;
         let seq = self.seq + 1;
         match self.rng.weighted(&[2, 3, 2, 2, 3, 2, 1, 2]) {
-            0 => self.spawn(
-                c,
-                Act::Pause { sub },
-                Some(TOPIC_A),
-                async move { Res::Sub(queues.pause(TOPIC_A, sub).await) },
-            ),
+            0 => self.spawn(c, Act::Pause { sub }, Some(TOPIC_A), async move {
+                Res::Sub(queues.pause(TOPIC_A, sub).await.map(Box::new))
+            }),
             1 => {
                 self.ops.resumes.push((seq, u64::MAX));
-                self.spawn(
-                    c,
-                    Act::Resume { sub },
-                    Some(TOPIC_A),
-                    async move { Res::Sub(queues.resume(TOPIC_A, sub).await) },
-                )
+                self.spawn(c, Act::Resume { sub }, Some(TOPIC_A), async move {
+                    Res::Sub(queues.resume(TOPIC_A, sub).await.map(Box::new))
+                })
             }
             choice @ (2 | 3) => {
                 let (window, filter) = match self.ops.retry.take() {
@@ -48,7 +42,7 @@ impl World {
                     ..SubscriptionPatch::default()
                 };
                 self.spawn(c, Act::Patch { sub, window, filter }, Some(TOPIC_A), async move {
-                    Res::Sub(queues.patch(TOPIC_A, sub, &patch).await)
+                    Res::Sub(queues.patch(TOPIC_A, sub, &patch).await.map(Box::new))
                 })
             }
             choice @ 4..=6 => {

@@ -164,7 +164,7 @@ pub(crate) enum Res {
     Push(Result<(Vec<Pushed>, Result<usize, Error>), Error>),
     PushDrain(Result<Drained, Error>),
     /// A pause's, a resume's or a change's answer: the subscription.
-    Sub(Result<Subscription, Error>),
+    Sub(Result<Box<Subscription>, Error>),
     Sought(Result<Sought, Error>),
     /// The process serving it crashed: the answer never came.
     Crashed,
