@@ -27,6 +27,8 @@ struct Seen {
     /// the delivery verified with it too.
     also: Option<Vec<u8>>,
     also_verified: Vec<bool>,
+    /// The newest delivery's `webhook-id`, `webhook-timestamp`, `webhook-signature` and body.
+    last: Option<([String; 3], Bytes)>,
     attempts: Vec<(String, Vec<(String, u64)>)>,
     acked: HashSet<String>,
     /// Messages pushed again after the receiver had acked them.
@@ -68,6 +70,7 @@ async fn hook(State(r): State<Receiver>, headers: HeaderMap, body: Bytes) -> Res
         }
         let again: Vec<String> = ids.iter().filter(|id| seen.acked.contains(*id)).cloned().collect();
         seen.after_ack.extend(again);
+        seen.last = Some(([id.clone(), ts, sig], body.clone()));
         seen.attempts.push((id, items));
         seen.attempts.len() - 1
     };
@@ -95,12 +98,39 @@ async fn start_receiver(behaviour: Behaviour) -> (String, Arc<Mutex<Seen>>) {
     (url, seen)
 }
 
-async fn subscribe(c: &reqwest::Client, s: &Server, topic: &str, body: Value, seen: &Mutex<Seen>) {
+/// Creates the push subscription `hook`; answers its secret (the receiver checks with it).
+async fn subscribe(c: &reqwest::Client, s: &Server, topic: &str, body: Value, seen: &Mutex<Seen>) -> String {
     let r = c.put(s.url(&format!("/v1/topics/{topic}/subscriptions/hook"))).json(&body).send().await.unwrap();
     assert_eq!(r.status(), 201);
     let created: Value = r.json().await.unwrap();
     let secret = created["push"]["secret"].as_str().expect("the secret, once").to_owned();
     seen.lock().unwrap().key = Some(secret_key(&secret).unwrap());
+    secret
+}
+
+/// Whether the Standard Webhooks reference library (Python's `standardwebhooks`, installed
+/// by infra/setup.sh) verifies a delivery with `secret`.
+fn standard_webhooks_verifies(secret: &str, (headers, body): &([String; 3], Bytes)) -> bool {
+    const VERIFY: &str = "import sys, standardwebhooks as sw
+secret, id, ts, sig = sys.argv[1:5]
+headers = {'webhook-id': id, 'webhook-timestamp': ts, 'webhook-signature': sig}
+try:
+    sw.Webhook(secret).verify(sys.stdin.buffer.read(), headers)
+except sw.WebhookVerificationError:
+    sys.exit(3)";
+    use std::io::Write;
+    let python = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
+    let mut child = std::process::Command::new(python)
+        .args(["-c", VERIFY, secret, &headers[0], &headers[1], &headers[2]])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("the venv's python (infra/setup.sh)");
+    child.stdin.take().unwrap().write_all(body).unwrap();
+    match child.wait().unwrap().code() {
+        Some(0) => true,
+        Some(3) => false,
+        other => panic!("standardwebhooks failed to run: {other:?}"),
+    }
 }
 
 async fn publish(c: &reqwest::Client, s: &Server, topic: &str, events: Vec<Value>) -> Vec<String> {
@@ -178,7 +208,7 @@ async fn given_a_rotated_secret_then_serve_signs_each_delivery_with_both_over_ht
     // One worker: each worker's receive already waiting at the rotation may push one batch more
     // signed with the old secret alone.
     let body = json!({"start": "earliest", "push": {"url": url, "max_in_flight": 1}});
-    subscribe(&c, &server, "orders", body, &seen).await;
+    let old = subscribe(&c, &server, "orders", body, &seen).await;
     let first = publish(&c, &server, "orders", vec![json!({"value": 1})]).await;
     let acked = |ids: &[String]| ids.iter().all(|id| seen.lock().unwrap().acked.contains(id));
     eventually("pushed before the rotation", Duration::from_secs(30), || acked(&first)).await;
@@ -186,7 +216,8 @@ async fn given_a_rotated_secret_then_serve_signs_each_delivery_with_both_over_ht
     let r = c.post(server.url("/v1/topics/orders/subscriptions/hook/secret")).send().await.unwrap();
     assert_eq!(r.status(), 200);
     let rotated: Value = r.json().await.unwrap();
-    seen.lock().unwrap().also = Some(secret_key(rotated["secret"].as_str().expect("the new secret")).unwrap());
+    let new = rotated["secret"].as_str().expect("the new secret").to_owned();
+    seen.lock().unwrap().also = Some(secret_key(&new).unwrap());
     // The worker's receive already waiting may push one batch signed with the old secret
     // alone (docs/API.md: liveness, not safety); every batch after it carries both.
     for round in 0..2 {
@@ -198,6 +229,11 @@ async fn given_a_rotated_secret_then_serve_signs_each_delivery_with_both_over_ht
     let with_new = &seen.also_verified;
     assert!(with_new.last() == Some(&true), "the last delivery verifies with the new secret too: {with_new:?}");
     assert!(with_new.iter().filter(|v| !**v).count() <= 1, "one batch at most without the new: {with_new:?}");
+    let last = seen.last.as_ref().expect("a delivery");
+    assert!(standard_webhooks_verifies(&old, last), "standardwebhooks verifies the overlap's delivery with the old");
+    assert!(standard_webhooks_verifies(&new, last), "standardwebhooks verifies it with the new");
+    let other = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    assert!(!standard_webhooks_verifies(other, last), "and with no other secret");
 }
 
 /// Waits until the subscription `hook` of `topic` has nothing visible or in flight (the
