@@ -162,9 +162,16 @@ impl World {
             }
         }
         leaks.extend(self.orphan_queues(&census).await);
+        // One index item of a deleted topic's partition, and nothing else, is the known
+        // residue of a commit that wrote out its head's entry after the purge and then died
+        // (or lost its head write) before removing it (docs/DESIGN.md, "Deletes still
+        // fence"): storage, never read (a topic made again gets a new id). Told apart, so
+        // every other leak still fails.
+        let residue = |l: &String| l.starts_with("seg#") && l.contains(" (1 items) of deleted topic ");
         if !leaks.is_empty() {
+            let kind = if leaks.iter().all(residue) { "purge-index-residue" } else { "purge-complete" };
             leaks.truncate(4);
-            self.violate("purge-complete", leaks.join("; "));
+            self.violate(kind, leaks.join("; "));
         }
     }
 
