@@ -162,8 +162,9 @@ impl Queues {
             let cursor = match action {
                 // The DLQ's count moves with its letters, in the same write.
                 Settle::Bury { .. } => {
-                    let buried = round.found.iter().filter(|f| f.is_some()).count() as u64;
-                    Some(CursorRecord { dead: state.cursor.dead + buried, ..state.cursor })
+                    let kept = self.keep_dead_letters(sub, partition, &mut round.ops).await?;
+                    let buried = round.found.iter().filter(|f| f.is_some()).count() - kept;
+                    Some(CursorRecord { dead: state.cursor.dead + buried as u64, ..state.cursor })
                 }
                 _ => Some(state.cursor).filter(|_| bump_cursor),
             };
@@ -244,6 +245,22 @@ impl Queues {
             }
         }
         Ok(done)
+    }
+
+    /// Drops from a burying write the dead letters already there (a seek back delivered
+    /// their messages again: `seek.rs`), so each keeps the letter it has and counts once;
+    /// answers how many. A letter made meanwhile fails the write's create, and the next
+    /// round sees it.
+    async fn keep_dead_letters(&self, sub: &Sub, partition: u32, ops: &mut Vec<WriteOp>) -> Result<usize, Error> {
+        let dlq = dead_key(sub.record.id, partition, 0).pk;
+        let mut kept = HashSet::new();
+        for key in ops.iter().map(WriteOp::key).filter(|k| k.pk == dlq) {
+            if self.store().get(key).await?.is_some() {
+                kept.insert(key.clone());
+            }
+        }
+        ops.retain(|op| !kept.contains(op.key()));
+        Ok(kept.len())
     }
 
     /// The leases the receipts name, by sort key; the whole partition (as of one moment)

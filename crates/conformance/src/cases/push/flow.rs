@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde_json::json;
 use sluice_core::ports::deliver::Answer;
 use sluice_core::push::{webhook, Dispatcher, Topics};
-use sluice_core::queues::{FlowRecord, PushSpec, Queues, SubscriptionState};
+use sluice_core::queues::{FlowRecord, PushSpec, Queues, SeekTo, SubscriptionState};
 use sluice_core::Clock;
 
 use super::receiver::*;
@@ -181,6 +181,31 @@ pub async fn given_a_target_answering_410_gone_then_its_batch_is_dead_lettered_a
         at.iter().map(|p| webhook::message_id(&topic, p.partition, p.offset)).collect();
     let delivered: std::collections::HashSet<String> = receiver.acked().difference(&gone).cloned().collect();
     assert_eq!(delivered.len() + gone.len(), all.len(), "the others delivered");
+}
+
+/// A seek back delivers a dead-lettered message again (its dead letter kept); a second 410
+/// dead-letters it again: the letter there is kept, counted once, and the partition goes on.
+pub async fn given_a_gone_message_sought_back_over_when_gone_again_then_its_dead_letter_is_kept_once(
+    backend: &dyn Backend,
+) {
+    let (clock, log, queues) = manual(backend).await;
+    let topic = new_topic(&log, "push-gone-again", 1).await;
+    let push = PushSpec { max_batch: 1, ..PushSpec::lambda("consumer") };
+    let sub = subscribe(&queues, &topic, push_spec(push, 5, 100)).await;
+    publish(&log, &topic, vec![json_event(json!("gone"), None)]).await;
+    let receiver = Receiver::new(|_, n| if n < 2 { status(410, None) } else { ok(json!({})) });
+    let dispatcher = Dispatcher::new(queues.clone(), receiver.clone());
+    drain_all(&dispatcher, &clock, &topic, 100).await;
+    queues.seek(&topic, &sub, &SeekTo::Earliest, false).await.expect("seek back");
+    publish(&log, &topic, vec![json_event(json!("next"), None)]).await;
+    drain_all(&dispatcher, &clock, &topic, 100).await;
+
+    let attempts = receiver.attempts();
+    assert_eq!(attempts.len(), 3, "gone, gone again after the seek, then the next message: {attempts:?}");
+    let page = queues.dead_letters(&topic, &sub, None, 100).await.expect("dead letters");
+    assert_eq!(page.entries.iter().map(|d| d.offset).collect::<Vec<_>>(), vec![0], "one dead letter");
+    let d = queues.describe(&topic, &sub).await.unwrap();
+    assert_eq!((d.backlog.dead, d.backlog.visible, d.backlog.in_flight), (1, 0, 0), "counted once");
 }
 
 pub async fn given_a_running_dispatcher_and_a_429_with_retry_after_then_nothing_is_received_until_then(

@@ -56,6 +56,7 @@ macro_rules! push_conformance_suite {
             given_503s_and_timeouts_then_the_in_flight_limit_halves_down_to_one_and_a_success_adds_one,
             given_an_endpoint_failing_twenty_times_over_five_minutes_then_it_is_suspended_probed_once_a_minute_and_resumed,
             given_a_target_answering_410_gone_then_its_batch_is_dead_lettered_at_once_with_reason_gone,
+            given_a_gone_message_sought_back_over_when_gone_again_then_its_dead_letter_is_kept_once,
             given_a_running_dispatcher_and_a_429_with_retry_after_then_nothing_is_received_until_then,
             given_a_push_subscription_with_a_rate_then_deliveries_follow_it_and_spend_no_receive_count,
             given_a_push_subscription_with_a_rate_then_a_batch_waits_for_its_tokens,
