@@ -158,8 +158,12 @@ impl Queues {
         let (mut attempt, mut checked) = (0, None);
         while attempt < MAX_ATTEMPTS {
             let sub = self.sub(topic, name).await?;
-            let Planned::Change { spec, filter_changed } = plan(&sub.record.spec, patch)? else {
-                return Ok(sub.describe());
+            let (spec, filter_changed) = match plan(&sub.record.spec, patch)? {
+                Planned::Change { spec, filter_changed } => (spec, filter_changed),
+                // A change that failed after marking partitions left them taking nothing:
+                // one that asks for nothing new finishes it, with the settings as they are.
+                Planned::Unchanged if self.interrupted(&sub).await? => (sub.record.spec.clone(), false),
+                Planned::Unchanged => return Ok(sub.describe()),
             };
             if spec.push != sub.record.spec.push && checked != spec.push {
                 if let Some(push) = &spec.push {
@@ -188,6 +192,19 @@ impl Queues {
             }
         }
         Err(contended(name))
+    }
+}
+
+impl Queues {
+    /// Whether a change of `sub`'s settings marked a partition and never wrote them (or is
+    /// writing them now): that partition takes nothing until the settings' version catches up.
+    async fn interrupted(&self, sub: &Sub) -> Result<bool, Error> {
+        for partition in 0..sub.topic.spec.partitions {
+            if self.load(sub, partition, Some(1)).await?.marks.config > sub.record.config {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 }
 

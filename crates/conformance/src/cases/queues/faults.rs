@@ -4,12 +4,12 @@
 
 use std::sync::Arc;
 
-use sluice_core::queues::{Ordering, Queues, ReceiveRequest, StartAt, SubscriptionSpec};
+use sluice_core::queues::{Ordering, Queues, ReceiveRequest, StartAt, SubscriptionPatch, SubscriptionSpec};
 use sluice_core::upkeep::JanitorConfig;
 use sluice_core::{layout, Clock, Log, ManualClock, TopicSpec};
 use sluice_testkit::Layered;
 
-use crate::cases::support::faults::{Action, QueryAction, Scripted};
+use crate::cases::support::faults::{puts_at, Action, Fault, QueryAction, Scripted};
 use crate::cases::support::queues::{
     assert_nothing, event, manual, new_topic, positions, publish, publish_at, receive, subscribe, START_MS,
 };
@@ -336,4 +336,30 @@ pub async fn given_a_receive_answering_after_a_window_ended_then_it_leaves_those
     let again = receive(&queues, &topic, &sub, 10).await;
     assert_eq!(positions(&again), vec![(left_out, 0)], "due again at once");
     assert_eq!(again[0].receive_count, 2, "its first delivery was counted, as a lost answer's is");
+}
+
+/// A change whose subscription write failed after it marked the partitions leaves them
+/// delivering nothing (its documented remedy: send it again). A change that asks for
+/// nothing new finishes it too, so an operator who gave up on the first is not stuck.
+pub async fn given_a_change_interrupted_after_its_marks_then_an_empty_change_lets_the_queue_deliver_again(
+    backend: &dyn Backend,
+) {
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (script, queues) = scripted_queues(backend, &clock).await;
+    let log = queues.log().clone();
+    let topic = new_topic(&log, "patch-interrupted", 2).await;
+    let sub = subscribe(&queues, &topic, earliest()).await;
+    for p in 0..2 {
+        publish_at(&log, &topic, p, &format!("m{p}"), START_MS).await;
+    }
+    let name = sub.clone();
+    script.at(move |ops| puts_at(ops, sluice_core::keys::SUBS_PREFIX, &name), Action::Fault(Fault::FailBefore));
+    let change = SubscriptionPatch { visibility_timeout_ms: Some(7_000), ..Default::default() };
+    assert!(queues.patch(&topic, &sub, &change).await.is_err(), "the subscription write failed");
+    assert_eq!(script.pending(), 0);
+    assert_nothing(&queues, &topic, &sub, "marked, the settings not written: nothing is taken").await;
+
+    let d = queues.patch(&topic, &sub, &SubscriptionPatch::default()).await.expect("an empty change");
+    assert_eq!(d.spec.visibility_timeout_ms, SubscriptionSpec::default().visibility_timeout_ms, "nothing new");
+    assert_eq!(positions(&receive(&queues, &topic, &sub, 10).await).len(), 2, "both partitions deliver again");
 }

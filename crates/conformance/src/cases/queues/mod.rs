@@ -77,6 +77,7 @@ macro_rules! queue_conformance_suite {
             given_long_poll_when_the_only_messages_lease_ends_then_it_is_delivered_at_that_instant,
             given_undelivered_messages_when_the_log_start_passes_them_then_counted_expired_never_delivered_and_the_rest_are,
             given_a_describe_whose_first_read_is_torn_then_its_counts_are_still_exact,
+            given_a_change_interrupted_after_its_marks_then_an_empty_change_lets_the_queue_deliver_again,
             given_a_receive_landing_between_a_describes_reads_then_its_counts_add_up,
             given_a_keyed_receive_whose_read_misses_a_moved_lease_then_the_key_still_waits,
             given_retention_passing_a_receive_in_flight_then_it_answers_from_the_new_start,
