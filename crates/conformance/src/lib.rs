@@ -8,6 +8,7 @@
 
 pub mod billed;
 pub mod cases;
+pub mod disk;
 pub mod embedded;
 pub mod http_faults;
 pub mod memory;

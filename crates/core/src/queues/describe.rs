@@ -2,7 +2,6 @@
 //! subscription's deliveries, flow state, and its suspension (shown as its `state` unless paused).
 
 use super::*;
-use crate::log::read::Lookup;
 
 impl Backlog {
     /// Adds a partition's counts (not its oldest age) to the whole's.
@@ -142,18 +141,10 @@ impl Queues {
                 return Ok((early, late, false));
             }
             let max = (limits.max_read_events, limits.max_read_bytes);
-            let batch = match self.log.read_at(&sub.topic, partition, from, max, head, Lookup::Holder).await {
-                Ok(batch) => batch,
-                // Retention removed them meanwhile: a receive would pass them over.
-                Err(Error::OffsetOutOfRange { log_start_offset, .. }) if log_start_offset > from => {
-                    from = log_start_offset;
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            let Some(last) = batch.events.last().map(|e| e.offset) else { break };
-            scanned += batch.events.len();
-            for e in batch.events.iter().filter(|e| crate::schedule::deliver_at(&e.record.headers) > Some(now)) {
+            let events = self.read_from(&sub.topic, partition, &mut from, max, head).await?;
+            let Some(last) = events.last().map(|e| e.offset) else { break };
+            scanned += events.len();
+            for e in events.iter().filter(|e| crate::schedule::deliver_at(&e.record.headers) > Some(now)) {
                 *(if e.offset < boundary { &mut early } else { &mut late }) += 1;
             }
             from = last + 1;

@@ -1,4 +1,5 @@
-//! Reading the events of messages held in leases, by offset.
+//! Reading a partition's events by offset: those of messages held in leases, and runs
+//! from an offset on.
 
 use super::*;
 use crate::log::read::Lookup;
@@ -27,28 +28,11 @@ impl Queues {
             let mut next = first.max(head.start);
             while next <= last && next < head.next {
                 let want = (last - next + 1) as usize;
-                let read = self
-                    .log
-                    .read_at(
-                        topic,
-                        partition,
-                        next,
-                        (want.min(limits.max_read_events), limits.max_read_bytes),
-                        head,
-                        Lookup::Holder,
-                    )
-                    .await;
-                let batch = match read {
-                    Ok(batch) => batch,
-                    // Retention removed them while they were read: they are not found.
-                    Err(Error::OffsetOutOfRange { log_start_offset, .. }) if log_start_offset > next => {
-                        next = log_start_offset;
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                };
-                let Some(last_read) = batch.events.last().map(|e| e.offset) else { break };
-                for e in batch.events {
+                let max = (want.min(limits.max_read_events), limits.max_read_bytes);
+                // Retention may remove them while they are read: those are not found.
+                let events = self.read_from(topic, partition, &mut next, max, head).await?;
+                let Some(last_read) = events.last().map(|e| e.offset) else { break };
+                for e in events {
                     if e.offset <= last {
                         found.insert(e.offset, e);
                     }
@@ -58,5 +42,27 @@ impl Queues {
             i = end + 1;
         }
         Ok(found)
+    }
+
+    /// Events of a partition from `*from` (at most `max` events and bytes) as a receive reads
+    /// them; when retention has removed them meanwhile, `*from` moves to the log's new start
+    /// first (a receive would pass them over).
+    pub(super) async fn read_from(
+        &self,
+        topic: &TopicConfig,
+        partition: u32,
+        from: &mut u64,
+        max: (usize, usize),
+        head: HeadRecord,
+    ) -> Result<Vec<Event>, Error> {
+        loop {
+            match self.log.read_at(topic, partition, *from, max, head, Lookup::Holder).await {
+                Ok(batch) => return Ok(batch.events),
+                Err(Error::OffsetOutOfRange { log_start_offset, .. }) if log_start_offset > *from => {
+                    *from = log_start_offset;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 }

@@ -4,7 +4,6 @@
 
 use super::take::document;
 use super::*;
-use crate::log::read::Lookup;
 
 /// Messages one peek answers at most (as a receive).
 pub const MAX_PEEK_MESSAGES: usize = MAX_RECEIVE_MESSAGES;
@@ -113,18 +112,10 @@ impl Queues {
             // Filtering, more is read than will be answered.
             let want = if filter.is_some() { PEEK_SCAN - scanned } else { room - found.len() };
             let max = (want.min(limits.max_read_events), limits.max_read_bytes);
-            let batch = match self.log.read_at(&sub.topic, partition, from, max, head, Lookup::Holder).await {
-                Ok(batch) => batch,
-                // Retention removed them while they were read: look from the new start.
-                Err(Error::OffsetOutOfRange { log_start_offset, .. }) if log_start_offset > from => {
-                    from = log_start_offset;
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            let Some(last) = batch.events.last().map(|e| e.offset) else { break };
-            scanned += batch.events.len();
-            let (visible, waiting) = visible_new(&batch.events, &sub.record.spec, filter, now);
+            let events = self.read_from(&sub.topic, partition, &mut from, max, head).await?;
+            let Some(last) = events.last().map(|e| e.offset) else { break };
+            scanned += events.len();
+            let (visible, waiting) = visible_new(&events, &sub.record.spec, filter, now);
             found.extend(visible.into_iter().take(room - found.len()).cloned());
             if waiting {
                 break;

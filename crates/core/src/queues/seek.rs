@@ -27,7 +27,6 @@ use std::collections::BTreeSet;
 
 use super::take::document;
 use super::*;
-use crate::log::read::Lookup;
 
 /// Where a seek moves a subscription's queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -219,17 +218,10 @@ impl Queues {
         let mut out = BTreeSet::new();
         while lo < hi {
             let max = ((hi - lo).min(limits.max_read_events as u64) as usize, limits.max_read_bytes);
-            let batch = match self.log.read_at(&sub.topic, partition, lo, max, head, Lookup::Holder).await {
-                Ok(batch) => batch,
-                // Retention removed them while they were read: those are not counted anyway.
-                Err(Error::OffsetOutOfRange { log_start_offset, .. }) if log_start_offset > lo => {
-                    lo = log_start_offset;
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            let Some(last) = batch.events.last().map(|e| e.offset) else { break };
-            let events = batch.events.iter().filter(|e| e.offset < hi);
+            // Retention may remove them while they are read: those are not counted anyway.
+            let events = self.read_from(&sub.topic, partition, &mut lo, max, head).await?;
+            let Some(last) = events.last().map(|e| e.offset) else { break };
+            let events = events.iter().filter(|e| e.offset < hi);
             out.extend(events.filter(|e| !filter.matches(&document(e))).map(|e| e.offset));
             lo = last + 1;
         }
