@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{assert_dense, client, create_topic, read_all, Server};
+use common::{assert_dense, client, create_topic, post_json, read_all, Server};
 use serde_json::{json, Value};
 
 const PARTITIONS: u32 = 4;
@@ -113,15 +113,8 @@ async fn given_kill_9_during_publishes_when_restarted_then_acked_events_survive_
     }
 
     // The restarted server keeps appending densely after the recovered tail.
-    let r: Value = c
-        .post(server.url("/v1/topics/crashy/events"))
-        .json(&json!({ "events": [{ "value": "after", "partition": 0 }] }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let after = json!({ "events": [{ "value": "after", "partition": 0 }] });
+    let r = post_json(&c, server.url("/v1/topics/crashy/events"), &after).await;
     let before = log.keys().filter(|(p, _)| *p == 0).count() as u64;
     assert_eq!(r["results"][0]["offset"].as_u64(), Some(before));
 }

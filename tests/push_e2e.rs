@@ -14,7 +14,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use common::{client, create_topic, Server};
+use common::{client, create_topic, get_json, Server};
 use serde_json::{json, Value};
 use sluice_core::push::webhook;
 use sluice_core::queues::secret_key;
@@ -241,14 +241,7 @@ async fn given_a_rotated_secret_then_serve_signs_each_delivery_with_both_over_ht
 async fn settled(c: &reqwest::Client, server: &Server, topic: &str) -> Value {
     let start = Instant::now();
     loop {
-        let described: Value = c
-            .get(server.url(&format!("/v1/topics/{topic}/subscriptions/hook")))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let described = get_json(c, server.url(&format!("/v1/topics/{topic}/subscriptions/hook"))).await;
         let backlog = (&described["backlog"]["in_flight"], &described["backlog"]["visible"]);
         if backlog == (&json!(0), &json!(0)) {
             return described;

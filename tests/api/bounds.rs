@@ -5,7 +5,7 @@
 use base64::Engine;
 use serde_json::{json, Value};
 
-use crate::common::{client, create_topic, Server};
+use crate::common::{client, create_topic, get_json, post_json, Server};
 use crate::publish;
 
 #[tokio::test]
@@ -14,17 +14,9 @@ async fn given_a_member_when_commits_break_their_rules_then_each_is_refused_and_
     let s = Server::start(dir.path());
     let c = client();
     create_topic(&c, &s, "c-topic", 2).await;
-    let polled: Value = c
-        .post(s.url("/v1/groups/cg/poll"))
-        .json(&json!({ "topics": ["c-topic"] }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let polled = post_json(&c, s.url("/v1/groups/cg/poll"), &json!({ "topics": ["c-topic"] })).await;
     let (member, generation) = (polled["member_id"].clone(), polled["generation"].clone());
-    let group = || async { c.get(s.url("/v1/groups/cg")).send().await.unwrap().json::<Value>().await.unwrap() };
+    let group = || get_json(&c, s.url("/v1/groups/cg"));
     let before = group().await;
     let offset = |p: u32| json!({ "topic": "c-topic", "partition": p, "offset": 0 });
     let commit = |offsets: Vec<Value>| json!({ "member_id": member, "generation": generation, "offsets": offsets });

@@ -2,7 +2,7 @@
 //! `deliverat` and `delayms` CloudEvents attributes; every refusal a 400 with nothing
 //! written; replay shows the schedule at once, a receive does not deliver before it.
 
-use crate::common::{client, read_all, Server};
+use crate::common::{client, post_json, read_all, Server};
 use crate::publish;
 use serde_json::{json, Value};
 
@@ -55,15 +55,8 @@ async fn given_scheduled_events_then_replay_shows_their_schedule_and_a_receive_w
     assert!(events[2].get("deliver_at_ms").is_none());
     assert!(events[3]["deliver_at_ms"].as_i64().is_some(), "CloudEvents' delayms");
 
-    let received: Value = c
-        .post(s.url("/v1/topics/sched/subscriptions/work/receive"))
-        .json(&json!({"max_messages": 10}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let received =
+        post_json(&c, s.url("/v1/topics/sched/subscriptions/work/receive"), &json!({"max_messages": 10})).await;
     let values: Vec<&Value> = received["messages"].as_array().unwrap().iter().map(|m| &m["value"]).collect();
     assert_eq!(values, [&json!("now")], "only what is due");
     let d: Value = c.get(s.url("/v1/topics/sched/subscriptions/work")).send().await.unwrap().json().await.unwrap();

@@ -70,6 +70,16 @@ pub async fn create_topic(c: &reqwest::Client, s: &Server, topic: &str, partitio
     assert!(r.status().is_success(), "create topic: {}", r.status());
 }
 
+/// POSTs `body` as JSON; the answer's JSON.
+pub async fn post_json(c: &reqwest::Client, url: String, body: &Value) -> Value {
+    c.post(url).json(body).send().await.unwrap().json().await.unwrap()
+}
+
+/// GETs `url`; the answer's JSON.
+pub async fn get_json(c: &reqwest::Client, url: String) -> Value {
+    c.get(url).send().await.unwrap().json().await.unwrap()
+}
+
 /// Every event of a partition, read page by page from offset 0 to the high watermark.
 pub async fn read_all(c: &reqwest::Client, s: &Server, topic: &str, partition: u32) -> Vec<Value> {
     let mut out = Vec::new();
