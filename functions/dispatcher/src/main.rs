@@ -3,8 +3,11 @@
 //!   changes of partition heads (one per commit): it then delivers what the push
 //!   subscriptions of those topics have due, so a publish reaches its subscribers at the
 //!   mapping's next poll (no batching window);
-//! - a schedule: a sweep of every topic, for redeliveries that come due while nothing is
-//!   published (a nack's backoff, an attempt's window that ended with its dispatcher).
+//! - a schedule: a sweep of every topic, for what comes due while nothing is published (a
+//!   scheduled message, a nack's backoff, an attempt's window that ended with its
+//!   dispatcher). The sweep stays for what comes due before the next one starts and
+//!   delivers it at its time ([`Dispatcher::sweep`]): nothing waits behind a sweep, while a
+//!   stream run holds its shard's next wakes back as long as it lasts.
 //!
 //! Either way it receives, delivers and settles through the same core code as `sluice
 //! serve` ([`Dispatcher::drain`]) until nothing is due or no attempt would end before its
@@ -23,6 +26,12 @@ use sluice_runtime::Config;
 
 /// Time kept back from the invocation's deadline for settling and adding the counts.
 const RESERVE_MS: i64 = 3_000;
+/// How long a stream run may last, whatever the function's timeout: its shard's next wakes
+/// wait for it (the timeout is longer for the sweeps' sake).
+const STREAM_RUN_MS: i64 = 60_000 - RESERVE_MS;
+/// How far past its start a sweep stays for what comes due: the schedule's period
+/// (`PushSweepSchedule`, `rate(1 minute)`), after which the next sweep takes over.
+const SWEEP_STAYS_MS: i64 = 60_000;
 
 /// What one run did.
 #[derive(Debug, Serialize, PartialEq, Eq)]
@@ -57,7 +66,11 @@ async fn dispatch(dispatcher: &Dispatcher, event: LambdaEvent<Value>) -> Result<
     let now_ms = dispatcher.now_ms();
     let deadline_ms = sluice_runtime::invocation_deadline_ms(event.context.deadline, now_ms) - RESERVE_MS;
     tracing::debug!(?topics, budget_ms = deadline_ms - now_ms, "woken");
-    let Drained { deliveries, messages, failed_messages } = dispatcher.drain(&topics, deadline_ms).await?;
+    let drained = match topics {
+        Topics::All => dispatcher.sweep(&topics, deadline_ms, now_ms + SWEEP_STAYS_MS).await?,
+        _ => dispatcher.drain(&topics, deadline_ms.min(now_ms + STREAM_RUN_MS)).await?,
+    };
+    let Drained { deliveries, messages, failed_messages } = drained;
     let woken = match &topics {
         Topics::Ids(ids) => Some(ids.len()),
         Topics::Named(names) => Some(names.len()),

@@ -20,9 +20,10 @@ use crate::queues::{secret_key, Message, PushStatsRecord, PushSubscription, Push
 use crate::trace::TraceContext;
 use crate::Error;
 
-/// A receive holds its batch this long past the attempt's timeout: settling takes a moment.
 mod drain;
+mod stay;
 
+/// A receive holds its batch this long past the attempt's timeout: settling takes a moment.
 const SETTLE_MARGIN_MS: u64 = 5_000;
 /// How long an embedded worker's receive waits for a message (woken at once by a commit).
 const IDLE_WAIT_MS: u64 = 5_000;

@@ -1,6 +1,8 @@
 //! Scheduled events on a push subscription: nothing is pushed before its time, what is due
 //! is pushed past it, and the scheduled one is pushed once its time comes.
 
+use std::sync::Arc;
+
 use serde_json::json;
 use sluice_core::push::{webhook, Dispatcher, Topics};
 use sluice_core::queues::PushSpec;
@@ -8,7 +10,8 @@ use sluice_core::schedule::stamp;
 use sluice_core::Clock;
 
 use super::receiver::*;
-use crate::cases::support::queues::{manual, new_topic, publish, subscribe};
+use crate::cases::support::clock::WatchedClock;
+use crate::cases::support::queues::{manual, new_topic, publish, queues_on, subscribe, REAL_PATIENCE, START_MS};
 use crate::Backend;
 
 pub async fn given_a_scheduled_event_on_a_push_subscription_then_it_is_pushed_at_its_time_and_not_before(
@@ -37,4 +40,67 @@ pub async fn given_a_scheduled_event_on_a_push_subscription_then_it_is_pushed_at
     assert_eq!(receiver.acked(), [id(0), id(1)].into(), "pushed at its time");
     let items: Vec<_> = receiver.attempts().iter().flat_map(|a| a.items.clone()).collect();
     assert_eq!(items.len(), 2, "each pushed once: {items:?}");
+}
+
+/// A quiet topic on AWS: no publish wakes a run when a scheduled message comes due, so the
+/// sweep (every minute) stays for what comes due before the next one and pushes it at its
+/// time. Here the run that moved it (a stream run: the publish's) ends with it not yet due,
+/// the next sweep starts 60 s later, and the message is due 30 s after that.
+pub async fn given_a_quiet_topic_when_a_scheduled_message_comes_due_then_the_staying_sweep_pushes_it_at_its_time(
+    backend: &dyn Backend,
+) {
+    let clock = Arc::new(WatchedClock::new(START_MS));
+    let (log, queues) = queues_on(backend, clock.clone()).await;
+    let topic = new_topic(&log, "push-quiet", 1).await;
+    subscribe(&queues, &topic, push_spec(PushSpec::lambda("consumer"), 5, 100)).await;
+    let due_at = START_MS + 90_000;
+    let mut later = json_event(json!("later"), None);
+    stamp(&mut later, due_at);
+    let at = publish(&log, &topic, vec![later]).await;
+    let receiver = Receiver::new(|_, _| ok(json!({})));
+    let dispatcher = Dispatcher::new(queues.clone(), receiver.clone());
+    let topics = Topics::Named(vec![topic.clone()]);
+    let stream_run = dispatcher.drain(&topics, clock.now_ms() + 57_000).await.expect("the publish's run");
+    assert_eq!(stream_run.deliveries, 0, "not due: nothing pushed");
+    clock.clock.advance(60_000);
+    let before = clock.sleeps();
+    let sweep = {
+        let (dispatcher, topics, now) = (dispatcher.clone(), topics.clone(), clock.now_ms());
+        tokio::spawn(async move { dispatcher.sweep(&topics, now + 117_000, now + 60_000).await })
+    };
+    clock.slept_more_than(before).await;
+    clock.clock.advance(29_999);
+    tokio::task::yield_now().await;
+    assert!(receiver.attempts().is_empty(), "1 ms before its time: nothing pushed");
+    assert!(!sweep.is_finished(), "the sweep stays for it");
+    clock.clock.advance(1);
+    let swept = tokio::time::timeout(REAL_PATIENCE, sweep).await.expect("the sweep ended").unwrap().expect("sweep");
+    assert_eq!(swept.deliveries, 1, "{swept:?}");
+    assert_eq!(receiver.acked(), [webhook::message_id(&topic, at[0].partition, at[0].offset)].into());
+    assert_eq!(clock.now_ms(), due_at, "pushed at its time, the clock not moved past it");
+}
+
+/// A sweep stays only for what comes due before it hands over: a message due after
+/// `stay_until` (or whose attempt would end past the deadline) is left to the next sweep,
+/// which the sweep answers at once instead of waiting for it.
+pub async fn given_a_scheduled_message_due_after_the_sweeps_stay_then_the_sweep_ends_without_waiting(
+    backend: &dyn Backend,
+) {
+    let clock = Arc::new(WatchedClock::new(START_MS));
+    let (log, queues) = queues_on(backend, clock.clone()).await;
+    let topic = new_topic(&log, "push-far", 1).await;
+    subscribe(&queues, &topic, push_spec(PushSpec::lambda("consumer"), 5, 100)).await;
+    let mut later = json_event(json!("later"), None);
+    stamp(&mut later, START_MS + 61_000);
+    publish(&log, &topic, vec![later]).await;
+    let receiver = Receiver::new(|_, _| ok(json!({})));
+    let dispatcher = Dispatcher::new(queues.clone(), receiver.clone());
+    let topics = Topics::Named(vec![topic.clone()]);
+    dispatcher.drain(&topics, START_MS + 57_000).await.expect("the publish's run");
+    let before = clock.sleeps();
+    let swept = dispatcher.sweep(&topics, START_MS + 117_000, START_MS + 60_000).await.expect("sweep");
+    assert_eq!((swept.deliveries, clock.sleeps()), (0, before), "due after the stay: not waited for");
+    // Due within the stay but its attempt (timeout 10 s + 5 s) would end past the deadline.
+    let swept = dispatcher.sweep(&topics, START_MS + 70_000, START_MS + 120_000).await.expect("sweep");
+    assert_eq!((swept.deliveries, clock.sleeps()), (0, before), "no time for its attempt: not waited for");
 }

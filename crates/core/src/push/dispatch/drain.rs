@@ -60,7 +60,7 @@ impl Dispatcher {
 
     /// One subscription's part of a drain: claims its run lease, drains it, and releases
     /// the lease, draining again while another run asked for it meanwhile.
-    async fn drive(
+    pub(super) async fn drive(
         &self,
         sub: &PushSubscription,
         deadline_ms: i64,
@@ -68,9 +68,9 @@ impl Dispatcher {
     ) -> Result<(Drained, Option<Error>), Error> {
         let none = Ok((Drained::default(), None));
         if sweep {
-            match self.queues.push_due(sub).await {
-                Ok(true) => {}
-                Ok(false) => return none,
+            match self.queues.push_next_due(sub).await {
+                Ok(Some(at)) if at <= self.now_ms() => {}
+                Ok(_) => return none,
                 Err(e) if gone(&e) => return none,
                 Err(e) => return Err(e),
             }
