@@ -158,6 +158,12 @@ impl Queues {
         }
     }
 
+    /// When something this process's receives for `sub` saw comes due, as their hints
+    /// recorded it (no read): a hint, possibly stale (taken meanwhile by another process).
+    pub fn push_next_due_seen(&self, sub: &PushSubscription) -> Option<i64> {
+        self.local.turns.next_due(sub.id)
+    }
+
     /// Adds a dispatcher's counts to the subscription's (one conditional write; not if the
     /// subscription was deleted meanwhile, whose purge would miss the item).
     pub async fn add_push_stats(&self, sub: &PushSubscription, add: &PushStatsRecord) -> Result<(), Error> {

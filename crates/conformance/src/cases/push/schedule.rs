@@ -1,10 +1,11 @@
 //! Scheduled events on a push subscription: nothing is pushed before its time, what is due
 //! is pushed past it, and the scheduled one is pushed once its time comes.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use serde_json::json;
-use sluice_core::push::{webhook, Dispatcher, Topics};
+use sluice_core::ports::deliver::{TargetError, Wakes};
+use sluice_core::push::{webhook, Dispatcher, Topics, WAKE_STAYS_MS};
 use sluice_core::queues::PushSpec;
 use sluice_core::schedule::stamp;
 use sluice_core::Clock;
@@ -103,4 +104,58 @@ pub async fn given_a_scheduled_message_due_after_the_sweeps_stay_then_the_sweep_
     // Due within the stay but its attempt (timeout 10 s + 5 s) would end past the deadline.
     let swept = dispatcher.sweep(&topics, START_MS + 70_000, START_MS + 120_000).await.expect("sweep");
     assert_eq!((swept.deliveries, clock.sleeps()), (0, before), "no time for its attempt: not waited for");
+}
+
+/// The wakes a dispatcher asked for, as the dispatcher function would have been invoked.
+#[derive(Default)]
+struct Asked(Mutex<Vec<(Vec<String>, i64)>>);
+
+#[async_trait::async_trait]
+impl Wakes for Asked {
+    async fn wake_at(&self, topics: &[String], at_ms: i64) -> Result<(), TargetError> {
+        self.0.lock().unwrap().push((topics.to_vec(), at_ms));
+        Ok(())
+    }
+}
+
+/// A message scheduled to come due before the next sweep starts, on a quiet topic: the
+/// stream run that moved it cannot stay (its shard's next wakes would wait for it), so it
+/// hands the time over (on AWS: the dispatcher function invoked for it), once however many
+/// stream runs see it, and the run so woken pushes it at its time.
+pub async fn given_a_message_due_before_the_next_sweep_then_the_stream_run_hands_it_over_and_it_is_pushed_at_its_time(
+    backend: &dyn Backend,
+) {
+    let clock = Arc::new(WatchedClock::new(START_MS));
+    let (log, queues) = queues_on(backend, clock.clone()).await;
+    let topic = new_topic(&log, "push-soon", 1).await;
+    subscribe(&queues, &topic, push_spec(PushSpec::lambda("consumer"), 5, 100)).await;
+    let due_at = START_MS + 20_000;
+    let mut soon = json_event(json!("soon"), None);
+    stamp(&mut soon, due_at);
+    let at = publish(&log, &topic, vec![soon]).await;
+    let receiver = Receiver::new(|_, _| ok(json!({})));
+    let asked = Arc::new(Asked::default());
+    let dispatcher = Dispatcher::new(queues.clone(), receiver.clone()).with_wakes(asked.clone());
+    let topics = Topics::Named(vec![topic.clone()]);
+    assert_eq!(dispatcher.drain(&topics, START_MS + 57_000).await.expect("the publish's run").deliveries, 0);
+    assert_eq!(*asked.0.lock().unwrap(), [(vec![topic.clone()], due_at)], "handed over for its time");
+    let now = publish(&log, &topic, vec![json_event(json!("now"), None)]).await;
+    assert_eq!(dispatcher.drain(&topics, START_MS + 57_000).await.expect("the next publish's run").deliveries, 1);
+    assert_eq!(asked.0.lock().unwrap().len(), 1, "handed over once");
+    let id = |p: &sluice_core::Position| webhook::message_id(&topic, p.partition, p.offset);
+    // The run the wake starts, as the dispatcher function runs it.
+    let before = clock.sleeps();
+    let woken = {
+        let (dispatcher, topics) = (dispatcher.clone(), topics.clone());
+        tokio::spawn(async move { dispatcher.sweep(&topics, START_MS + 117_000, due_at + WAKE_STAYS_MS).await })
+    };
+    clock.slept_more_than(before).await;
+    clock.clock.advance(19_999);
+    tokio::task::yield_now().await;
+    assert_eq!(receiver.acked(), [id(&now[0])].into(), "1 ms before its time: not pushed");
+    clock.clock.advance(1);
+    let run = tokio::time::timeout(REAL_PATIENCE, woken).await.expect("the woken run ended").unwrap().expect("run");
+    assert_eq!(run.deliveries, 1, "{run:?}");
+    assert_eq!(receiver.acked(), [id(&now[0]), id(&at[0])].into(), "pushed at its time");
+    assert_eq!(clock.now_ms(), due_at);
 }

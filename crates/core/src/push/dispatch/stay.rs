@@ -9,13 +9,46 @@
 //! the minute, no finer than the sweep) or an SQS delay queue (a service and a mapping
 //! more); a stream run staying (its shard's other topics would wait for it).
 
+use serde::{Deserialize, Serialize};
+
 use super::*;
 use crate::push::flow::Gate;
+
+/// The event a wake sends the dispatcher (`{"sluice_wake": {"topics": […], "at_ms": N}}`):
+/// a run for the push subscriptions of `topics` that stays for what comes due from `at_ms`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Wake {
+    pub topics: Vec<String>,
+    pub at_ms: i64,
+}
+
+impl Wake {
+    /// The event's field that holds the wake.
+    pub const FIELD: &'static str = "sluice_wake";
+
+    /// The event that carries this wake.
+    pub fn event(&self) -> String {
+        serde_json::json!({ Self::FIELD: self }).to_string()
+    }
+
+    /// The wake an event carries, if it is one: `None` for any other event, an error for
+    /// a wake that does not parse.
+    pub fn of_event(event: &serde_json::Value) -> Option<Result<Self, serde_json::Error>> {
+        event.get(Self::FIELD).map(|w| serde_json::from_value(w.clone()))
+    }
+}
 
 /// How long a subscription that was due but gave nothing (its messages held back behind a
 /// key, its rate, its endpoint's `Retry-After`, or another run holding it) is left before
 /// the staying sweep looks at it again: at most one look and one claim a second.
 const STAY_STEP_MS: i64 = 1_000;
+/// How far ahead a run that does not stay hands a due time over: the sweeps' period (a due
+/// time after the next sweep's start is that sweep's to stay for), and a margin for the
+/// schedule's jitter.
+const HAND_OVER_MS: i64 = 65_000;
+/// How long a run woken for a time stays past it, for what comes due meanwhile in its
+/// topics: due times that close to one already handed over are not handed over again.
+pub const WAKE_STAYS_MS: i64 = 30_000;
 
 impl Dispatcher {
     /// A sweep of the push subscriptions of `topics` that stays: each one is looked at (reads
@@ -81,6 +114,37 @@ impl Dispatcher {
         match self.flows.record(sub.id).gate(now, 0, sub.push.max_in_flight) {
             Gate::Wait { until_ms } => until_ms.max(step),
             Gate::Go | Gate::Full => step,
+        }
+    }
+
+    /// Hands over what `subs` have coming due within [`HAND_OVER_MS`], as this process's
+    /// receives saw it (no read): one wake per topic, at its earliest due time, unless a
+    /// wake this process asked for starts before it and stays past it (it looks at the
+    /// topic again when it starts, after this due time's lease was written). A wake that
+    /// cannot be sent is logged: the next sweep delivers what it would have.
+    pub(super) async fn hand_over(&self, subs: &[PushSubscription]) {
+        let Some(wakes) = &self.wakes else { return };
+        let now = self.now_ms();
+        let mut due: BTreeMap<&str, i64> = BTreeMap::new();
+        for sub in subs {
+            let Some(at) = self.queues.push_next_due_seen(sub).filter(|at| *at > now && *at - now <= HAND_OVER_MS)
+            else {
+                continue;
+            };
+            due.entry(&sub.topic).and_modify(|t| *t = (*t).min(at)).or_insert(at);
+        }
+        for (topic, at) in due {
+            {
+                let mut woken = self.woken.lock().unwrap_or_else(|p| p.into_inner());
+                woken.retain(|_, asked| *asked > now);
+                if woken.get(topic).is_some_and(|asked| *asked <= at && at <= *asked + WAKE_STAYS_MS) {
+                    continue;
+                }
+                woken.insert(topic.to_owned(), at);
+            }
+            if let Err(e) = wakes.wake_at(&[topic.to_owned()], at).await {
+                tracing::warn!(topic, at_ms = at, error = ?e, "push wake not handed over; the next sweep delivers");
+            }
         }
     }
 }
