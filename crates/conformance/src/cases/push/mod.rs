@@ -59,6 +59,7 @@ macro_rules! push_conformance_suite {
             given_a_running_dispatcher_and_a_429_with_retry_after_then_nothing_is_received_until_then,
             given_a_push_subscription_with_a_rate_then_deliveries_follow_it_and_spend_no_receive_count,
             given_a_push_subscription_with_a_rate_then_a_batch_waits_for_its_tokens,
+            given_a_rate_limited_backlog_on_a_quiet_topic_then_it_is_pushed_at_the_rate_neither_stalled_nor_spinning,
             // The push fault cases (`faults.rs`).
             given_the_ack_answer_after_a_2xx_is_lost_then_an_applied_ack_holds_and_a_lost_one_repushes_the_batch,
             given_a_push_receive_whose_answer_is_lost_then_nothing_is_pushed_until_its_window_ends_then_once,

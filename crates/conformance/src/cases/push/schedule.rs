@@ -1,10 +1,9 @@
 //! Scheduled events on a push subscription: nothing is pushed before its time, what is due
 //! is pushed past it, and the scheduled one is pushed once its time comes.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use serde_json::json;
-use sluice_core::ports::deliver::{TargetError, Wakes};
 use sluice_core::push::{webhook, Dispatcher, Topics, WAKE_STAYS_MS};
 use sluice_core::queues::PushSpec;
 use sluice_core::schedule::stamp;
@@ -104,18 +103,6 @@ pub async fn given_a_scheduled_message_due_after_the_sweeps_stay_then_the_sweep_
     // Due within the stay but its attempt (timeout 10 s + 5 s) would end past the deadline.
     let swept = dispatcher.sweep(&topics, START_MS + 70_000, START_MS + 120_000).await.expect("sweep");
     assert_eq!((swept.deliveries, clock.sleeps()), (0, before), "no time for its attempt: not waited for");
-}
-
-/// The wakes a dispatcher asked for, as the dispatcher function would have been invoked.
-#[derive(Default)]
-struct Asked(Mutex<Vec<(Vec<String>, i64)>>);
-
-#[async_trait::async_trait]
-impl Wakes for Asked {
-    async fn wake_at(&self, topics: &[String], at_ms: i64) -> Result<(), TargetError> {
-        self.0.lock().unwrap().push((topics.to_vec(), at_ms));
-        Ok(())
-    }
 }
 
 /// A message scheduled to come due before the next sweep starts, on a quiet topic: the

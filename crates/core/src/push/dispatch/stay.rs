@@ -117,8 +117,20 @@ impl Dispatcher {
         }
     }
 
-    /// Hands over what `subs` have coming due within [`HAND_OVER_MS`], as this process's
-    /// receives saw it (no read): one wake per topic, at its earliest due time, unless a
+    /// When `sub` next has something to take, as a drain that just ended on it sees it:
+    /// from this process's hints (no read), or with a rate from a look (reads: a drain
+    /// stops at an empty bucket with its backlog unread, the next token's time unknown).
+    async fn next_due_after_drain(&self, sub: &PushSubscription) -> Option<i64> {
+        if sub.spec.rate.is_none() {
+            return self.queues.push_next_due_seen(sub);
+        }
+        self.queues.push_next_due(sub).await.unwrap_or_else(|e| {
+            tracing::warn!(subscription = %sub.name, error = %e, "push next due time not read");
+            None
+        })
+    }
+
+    /// Hands over what `subs` have coming due within [`HAND_OVER_MS`]: one wake per topic, at its earliest due time, unless a
     /// wake this process asked for starts before it and stays past it (it looks at the
     /// topic again when it starts, after this due time's lease was written). A wake that
     /// cannot be sent is logged: the next sweep delivers what it would have.
@@ -127,7 +139,7 @@ impl Dispatcher {
         let now = self.now_ms();
         let mut due: BTreeMap<&str, i64> = BTreeMap::new();
         for sub in subs {
-            let Some(at) = self.queues.push_next_due_seen(sub).filter(|at| *at > now && *at - now <= HAND_OVER_MS)
+            let Some(at) = self.next_due_after_drain(sub).await.filter(|at| *at > now && *at - now <= HAND_OVER_MS)
             else {
                 continue;
             };
