@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use serde_json::json;
+use serde_json::{json, Value};
 use sluice_core::push::{webhook, Dispatcher, Topics, WAKE_STAYS_MS};
 use sluice_core::queues::PushSpec;
 use sluice_core::schedule::stamp;
@@ -11,7 +11,9 @@ use sluice_core::Clock;
 
 use super::receiver::*;
 use crate::cases::support::clock::WatchedClock;
-use crate::cases::support::queues::{manual, new_topic, publish, queues_on, subscribe, REAL_PATIENCE, START_MS};
+use crate::cases::support::queues::{
+    manual, new_topic, publish, queues_on, scaled, subscribe, REAL_PATIENCE, START_MS,
+};
 use crate::Backend;
 
 pub async fn given_a_scheduled_event_on_a_push_subscription_then_it_is_pushed_at_its_time_and_not_before(
@@ -145,4 +147,57 @@ pub async fn given_a_message_due_before_the_next_sweep_then_the_stream_run_hands
     assert_eq!(run.deliveries, 1, "{run:?}");
     assert_eq!(receiver.acked(), [id(&now[0]), id(&at[0])].into(), "pushed at its time");
     assert_eq!(clock.now_ms(), due_at);
+}
+
+/// Thousands due at the same time on a quiet topic: the staying sweep pushes them all at
+/// that time, in batches of at most `max_batch`, and a message of another partition due a
+/// moment later is pushed at its own time, not held back behind them.
+pub async fn given_thousands_due_at_once_on_a_quiet_topic_then_pushed_at_their_time_in_bounded_batches(
+    backend: &dyn Backend,
+) {
+    let clock = Arc::new(WatchedClock::new(START_MS));
+    let (log, queues) = queues_on(backend, clock.clone()).await;
+    let topic = new_topic(&log, "push-many", 2).await;
+    let push = PushSpec { max_batch: 10, ..PushSpec::lambda("consumer") };
+    subscribe(&queues, &topic, push_spec(push, 5, 100)).await;
+    let (n, due_at) = (scaled(backend, 2_000), START_MS + 90_000);
+    let scheduled = |value: Value, partition: u32, at: i64| {
+        let mut e = json_event(value, None);
+        e.partition = Some(partition);
+        stamp(&mut e, at);
+        e
+    };
+    for chunk in (0..n).collect::<Vec<_>>().chunks(500) {
+        publish(&log, &topic, chunk.iter().map(|i| scheduled(json!(i), 0, due_at)).collect()).await;
+    }
+    let after = publish(&log, &topic, vec![scheduled(json!("after"), 1, due_at + 1)]).await;
+    let receiver = Receiver::new(|_, _| ok(json!({})));
+    let dispatcher = Dispatcher::new(queues.clone(), receiver.clone());
+    let topics = Topics::Named(vec![topic.clone()]);
+    assert_eq!(dispatcher.drain(&topics, START_MS + 57_000).await.expect("the publishes' run").deliveries, 0);
+    clock.clock.advance(60_000);
+    let before = clock.sleeps();
+    let sweep = {
+        let (dispatcher, topics, now) = (dispatcher.clone(), topics.clone(), clock.now_ms());
+        tokio::spawn(async move { dispatcher.sweep(&topics, now + 117_000, now + 60_000).await })
+    };
+    clock.slept_more_than(before).await;
+    clock.clock.advance(29_999);
+    tokio::task::yield_now().await;
+    assert!(receiver.attempts().is_empty(), "1 ms before their time: nothing pushed");
+    clock.clock.advance(1);
+    let pushed = tokio::time::timeout(REAL_PATIENCE, async {
+        while receiver.acked().len() < n {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    });
+    pushed.await.unwrap_or_else(|_| panic!("{} of {n} pushed at their time", receiver.acked().len()));
+    let last = webhook::message_id(&topic, after[0].partition, after[0].offset);
+    assert!(!receiver.acked().contains(&last), "the later one not before its time");
+    clock.clock.advance(1);
+    let swept = tokio::time::timeout(REAL_PATIENCE, sweep).await.expect("the sweep ended").unwrap().expect("sweep");
+    assert_eq!((swept.messages, receiver.acked().len()), (n as u64 + 1, n + 1), "each pushed once");
+    let batches: Vec<usize> = receiver.attempts().iter().map(|a| a.items.len()).collect();
+    assert!(batches.iter().all(|b| (1..=10).contains(b)), "batches of at most max_batch: {batches:?}");
+    assert_eq!(clock.now_ms(), due_at + 1);
 }
