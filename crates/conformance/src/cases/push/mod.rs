@@ -74,6 +74,7 @@ macro_rules! push_conformance_suite {
             given_a_scheduled_message_due_after_the_sweeps_stay_then_the_sweep_ends_without_waiting,
             given_a_message_due_before_the_next_sweep_then_the_stream_run_hands_it_over_and_it_is_pushed_at_its_time,
             given_thousands_due_at_once_on_a_quiet_topic_then_pushed_at_their_time_in_bounded_batches,
+            given_a_running_dispatcher_when_a_scheduled_message_comes_due_then_it_is_pushed_at_that_instant,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn given_ordering_by_key_under_four_pushers_then_per_key_in_offset_order_and_never_two_at_once() {

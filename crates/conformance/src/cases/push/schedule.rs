@@ -201,3 +201,43 @@ pub async fn given_thousands_due_at_once_on_a_quiet_topic_then_pushed_at_their_t
     assert!(batches.iter().all(|b| (1..=10).contains(b)), "batches of at most max_batch: {batches:?}");
     assert_eq!(clock.now_ms(), due_at + 1);
 }
+
+/// `sluice serve`'s dispatcher (its workers long-poll): a scheduled message published while
+/// they wait is moved aside by the receive the commit wakes, which then naps until its time
+/// and pushes it at that instant.
+pub async fn given_a_running_dispatcher_when_a_scheduled_message_comes_due_then_it_is_pushed_at_that_instant(
+    backend: &dyn Backend,
+) {
+    let clock = Arc::new(WatchedClock::new(START_MS));
+    let (log, queues) = queues_on(backend, clock.clone()).await;
+    let topic = new_topic(&log, "push-serve-sched", 1).await;
+    subscribe(&queues, &topic, push_spec(PushSpec::lambda("consumer"), 5, 100)).await;
+    let receiver = Receiver::new(|_, _| ok(json!({})));
+    let dispatcher = Dispatcher::new(queues.clone(), receiver.clone());
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    let topics = Topics::Named(vec![topic.clone()]);
+    let before = clock.sleeps();
+    let running = tokio::spawn(async move { dispatcher.run_on(&topics, stopping).await });
+    clock.slept_more_than(before + 1).await; // the scan's pause and a worker's long poll
+    let mut later = json_event(json!("later"), None);
+    stamp(&mut later, START_MS + 3_000);
+    let woken = clock.sleeps();
+    let at = publish(&log, &topic, vec![later]).await;
+    clock.slept_more_than(woken).await;
+    clock.clock.advance(2_999);
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    assert!(receiver.attempts().is_empty(), "1 ms before its time: nothing pushed");
+    clock.clock.advance(1);
+    let id = webhook::message_id(&topic, at[0].partition, at[0].offset);
+    let pushed = tokio::time::timeout(REAL_PATIENCE, async {
+        while !receiver.acked().contains(&id) {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    });
+    pushed.await.expect("pushed at its time, the clock not moved past it");
+    assert_eq!(clock.now_ms(), START_MS + 3_000);
+    stop.send(true).unwrap();
+    tokio::time::timeout(REAL_PATIENCE, running).await.expect("stopped").unwrap();
+}
