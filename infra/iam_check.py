@@ -44,6 +44,10 @@ RESOURCES = {
         ]
     },
     "push_targets": {"Ref": "PushLambdaArns"},
+    # The dispatcher itself, by the name CloudFormation gives it (its ARN would be a cycle).
+    "dispatcher": {
+        "Fn::Sub": "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:function:${AWS::StackName}-DispatcherFunction-*"
+    },
     "kms_key": {"Ref": "KmsKeyArn"},
 }
 
@@ -61,7 +65,8 @@ CALLS = {
     "dynamodb:batch_write_item": {("dynamodb:BatchWriteItem", "table")},
     # No action of its own: IAM authorises each item as its own action (TRANSACT_ITEMS).
     "dynamodb:transact_write_items": set(),
-    "lambda:invoke": {("lambda:InvokeFunction", "push_targets")},
+    # A push target's, or the dispatcher waking itself for a due time (wake.rs).
+    "lambda:invoke": {("lambda:InvokeFunction", "push_targets"), ("lambda:InvokeFunction", "dispatcher")},
     "lambda:get_function_configuration": {("lambda:GetFunctionConfiguration", "push_targets")},
 }
 
@@ -105,7 +110,8 @@ NEEDS = {
         + ["dynamodb:batch_write_item", "s3:get_object", "s3:put_object", "s3:list_objects_v2", "s3:delete_object"],
         "transact": {"update", "delete", "condition_check"},
     },
-    # Queue state as the queues function, reads the events it delivers, invokes Lambda targets.
+    # Queue state as the queues function, reads the events it delivers, invokes Lambda
+    # targets, and itself for a due time.
     "DispatcherFunction": {
         "calls": QUEUE_STATE + ["s3:get_object", "lambda:invoke"],
         "transact": {"update", "delete", "condition_check"},

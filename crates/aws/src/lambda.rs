@@ -45,6 +45,12 @@ impl LambdaInvoker {
     pub fn from_sdk_config(config: &aws_config::SdkConfig) -> Self {
         Self { client: aws_sdk_lambda::Client::new(config) }
     }
+
+    /// A waker of the dispatcher function `function` through this client (no retries: a
+    /// wake is a hint, the next sweep stands in for a lost one).
+    pub fn waker(&self, function: impl Into<String>) -> crate::SelfWaker {
+        crate::SelfWaker::with_client(Clone::clone(&self.client), function)
+    }
 }
 
 #[async_trait]

@@ -33,6 +33,7 @@ pub mod lambda;
 mod resend;
 pub mod s3;
 pub mod state;
+pub mod wake;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -46,6 +47,7 @@ pub use lambda::LambdaInvoker;
 pub use s3::S3ObjectStore;
 use sluice_core::{Clock, StorageError};
 pub use state::DynamoStateStore;
+pub use wake::SelfWaker;
 
 /// Pooled connections idle longer are closed rather than reused: shorter than most freezes
 /// between invocations, and well under the idle timeouts servers and load balancers

@@ -62,6 +62,23 @@ pub async fn dispatcher(config: &Config, queues: Queues) -> Result<Dispatcher, O
     Ok(Dispatcher::new(queues, Arc::new(deliver)))
 }
 
+/// The dispatcher function `function` (its name, from Lambda's `AWS_LAMBDA_FUNCTION_NAME`)
+/// waking itself for a due time its stream runs hand over, on AWS (at
+/// `SLUICE_LAMBDA_ENDPOINT` if set); `None` elsewhere (`serve`'s workers long-poll), and
+/// on an emulated AWS (`SLUICE_AWS_ENDPOINT_URL`) without a Lambda endpoint to invoke.
+pub async fn self_waker(config: &Config, function: String) -> Option<Arc<dyn sluice_core::ports::deliver::Wakes>> {
+    #[cfg(feature = "aws")]
+    if let Ok(BackendChoice::Aws { region, .. }) = config.backend() {
+        if config.aws_endpoint_url.is_some() && config.lambda_endpoint.is_none() {
+            return None;
+        }
+        let lambda = sluice_aws::LambdaInvoker::connect(region, config.lambda_endpoint.clone()).await;
+        return Some(Arc::new(lambda.waker(function)));
+    }
+    let _ = (config, function);
+    None
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -81,3 +81,14 @@ pub trait Targets: Send + Sync + 'static {
     /// milliseconds: how long an invocation the dispatcher stopped waiting for may still run.
     async fn lambda_timeout_ms(&self, function: &str) -> Result<u64, TargetError>;
 }
+
+/// A dispatcher run asked for at a time: how a run that cannot stay for a due time (a
+/// stream run, whose shard's next wakes wait for it) hands it over. Contract: a hint, not a
+/// promise. A wake lost, late or sent twice changes when a receive happens, never what it
+/// takes (the next sweep delivers what a lost one leaves); the adapter retries nothing.
+#[async_trait]
+pub trait Wakes: Send + Sync + 'static {
+    /// Starts a run of the dispatcher for the push subscriptions of `topics` that stays
+    /// for what comes due from `at_ms` on.
+    async fn wake_at(&self, topics: &[String], at_ms: i64) -> Result<(), TargetError>;
+}

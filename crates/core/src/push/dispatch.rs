@@ -15,14 +15,17 @@ use super::flow::Flows;
 use super::lease::{self, Claim, Release, Renewal, RunLease};
 use super::{judge, webhook, DEFAULT_BACKOFF, GONE};
 use crate::mutation::Mutation;
-use crate::ports::deliver::{Deliver, Delivery, Destination};
+use crate::ports::deliver::{Deliver, Delivery, Destination, Wakes};
 use crate::queues::{secret_key, Message, PushStatsRecord, PushSubscription, PushTarget, Queues, ReceiveRequest};
 use crate::trace::TraceContext;
 use crate::Error;
 
-/// A receive holds its batch this long past the attempt's timeout: settling takes a moment.
 mod drain;
+mod stay;
 
+pub use stay::{Wake, WAKE_STAYS_MS};
+
+/// A receive holds its batch this long past the attempt's timeout: settling takes a moment.
 const SETTLE_MARGIN_MS: u64 = 5_000;
 /// How long an embedded worker's receive waits for a message (woken at once by a commit).
 const IDLE_WAIT_MS: u64 = 5_000;
@@ -111,11 +114,23 @@ pub struct Dispatcher {
     stats: Arc<Mutex<BTreeMap<u64, (PushSubscription, PushStatsRecord)>>>,
     /// Each subscription's in-flight limit, `Retry-After` and health.
     flows: Flows,
+    /// Where a stream run hands over due times it cannot stay for (`stay.rs`), if anywhere.
+    wakes: Option<Arc<dyn Wakes>>,
+    /// The wakes this process asked for, by topic: the time each was asked for.
+    woken: Arc<Mutex<HashMap<String, i64>>>,
 }
 
 impl Dispatcher {
     pub fn new(queues: Queues, deliver: Arc<dyn Deliver>) -> Self {
-        Self { queues, deliver, stats: Arc::default(), flows: Flows::default() }
+        let (stats, flows, woken) = (Arc::default(), Flows::default(), Arc::default());
+        Self { queues, deliver, stats, flows, wakes: None, woken }
+    }
+
+    /// This dispatcher, its stream runs handing over through `wakes` the due times they
+    /// cannot stay for (on AWS: a run of the dispatcher function invoked for that time).
+    pub fn with_wakes(mut self, wakes: Arc<dyn Wakes>) -> Self {
+        self.wakes = Some(wakes);
+        self
     }
 
     /// The time on the dispatcher's clock.

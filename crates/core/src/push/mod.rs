@@ -28,7 +28,7 @@ pub mod flow;
 pub mod lease;
 pub mod webhook;
 
-pub use dispatch::{Dispatcher, Drained, Topics};
+pub use dispatch::{Dispatcher, Drained, Topics, Wake, WAKE_STAYS_MS};
 
 use std::collections::HashSet;
 

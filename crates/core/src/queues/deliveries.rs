@@ -119,25 +119,49 @@ impl Queues {
         }
     }
 
-    /// Whether a receive for `sub` may find something to take now: a partition whose cursor
-    /// is behind its head, or a lease come due. Read only (the heads, then each partition's
-    /// cursor and its earliest lease until one has work), so that a sweep finding nothing
-    /// writes nothing; it may answer `true` for messages a filter or a delay then passes
-    /// over, never `false` while a receive would take something.
-    pub async fn push_due(&self, sub: &PushSubscription) -> Result<bool, Error> {
+    /// When a receive for `sub` may next find something to take (at or before now: now), or
+    /// `None` when nothing would come due without a publish: the earliest of a partition
+    /// whose cursor is behind its head and each partition's earliest lease (a redelivery, a
+    /// scheduled message), and with a `rate` not before its bucket holds a batch. Read only
+    /// (the subscription, the heads, each partition's cursor and earliest lease, the
+    /// bucket), so a sweep finding nothing due writes nothing and a run staying for the
+    /// time learns it. It may answer a time at which a filter, a delay or a key then passes
+    /// the messages over, never a later time than a receive would take something at.
+    pub async fn push_next_due(&self, sub: &PushSubscription) -> Result<Option<i64>, Error> {
         let current = self.sub(&sub.topic, &sub.name).await?;
         if current.record.id != sub.id {
             return Err(current.not_found());
         }
+        // Paused: its takes grant nothing until a resume, which lists it again.
+        if !current.record.state.is_active() {
+            return Ok(None);
+        }
         let now = self.now();
         let heads = topics::heads(self.store(), &current.topic).await?;
+        let mut next: Option<i64> = None;
         for (p, (head, _)) in heads.iter().enumerate() {
             let state = self.load(&current, p as u32, Some(2)).await?;
-            if state.cursor.next.max(head.start) < head.next || state.leases.iter().any(|l| l.due <= now) {
-                return Ok(true);
+            if state.cursor.next.max(head.start) < head.next {
+                next = Some(now);
+                break;
+            }
+            if let Some(due) = state.leases.iter().map(|l| l.due).min() {
+                next = min_time(next, due.max(now));
+                if due <= now {
+                    break;
+                }
             }
         }
-        Ok(false)
+        match next {
+            Some(at) => Ok(Some(at.max(self.rate_ready_at(&current, sub.push.max_batch as usize).await?))),
+            None => Ok(None),
+        }
+    }
+
+    /// When something this process's receives for `sub` saw comes due, as their hints
+    /// recorded it (no read): a hint, possibly stale (taken meanwhile by another process).
+    pub fn push_next_due_seen(&self, sub: &PushSubscription) -> Option<i64> {
+        self.local.turns.next_due(sub.id)
     }
 
     /// Adds a dispatcher's counts to the subscription's (one conditional write; not if the

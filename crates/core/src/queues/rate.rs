@@ -180,6 +180,18 @@ impl Queues {
         Err(contended(&sub.name))
     }
 
+    /// When `sub`'s bucket holds what a receive of `want` waits for (a push batch's worth,
+    /// one token for a pull receive): now, or the next token's time. Read only; no rate:
+    /// now.
+    pub(super) async fn rate_ready_at(&self, sub: &Sub, want: usize) -> Result<i64, Error> {
+        let now = self.now();
+        let Some(rate) = sub.record.spec.rate else { return Ok(now) };
+        let least = if sub.record.spec.push.is_some() { want } else { 1 };
+        let item = self.store().get(&rate_key(sub.record.id)).await?;
+        let stored = item.as_ref().map(|i| layout::decode::<RateRecord>("rate", &i.value)).transpose()?;
+        Ok(grant(stored, rate, (least, want), now).next_at)
+    }
+
     /// The version of `sub`'s item, read again: not found if it was deleted (or replaced).
     async fn same_sub(&self, sub: &Sub) -> Result<u64, Error> {
         match self.sub_item(&sub.topic, &sub.name).await? {

@@ -110,6 +110,13 @@ impl Turns {
         }
     }
 
+    /// The earliest time a lease comes due on a partition of `sub_id` this process's
+    /// receives last found idle (a scheduled message, a redelivery), however old the hint.
+    pub(super) fn next_due(&self, sub_id: u64) -> Option<i64> {
+        let hints = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        hints.iter().filter(|((sub, _), _)| *sub == sub_id).filter_map(|(_, h)| h.wake_at).min()
+    }
+
     fn forget(&self, key: Key) {
         self.idle.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
     }

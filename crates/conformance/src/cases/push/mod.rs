@@ -60,6 +60,7 @@ macro_rules! push_conformance_suite {
             given_a_running_dispatcher_and_a_429_with_retry_after_then_nothing_is_received_until_then,
             given_a_push_subscription_with_a_rate_then_deliveries_follow_it_and_spend_no_receive_count,
             given_a_push_subscription_with_a_rate_then_a_batch_waits_for_its_tokens,
+            given_a_rate_limited_backlog_on_a_quiet_topic_then_it_is_pushed_at_the_rate_neither_stalled_nor_spinning,
             // The push fault cases (`faults.rs`).
             given_the_ack_answer_after_a_2xx_is_lost_then_an_applied_ack_holds_and_a_lost_one_repushes_the_batch,
             given_a_push_receive_whose_answer_is_lost_then_nothing_is_pushed_until_its_window_ends_then_once,
@@ -70,6 +71,11 @@ macro_rules! push_conformance_suite {
             given_a_backlog_then_one_run_delivers_max_in_flight_batches_at_once,
             // Scheduled delivery (`schedule.rs`).
             given_a_scheduled_event_on_a_push_subscription_then_it_is_pushed_at_its_time_and_not_before,
+            given_a_quiet_topic_when_a_scheduled_message_comes_due_then_the_staying_sweep_pushes_it_at_its_time,
+            given_a_scheduled_message_due_after_the_sweeps_stay_then_the_sweep_ends_without_waiting,
+            given_a_message_due_before_the_next_sweep_then_the_stream_run_hands_it_over_and_it_is_pushed_at_its_time,
+            given_thousands_due_at_once_on_a_quiet_topic_then_pushed_at_their_time_in_bounded_batches,
+            given_a_running_dispatcher_when_a_scheduled_message_comes_due_then_it_is_pushed_at_that_instant,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn given_ordering_by_key_under_four_pushers_then_per_key_in_offset_order_and_never_two_at_once() {

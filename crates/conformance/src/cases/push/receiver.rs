@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use bytes::Bytes;
 use serde_json::Value;
-use sluice_core::ports::deliver::{Answer, Deliver, Delivery};
+use sluice_core::ports::deliver::{Answer, Deliver, Delivery, TargetError, Wakes};
 use sluice_core::push::{webhook, Dispatcher, Topics};
 use sluice_core::queues::{Backoff, PushSpec, StartAt, SubscriptionSpec};
 use sluice_core::{Clock, ManualClock, NewEvent};
@@ -210,4 +210,16 @@ pub(super) async fn drain_all(dispatcher: &Dispatcher, clock: &ManualClock, topi
         clock.advance(step);
     }
     panic!("the push subscription never drained");
+}
+
+/// The wakes a dispatcher asked for, as the dispatcher function would have been invoked.
+#[derive(Default)]
+pub(super) struct Asked(pub(super) Mutex<Vec<(Vec<String>, i64)>>);
+
+#[async_trait]
+impl Wakes for Asked {
+    async fn wake_at(&self, topics: &[String], at_ms: i64) -> Result<(), TargetError> {
+        self.0.lock().unwrap().push((topics.to_vec(), at_ms));
+        Ok(())
+    }
 }

@@ -131,3 +131,31 @@ pub async fn given_long_poll_when_the_only_messages_lease_ends_then_it_is_delive
     assert_eq!(got[0].receive_count, 2);
     assert_eq!(clock.now_ms(), START_MS + 3_000);
 }
+
+/// A scheduled message published while a long poll waits: the publish wakes the poll, whose
+/// take moves the message aside (not yet due) and waits again, now until its time.
+pub async fn given_long_poll_when_a_scheduled_message_is_published_during_the_wait_then_it_returns_it_at_its_time(
+    backend: &dyn Backend,
+) {
+    let clock = Arc::new(WatchedClock::new(START_MS));
+    let (log, queues) = queues_on(backend, clock.clone()).await;
+    let topic = new_topic(&log, "sched-wait", 1).await;
+    let sub = subscribe(&queues, &topic, spec(StartAt::Earliest)).await;
+    let before = clock.sleeps();
+    let waiting = long_poll(&queues, &topic, &sub, 10_000);
+    clock.slept_more_than(before).await;
+    let mut later = event("later".into(), Some(0), None, None);
+    sluice_core::schedule::stamp(&mut later, START_MS + 3_000);
+    let woken = clock.sleeps();
+    let pos = publish(&log, &topic, vec![later]).await;
+    clock.slept_more_than(woken).await;
+    let_others_run(&queues, &topic, &sub).await;
+    assert!(!waiting.is_finished(), "not yet due: the receive waits on");
+    clock.clock.advance(2_999);
+    let_others_run(&queues, &topic, &sub).await;
+    assert!(!waiting.is_finished(), "1 ms before its time: the receive waits");
+    clock.clock.advance(1);
+    let got = finished(waiting).await;
+    assert_eq!(positions(&got), vec![(0, pos[0].offset)], "returned at its time, within the wait");
+    assert_eq!(clock.now_ms(), START_MS + 3_000);
+}

@@ -122,6 +122,7 @@ macro_rules! queue_conformance_suite {
             given_a_patch_adding_and_removing_a_rate_then_receives_follow_it,
             given_scheduled_events_then_none_is_delivered_early_and_each_comes_at_its_time,
             given_long_poll_when_a_scheduled_message_comes_due_then_it_returns_the_message_at_that_instant,
+            given_long_poll_when_a_scheduled_message_is_published_during_the_wait_then_it_returns_it_at_its_time,
             given_thousands_scheduled_ahead_of_due_messages_then_those_are_not_held_back,
             given_a_subscription_created_after_a_scheduled_publish_then_it_honours_the_schedule,
             given_a_scheduled_event_then_replay_reads_it_at_once_with_its_schedule,

@@ -9,18 +9,19 @@ impl Dispatcher {
     /// to `max_in_flight` workers under its run lease (a subscription another run holds is
     /// left to it, told to drain once more), until nothing is left or no attempt would end
     /// by `deadline_ms`: a dispatcher function's run. A sweep (`Topics::All`) first looks
-    /// without writing, so a subscription with nothing due costs it reads only. Counts are
-    /// flushed at the end.
+    /// without writing, so a subscription with nothing due costs it reads only. What comes
+    /// due soon after is handed over ([`Self::hand_over`]). Counts are flushed at the end.
     pub async fn drain(&self, topics: &Topics, deadline_ms: i64) -> Result<Drained, Error> {
         let mut work = JoinSet::new();
         let sweep = *topics == Topics::All;
         let subs = self.subscriptions(topics).await?;
         let running = Arc::new(watch::Sender::new(subs.len()));
-        for sub in subs {
+        for sub in subs.clone() {
             let (this, running) = (self.clone(), running.clone());
             work.spawn(async move { this.drive_while_others_do(&sub, deadline_ms, sweep, &running).await });
         }
         let (total, first_error) = join(work).await;
+        self.hand_over(&subs).await;
         self.flush_stats().await;
         first_error.map_or(Ok(total), Err)
     }
@@ -60,7 +61,7 @@ impl Dispatcher {
 
     /// One subscription's part of a drain: claims its run lease, drains it, and releases
     /// the lease, draining again while another run asked for it meanwhile.
-    async fn drive(
+    pub(super) async fn drive(
         &self,
         sub: &PushSubscription,
         deadline_ms: i64,
@@ -68,9 +69,9 @@ impl Dispatcher {
     ) -> Result<(Drained, Option<Error>), Error> {
         let none = Ok((Drained::default(), None));
         if sweep {
-            match self.queues.push_due(sub).await {
-                Ok(true) => {}
-                Ok(false) => return none,
+            match self.queues.push_next_due(sub).await {
+                Ok(Some(at)) if at <= self.now_ms() => {}
+                Ok(_) => return none,
                 Err(e) if gone(&e) => return none,
                 Err(e) => return Err(e),
             }
