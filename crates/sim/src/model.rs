@@ -20,6 +20,19 @@ pub(crate) struct EventInfo {
     pub(crate) idempotent: bool,
     /// Refused with a 4xx: must never appear.
     pub(crate) refused: bool,
+    /// Published with a schedule (`ops/schedule.rs`): no subscription delivers it before then.
+    pub(crate) sched: Option<Sched>,
+}
+
+/// An event's schedule: `deliver_at_ms`, or `delay_ms` stamped as each attempt begins (the
+/// API stamps it with its clock as it accepts the request), and the times stamped so far.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Sched {
+    /// `delay_ms`, or `None` for a `deliver_at_ms` (then `lo == hi`, that time).
+    pub(crate) delay: Option<u64>,
+    /// The earliest and latest time stamped on an attempt (the one that landed is between).
+    pub(crate) lo: i64,
+    pub(crate) hi: i64,
 }
 
 pub(crate) struct Request {

@@ -6,6 +6,7 @@ mod end;
 mod fences;
 mod push;
 mod quiet;
+mod schedule;
 #[cfg(test)]
 mod selftest;
 mod subops;
@@ -250,6 +251,8 @@ impl World {
                 problems.push(format!("belongs on partition {want}"));
             }
         }
+        problems.extend(self.sched_problem(e, record));
+        let info = &self.events[&e];
         let refused = info.refused;
         let idempotent = info.idempotent;
         if !problems.is_empty() {
@@ -422,7 +425,7 @@ impl World {
         let earlier: Vec<u64> = self
             .facts
             .range((tid, p, from)..(tid, p, o))
-            .filter(|(_, e)| self.events[e].key.as_ref() == Some(&key))
+            .filter(|(_, e)| self.events[e].key.as_ref() == Some(&key) && schedule::holds_key(&self.events[e]))
             .map(|(k, _)| k.2)
             .collect();
         earlier

@@ -8,6 +8,7 @@
 use std::collections::BTreeSet;
 
 use sluice_core::queues::{PartitionSeek, Queues, ReceiptError, ReceiveRequest, SeekTo, SubscriptionPatch};
+use sluice_core::Clock;
 
 use crate::model::SimFilter;
 use crate::world::{code, receipt_parts, stored_queue, Acks, Done, Held, World, SUB_QO, TOPIC_A};
@@ -100,8 +101,10 @@ impl World {
                 return self.violate("operator-quiet", format!("patch: {}", code(&e)));
             }
         }
-        // Every window and delay of the run is over: a lease is held, or out of deliveries.
-        self.clock.advance(60_000);
+        // Every window and delay of the run is over (a lease is held, or out of deliveries),
+        // and every schedule is due: what the seeks count is delivered at once.
+        let now = self.clock.now_ms();
+        self.clock.advance(60_000.max(self.last_schedule().map_or(0, |at| at + 1 - now)));
         let Some(dead) = self.dead_listed(queues, SUB_QO).await else { return };
         self.check_dead_kept(&dead);
         let req = ReceiveRequest { max_messages: 10, wait_ms: 0, visibility_timeout_ms: Some(QUIET_WINDOW) };

@@ -197,6 +197,7 @@ impl World {
                         );
                     }
                     self.check_event(TOPIC_A, tid, p, o, &m.event.record, "receive");
+                    self.check_not_early(sub, p, o, &m.event.record, d.end_ms);
                     if !self.subs.contains_key(&sub_id) && self.learn_sub(sub).is_none_or(|id| id != sub_id) {
                         // A subscription deleted meanwhile that we never described: nothing to hold it to.
                         continue;

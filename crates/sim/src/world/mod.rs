@@ -132,6 +132,8 @@ pub(crate) struct World {
     /// rest of a seed's schedule is the same with and without it.
     pub(crate) answers_lost: f64,
     pub(crate) answers: Rng,
+    /// Which publishes carry a schedule, and what (`ops/schedule.rs`): a generator of its own.
+    pub(crate) sched_rng: Rng,
     /// The stored group as each commit in flight began (by its start seq).
     pub(crate) commit_snaps: BTreeMap<u64, GroupSnap>,
     /// The first segment of each partition (its next offset, length and newest timestamp)
@@ -197,6 +199,7 @@ impl World {
             long_next: false,
             answers_lost: 0.03 * intensity,
             answers: Rng::new(seed.rotate_left(17) ^ 0xa45e_0f1a_5717),
+            sched_rng: Rng::new(seed.rotate_left(53) ^ 0x5c4e_d01e_0de1),
             commit_snaps: BTreeMap::new(),
             first_segments: BTreeMap::new(),
             last_first_segments: BTreeMap::new(),
