@@ -150,7 +150,8 @@ fn announce(state: &mut QueueState, sub_id: u64, partition: u32, config: u64, fi
 }
 
 impl Queues {
-    /// Changes a subscription's settings (an empty or same change answers it unchanged):
+    /// Changes a subscription's settings (an empty or same change answers it unchanged,
+    /// having written them again only over the marks of a change that failed):
     /// once this answers, every receive or delivery that starts uses the new ones. Leases
     /// already granted keep their windows; a new filter applies on each partition from its
     /// cursor at the change (`filter_since`). Answers the subscription.
@@ -158,8 +159,13 @@ impl Queues {
         let (mut attempt, mut checked) = (0, None);
         while attempt < MAX_ATTEMPTS {
             let sub = self.sub(topic, name).await?;
-            let Planned::Change { spec, filter_changed } = plan(&sub.record.spec, patch)? else {
-                return Ok(sub.describe());
+            let (spec, filter_changed) = match plan(&sub.record.spec, patch)? {
+                Planned::Change { spec, filter_changed } => (spec, filter_changed),
+                Planned::Unchanged if !self.marked_ahead(&sub).await? => return Ok(sub.describe()),
+                // A change that failed after marking partitions left them taking nothing
+                // until settings as new as the marks are written: the stored ones are, so a
+                // change naming only what is set frees them as a retry of that one would.
+                Planned::Unchanged => (sub.record.spec.clone(), false),
             };
             if spec.push != sub.record.spec.push && checked != spec.push {
                 if let Some(push) = &spec.push {
@@ -188,6 +194,18 @@ impl Queues {
             }
         }
         Err(contended(name))
+    }
+}
+
+impl Queues {
+    /// Whether a partition of `sub` is marked by a change newer than its record: one that
+    /// failed after its marks, or one under way.
+    async fn marked_ahead(&self, sub: &Sub) -> Result<bool, Error> {
+        let config = sub.record.config;
+        let ahead = self
+            .change_cursors(sub, Some(1), |_, state| std::future::ready(Ok(Change::Keep(state.marks.config > config))))
+            .await?;
+        Ok(ahead.into_iter().any(|a| a))
     }
 }
 
