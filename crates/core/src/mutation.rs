@@ -25,6 +25,8 @@ pub enum Mutation {
     /// A take treats a scheduled message (`crate::schedule`) as due at once: delivered before
     /// its time.
     ScheduleIgnored,
+    /// A receive takes no tokens from its subscription's rate: as many as it asks for go out.
+    RateIgnored,
 }
 
 #[cfg(feature = "sim-mutations")]

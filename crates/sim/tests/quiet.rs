@@ -82,11 +82,12 @@ fn a_key_delivered_before_its_previous_message_settles_is_caught_by_the_push_che
     assert!(["push-key-order", "push-key-overlap"].contains(&v.property), "seed {seed}: {v:?}");
 }
 
-/// What the schedule checks need: scheduled messages received and pushed.
-const SCHEDULE_STATS: [&str; 2] = ["scheduled_delivered", "scheduled_pushed"];
+/// What the schedule and rate checks need: scheduled messages received and pushed, and
+/// the quiet rate check's receives.
+const SCHEDULE_STATS: [&str; 3] = ["scheduled_delivered", "scheduled_pushed", "rate_quiet_handed"];
 
 #[test]
-fn scheduled_messages_are_received_and_pushed_over_the_fixed_seeds() {
+fn scheduled_messages_are_received_and_pushed_and_the_rate_checked_over_the_fixed_seeds() {
     let options = Options { steps: STEPS, ..Options::default() };
     let mut seen: BTreeMap<&'static str, u64> = SCHEDULE_STATS.iter().map(|s| (*s, 0)).collect();
     for seed in SEEDS {
@@ -103,6 +104,12 @@ fn scheduled_messages_are_received_and_pushed_over_the_fixed_seeds() {
 fn a_scheduled_message_delivered_before_its_time_is_caught() {
     let (seed, v) = caught(Mutation::ScheduleIgnored, &Options { steps: STEPS, ..Options::default() });
     assert_eq!(v.property, "scheduled-early", "seed {seed}: {v:?}");
+}
+
+#[test]
+fn a_rate_not_kept_is_caught() {
+    let (seed, v) = caught(Mutation::RateIgnored, &Options { steps: STEPS, ..Options::default() });
+    assert_eq!(v.property, "rate-exceeded", "seed {seed}: {v:?}");
 }
 
 #[test]

@@ -6,6 +6,7 @@ mod end;
 mod fences;
 mod push;
 mod quiet;
+mod rate;
 mod schedule;
 #[cfg(test)]
 mod selftest;
@@ -317,7 +318,7 @@ impl World {
     ) {
         let facts_key = self.live_topic_id(TOPIC_A).map(|tid| (tid, p));
         let s = self.subs.get(&sub_id).unwrap();
-        let max = s.record.spec.max_receive_count;
+        let max = self.receive_ceiling(s, d);
         let ordered = s.record.spec.ordering == KeyOrdering::Key;
         let start = s.record.starts.get(p as usize).copied().unwrap_or(0);
         let redriven = s.redrives_in_flight > 0 || s.redrive_seqs.iter().any(|r| *r < d.end_seq);
@@ -382,6 +383,15 @@ impl World {
             ack_durable: 0,
             ack_maybe: false,
         });
+    }
+
+    /// The receive limit a delivery may have had: SUB_QO's may have changed as it ran, and
+    /// the largest that may have been in force holds.
+    fn receive_ceiling(&self, s: &SubModel, d: &Done) -> u32 {
+        match s.name {
+            SUB_QO => self.ops.max_receives(d.start_seq, d.end_seq).0,
+            _ => s.record.spec.max_receive_count,
+        }
     }
 
     /// A delivery of `p@o` that must not be at all: its event fails the filter, or its dead

@@ -7,10 +7,10 @@
 
 use std::collections::BTreeSet;
 
-use sluice_core::queues::{PartitionSeek, Queues, ReceiptError, ReceiveRequest, SeekTo, SubscriptionPatch};
+use sluice_core::queues::{PartitionSeek, Queues, ReceiptError, ReceiveRequest, SeekTo};
 use sluice_core::Clock;
 
-use crate::model::SimFilter;
+use crate::model::{SimFilter, SimPatch};
 use crate::world::{code, receipt_parts, stored_queue, Acks, Done, Held, World, SUB_QO, TOPIC_A};
 
 /// A receive's window at the quiet end: longer than the checks take.
@@ -39,9 +39,10 @@ impl World {
                 continue;
             }
             let s = &self.subs[&h.sub_id];
-            let max = s.record.spec.max_receive_count;
             let Some(m) = s.msgs.get(&(h.partition, h.offset)) else { continue };
             let Some(mine) = m.deliveries.iter().find(|x| x.nonce == h.nonce) else { continue };
+            // Out of deliveries by the smallest limit that may have been in force since.
+            let max = self.ops.max_receives(mine.start_seq, d.end_seq).1;
             if m.deliveries.iter().any(|x| x.start_seq > mine.start_seq) {
                 continue;
             }
@@ -91,15 +92,11 @@ impl World {
         if let Err(e) = queues.resume(TOPIC_A, SUB_QO).await {
             return self.violate("operator-quiet", format!("resume: {}", code(&e)));
         }
-        if let Some((window, filter)) = self.ops.retry.take() {
-            let patch = SubscriptionPatch {
-                visibility_timeout_ms: window,
-                filter: filter.map(SimFilter::pattern),
-                ..SubscriptionPatch::default()
-            };
-            if let Err(e) = queues.patch(TOPIC_A, SUB_QO, &patch).await {
-                return self.violate("operator-quiet", format!("patch: {}", code(&e)));
-            }
+        // A change left to make is made; the rate goes (the quiet checks below receive all
+        // there is at one instant; `check_rate_quiet` sets one of its own after them).
+        let patch = SimPatch { rate: Some(None), ..self.ops.retry.take().unwrap_or_default() };
+        if let Err(e) = queues.patch(TOPIC_A, SUB_QO, &patch.request()).await {
+            return self.violate("operator-quiet", format!("patch: {}", code(&e)));
         }
         // Every window and delay of the run is over (a lease is held, or out of deliveries),
         // and every schedule is due: what the seeks count is delivered at once.
@@ -122,6 +119,9 @@ impl World {
             }
             let Some(dead) = self.dead_listed(queues, SUB_QO).await else { return };
             self.check_dead_kept(&dead);
+        }
+        if self.violation.is_none() {
+            self.check_rate_quiet(queues).await;
         }
     }
 
