@@ -249,6 +249,9 @@ pub(crate) struct OpsModel {
     /// Changes of the rate (`None`: no rate) and of `max_receive_count`.
     pub(crate) rates: Vec<Change<Option<Rate>>>,
     pub(crate) maxes: Vec<Change<u32>>,
+    /// Changes of `delay_ms`, over their span of the clock (ms, not seqs: what a delay
+    /// applies to is known by its event's timestamp).
+    pub(crate) delays: Vec<Change<u64>>,
     /// Receives of SUB_QO answered with messages, for the rate's check (`checker/rate.rs`).
     pub(crate) took: Vec<Took>,
     /// A change whose answer was not ok: the operator makes it again, as a client retries a
@@ -275,6 +278,7 @@ pub(crate) struct SimPatch {
     /// `Some(None)` removes the rate.
     pub(crate) rate: Option<Option<Rate>>,
     pub(crate) max_receives: Option<u32>,
+    pub(crate) delay: Option<u64>,
 }
 
 impl SimPatch {
@@ -284,6 +288,7 @@ impl SimPatch {
             filter: self.filter.map(SimFilter::pattern),
             rate: self.rate,
             max_receive_count: self.max_receives,
+            delay_ms: self.delay,
             ..SubscriptionPatch::default()
         }
     }
@@ -296,12 +301,16 @@ impl OpsModel {
             filters: vec![Change::created((SimFilter::None, Vec::new()))],
             rates: vec![Change::created(rate)],
             maxes: vec![Change::created(max_receives)],
+            delays: vec![Change { start: 0, end: 0, value: 0, ok: true }],
             ..Self::default()
         }
     }
 
-    /// Notes a change begun at `start`.
-    pub(crate) fn begin(&mut self, start: u64, patch: &SimPatch) {
+    /// Notes a change begun at `start` (seq), at `now` (clock).
+    pub(crate) fn begin(&mut self, start: u64, now: i64, patch: &SimPatch) {
+        if let Some(d) = patch.delay {
+            self.delays.push(Change { start: now as u64, end: u64::MAX, value: d, ok: false });
+        }
         if let Some(w) = patch.window {
             self.windows.push(Change::begun(start, w));
         }
@@ -323,6 +332,11 @@ impl OpsModel {
             let r = c.value?;
             Some(Rate { per_second: top.per_second.max(r.per_second), burst: top.burst.max(r.burst) })
         })
+    }
+
+    /// The shortest `delay_ms` a take at or after clock `ts` may have used.
+    pub(crate) fn delay_floor(&self, ts: i64) -> u64 {
+        in_force(&self.delays, ts.max(0) as u64, u64::MAX).map(|c| c.value).min().unwrap_or(0)
     }
 
     /// The largest and the smallest `max_receive_count` that may have been in force over `[start, end]`.

@@ -11,7 +11,7 @@ use sluice_core::queues::{PartitionSeek, Queues, ReceiptError, ReceiveRequest, S
 use sluice_core::Clock;
 
 use crate::model::{SimFilter, SimPatch};
-use crate::world::{code, receipt_parts, stored_queue, Acks, Done, Held, World, SUB_QO, TOPIC_A};
+use crate::world::{code, receipt_parts, stored_queue, Acks, Done, Held, World, SUB_QO, T0, TOPIC_A};
 
 /// A receive's window at the quiet end: longer than the checks take.
 const QUIET_WINDOW: u64 = 600_000;
@@ -26,6 +26,28 @@ impl World {
     pub(crate) fn check_paused(&mut self, d: &Done, sub_id: u64, p: u32, o: u64) {
         if self.operated(sub_id) && self.ops.surely_paused(d.start_seq, d.end_seq) {
             self.violate("paused-delivered", format!("{SUB_QO} {p}@{o} delivered while paused"));
+        }
+    }
+
+    /// A message of SUB_QO delivered at its first count, its event timestamped by the log:
+    /// not before its timestamp plus the shortest delay a take of it may have used (a
+    /// change applies to what is taken from the log after it answered; nothing is taken
+    /// before its event's timestamp).
+    pub(crate) fn check_delayed(&mut self, d: &Done, sub_id: u64, p: u32, o: u64, count: u32) {
+        let Some(tid) = self.live_topic_id(TOPIC_A).filter(|_| count == 1 && self.operated(sub_id)) else { return };
+        let Some(info) = self.facts.get(&(tid, p, o)).map(|e| &self.events[e]) else { return };
+        let Some(ts) = info.ts.filter(|_| info.ts_window.0 != i64::MIN) else { return };
+        let floor = self.ops.delay_floor(ts);
+        if floor > 0 {
+            self.stat("delay_checked");
+        }
+        if d.end_ms < ts + floor as i64 {
+            let detail = format!(
+                "{SUB_QO} {p}@{o}: delivered by {}, published at {} with a delay of at least {floor}",
+                d.end_ms - T0,
+                ts - T0
+            );
+            self.violate("delay-early", detail);
         }
     }
 

@@ -206,6 +206,7 @@ impl World {
                         continue;
                     }
                     self.check_paused(d, sub_id, p, o);
+                    self.check_delayed(d, sub_id, p, o, count);
                     self.check_delivery(d, sub_id, p, o, nonce, count, visibility);
                     if let Kind::Worker { holding, .. } = &mut self.clients[d.client].kind {
                         holding.push(Held {

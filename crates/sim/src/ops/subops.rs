@@ -14,7 +14,7 @@ impl World {
     pub(crate) fn start_operator(&mut self, c: usize, queues: Queues) {
         let sub = SUB_QO;
         let seq = self.seq + 1;
-        match self.rng.weighted(&[2, 3, 2, 2, 3, 2, 1, 2, 2, 1]) {
+        match self.rng.weighted(&[2, 3, 2, 2, 3, 2, 1, 2, 2, 1, 1]) {
             0 => self.spawn(c, Act::Pause { sub }, Some(TOPIC_A), async move {
                 Res::Sub(queues.pause(TOPIC_A, sub).await.map(Box::new))
             }),
@@ -24,12 +24,12 @@ impl World {
                     Res::Sub(queues.resume(TOPIC_A, sub).await.map(Box::new))
                 })
             }
-            choice @ (2 | 3 | 8 | 9) => {
+            choice @ (2 | 3 | 8..=10) => {
                 let patch = match self.ops.retry.take() {
                     Some(again) => again,
                     None => self.draw_patch(choice),
                 };
-                self.ops.begin(seq, &patch);
+                self.ops.begin(seq, self.clock.now_ms(), &patch);
                 let request = patch.request();
                 self.spawn(c, Act::Patch { sub, patch }, Some(TOPIC_A), async move {
                     Res::Sub(queues.patch(TOPIC_A, sub, &request).await.map(Box::new))
@@ -57,14 +57,15 @@ impl World {
     }
 
     /// One setting's change: the window (2), the filter (3), the rate or none (8), the
-    /// receive limit (9).
+    /// receive limit (9), the delay (10).
     fn draw_patch(&mut self, choice: usize) -> SimPatch {
         let r = &mut self.rng;
         match choice {
             2 => SimPatch { window: Some(r.range(1000, 6000) as u64), ..SimPatch::default() },
             3 => SimPatch { filter: Some(SimFilter::draw(r)), ..SimPatch::default() },
             8 => SimPatch { rate: Some(r.chance(0.7).then(|| draw_rate(r))), ..SimPatch::default() },
-            _ => SimPatch { max_receives: Some(r.range(1, 4) as u32), ..SimPatch::default() },
+            9 => SimPatch { max_receives: Some(r.range(1, 4) as u32), ..SimPatch::default() },
+            _ => SimPatch { delay: Some(r.range(0, 3000) as u64), ..SimPatch::default() },
         }
     }
 
@@ -110,6 +111,12 @@ impl World {
         }
         for c in self.ops.maxes.iter_mut().filter(|c| c.start == start) {
             (c.end, c.ok) = (end, ok);
+        }
+        if let Act::Patch { patch: SimPatch { delay: Some(_), .. }, .. } = d.act {
+            let (began, now) = (d.start_ms as u64, d.end_ms as u64);
+            if let Some(c) = self.ops.delays.iter_mut().find(|c| c.start == began && c.end == u64::MAX) {
+                (c.end, c.ok) = (now, ok);
+            }
         }
         for c in self.ops.filters.iter_mut().filter(|c| c.start == start) {
             (c.end, c.ok, c.value.1) = (end, ok, heads.clone());
@@ -183,6 +190,9 @@ fn patch_answered(patch: &SimPatch, spec: &SubscriptionSpec) -> Option<String> {
     }
     if patch.rate.is_some_and(|r| r != spec.rate) {
         wrong.push(format!("rate {:?}", spec.rate));
+    }
+    if patch.delay.is_some_and(|m| m != spec.delay_ms) {
+        wrong.push(format!("delay_ms {}", spec.delay_ms));
     }
     if patch.max_receives.is_some_and(|m| m != spec.max_receive_count) {
         wrong.push(format!("max_receive_count {}", spec.max_receive_count));
