@@ -22,6 +22,11 @@ pub enum Mutation {
     /// A take of a key-ordered queue lets a lease still held (not yet due) block its keys no
     /// more: a key's next message goes out while the one before it is in flight.
     KeyedLeaseBlocks,
+    /// A take treats a scheduled message (`crate::schedule`) as due at once: delivered before
+    /// its time.
+    ScheduleIgnored,
+    /// A receive takes no tokens from its subscription's rate: as many as it asks for go out.
+    RateIgnored,
 }
 
 #[cfg(feature = "sim-mutations")]

@@ -5,6 +5,9 @@
 //! single-threaded scheduler and a manual clock (`SimClock`; [`sim`], the driver), with
 //! every answer checked (`checker`, `ops`) against a model (`model`) of what the API
 //! promises. A seed decides everything, so a failing seed replays byte for byte.
+//! What it checks, capability by capability, is in docs/RELIABILITY.md ("Deterministic
+//! simulation"): the log, groups, work queues, push, an operator's pauses, seeks and
+//! changes (rate, limits, delay, filter, window) and scheduled publishes.
 //!
 //! [`scale`] is the other instrument here: the scale model of the AWS deployment
 //! (`sluice-sim scale …`), the same core in virtual time at many instances.

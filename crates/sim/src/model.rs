@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use sluice_core::groups::TopicPartition;
-use sluice_core::queues::SubscriptionRecord;
+use sluice_core::queues::{Rate, SubscriptionPatch, SubscriptionRecord};
 use sluice_core::Position;
 
 use crate::rng::Rng;
@@ -20,6 +20,19 @@ pub(crate) struct EventInfo {
     pub(crate) idempotent: bool,
     /// Refused with a 4xx: must never appear.
     pub(crate) refused: bool,
+    /// Published with a schedule (`ops/schedule.rs`): no subscription delivers it before then.
+    pub(crate) sched: Option<Sched>,
+}
+
+/// An event's schedule: `deliver_at_ms`, or `delay_ms` stamped as each attempt begins (the
+/// API stamps it with its clock as it accepts the request), and the times stamped so far.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Sched {
+    /// `delay_ms`, or `None` for a `deliver_at_ms` (then `lo == hi`, that time).
+    pub(crate) delay: Option<u64>,
+    /// The earliest and latest time stamped on an attempt (the one that landed is between).
+    pub(crate) lo: i64,
+    pub(crate) hi: i64,
 }
 
 pub(crate) struct Request {
@@ -233,19 +246,102 @@ pub(crate) struct OpsModel {
     pub(crate) filters: Vec<Change<(SimFilter, Vec<u64>)>>,
     /// Every dead letter a listing named: nothing removes SUB_QO's, a seek or purge least of all.
     pub(crate) dead_seen: BTreeSet<(u32, u64)>,
-    /// A change whose answer was not ok (the window, the filter): the operator makes it
-    /// again, as a client retries a 5xx (one that failed between its marks and its record
-    /// write leaves the marked partitions taking nothing until it is made).
-    pub(crate) retry: Option<(Option<u64>, Option<SimFilter>)>,
+    /// Changes of the rate (`None`: no rate) and of `max_receive_count`.
+    pub(crate) rates: Vec<Change<Option<Rate>>>,
+    pub(crate) maxes: Vec<Change<u32>>,
+    /// Changes of `delay_ms`, over their span of the clock (ms, not seqs: what a delay
+    /// applies to is known by its event's timestamp).
+    pub(crate) delays: Vec<Change<u64>>,
+    /// Receives of SUB_QO answered with messages, for the rate's check (`checker/rate.rs`).
+    pub(crate) took: Vec<Took>,
+    /// A change whose answer was not ok: the operator makes it again, as a client retries a
+    /// 5xx (one that failed between its marks and its record write leaves the marked
+    /// partitions taking nothing until it is made).
+    pub(crate) retry: Option<SimPatch>,
+}
+
+/// A receive of SUB_QO that answered `n` messages, over its span of clock and seqs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Took {
+    pub(crate) start_ms: i64,
+    pub(crate) end_ms: i64,
+    pub(crate) start_seq: u64,
+    pub(crate) end_seq: u64,
+    pub(crate) n: u64,
+}
+
+/// What the operator changes of SUB_QO in one PATCH: each field as `SubscriptionPatch`'s.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct SimPatch {
+    pub(crate) window: Option<u64>,
+    pub(crate) filter: Option<SimFilter>,
+    /// `Some(None)` removes the rate.
+    pub(crate) rate: Option<Option<Rate>>,
+    pub(crate) max_receives: Option<u32>,
+    pub(crate) delay: Option<u64>,
+}
+
+impl SimPatch {
+    pub(crate) fn request(&self) -> SubscriptionPatch {
+        SubscriptionPatch {
+            visibility_timeout_ms: self.window,
+            filter: self.filter.map(SimFilter::pattern),
+            rate: self.rate,
+            max_receive_count: self.max_receives,
+            delay_ms: self.delay,
+            ..SubscriptionPatch::default()
+        }
+    }
 }
 
 impl OpsModel {
-    pub(crate) fn new(window: u64) -> Self {
+    pub(crate) fn new(window: u64, rate: Option<Rate>, max_receives: u32) -> Self {
         Self {
             windows: vec![Change::created(window)],
             filters: vec![Change::created((SimFilter::None, Vec::new()))],
+            rates: vec![Change::created(rate)],
+            maxes: vec![Change::created(max_receives)],
+            delays: vec![Change { start: 0, end: 0, value: 0, ok: true }],
             ..Self::default()
         }
+    }
+
+    /// Notes a change begun at `start` (seq), at `now` (clock).
+    pub(crate) fn begin(&mut self, start: u64, now: i64, patch: &SimPatch) {
+        if let Some(d) = patch.delay {
+            self.delays.push(Change { start: now as u64, end: u64::MAX, value: d, ok: false });
+        }
+        if let Some(w) = patch.window {
+            self.windows.push(Change::begun(start, w));
+        }
+        if let Some(f) = patch.filter {
+            self.filters.push(Change::begun(start, (f, Vec::new())));
+        }
+        if let Some(r) = patch.rate {
+            self.rates.push(Change::begun(start, r));
+        }
+        if let Some(m) = patch.max_receives {
+            self.maxes.push(Change::begun(start, m));
+        }
+    }
+
+    /// The loosest rate that may have been in force at some point of `[start, end]`: the
+    /// largest burst and rate of those; `None` if there may have been none.
+    pub(crate) fn rate_ceiling(&self, start: u64, end: u64) -> Option<Rate> {
+        in_force(&self.rates, start, end).try_fold(Rate { per_second: 0, burst: 0 }, |top, c| {
+            let r = c.value?;
+            Some(Rate { per_second: top.per_second.max(r.per_second), burst: top.burst.max(r.burst) })
+        })
+    }
+
+    /// The shortest `delay_ms` a take at or after clock `ts` may have used.
+    pub(crate) fn delay_floor(&self, ts: i64) -> u64 {
+        in_force(&self.delays, ts.max(0) as u64, u64::MAX).map(|c| c.value).min().unwrap_or(0)
+    }
+
+    /// The largest and the smallest `max_receive_count` that may have been in force over `[start, end]`.
+    pub(crate) fn max_receives(&self, start: u64, end: u64) -> (u32, u32) {
+        in_force(&self.maxes, start, end).fold((0, u32::MAX), |(hi, lo), c| (hi.max(c.value), lo.min(c.value)))
     }
 
     /// Whether a receive over seqs `[start, end]` surely found the subscription paused: a

@@ -82,6 +82,36 @@ fn a_key_delivered_before_its_previous_message_settles_is_caught_by_the_push_che
     assert!(["push-key-order", "push-key-overlap"].contains(&v.property), "seed {seed}: {v:?}");
 }
 
+/// What the schedule and rate checks need: scheduled messages received and pushed, and
+/// the quiet rate check's receives.
+const SCHEDULE_STATS: [&str; 3] = ["scheduled_delivered", "scheduled_pushed", "rate_quiet_handed"];
+
+#[test]
+fn scheduled_messages_are_received_and_pushed_and_the_rate_checked_over_the_fixed_seeds() {
+    let options = Options { steps: STEPS, ..Options::default() };
+    let mut seen: BTreeMap<&'static str, u64> = SCHEDULE_STATS.iter().map(|s| (*s, 0)).collect();
+    for seed in SEEDS {
+        let out = run_seed(seed, &options);
+        assert!(out.violation.is_none(), "seed {seed}: {:?}", out.violation);
+        for (stat, n) in seen.iter_mut() {
+            *n += out.stats.get(stat).copied().unwrap_or(0);
+        }
+    }
+    assert!(seen.values().all(|n| *n > 0), "over seeds {SEEDS:?}: {seen:?}");
+}
+
+#[test]
+fn a_scheduled_message_delivered_before_its_time_is_caught() {
+    let (seed, v) = caught(Mutation::ScheduleIgnored, &Options { steps: STEPS, ..Options::default() });
+    assert_eq!(v.property, "scheduled-early", "seed {seed}: {v:?}");
+}
+
+#[test]
+fn a_rate_not_kept_is_caught() {
+    let (seed, v) = caught(Mutation::RateIgnored, &Options { steps: STEPS, ..Options::default() });
+    assert_eq!(v.property, "rate-exceeded", "seed {seed}: {v:?}");
+}
+
 #[test]
 fn a_commit_fence_skipped_in_the_core_is_caught() {
     let options = Options { steps: STEPS, ..Options::default() };

@@ -181,7 +181,8 @@ async fn seek_and_purge((state, objects, _): &Counted, queues: &Queues, topic: &
 }
 
 /// A change of settings on 8 partitions: it reads and marks every cursor, then writes the
-/// record (the route then answers a describe); the same change again writes nothing.
+/// record (the route then answers a describe); the same change again reads the cursors (a
+/// failed change's marks are written over) and writes nothing.
 async fn change((state, objects, _): &Counted, queues: &Queues, topic: &str) {
     let longer = SubscriptionPatch { visibility_timeout_ms: Some(45_000), ..SubscriptionPatch::default() };
     let (_, changed) = counted!(state, objects, queues.patch(topic, "work", &longer).await.unwrap());

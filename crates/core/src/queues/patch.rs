@@ -150,7 +150,8 @@ fn announce(state: &mut QueueState, sub_id: u64, partition: u32, config: u64, fi
 }
 
 impl Queues {
-    /// Changes a subscription's settings (an empty or same change answers it unchanged):
+    /// Changes a subscription's settings (an empty or same change answers it unchanged,
+    /// having written them again only over the marks of a change that failed):
     /// once this answers, every receive or delivery that starts uses the new ones. Leases
     /// already granted keep their windows; a new filter applies on each partition from its
     /// cursor at the change (`filter_since`). Answers the subscription.

@@ -138,7 +138,8 @@ impl Queues {
     /// Takes tokens for a receive of up to `want` messages from `sub`'s bucket (all of
     /// them without a rate).
     pub(super) async fn rate_gate(&self, sub: &Sub, want: usize) -> Result<Gate, Error> {
-        let Some(rate) = sub.record.spec.rate else { return Ok(Gate::Open(want, None)) };
+        let rate = sub.record.spec.rate.filter(|_| !crate::mutation::skipped(crate::mutation::Mutation::RateIgnored));
+        let Some(rate) = rate else { return Ok(Gate::Open(want, None)) };
         // A push batch waits for its tokens (fewer, smaller batches); a pull receive answers
         // as soon as one message may go.
         let least = if sub.record.spec.push.is_some() { want } else { 1 };

@@ -188,7 +188,9 @@ impl Plan {
             let delayed = (spec.delay_ms > 0 && !filtered)
                 // From its timestamp, or from now if the publisher's clock ran ahead.
                 .then(|| event.record.timestamp_ms.min(now).saturating_add(spec.delay_ms as i64));
-            let scheduled = crate::schedule::deliver_at(&event.record.headers).filter(|at| *at > now && !filtered);
+            let scheduled = crate::schedule::deliver_at(&event.record.headers)
+                .filter(|at| *at > now && !filtered)
+                .filter(|_| !crate::mutation::skipped(crate::mutation::Mutation::ScheduleIgnored));
             let waiting = delayed.max(scheduled).filter(|at| *at > now);
             let key = if self.keyed && !filtered { event.record.key.as_deref().map(key_hash) } else { None };
             self.candidates.push(Candidate {

@@ -6,6 +6,8 @@ mod end;
 mod fences;
 mod push;
 mod quiet;
+mod rate;
+mod schedule;
 #[cfg(test)]
 mod selftest;
 mod subops;
@@ -250,6 +252,8 @@ impl World {
                 problems.push(format!("belongs on partition {want}"));
             }
         }
+        problems.extend(self.sched_problem(e, record));
+        let info = &self.events[&e];
         let refused = info.refused;
         let idempotent = info.idempotent;
         if !problems.is_empty() {
@@ -314,7 +318,7 @@ impl World {
     ) {
         let facts_key = self.live_topic_id(TOPIC_A).map(|tid| (tid, p));
         let s = self.subs.get(&sub_id).unwrap();
-        let max = s.record.spec.max_receive_count;
+        let max = self.receive_ceiling(s, d);
         let ordered = s.record.spec.ordering == KeyOrdering::Key;
         let start = s.record.starts.get(p as usize).copied().unwrap_or(0);
         let redriven = s.redrives_in_flight > 0 || s.redrive_seqs.iter().any(|r| *r < d.end_seq);
@@ -381,6 +385,15 @@ impl World {
         });
     }
 
+    /// The receive limit a delivery may have had: SUB_QO's may have changed as it ran, and
+    /// the largest that may have been in force holds.
+    fn receive_ceiling(&self, s: &SubModel, d: &Done) -> u32 {
+        match s.name {
+            SUB_QO => self.ops.max_receives(d.start_seq, d.end_seq).0,
+            _ => s.record.spec.max_receive_count,
+        }
+    }
+
     /// A delivery of `p@o` that must not be at all: its event fails the filter, or its dead
     /// letter was removed before the receive began.
     fn content_problems(&self, sub_id: u64, d: &Done, p: u32, o: u64) -> Vec<(&'static str, String)> {
@@ -422,7 +435,7 @@ impl World {
         let earlier: Vec<u64> = self
             .facts
             .range((tid, p, from)..(tid, p, o))
-            .filter(|(_, e)| self.events[e].key.as_ref() == Some(&key))
+            .filter(|(_, e)| self.events[e].key.as_ref() == Some(&key) && schedule::holds_key(&self.events[e]))
             .map(|(k, _)| k.2)
             .collect();
         earlier

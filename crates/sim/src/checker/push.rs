@@ -73,8 +73,15 @@ impl World {
             if !filter.passes(info) {
                 problems.push(("push-filtered-delivered", format!("{at}: delivered, but {filter:?} does not pass it")));
             }
+            let scheduled = info.sched.map(|s| s.lo);
             for (property, detail) in problems {
                 self.violate(property, detail);
+            }
+            if let Some(lo) = scheduled {
+                self.stat("scheduled_pushed");
+                self.check_pushed_not_early(&at, i.deliver_at, lo, a.start_ms);
+            } else if i.deliver_at.is_some() {
+                self.violate("push-content", format!("{at}: a schedule on an event published without one"));
             }
             let known = self.facts.get(&(tid, i.partition, i.offset));
             if known.is_some_and(|e| Some(*e) != i.event) {

@@ -125,6 +125,7 @@ async fn key_after_an_unsettled_message(world: &mut World, dead_in_store: bool) 
             partition: Some(0),
             idempotent: false,
             refused: false,
+            sched: None,
         };
         world.events.insert(event, info);
         world.facts.insert((topic_id, 0, offset), event);

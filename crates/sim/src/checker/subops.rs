@@ -7,10 +7,11 @@
 
 use std::collections::BTreeSet;
 
-use sluice_core::queues::{PartitionSeek, Queues, ReceiptError, ReceiveRequest, SeekTo, SubscriptionPatch};
+use sluice_core::queues::{PartitionSeek, Queues, ReceiptError, ReceiveRequest, SeekTo};
+use sluice_core::Clock;
 
-use crate::model::SimFilter;
-use crate::world::{code, receipt_parts, stored_queue, Acks, Done, Held, World, SUB_QO, TOPIC_A};
+use crate::model::{SimFilter, SimPatch};
+use crate::world::{code, receipt_parts, stored_queue, Acks, Done, Held, World, SUB_QO, T0, TOPIC_A};
 
 /// A receive's window at the quiet end: longer than the checks take.
 const QUIET_WINDOW: u64 = 600_000;
@@ -28,45 +29,76 @@ impl World {
         }
     }
 
+    /// A message of SUB_QO delivered at its first count, its event timestamped by the log:
+    /// not before its timestamp plus the shortest delay a take of it may have used (a
+    /// change applies to what is taken from the log after it answered; nothing is taken
+    /// before its event's timestamp).
+    pub(crate) fn check_delayed(&mut self, d: &Done, sub_id: u64, p: u32, o: u64, count: u32) {
+        let Some(tid) = self.live_topic_id(TOPIC_A).filter(|_| count == 1 && self.operated(sub_id)) else { return };
+        let Some(info) = self.facts.get(&(tid, p, o)).map(|e| &self.events[e]) else { return };
+        let Some(ts) = info.ts.filter(|_| info.ts_window.0 != i64::MIN) else { return };
+        let floor = self.ops.delay_floor(ts);
+        if floor > 0 {
+            self.stat("delay_checked");
+        }
+        if d.end_ms < ts + floor as i64 {
+            let detail = format!(
+                "{SUB_QO} {p}@{o}: delivered by {}, published at {} with a delay of at least {floor}",
+                d.end_ms - T0,
+                ts - T0
+            );
+            self.violate("delay-early", detail);
+        }
+    }
+
     /// An ack answered ok for a lease a seek surely ended: received before the seek began,
     /// live as it ran (not out of deliveries: one that is, its window over, is the DLQ's and
     /// stays, and its window may have been changed since), settled by nothing before it
     /// ended, and its message not delivered again since.
     pub(crate) fn check_seek_stale(&mut self, d: &Done, held: &[Held], results: &Acks) {
+        let tid = self.live_topic_id(TOPIC_A);
         for (h, r) in held.iter().zip(results) {
-            if r.is_err() || !self.operated(h.sub_id) {
+            if !self.operated(h.sub_id) {
                 continue;
             }
             let s = &self.subs[&h.sub_id];
-            let max = s.record.spec.max_receive_count;
             let Some(m) = s.msgs.get(&(h.partition, h.offset)) else { continue };
             let Some(mine) = m.deliveries.iter().find(|x| x.nonce == h.nonce) else { continue };
+            // Out of deliveries by the smallest limit that may have been in force since.
+            let max = self.ops.max_receives(mine.start_seq, d.end_seq).1;
             if m.deliveries.iter().any(|x| x.start_seq > mine.start_seq) {
                 continue;
             }
             // A message a filter passes over is done with: its ack answers ok
-            // (`Queues::done_already` tells no acked message from it). That holds for a filter
-            // changed after the seek, and for one set before it that judges the message again
-            // once a seek back has put it ahead of the cursor (seed 1200).
-            let refiltered = |seek: u64| self.ops.filters.iter().any(|c| c.end > seek || c.end < d.start_seq);
-            // Not held to it after a receive whose answer was lost (seed 1351: an ack answered
-            // ok after one; not understood yet, see the report of this change).
-            let unseen = |seek: u64| s.lost_receives.iter().any(|r| *r > seek);
+            // (`Queues::done_already` tells no acked message from it). A filter changed after
+            // the seek may pass it over, and so may one set before it, judging the message
+            // again once a seek back has put it ahead of the cursor (seed 1200): any filter
+            // set before the ack that does not pass the message (or a message the model
+            // does not know). The filter the subscription was made with passes everything.
+            let event = tid.and_then(|t| self.facts.get(&(t, h.partition, h.offset))).map(|e| &self.events[e]);
+            let refiltered = self
+                .ops
+                .filters
+                .iter()
+                .any(|c| c.start > 0 && c.start < d.end_seq && event.is_none_or(|e| !c.value.0.passes(e)));
             let ended = self.ops.sought.iter().find(|(start, end)| {
-                !refiltered(*start)
-                    && !unseen(*start)
+                !refiltered
                     && *start > mine.end_seq
                     && *end < d.start_seq
                     && mine.release_seq.is_none_or(|r| r > *end)
                     && mine.count < max
             });
-            if let Some((start, end)) = ended {
-                let detail = format!(
-                    "{SUB_QO} {}@{}#{}: the ack of a lease the seek of seqs {start}..{end} passed over answered ok \
-                     (received by seq {})",
-                    h.partition, h.offset, mine.count, mine.end_seq
-                );
-                self.violate("seek-stale", detail);
+            match (ended, r) {
+                (Some(_), Err(_)) => self.stat("seek_stale_acks"),
+                (Some((start, end)), Ok(())) => {
+                    let detail = format!(
+                        "{SUB_QO} {}@{}#{}: the ack of a lease the seek of seqs {start}..{end} passed over \
+                         answered ok (received by seq {})",
+                        h.partition, h.offset, mine.count, mine.end_seq
+                    );
+                    self.violate("seek-stale", detail);
+                }
+                (None, _) => {}
             }
         }
     }
@@ -90,18 +122,16 @@ impl World {
         if let Err(e) = queues.resume(TOPIC_A, SUB_QO).await {
             return self.violate("operator-quiet", format!("resume: {}", code(&e)));
         }
-        if let Some((window, filter)) = self.ops.retry.take() {
-            let patch = SubscriptionPatch {
-                visibility_timeout_ms: window,
-                filter: filter.map(SimFilter::pattern),
-                ..SubscriptionPatch::default()
-            };
-            if let Err(e) = queues.patch(TOPIC_A, SUB_QO, &patch).await {
-                return self.violate("operator-quiet", format!("patch: {}", code(&e)));
-            }
+        // A change left to make is made; the rate goes (the quiet checks below receive all
+        // there is at one instant; `check_rate_quiet` sets one of its own after them).
+        let patch = SimPatch { rate: Some(None), ..self.ops.retry.take().unwrap_or_default() };
+        if let Err(e) = queues.patch(TOPIC_A, SUB_QO, &patch.request()).await {
+            return self.violate("operator-quiet", format!("patch: {}", code(&e)));
         }
-        // Every window and delay of the run is over: a lease is held, or out of deliveries.
-        self.clock.advance(60_000);
+        // Every window and delay of the run is over (a lease is held, or out of deliveries),
+        // and every schedule is due: what the seeks count is delivered at once.
+        let now = self.clock.now_ms();
+        self.clock.advance(60_000.max(self.last_schedule().map_or(0, |at| at + 1 - now)));
         let Some(dead) = self.dead_listed(queues, SUB_QO).await else { return };
         self.check_dead_kept(&dead);
         let req = ReceiveRequest { max_messages: 10, wait_ms: 0, visibility_timeout_ms: Some(QUIET_WINDOW) };
@@ -119,6 +149,9 @@ impl World {
             }
             let Some(dead) = self.dead_listed(queues, SUB_QO).await else { return };
             self.check_dead_kept(&dead);
+        }
+        if self.violation.is_none() {
+            self.check_rate_quiet(queues).await;
         }
     }
 

@@ -25,24 +25,23 @@ impl World {
             Some(req) => req,
             None => self.new_request(topic, style),
         };
-        let r = &self.requests[&req];
-        let events: Vec<NewEvent> = r
-            .events
-            .iter()
-            .map(|e| {
-                let i = &self.events[e];
-                NewEvent {
-                    key: i.key.clone(),
-                    headers: Vec::new(),
-                    value: i.value.clone(),
-                    value_is_json: true,
-                    timestamp_ms: i.ts.filter(|_| i.ts_window.0 == i64::MIN),
-                    partition: i.partition.filter(|_| i.key.is_none()),
-                }
-            })
-            .collect();
-        let idem = r.idem.clone().map(|key| IdempotencyKey { fingerprint: key.as_bytes().to_vec(), key });
         let now = self.clock.now_ms();
+        let mut events = Vec::new();
+        for e in self.requests[&req].events.clone() {
+            let i = &self.events[&e];
+            let mut event = NewEvent {
+                key: i.key.clone(),
+                headers: Vec::new(),
+                value: i.value.clone(),
+                value_is_json: true,
+                timestamp_ms: i.ts.filter(|_| i.ts_window.0 == i64::MIN),
+                partition: i.partition.filter(|_| i.key.is_none()),
+            };
+            self.stamp_sched(e, &mut event, now);
+            events.push(event);
+        }
+        let r = &self.requests[&req];
+        let idem = r.idem.clone().map(|key| IdempotencyKey { fingerprint: key.as_bytes().to_vec(), key });
         for e in &r.events.clone() {
             let info = self.events.get_mut(e).unwrap();
             if info.ts_window.0 != i64::MIN {
@@ -126,6 +125,8 @@ impl World {
         self.next_req += 1;
         let req = self.next_req;
         let n = self.rng.range(1, 4);
+        let (plan, bulk) = self.draw_plan(topic);
+        let n = bulk.map_or(n, |b| b as i64);
         let partitions = self.topic_specs[topic].partitions;
         let mut ids = Vec::new();
         let explicit = self.rng.chance(0.1).then(|| self.rng.below(u64::from(partitions)) as u32);
@@ -146,6 +147,7 @@ impl World {
             let value = Bytes::from(format!("{{\"e\":{e},\"pad\":\"{pad}\"}}"));
             let explicit_ts = self.rng.chance(0.3).then(|| self.clock.now_ms() + self.rng.range(-20_000, 5000));
             let ts_window = if explicit_ts.is_some() { (i64::MIN, i64::MIN) } else { (i64::MAX, i64::MAX) };
+            let sched = self.draw_sched(plan, explicit_ts.is_some());
             self.events.insert(
                 e,
                 EventInfo {
@@ -157,6 +159,7 @@ impl World {
                     partition,
                     idempotent: style == 2,
                     refused: false,
+                    sched,
                 },
             );
             ids.push(e);

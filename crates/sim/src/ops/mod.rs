@@ -6,5 +6,6 @@ mod groups;
 mod log;
 mod push;
 mod queues;
+mod schedule;
 mod subops;
 mod upkeep;

@@ -180,6 +180,9 @@ impl World {
                     // A window of 0 ends at once, and its messages are answered all the same.
                     self.receive_lost(sub, d.end_seq);
                 }
+                if sub == SUB_QO {
+                    self.check_rate(d, messages.len());
+                }
                 let tid = self.live_topic_id(TOPIC_A).unwrap_or(0);
                 for m in messages {
                     self.stat("messages_received");
@@ -197,11 +200,13 @@ impl World {
                         );
                     }
                     self.check_event(TOPIC_A, tid, p, o, &m.event.record, "receive");
+                    self.check_not_early(sub, p, o, &m.event.record, d.end_ms);
                     if !self.subs.contains_key(&sub_id) && self.learn_sub(sub).is_none_or(|id| id != sub_id) {
                         // A subscription deleted meanwhile that we never described: nothing to hold it to.
                         continue;
                     }
                     self.check_paused(d, sub_id, p, o);
+                    self.check_delayed(d, sub_id, p, o, count);
                     self.check_delivery(d, sub_id, p, o, nonce, count, visibility);
                     if let Kind::Worker { holding, .. } = &mut self.clients[d.client].kind {
                         holding.push(Held {
@@ -291,7 +296,11 @@ impl World {
         let Some(mine) = m.deliveries.iter().find(|d| d.nonce == h.nonce) else { return false };
         let later = m.deliveries.iter().any(|d| d.start_seq > mine.start_seq && d.start_seq < seq);
         let lost = s.lost_receives.iter().any(|r| *r > mine.start_seq);
-        !later && !lost && mine.count < s.record.spec.max_receive_count
+        let max = match s.name {
+            SUB_QO => self.ops.max_receives(mine.start_seq, seq).1,
+            _ => s.record.spec.max_receive_count,
+        };
+        !later && !lost && mine.count < max
     }
 
     /// An ack refused as stale must be of a receipt that was: a delivery whose window may

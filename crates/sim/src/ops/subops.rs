@@ -4,17 +4,17 @@
 //! on. The model keeps each op's span (`OpsModel`); what the promises allow by it is
 //! checked where answers arrive (`checker/subops.rs`).
 
-use sluice_core::queues::{Queues, SeekTo, SubscriptionPatch, SubscriptionState};
+use sluice_core::queues::{Queues, SeekTo, SubscriptionSpec, SubscriptionState};
 use sluice_core::Clock;
 
-use crate::model::{Change, SimFilter};
-use crate::world::{code, uncertain, Act, Done, Res, World, SUB_QO, TOPIC_A};
+use crate::model::{SimFilter, SimPatch};
+use crate::world::{code, draw_rate, uncertain, Act, Done, Res, World, SUB_QO, TOPIC_A};
 
 impl World {
     pub(crate) fn start_operator(&mut self, c: usize, queues: Queues) {
         let sub = SUB_QO;
         let seq = self.seq + 1;
-        match self.rng.weighted(&[2, 3, 2, 2, 3, 2, 1, 2]) {
+        match self.rng.weighted(&[2, 3, 2, 2, 3, 2, 1, 2, 2, 1, 1]) {
             0 => self.spawn(c, Act::Pause { sub }, Some(TOPIC_A), async move {
                 Res::Sub(queues.pause(TOPIC_A, sub).await.map(Box::new))
             }),
@@ -24,25 +24,15 @@ impl World {
                     Res::Sub(queues.resume(TOPIC_A, sub).await.map(Box::new))
                 })
             }
-            choice @ (2 | 3) => {
-                let (window, filter) = match self.ops.retry.take() {
+            choice @ (2 | 3 | 8..=10) => {
+                let patch = match self.ops.retry.take() {
                     Some(again) => again,
-                    None if choice == 2 => (Some(self.rng.range(1000, 6000) as u64), None),
-                    None => (None, Some(SimFilter::draw(&mut self.rng))),
+                    None => self.draw_patch(choice),
                 };
-                if let Some(w) = window {
-                    self.ops.windows.push(Change::begun(seq, w));
-                }
-                if let Some(f) = filter {
-                    self.ops.filters.push(Change::begun(seq, (f, Vec::new())));
-                }
-                let patch = SubscriptionPatch {
-                    visibility_timeout_ms: window,
-                    filter: filter.map(SimFilter::pattern),
-                    ..SubscriptionPatch::default()
-                };
-                self.spawn(c, Act::Patch { sub, window, filter }, Some(TOPIC_A), async move {
-                    Res::Sub(queues.patch(TOPIC_A, sub, &patch).await.map(Box::new))
+                self.ops.begin(seq, self.clock.now_ms(), &patch);
+                let request = patch.request();
+                self.spawn(c, Act::Patch { sub, patch }, Some(TOPIC_A), async move {
+                    Res::Sub(queues.patch(TOPIC_A, sub, &request).await.map(Box::new))
                 })
             }
             choice @ 4..=6 => {
@@ -63,6 +53,19 @@ impl World {
             _ => self.spawn(c, Act::DeadLetters { sub }, Some(TOPIC_A), async move {
                 Res::Dlq(queues.dead_letters(TOPIC_A, sub, None, 1000).await)
             }),
+        }
+    }
+
+    /// One setting's change: the window (2), the filter (3), the rate or none (8), the
+    /// receive limit (9), the delay (10).
+    fn draw_patch(&mut self, choice: usize) -> SimPatch {
+        let r = &mut self.rng;
+        match choice {
+            2 => SimPatch { window: Some(r.range(1000, 6000) as u64), ..SimPatch::default() },
+            3 => SimPatch { filter: Some(SimFilter::draw(r)), ..SimPatch::default() },
+            8 => SimPatch { rate: Some(r.chance(0.7).then(|| draw_rate(r))), ..SimPatch::default() },
+            9 => SimPatch { max_receives: Some(r.range(1, 4) as u32), ..SimPatch::default() },
+            _ => SimPatch { delay: Some(r.range(0, 3000) as u64), ..SimPatch::default() },
         }
     }
 
@@ -103,6 +106,18 @@ impl World {
         for c in self.ops.windows.iter_mut().filter(|c| c.start == start) {
             (c.end, c.ok) = (end, ok);
         }
+        for c in self.ops.rates.iter_mut().filter(|c| c.start == start) {
+            (c.end, c.ok) = (end, ok);
+        }
+        for c in self.ops.maxes.iter_mut().filter(|c| c.start == start) {
+            (c.end, c.ok) = (end, ok);
+        }
+        if let Act::Patch { patch: SimPatch { delay: Some(_), .. }, .. } = d.act {
+            let (began, now) = (d.start_ms as u64, d.end_ms as u64);
+            if let Some(c) = self.ops.delays.iter_mut().find(|c| c.start == began && c.end == u64::MAX) {
+                (c.end, c.ok) = (now, ok);
+            }
+        }
         for c in self.ops.filters.iter_mut().filter(|c| c.start == start) {
             (c.end, c.ok, c.value.1) = (end, ok, heads.clone());
         }
@@ -114,10 +129,9 @@ impl World {
             (Act::Resume { .. }, Res::Sub(Ok(s))) => {
                 (s.state != SubscriptionState::Active).then(|| format!("a resume answered {:?}", s.state))
             }
-            (Act::Patch { window: Some(w), .. }, Res::Sub(Ok(s))) => (s.spec.visibility_timeout_ms != *w)
-                .then(|| format!("a change to a window of {w} answered {}", s.spec.visibility_timeout_ms)),
-            (Act::Patch { window, filter, .. }, res) if !matches!(res, Res::Sub(Ok(_))) => {
-                self.ops.retry = Some((*window, *filter));
+            (Act::Patch { patch, .. }, Res::Sub(Ok(s))) => patch_answered(patch, &s.spec),
+            (Act::Patch { patch, .. }, res) => {
+                self.ops.retry = Some(*patch);
                 match res {
                     Res::Sub(Err(e)) => self.refusal(e),
                     _ => None,
@@ -166,4 +180,22 @@ impl World {
         }
         None
     }
+}
+
+/// What is wrong with a change's answer: a setting it changed not as asked.
+fn patch_answered(patch: &SimPatch, spec: &SubscriptionSpec) -> Option<String> {
+    let mut wrong = Vec::new();
+    if patch.window.is_some_and(|w| w != spec.visibility_timeout_ms) {
+        wrong.push(format!("window {}", spec.visibility_timeout_ms));
+    }
+    if patch.rate.is_some_and(|r| r != spec.rate) {
+        wrong.push(format!("rate {:?}", spec.rate));
+    }
+    if patch.delay.is_some_and(|m| m != spec.delay_ms) {
+        wrong.push(format!("delay_ms {}", spec.delay_ms));
+    }
+    if patch.max_receives.is_some_and(|m| m != spec.max_receive_count) {
+        wrong.push(format!("max_receive_count {}", spec.max_receive_count));
+    }
+    (!wrong.is_empty()).then(|| format!("{patch:?} answered {}", wrong.join(", ")))
 }

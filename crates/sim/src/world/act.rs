@@ -13,7 +13,7 @@ use sluice_core::{Error, Position, ReadBatch, StorageError, TopicConfig};
 use std::fmt::Write as _;
 
 use super::Held;
-use crate::model::SimFilter;
+use crate::model::SimPatch;
 
 /// Some fields are only read where the trace prints an operation (through `Debug`).
 #[allow(dead_code)]
@@ -112,11 +112,10 @@ pub(crate) enum Act {
     Resume {
         sub: &'static str,
     },
-    /// A change of the visibility timeout, or of the filter (`None`: removed), or both.
+    /// A change of some of the visibility timeout, the filter, the rate, the receive limit.
     Patch {
         sub: &'static str,
-        window: Option<u64>,
-        filter: Option<SimFilter>,
+        patch: SimPatch,
     },
     /// A seek (a purge: `to` latest, `purge` set), or its dry run.
     QSeek {

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use sluice_core::groups::Groups;
 use sluice_core::ports::state::StateStore;
 use sluice_core::push::Dispatcher;
-use sluice_core::queues::{Backoff, Ordering as KeyOrdering, Queues, StartAt, SubscriptionSpec};
+use sluice_core::queues::{Backoff, Ordering as KeyOrdering, Queues, Rate, StartAt, SubscriptionSpec};
 use sluice_core::upkeep::{Janitor, JanitorConfig};
 use sluice_core::{Clock, Log, LogConfig, ObjectStore, SeededRandom, TopicSpec};
 use sluice_testkit::{Layered, LayeredObjects, MemObjects, MemStore, SimClock};
@@ -132,6 +132,8 @@ pub(crate) struct World {
     /// rest of a seed's schedule is the same with and without it.
     pub(crate) answers_lost: f64,
     pub(crate) answers: Rng,
+    /// Which publishes carry a schedule, and what (`ops/schedule.rs`): a generator of its own.
+    pub(crate) sched_rng: Rng,
     /// The stored group as each commit in flight began (by its start seq).
     pub(crate) commit_snaps: BTreeMap<u64, GroupSnap>,
     /// The first segment of each partition (its next offset, length and newest timestamp)
@@ -158,7 +160,7 @@ impl World {
         let (q_filter, q, qk) = draw_subscriptions(seed, &mut rng);
         let push = PushModel::new(seed, clock.clone(), mem.clone(), trace.clone());
         let qo = draw_operated(seed);
-        let ops = OpsModel::new(qo.visibility_timeout_ms);
+        let ops = OpsModel::new(qo.visibility_timeout_ms, qo.rate, qo.max_receive_count);
         let mut world = Self {
             seed,
             options,
@@ -197,6 +199,7 @@ impl World {
             long_next: false,
             answers_lost: 0.03 * intensity,
             answers: Rng::new(seed.rotate_left(17) ^ 0xa45e_0f1a_5717),
+            sched_rng: Rng::new(seed.rotate_left(53) ^ 0x5c4e_d01e_0de1),
             commit_snaps: BTreeMap::new(),
             first_segments: BTreeMap::new(),
             last_first_segments: BTreeMap::new(),
@@ -433,14 +436,20 @@ fn draw_subscriptions(seed: u64, rng: &mut Rng) -> (SimFilter, SubscriptionSpec,
     (q_filter, q, qk)
 }
 
-/// SUB_QO's spec, from a generator of its own: no filter and no delay to begin with (the
-/// operator changes its window and filter as it runs).
+/// SUB_QO's spec, from a generator of its own: no filter and no delay to begin with, a
+/// rate or none (the operator changes its window, filter, rate and receive limit as it runs).
 fn draw_operated(seed: u64) -> SubscriptionSpec {
     let mut rng = Rng::new(seed.rotate_left(7) ^ 0x0be7_a7ed_5ee4);
     SubscriptionSpec {
         start: StartAt::Earliest,
         visibility_timeout_ms: rng.range(1000, 6000) as u64,
         max_receive_count: rng.range(2, 4) as u32,
+        rate: rng.chance(0.5).then(|| draw_rate(&mut rng)),
         ..SubscriptionSpec::default()
     }
+}
+
+/// A rate for SUB_QO: low enough that its workers wait for it.
+pub(crate) fn draw_rate(rng: &mut Rng) -> Rate {
+    Rate { per_second: rng.range(1, 20) as u32, burst: rng.range(1, 8) as u32 }
 }

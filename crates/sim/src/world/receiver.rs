@@ -62,6 +62,8 @@ pub(crate) struct Item {
     pub(crate) key: Option<String>,
     /// The simulation's event id, from its value.
     pub(crate) event: Option<u64>,
+    /// Its schedule, as the body shows it.
+    pub(crate) deliver_at: Option<i64>,
 }
 
 /// One attempt as the receiver saw it.
@@ -242,7 +244,8 @@ impl Receiver {
 
     /// Each message must still be held (under a lease) as its attempt begins: one acked or
     /// dead-lettered before is one delivered after its store-side settle. Under key order,
-    /// no earlier message of its key may be held or waiting (unless earlier in this batch).
+    /// no earlier message of its key may be held or waiting (unless earlier in this batch,
+    /// or scheduled and waiting for its time: that holds back no other).
     fn check_held(&self, sub: &str, t: &Target, items: &[Item]) -> Vec<(&'static str, String)> {
         let mut problems = Vec::new();
         let partitions: BTreeSet<u32> = items.iter().map(|i| i.partition).collect();
@@ -253,6 +256,9 @@ impl Receiver {
                 log_start.and_then(|i| layout::decode::<HeadRecord>("head", &i.value).ok()).map_or(0, |h| h.start);
             let held: BTreeMap<u64, Option<u64>> =
                 leases.iter().flat_map(|l| l.msgs.iter().map(|m| (m.offset, m.key))).collect();
+            // A scheduled message waiting for its time holds back no other of its key.
+            let waiting: BTreeSet<u64> =
+                leases.iter().filter(|l| l.scheduled).flat_map(|l| l.msgs.iter().map(|m| m.offset)).collect();
             let batch: Vec<u64> = items.iter().filter(|i| i.partition == p).map(|i| i.offset).collect();
             for (n, o) in batch.iter().enumerate() {
                 let Some(key) = held.get(o) else {
@@ -262,7 +268,7 @@ impl Receiver {
                 let Some(key) = key.filter(|_| t.keyed) else { continue };
                 let earlier: Vec<u64> = held
                     .range(log_start.min(*o)..*o)
-                    .filter(|(o1, k)| **k == Some(key) && !batch[..n].contains(o1))
+                    .filter(|(o1, k)| **k == Some(key) && !batch[..n].contains(o1) && !waiting.contains(o1))
                     .map(|(o1, _)| *o1)
                     .collect();
                 if !earlier.is_empty() {
@@ -341,6 +347,7 @@ fn parse_body(body: &[u8]) -> (String, Vec<Item>, Vec<String>) {
             receive_count: m["receive_count"].as_u64().unwrap_or_default() as u32,
             key: m["key"].as_str().map(str::to_owned),
             event: value.and_then(|v| v.get("e")?.as_u64()),
+            deliver_at: m["deliver_at_ms"].as_i64(),
         });
         ids.push(m["id"].as_str().unwrap_or_default().to_owned());
     }

@@ -113,6 +113,7 @@ macro_rules! queue_conformance_suite {
             given_a_changed_filter_then_it_applies_from_filter_since_on_each_partition,
             given_a_patch_naming_start_ordering_or_a_push_target_on_a_pull_subscription_then_refused_and_unchanged,
             given_a_cached_subscription_patched_elsewhere_then_the_next_receive_uses_the_new_settings,
+            given_a_change_failed_after_its_marks_when_one_naming_the_stored_settings_answers_then_all_deliver,
             given_a_partition_a_process_saw_idle_when_another_redrives_there_then_delivered_once_the_hint_lapses,
             given_a_partition_a_process_saw_idle_when_it_redrives_there_itself_then_delivered_at_once,
             given_a_rate_then_a_burst_then_exactly_per_second_times_t_messages_over_t,

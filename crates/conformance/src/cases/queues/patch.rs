@@ -13,6 +13,7 @@ use sluice_core::queues::{
 };
 use sluice_core::{Error, Log, ManualClock};
 
+use crate::cases::support::faults::{puts_at, Action, Fault, Scripted};
 use crate::cases::support::queues::*;
 use crate::cases::support::race::receives_racing;
 use crate::Backend;
@@ -163,6 +164,38 @@ pub async fn given_a_patch_naming_start_ordering_or_a_push_target_on_a_pull_subs
         let result = queues.patch(t, s, &change).await;
         assert!(matches!(result, Err(Error::TopicNotFound(_) | Error::SubscriptionNotFound { .. })), "{t}/{s}");
     }
+}
+
+/// A change whose record write fails after it marked every partition leaves them taking
+/// nothing; a change that names only what is stored (here: the window the failed one did
+/// not set) answers 200, and from then on the partitions deliver again (found by the
+/// simulation, seed 1151: a queue partition delivering nothing after the operator's next
+/// change, once its earlier one had failed).
+pub async fn given_a_change_failed_after_its_marks_when_one_naming_the_stored_settings_answers_then_all_deliver(
+    backend: &dyn Backend,
+) {
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (store, objects) = backend.open_with(clock.clone()).await;
+    let script = Scripted::new(store);
+    let log = Log::new(script.clone(), objects, clock.clone(), crate::log_config());
+    let queues = Queues::new(log.clone());
+    let topic = new_topic(&log, "patch-marked", 2).await;
+    queues.create(&topic, "s", settings()).await.unwrap();
+    for i in 0..4 {
+        publish_at(&log, &topic, i % 2, &format!("m{i}"), START_MS).await;
+    }
+    script.at(|ops| puts_at(ops, sluice_core::keys::SUBS_PREFIX, "s"), Action::Fault(Fault::FailBefore));
+    let failed = SubscriptionPatch { visibility_timeout_ms: Some(5_000), ..Default::default() };
+    assert!(queues.patch(&topic, "s", &failed).await.is_err(), "the record write fails after the marks");
+    assert_eq!(script.pending(), 0, "the fault met the record write");
+    assert!(receive(&queues, &topic, "s", 10).await.is_empty(), "marked partitions take nothing");
+
+    let same = SubscriptionPatch { visibility_timeout_ms: Some(60_000), ..Default::default() };
+    let answered = queues.patch(&topic, "s", &same).await.expect("a change naming the stored window");
+    assert_eq!(answered.spec.visibility_timeout_ms, 60_000);
+    let got = receive(&queues, &topic, "s", 10).await;
+    assert_eq!(got.len(), 4, "every partition delivers again: {:?}", positions(&got));
+    assert!(got.iter().all(|m| m.held_until_ms == START_MS + 60_000), "with the stored window");
 }
 
 /// Two processes on one store, the first caching subscriptions.
