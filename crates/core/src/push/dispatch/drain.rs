@@ -10,7 +10,7 @@ impl Dispatcher {
     /// left to it, told to drain once more), until nothing is left or no attempt would end
     /// by `deadline_ms`: a dispatcher function's run. A sweep (`Topics::All`) first looks
     /// without writing, so a subscription with nothing due costs it reads only. What comes
-    /// due soon after is handed over ([`Self::hand_over`]). Counts are flushed at the end.
+    /// due soon after is handed over (`hand_over`, in `stay.rs`). Counts are flushed at the end.
     pub async fn drain(&self, topics: &Topics, deadline_ms: i64) -> Result<Drained, Error> {
         let mut work = JoinSet::new();
         let sweep = *topics == Topics::All;
