@@ -44,9 +44,10 @@ impl Queues {
         Ok(found)
     }
 
-    /// Events of a partition from `*from` (at most `max` events and bytes) as a receive reads
-    /// them; when retention has removed them meanwhile, `*from` moves to the log's new start
-    /// first (a receive would pass them over).
+    /// Events of a partition from `*from` up to `head` (at most `max` events and bytes) as a
+    /// receive reads them; when retention has removed them meanwhile, `*from` moves to the
+    /// log's new start first (a receive would pass them over). None at or past `head.next`
+    /// are answered: what `head` says is there is what a caller counts against.
     pub(super) async fn read_from(
         &self,
         topic: &TopicConfig,
@@ -55,14 +56,19 @@ impl Queues {
         max: (usize, usize),
         head: HeadRecord,
     ) -> Result<Vec<Event>, Error> {
-        loop {
+        while *from < head.next {
             match self.log.read_at(topic, partition, *from, max, head, Lookup::Holder).await {
-                Ok(batch) => return Ok(batch.events),
+                Ok(mut batch) => {
+                    // A segment read whole may run past `head` (written after it was read).
+                    batch.events.truncate(batch.events.partition_point(|e| e.offset < head.next));
+                    return Ok(batch.events);
+                }
                 Err(Error::OffsetOutOfRange { log_start_offset, .. }) if log_start_offset > *from => {
                     *from = log_start_offset;
                 }
                 Err(e) => return Err(e),
             }
         }
+        Ok(Vec::new())
     }
 }
