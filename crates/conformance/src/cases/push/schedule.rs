@@ -44,6 +44,32 @@ pub async fn given_a_scheduled_event_on_a_push_subscription_then_it_is_pushed_at
     assert_eq!(items.len(), 2, "each pushed once: {items:?}");
 }
 
+/// A topic of one partition, quiet after one message scheduled for `due_at` was published
+/// to its push subscription (a function target, `max_in_flight` 5, batches of 100), with a
+/// receiver that takes every batch.
+struct Quiet {
+    clock: Arc<WatchedClock>,
+    log: sluice_core::Log,
+    queues: sluice_core::queues::Queues,
+    topic: String,
+    at: Vec<sluice_core::Position>,
+    receiver: Arc<Receiver>,
+    topics: Topics,
+}
+
+async fn quiet(backend: &dyn Backend, prefix: &str, due_at: i64) -> Quiet {
+    let clock = Arc::new(WatchedClock::new(START_MS));
+    let (log, queues) = queues_on(backend, clock.clone()).await;
+    let topic = new_topic(&log, prefix, 1).await;
+    subscribe(&queues, &topic, push_spec(PushSpec::lambda("consumer"), 5, 100)).await;
+    let mut event = json_event(json!("scheduled"), None);
+    stamp(&mut event, due_at);
+    let at = publish(&log, &topic, vec![event]).await;
+    let receiver = Receiver::new(|_, _| ok(json!({})));
+    let topics = Topics::Named(vec![topic.clone()]);
+    Quiet { clock, log, queues, topic, at, receiver, topics }
+}
+
 /// A quiet topic on AWS: no publish wakes a run when a scheduled message comes due, so the
 /// sweep (every minute) stays for what comes due before the next one and pushes it at its
 /// time. Here the run that moved it (a stream run: the publish's) ends with it not yet due,
@@ -51,17 +77,9 @@ pub async fn given_a_scheduled_event_on_a_push_subscription_then_it_is_pushed_at
 pub async fn given_a_quiet_topic_when_a_scheduled_message_comes_due_then_the_staying_sweep_pushes_it_at_its_time(
     backend: &dyn Backend,
 ) {
-    let clock = Arc::new(WatchedClock::new(START_MS));
-    let (log, queues) = queues_on(backend, clock.clone()).await;
-    let topic = new_topic(&log, "push-quiet", 1).await;
-    subscribe(&queues, &topic, push_spec(PushSpec::lambda("consumer"), 5, 100)).await;
     let due_at = START_MS + 90_000;
-    let mut later = json_event(json!("later"), None);
-    stamp(&mut later, due_at);
-    let at = publish(&log, &topic, vec![later]).await;
-    let receiver = Receiver::new(|_, _| ok(json!({})));
+    let Quiet { clock, queues, topic, at, receiver, topics, .. } = quiet(backend, "push-quiet", due_at).await;
     let dispatcher = Dispatcher::new(queues.clone(), receiver.clone());
-    let topics = Topics::Named(vec![topic.clone()]);
     let stream_run = dispatcher.drain(&topics, clock.now_ms() + 57_000).await.expect("the publish's run");
     assert_eq!(stream_run.deliveries, 0, "not due: nothing pushed");
     clock.clock.advance(60_000);
@@ -88,16 +106,8 @@ pub async fn given_a_quiet_topic_when_a_scheduled_message_comes_due_then_the_sta
 pub async fn given_a_scheduled_message_due_after_the_sweeps_stay_then_the_sweep_ends_without_waiting(
     backend: &dyn Backend,
 ) {
-    let clock = Arc::new(WatchedClock::new(START_MS));
-    let (log, queues) = queues_on(backend, clock.clone()).await;
-    let topic = new_topic(&log, "push-far", 1).await;
-    subscribe(&queues, &topic, push_spec(PushSpec::lambda("consumer"), 5, 100)).await;
-    let mut later = json_event(json!("later"), None);
-    stamp(&mut later, START_MS + 61_000);
-    publish(&log, &topic, vec![later]).await;
-    let receiver = Receiver::new(|_, _| ok(json!({})));
+    let Quiet { clock, queues, receiver, topics, .. } = quiet(backend, "push-far", START_MS + 61_000).await;
     let dispatcher = Dispatcher::new(queues.clone(), receiver.clone());
-    let topics = Topics::Named(vec![topic.clone()]);
     dispatcher.drain(&topics, START_MS + 57_000).await.expect("the publish's run");
     let before = clock.sleeps();
     let swept = dispatcher.sweep(&topics, START_MS + 117_000, START_MS + 60_000).await.expect("sweep");
@@ -114,18 +124,10 @@ pub async fn given_a_scheduled_message_due_after_the_sweeps_stay_then_the_sweep_
 pub async fn given_a_message_due_before_the_next_sweep_then_the_stream_run_hands_it_over_and_it_is_pushed_at_its_time(
     backend: &dyn Backend,
 ) {
-    let clock = Arc::new(WatchedClock::new(START_MS));
-    let (log, queues) = queues_on(backend, clock.clone()).await;
-    let topic = new_topic(&log, "push-soon", 1).await;
-    subscribe(&queues, &topic, push_spec(PushSpec::lambda("consumer"), 5, 100)).await;
     let due_at = START_MS + 20_000;
-    let mut soon = json_event(json!("soon"), None);
-    stamp(&mut soon, due_at);
-    let at = publish(&log, &topic, vec![soon]).await;
-    let receiver = Receiver::new(|_, _| ok(json!({})));
+    let Quiet { clock, log, queues, topic, at, receiver, topics } = quiet(backend, "push-soon", due_at).await;
     let asked = Arc::new(Asked::default());
     let dispatcher = Dispatcher::new(queues.clone(), receiver.clone()).with_wakes(asked.clone());
-    let topics = Topics::Named(vec![topic.clone()]);
     assert_eq!(dispatcher.drain(&topics, START_MS + 57_000).await.expect("the publish's run").deliveries, 0);
     assert_eq!(*asked.0.lock().unwrap(), [(vec![topic.clone()], due_at)], "handed over for its time");
     let now = publish(&log, &topic, vec![json_event(json!("now"), None)]).await;
