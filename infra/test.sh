@@ -21,7 +21,7 @@ if [ "$#" -gt 0 ]; then
 fi
 
 cargo test --workspace --all-targets --no-run
-cargo build --release -p sluice-sim
+cargo build --profile sim -p sluice-sim
 
 logs=$(mktemp -d)
 lane() {
@@ -66,7 +66,7 @@ lane rest bash -c "
     set -e
     cargo test --workspace --lib --bins --examples --benches ${other_tests[*]}
     cargo test --workspace --doc
-    cargo run -q --release -p sluice-sim -- --seeds \${SIM_SEEDS:-1000..1400} --steps \${SIM_STEPS:-2000}
+    cargo run -q --profile sim -p sluice-sim -- --seeds \${SIM_SEEDS:-1000..1400} --steps \${SIM_STEPS:-2000}
 " &
 wait
 

@@ -1,4 +1,4 @@
-//! `cargo run -p sluice-sim --release -- --seeds 1000..1200 --steps 2000`: runs each seed,
+//! `cargo run -p sluice-sim --profile sim -- --seeds 1000..1200 --steps 2000`: runs each seed,
 //! prints one line per seed, and on the first failure the seed, the step, the property and
 //! a one-line reproduction; exits non-zero if any seed failed.
 //!
@@ -118,7 +118,7 @@ fn main() -> ExitCode {
             Some(v) => {
                 failed += 1;
                 let repro = format!(
-                    "cargo run -p sluice-sim --release -- --seeds {seed} --steps {}{} --trace",
+                    "cargo run -p sluice-sim --profile sim -- --seeds {seed} --steps {}{} --trace",
                     options.steps,
                     if options.no_faults { " --no-faults" } else { "" }
                 );
