@@ -48,35 +48,30 @@ pub fn open_embedded(config: &Config) -> Result<sluice_core::Log, sluice_core::S
 /// allowed on the embedded backend and refused on AWS unless the configuration says
 /// otherwise. Lambda targets are invoked at `SLUICE_LAMBDA_ENDPOINT` over plain HTTP on the
 /// embedded backend, and with the AWS SDK on AWS (at that endpoint if it is set).
-pub async fn dispatcher(config: &Config, queues: Queues) -> Result<Dispatcher, OpenError> {
+///
+/// `wake_as` names the dispatcher function itself (Lambda's `AWS_LAMBDA_FUNCTION_NAME`): on
+/// AWS its stream runs wake it, through the same Lambda client, for a due time they hand
+/// over; not on an emulated AWS (`SLUICE_AWS_ENDPOINT_URL`) without a Lambda endpoint to
+/// invoke, nor on the embedded backend (`serve`'s workers long-poll).
+pub async fn dispatcher(config: &Config, queues: Queues, wake_as: Option<String>) -> Result<Dispatcher, OpenError> {
     let backend = config.backend()?;
     let aws = matches!(backend, BackendChoice::Aws { .. });
     let allow_private = config.push_allow_private.unwrap_or(!aws);
     let deliver = push::HttpDeliverer::new(allow_private, config.lambda_endpoint.clone()).map_err(OpenError::Http)?;
     #[cfg(feature = "aws")]
-    let deliver = match backend {
-        BackendChoice::Aws { region, .. } => deliver
-            .with_lambda(Arc::new(sluice_aws::LambdaInvoker::connect(region, config.lambda_endpoint.clone()).await)),
-        BackendChoice::Embedded(_) => deliver,
-    };
-    Ok(Dispatcher::new(queues, Arc::new(deliver)))
-}
-
-/// The dispatcher function `function` (its name, from Lambda's `AWS_LAMBDA_FUNCTION_NAME`)
-/// waking itself for a due time its stream runs hand over, on AWS (at
-/// `SLUICE_LAMBDA_ENDPOINT` if set); `None` elsewhere (`serve`'s workers long-poll), and
-/// on an emulated AWS (`SLUICE_AWS_ENDPOINT_URL`) without a Lambda endpoint to invoke.
-pub async fn self_waker(config: &Config, function: String) -> Option<Arc<dyn sluice_core::ports::deliver::Wakes>> {
-    #[cfg(feature = "aws")]
-    if let Ok(BackendChoice::Aws { region, .. }) = config.backend() {
-        if config.aws_endpoint_url.is_some() && config.lambda_endpoint.is_none() {
-            return None;
-        }
+    if let BackendChoice::Aws { region, .. } = backend {
         let lambda = sluice_aws::LambdaInvoker::connect(region, config.lambda_endpoint.clone()).await;
-        return Some(Arc::new(lambda.waker(function)));
+        let waker = wake_as
+            .filter(|_| config.aws_endpoint_url.is_none() || config.lambda_endpoint.is_some())
+            .map(|function| lambda.waker(function));
+        let dispatcher = Dispatcher::new(queues, Arc::new(deliver.with_lambda(Arc::new(lambda))));
+        return Ok(match waker {
+            Some(waker) => dispatcher.with_wakes(Arc::new(waker)),
+            None => dispatcher,
+        });
     }
-    let _ = (config, function);
-    None
+    let _ = wake_as;
+    Ok(Dispatcher::new(queues, Arc::new(deliver)))
 }
 
 #[cfg(test)]

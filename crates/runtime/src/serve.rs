@@ -54,7 +54,7 @@ impl Opened {
             app.queues = app.queues.with_push_targets(std::sync::Arc::new(crate::push::NoLambdaEndpoint));
         }
         // Push subscriptions are delivered by this process, with the queues the API serves.
-        let dispatcher = dispatcher(config, app.queues.clone()).await?;
+        let dispatcher = dispatcher(config, app.queues.clone(), None).await?;
         let upkeep = tokio::spawn(janitor.run_forever(config.janitor_interval_ms));
         Ok(Self { app, upkeep, dispatcher })
     }

@@ -111,13 +111,9 @@ async fn main() -> Result<(), Error> {
     tracing::init_default_subscriber();
     let config = Config::from_env()?;
     let log = sluice_runtime::open_backend(&config).await?;
-    let mut dispatcher = sluice_runtime::dispatcher(&config, Queues::new(log)).await?;
     // Lambda names the function it runs: a stream run wakes this one for a due time.
-    if let Ok(function) = std::env::var("AWS_LAMBDA_FUNCTION_NAME") {
-        if let Some(wakes) = sluice_runtime::self_waker(&config, function).await {
-            dispatcher = dispatcher.with_wakes(wakes);
-        }
-    }
+    let function = std::env::var("AWS_LAMBDA_FUNCTION_NAME").ok();
+    let dispatcher = sluice_runtime::dispatcher(&config, Queues::new(log), function).await?;
     // Dead-lettered messages are counted in the log as CloudWatch EMF after each invocation.
     let metrics = sluice_runtime::metrics::emf::collector()?;
     sluice_runtime::metrics::emf::run_service(metrics, service_fn(|event| dispatch(&dispatcher, event))).await
