@@ -11,6 +11,8 @@
 #   publish100  100 events per request                   (N requests)
 #   receive   10 messages of a work queue per request    (N requests)
 #   ack       10 receipts per request                    (N requests)
+#   read      a replay read of up to 1,000 events from one partition (offsets and
+#             partitions taken in turn over the backlog; per event read) (N requests)
 #   poll      a consumer group member's poll of 100 events, then its commit, as its loop
 #             does: counted per poll + commit pair        (N pairs)
 #   cycle     a worker's loop on a second subscription: a receive of 10 carrying the
@@ -56,8 +58,10 @@ def ctl(*args):
 def measure(name, per_request_messages, action):
     ctl("--zero")
     ctl("--instr=on")
+    counted = 0
     for i in range(n):
-        action(i)
+        got = action(i)
+        counted += got if isinstance(got, int) else 0
     ctl("--instr=off")
     before = set(glob.glob(f"{work}/cg.{pid}.*"))
     ctl(f"--dump={name}")
@@ -68,6 +72,8 @@ def measure(name, per_request_messages, action):
         os.makedirs(os.environ["KEEP"], exist_ok=True)
         os.replace(dumps[-1], os.path.join(os.environ["KEEP"], f"{name}.out"))
     per = total / n
+    # An action answering how many messages it got (a read) is counted by those.
+    per_request_messages = counted / n if counted else per_request_messages
     per_msg = f"{per / per_request_messages:>12,.0f}" if per_request_messages > 1 else f"{'':>12}"
     print(f"{name:<12} {n:>6} {per:>16,.0f} {per_msg}", flush=True)
 
@@ -114,6 +120,21 @@ print(f"{'operation':<12} {'count':>6} {'instr/request':>16} {'instr/message':>1
 measure("publish", 1, lambda i: call("POST", "/v1/topics/cg/events", {"events": [{"key": f"k{i}", "value": value}]}))
 measure("publish100", 100, lambda i: call("POST", "/v1/topics/cg/events",
         {"events": [{"key": f"k{i}-{j}", "value": value} for j in range(100)]}))
+
+# The backlog of every partition holding 1,000 events or more (its 100 keys fall unevenly),
+# read 1,000 events at a time from offsets taken in turn.
+heads = [q["high_watermark"] for q in call("GET", "/v1/topics/cg-backlog")["partition_states"]]
+full = [(p, h) for p, h in enumerate(heads) if h >= 1000]
+assert full, f"no partition holds 1,000 events: {heads}"
+
+def read(i):
+    p, head = full[i % len(full)]
+    start = (i // len(full)) * 1000 % (head - 999)
+    got = call("GET", f"/v1/topics/cg-backlog/partitions/{p}/events?offset={start}&limit=1000")
+    assert got["events"], "a read got no events"
+    return len(got["events"])
+
+measure("read", 1000, read)
 measure("receive", 10, receive)
 measure("ack", 10, ack)
 measure("poll", 100, poll)
