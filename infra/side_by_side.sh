@@ -8,8 +8,9 @@
 # directory: W1 publish (1 KiB, 256 in flight; Sluice with 100 events per request), W3
 # replay, W4 work queue (4 consumers, batches of 10, then of 100) and W2 latency; for
 # Sluice also single-event publishes from wrk at 64 connections and a consumer group fed
-# live (sluice-bench: 4 members, 8 single-event publishers). Sluice's peak RSS is read
-# from /proc at the end.
+# live (sluice-bench: 4 members, 8 single-event publishers) and a push subscription fed
+# live (10,000 events/s for 5 s, batches of 10, to a receiver in sluice-bench; no peer
+# runs push). Sluice's peak RSS is read from /proc at the end.
 #
 # Usage: infra/side_by_side.sh [runs]   (default 1; knobs: MAXMSGS=200000 MAXSECS=20
 # LATSECS=10; SLUICE_BIN and SLUICE_BENCH_BIN measure those binaries instead of building
@@ -132,6 +133,8 @@ for rep in $(seq 1 "$runs"); do
     fi
     record "$rep" "sluice group live" "$bench_bin" --url "$url" --json --topic "$topic-group" \
         group --members 4 --max-events 1000 --wait-ms 1000 --publishers 8 --duration 10
+    record "$rep" "sluice push live" "$bench_bin" --url "$url" --json --topic "$topic-push" \
+        push --rate 10000 --max-batch 10 --duration 5
 done
 rss_mib=$(awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/$sluice/status")
 
@@ -163,6 +166,14 @@ for r in rows:
     if r.get("case") == "sluice group live":
         lat = r.get("latency_ms", {})
         group_p99 = lat.get("p99", group_p99)
+push_rate, push_offered, push_p50, push_p99, push_dups = None, None, None, None, None
+for r in rows:
+    if r.get("case") == "sluice push live":
+        push_rate, push_offered = r.get("events_per_sec"), r.get("extra", {}).get("offered_per_sec")
+        push_p50, push_p99 = r.get("latency_ms", {}).get("p50"), r.get("latency_ms", {}).get("p99")
+        push_dups = r.get("counts", {}).get("duplicates", {}).get("total")
+print(f"live push at 10,000 ev/s, batches of 10: {show(push_rate)} delivered/s of {show(push_offered)} offered, "
+      f"publish to delivery p50 / p99 {show(push_p50)} / {show(push_p99)} ms, {push_dups} duplicates")
 print(f"4 KiB append + fdatasync p50 / p99: {show(fsync_p50 and fsync_p50 / 1000)} / {show(fsync_p99 and fsync_p99 / 1000)} ms")
 print(f"HTTP ceiling (wrk, 64 connections): {show(ceiling)} requests/s; Sluice single-event publish: {show(single)} ev/s")
 
@@ -175,6 +186,7 @@ targets = [
     ("latency p99 ≤ 2 × fdatasync", ratio(fsync_p99 and 2 * fsync_p99, med("sluice w2", "p99_us")), 1.0),
     ("single publish ≥ ½ HTTP ceiling", ratio(single, ceiling), 0.5),
     ("group publish-to-delivery p99 ≤ 5 ms", ratio(5.0, group_p99), 1.0),
+    ("live push keeps up (≥ 0.95 of offered)", ratio(push_rate, push_offered), 0.95),
     ("batched publish ≥ 2 × JetStream", ratio(rate("sluice w1"), rate("nats-js w1")), 2.0),
     ("replay ≥ 3 × JetStream", ratio(rate("sluice w3"), rate("nats-js w3")), 3.0),
     ("peak RSS < 200 MiB", ratio(200.0, rss), 1.0),

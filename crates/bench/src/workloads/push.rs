@@ -98,6 +98,8 @@ async fn push(target: &Target, s: PushSettings) -> Result<Report, BoxError> {
     };
     let (mut published, mut errors) = (0u64, 0u64);
     let began;
+    // Live: the rate the publisher reached (it may fall short of `--rate` on a loaded machine).
+    let mut offered = None;
     if s.rate == 0 {
         while published < s.count {
             let n = (s.count - published).min(1000);
@@ -126,6 +128,8 @@ async fn push(target: &Target, s: PushSettings) -> Result<Report, BoxError> {
                 errors += 1
             }
         }
+        let publishing_s = (now_ms() - began).max(1) as f64 / 1000.0;
+        offered = Some(published as f64 / publishing_s);
     }
     wait_for_arrivals(&receiver, published, start_ms).await;
     let latency = receiver.latency.lock().unwrap_or_else(|p| p.into_inner()).clone();
@@ -147,7 +151,9 @@ async fn push(target: &Target, s: PushSettings) -> Result<Report, BoxError> {
         latency_of: "message, publish to delivery",
         counts: vec![("deliveries", received.deliveries), ("duplicates", received.duplicates)],
         histograms: Vec::new(),
-        extra: Vec::new(),
+        extra: offered
+            .map(|o| vec![("offered_per_sec", json!(o), vec![format!("{:<24}{:>14.0}", "offered events/s", o)])])
+            .unwrap_or_default(),
         failure,
     })
 }

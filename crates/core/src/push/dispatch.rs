@@ -353,23 +353,17 @@ impl Dispatcher {
 
     /// One worker of the embedded dispatcher. On stop, a receive under way ends its wait but
     /// not its take: what it took is delivered and settled, not dropped with its receive
-    /// counts spent (it would have been held, undelivered, until its window ended).
+    /// counts spent (it would have been held, undelivered, until its window ended). A
+    /// batch's acks ride on the worker's next receive (one write for both, as a drain's and
+    /// a pull worker's `ack` field), which writes them before it waits; they are written on
+    /// their own instead when the worker would wait for a slot, and when it ends.
     async fn work(&self, sub: PushSubscription, mut stop: watch::Receiver<bool>) {
-        let clock = self.queues.log().clock().clone();
+        let mut acks: Vec<String> = Vec::new();
         loop {
-            // Received only once it can be sent: waiting spends no receive count.
-            let Some(_slot) = self.flows.start(sub.id, sub.push.max_in_flight, clock.as_ref(), &mut stop).await else {
-                return;
-            };
-            let received = self.receive_until(&sub, IDLE_WAIT_MS, Some(&stop)).await;
-            let outcome = match received {
-                // Paused since listed: the worker ends (its takes grant nothing); a resume lists it again.
-                Ok(messages) if messages.is_empty() && self.queues.is_paused(&sub).await => return,
-                Ok(messages) => self.deliver(&sub, messages).await.map(|_| ()),
-                Err(e) => Err(e),
-            };
+            let outcome = self.cycle(&sub, &mut acks, &mut stop).await;
             match outcome {
-                Ok(()) => {}
+                Ok(true) => {}
+                Ok(false) => break,
                 Err(e) if gone(&e) => return,
                 Err(e) if *stop.borrow() => {
                     tracing::warn!(topic = %sub.topic, subscription = %sub.name, error = %e, "push worker stopped");
@@ -380,9 +374,56 @@ impl Dispatcher {
                 }
             }
             if *stop.borrow() {
-                return;
+                break;
             }
         }
+        if let Err(e) = self.ack_alone(&sub, &mut acks).await {
+            tracing::warn!(topic = %sub.topic, subscription = %sub.name, error = %e, "push acks not written");
+        }
+    }
+
+    /// One cycle of a worker: a slot, a receive carrying `acks` (the last batch's), the
+    /// delivery, whose acks are left in `acks` for the next. `false`: the worker ends
+    /// (stopped, or its subscription paused). Acks a failed receive carried are kept for
+    /// the next: written twice, an ack finds its lease gone and is passed over.
+    async fn cycle(
+        &self,
+        sub: &PushSubscription,
+        acks: &mut Vec<String>,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Result<bool, Error> {
+        let clock = self.queues.log().clock().clone();
+        // Received only once it can be sent: waiting spends no receive count, and holds no
+        // acks (a `Retry-After` or a suspension's probe may be minutes away).
+        let _slot = match self.flows.try_start(sub.id, clock.now_ms(), sub.push.max_in_flight) {
+            Ok(slot) => slot,
+            Err(_) => {
+                self.ack_alone(sub, acks).await?;
+                match self.flows.start(sub.id, sub.push.max_in_flight, clock.as_ref(), stop).await {
+                    Some(slot) => slot,
+                    None => return Ok(false),
+                }
+            }
+        };
+        let req = self.receive_request(sub, IDLE_WAIT_MS);
+        let messages = self.queues.ack_and_receive_for_push(sub, acks, &req, Some(stop)).await?;
+        acks.clear();
+        // Paused since listed: the worker ends (its takes grant nothing); a resume lists it again.
+        if messages.is_empty() && self.queues.is_paused(sub).await {
+            return Ok(false);
+        }
+        let (_, settled) = self.deliver_settling(sub, messages).await?;
+        *acks = settled;
+        Ok(true)
+    }
+
+    /// Writes `acks` on their own, if any (a stale one, whose window ended, is passed over).
+    async fn ack_alone(&self, sub: &PushSubscription, acks: &mut Vec<String>) -> Result<(), Error> {
+        if !acks.is_empty() {
+            self.queues.ack(&sub.topic, &sub.name, acks).await?;
+            acks.clear();
+        }
+        Ok(())
     }
 }
 

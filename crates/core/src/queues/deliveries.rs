@@ -89,16 +89,19 @@ impl Queues {
     /// [`Self::receive_for_push`] carrying the acks of the dispatcher's previous batch
     /// (`receipts`), as a pull worker's `ack_and_receive`: acks of one partition whose
     /// leases are inline ride on the take's write there, others are written before the
-    /// receive. Stale receipts (a window that ended) are passed over, as a separate ack's
-    /// would be. A receive that fails may leave the acks unwritten.
+    /// receive; either way before it waits. Stale receipts (a window that ended, or acks
+    /// already written) are passed over, as a separate ack's would be, so a retry may
+    /// carry them again. A receive that fails may leave the acks unwritten. Its wait
+    /// ends early, with nothing, once `stop` turns true.
     pub async fn ack_and_receive_for_push(
         &self,
         sub: &PushSubscription,
         receipts: &[String],
         req: &ReceiveRequest,
+        stop: Option<&tokio::sync::watch::Receiver<bool>>,
     ) -> Result<Vec<Message>, Error> {
         if receipts.is_empty() {
-            return self.receive_for_push(sub, req, None).await;
+            return self.receive_for_push(sub, req, stop).await;
         }
         Self::check_receive(req)?;
         let current = self.current_for_push(sub, receipts).await?;
@@ -106,7 +109,7 @@ impl Queues {
         let acked = |results: &[Result<Option<String>, ReceiptError>]| results.iter().filter(|r| r.is_ok()).count();
         match Riding::new(&current, receipts, receipt_key) {
             Some(mut riding) => {
-                let received = self.receive_riding(&current, req, &mut riding).await;
+                let received = self.receive_riding(&current, req, &mut riding, stop).await;
                 if let Some(results) = &riding.results {
                     current.count(crate::metrics::ACKED, acked(results) as u64);
                 }
@@ -114,7 +117,7 @@ impl Queues {
             }
             None => {
                 self.settle_on(&current, receipts, Settle::Ack, Some(crate::metrics::ACKED)).await?;
-                self.receive_until(&current, req, None).await
+                self.receive_until(&current, req, stop).await
             }
         }
     }

@@ -25,7 +25,8 @@ impl Queues {
         let (acks, received) = match Riding::new(&sub, receipts, receipt_key) {
             Some(mut riding) => {
                 let received: Result<Vec<Message>, Error> =
-                    async { on_fresh_sub!(self, sub, pull, self.receive_riding(&sub, req, &mut riding).await) }.await;
+                    async { on_fresh_sub!(self, sub, pull, self.receive_riding(&sub, req, &mut riding, None).await) }
+                        .await;
                 // Counted once written, even if the receive (or a retry's check) then failed.
                 if let Some(results) = &riding.results {
                     sub.count(metrics::ACKED, results.iter().filter(|r| r.is_ok()).count() as u64);
@@ -41,19 +42,22 @@ impl Queues {
         Ok((acks.into_iter().map(|r| r.map(|_| ())).collect(), received))
     }
 
-    /// A receive carrying `riding`'s acks: answered only once they are written.
+    /// A receive carrying `riding`'s acks: answered only once they are written, and
+    /// written before it waits. Its wait ends early once `stop` turns true (as
+    /// `receive_until`'s).
     pub(super) async fn receive_riding(
         &self,
         sub: &Sub,
         req: &ReceiveRequest,
         riding: &mut Riding,
+        stop: Option<&tokio::sync::watch::Receiver<bool>>,
     ) -> Result<Vec<Message>, Error> {
         if riding.results.is_none() && riding.receipts.iter().any(|(_, r)| r.sub_id != sub.record.id) {
             // Checked against a cached subscription since replaced (this is the request
             // going again on the fresh one): the receipts are another subscription's.
             riding.results = Some(vec![Err(ReceiptError::Invalid); riding.receipts.len()]);
         }
-        let messages = self.take_messages(sub, req, Some(riding), None).await?;
+        let messages = self.take_messages(sub, req, Some(riding), stop).await?;
         sub.count(metrics::RECEIVED, messages.len() as u64);
         Ok(messages)
     }

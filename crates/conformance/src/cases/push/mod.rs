@@ -17,6 +17,7 @@ mod receiver;
 mod retries;
 mod rotation;
 mod schedule;
+mod worker;
 
 pub use deletion::*;
 pub use delivery::*;
@@ -30,6 +31,7 @@ pub use rate::*;
 pub use retries::*;
 pub use rotation::*;
 pub use schedule::*;
+pub use worker::*;
 
 /// Generates one `#[tokio::test]` per push case; `$backend` is an async expression yielding a [`Backend`](crate::Backend).
 #[macro_export]
@@ -76,6 +78,9 @@ macro_rules! push_conformance_suite {
             given_a_message_due_before_the_next_sweep_then_the_stream_run_hands_it_over_and_it_is_pushed_at_its_time,
             given_thousands_due_at_once_on_a_quiet_topic_then_pushed_at_their_time_in_bounded_batches,
             given_a_running_dispatcher_when_a_scheduled_message_comes_due_then_it_is_pushed_at_that_instant,
+            // The embedded dispatcher's workers (`worker.rs`).
+            given_a_running_dispatcher_then_a_batchs_acks_ride_on_its_next_receive_one_queue_write_per_batch,
+            given_a_running_dispatcher_waiting_for_a_retry_after_then_a_delivered_batchs_acks_are_written_not_held,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn given_ordering_by_key_under_four_pushers_then_per_key_in_offset_order_and_never_two_at_once() {

@@ -251,7 +251,7 @@ impl Dispatcher {
     /// unwritten, as a failed ack's: their messages are pushed again once their window
     /// ends (at least once), under the same webhook-id.
     async fn receive_acking(&self, sub: &PushSubscription, acks: Vec<String>) -> Result<Vec<Message>, Error> {
-        self.queues.ack_and_receive_for_push(sub, &acks, &self.receive_request(sub, 0)).await
+        self.queues.ack_and_receive_for_push(sub, &acks, &self.receive_request(sub, 0), None).await
     }
 
     /// Takes up the stored flow state of `sub` (its limit, a `Retry-After`, a suspension).
