@@ -336,3 +336,28 @@ fn live_version(tx: &Connection, key: &Key, now_ms: i64) -> Result<Option<u64>, 
         .map(|v| v.map(|v| v as u64))
         .map_err(db)
 }
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::Connection;
+
+    /// SQLite reads an overflow page straight from the database file, a `pread` of the part
+    /// it needs, whenever its page cache holds no dirty page (`SQLITE_DIRECT_OVERFLOW_READ`, on
+    /// unless built without it). An inline segment's item (about 1.2 KB for a 1 KiB event)
+    /// overflows its B-tree cell, and so do the copies of such keys in the interior pages, so
+    /// a one-event publish's commit made about ten such reads before its first page changed:
+    /// ten system calls on the writer's critical path, for pages its cache held.
+    /// `.cargo/config.toml` builds the bundled SQLite without it (a build that sets
+    /// `LIBSQLITE3_FLAGS` itself replaces that and must say so too).
+    #[test]
+    fn given_the_bundled_sqlite_when_a_search_compares_an_overflowing_key_then_its_page_cache_serves_the_overflow() {
+        let conn = Connection::open_in_memory().expect("an in-memory database");
+        let mut options = conn.prepare("PRAGMA compile_options").expect("pragma");
+        let options: Vec<String> =
+            options.query_map([], |r| r.get(0)).expect("options").collect::<Result<_, _>>().expect("options");
+        assert!(
+            !options.iter().any(|o| o == "DIRECT_OVERFLOW_READ"),
+            "SQLite reads overflow pages around its page cache: {options:?}"
+        );
+    }
+}
