@@ -143,6 +143,16 @@ mod tests {
         }
     }
 
+    /// Long texts are counted in runs: one of 70,000 quotes would overflow a single run's
+    /// 8-bit count; controls with and without short escapes mixed are counted apart.
+    #[test]
+    fn a_long_texts_escaped_length_is_serde_jsons() {
+        let mixed: String = (0..3000).map(|i| ["a", "\"", "\\", "\n", "\u{1}", "é", "\u{7f}"][i % 7]).collect();
+        for text in ["\u{1}".repeat(20_000), "\"".repeat(70_000), mixed, "x".repeat(10_000)] {
+            assert_eq!(escaped_len(text.as_bytes()), json_string(&text).len() - 2, "{} bytes", text.len());
+        }
+    }
+
     #[test]
     fn a_run_of_the_longest_escapes_counts_whole() {
         for b in [0x01u8, b'"'] {

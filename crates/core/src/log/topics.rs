@@ -4,7 +4,7 @@
 use crate::keys;
 use crate::layout::{self, HeadRecord, PurgeRecord, Tail, TopicRecord};
 use crate::model::{PartitionState, TopicConfig, TopicSpec};
-use crate::ports::state::{Expect, Query, StateStore, WriteOp, MAX_WRITE_OPS};
+use crate::ports::state::{Expect, Item, Query, StateStore, WriteOp, MAX_WRITE_OPS};
 use crate::retry::Backoff;
 use crate::{Clock, Error, Random, StorageError};
 
@@ -294,8 +294,11 @@ pub(crate) async fn head_with_tail(
 }
 
 /// The heads of every partition of a topic, with their versions, by partition: one query.
+/// Only the heads are decoded (every receive reads its topic's): the entries some carry are
+/// skipped, unchecked, as [`layout::decode_head`] would decode and check them.
 pub(crate) async fn heads(store: &dyn StateStore, topic: &TopicConfig) -> Result<Vec<(HeadRecord, u64)>, StorageError> {
-    Ok(heads_with_tails(store, topic).await?.into_iter().map(|(h, _, v)| (h, v)).collect())
+    let decode = |value: &[u8]| layout::decode::<HeadRecord>("head", value);
+    read_heads(store, topic, (HeadRecord::default(), 0), |item| Ok((decode(&item.value)?, item.version))).await
 }
 
 /// [`heads`] with the entry each carries.
@@ -303,15 +306,29 @@ async fn heads_with_tails(
     store: &dyn StateStore,
     topic: &TopicConfig,
 ) -> Result<Vec<(HeadRecord, Option<Tail>, u64)>, StorageError> {
-    let mut heads = vec![(HeadRecord::default(), None, 0); topic.spec.partitions as usize];
+    read_heads(store, topic, (HeadRecord::default(), None, 0), |item| {
+        let (head, tail) = layout::decode_head(&item.value)?;
+        Ok((head, tail, item.version))
+    })
+    .await
+}
+
+/// Every partition's head item of a topic as `decode` reads it (`absent` for a partition
+/// without one), by partition: one query.
+async fn read_heads<T: Clone>(
+    store: &dyn StateStore,
+    topic: &TopicConfig,
+    absent: T,
+    decode: impl Fn(&Item) -> Result<T, StorageError>,
+) -> Result<Vec<T>, StorageError> {
+    let mut heads = vec![absent; topic.spec.partitions as usize];
     let mut query = Query::all(keys::heads_pk(topic.id), PAGE);
     loop {
         let page = store.query(&query).await?;
         for item in &page.items {
             let p = keys::partition_of(&item.key.sk)? as usize;
             if let Some(slot) = heads.get_mut(p) {
-                let (head, tail) = layout::decode_head(&item.value)?;
-                *slot = (head, tail, item.version);
+                *slot = decode(item)?;
             }
         }
         match page.next {
