@@ -61,11 +61,7 @@ impl Queues {
         while attempt < MAX_ATTEMPTS {
             let now = self.now();
             let state = self.load(sub, partition, None).await?;
-            let dead: Vec<usize> = (0..state.leases.len())
-                .filter(|&i| {
-                    state.leases[i].due <= now && state.leases[i].record.receives >= sub.record.spec.max_receive_count
-                })
-                .collect();
+            let dead = super::take::dead_leases(&state, now, sub.record.spec.max_receive_count);
             if dead.is_empty() {
                 return Ok(());
             }

@@ -27,7 +27,7 @@ fn count_leases(state: &QueueState, max_receive_count: u32, log_start: u64, now:
     let mut visible_since: Option<i64> = None;
     for lease in &state.leases {
         let n = lease.record.msgs.len() as u64;
-        if lease.due <= now && lease.record.receives >= max_receive_count {
+        if super::take::is_dead(lease, state.cursor.next, now, max_receive_count) {
             b.dead += n;
         } else if lease.due <= now {
             // …and due messages below it.

@@ -173,7 +173,7 @@ impl Queues {
         // it stays, for the next take to bury, and is in neither count.
         let (now, max) = (self.now(), sub.record.spec.max_receive_count);
         let (dead, live): (Vec<&Lease>, Vec<&Lease>) =
-            state.leases.iter().partition(|l| l.due <= now && l.record.receives >= max);
+            state.leases.iter().partition(|l| super::take::is_dead(l, from, now, max));
         let held: BTreeSet<u64> = live.iter().flat_map(|l| l.record.msgs.iter().map(|m| m.offset)).collect();
         let unmatched = match filter {
             Some(f) => self.unmatched(sub, partition, (from.min(to).max(head.start), from.max(to)), head, f).await?,

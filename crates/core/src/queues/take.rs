@@ -73,10 +73,20 @@ impl Pick {
 }
 
 /// The leases due at `now` that ran out of deliveries: the DLQ's, before anything is taken.
+/// A lease holding a message at or past the cursor is one too, whatever its receives: takes
+/// lease only messages below the cursor, so it is a dead one a seek kept while it moved the
+/// cursor back over it (`seek.rs`). Its messages come again from the log, as new; were a
+/// PATCH raising `max_receive_count` to revive the lease, each would have two ways out, and
+/// two holders at once.
 pub(super) fn dead_leases(state: &QueueState, now: i64, max_receive_count: u32) -> Vec<usize> {
-    (0..state.leases.len())
-        .filter(|&i| state.leases[i].due <= now && state.leases[i].record.receives >= max_receive_count)
-        .collect()
+    (0..state.leases.len()).filter(|&i| is_dead(&state.leases[i], state.cursor.next, now, max_receive_count)).collect()
+}
+
+/// Whether `lease` is the DLQ's at `now` in a partition whose cursor is at `cursor_next`
+/// (see [`dead_leases`]).
+pub(super) fn is_dead(lease: &Lease, cursor_next: u64, now: i64, max_receive_count: u32) -> bool {
+    let sought_over = lease.record.msgs.iter().any(|m| m.offset >= cursor_next);
+    lease.due <= now && (lease.record.receives >= max_receive_count || sought_over)
 }
 
 /// One take's plan as it forms: the candidates in the order they are considered, the keys

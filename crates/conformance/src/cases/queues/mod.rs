@@ -107,6 +107,7 @@ macro_rules! queue_conformance_suite {
             given_a_filtered_subscription_when_sought_then_unmatched_messages_count_in_neither,
             given_held_messages_a_new_filter_does_not_match_when_sought_back_then_counted_once,
             given_a_dead_letter_sought_back_over_when_it_runs_out_again_then_buried_once,
+            given_a_dead_lease_sought_back_over_when_max_receives_is_raised_then_delivered_once,
             given_dead_letters_when_purged_then_the_queue_is_empty_and_the_dlq_is_kept,
             given_a_patch_then_each_field_changes_and_describe_shows_it,
             given_a_changed_visibility_timeout_then_the_next_receive_uses_it_and_a_granted_lease_keeps_its_window,

@@ -174,6 +174,37 @@ pub async fn given_a_dead_letter_sought_back_over_when_it_runs_out_again_then_bu
     }
 }
 
+/// Found by the simulation (seed 2003): a seek back keeps a dead lease not yet buried (the
+/// DLQ's already, as the seek answers) while its message comes again from the log; a PATCH
+/// raising `max_receive_count` before a receive buried it made the lease live again: the
+/// dead letter was never written, and the message had two ways out at once, new from the
+/// cursor and from its lease (the simulation saw it delivered as #1 after #4, held twice).
+pub async fn given_a_dead_lease_sought_back_over_when_max_receives_is_raised_then_delivered_once(
+    backend: &dyn Backend,
+) {
+    let (clock, log, queues) = manual(backend).await;
+    let topic = new_topic(&log, "seek-dead-raised", 1).await;
+    let settings = SubscriptionSpec { visibility_timeout_ms: 1_000, max_receive_count: 1, ..spec(StartAt::Earliest) };
+    let sub = subscribe(&queues, &topic, settings).await;
+    let poison = publish_at(&log, &topic, 0, "poison", START_MS).await;
+    assert_eq!(receive(&queues, &topic, &sub, 1).await.len(), 1);
+    // Its one delivery runs out: dead, though no receive has buried it yet.
+    clock.advance(1_000);
+    let back = seek(&queues, &topic, &sub, SeekTo::Earliest, false).await;
+    assert_eq!(back, sought(true, vec![moved(0, 1, 0, 1, 0)]), "the dead one comes back");
+    let raised = SubscriptionPatch { max_receive_count: Some(3), ..Default::default() };
+    queues.patch(&topic, &sub, &raised).await.expect("patch");
+    let got = receive(&queues, &topic, &sub, 10).await;
+    let got: Vec<_> = got.iter().map(|m| (at(m), m.receive_count)).collect();
+    assert_eq!(got, vec![(poison, 1)], "delivered once, as new");
+    assert_nothing(&queues, &topic, &sub, "held by its one receiver").await;
+    clock.advance(1_000);
+    let again = receive(&queues, &topic, &sub, 10).await;
+    let again: Vec<_> = again.iter().map(|m| (at(m), m.receive_count)).collect();
+    assert_eq!(again, vec![(poison, 2)], "its window over, once more");
+    assert_eq!(all_dead_letters(&queues, &topic, &sub).await.len(), 1, "the dead letter stays");
+}
+
 pub async fn given_dead_letters_when_purged_then_the_queue_is_empty_and_the_dlq_is_kept(backend: &dyn Backend) {
     let (clock, log, queues) = manual(backend).await;
     let topic = new_topic(&log, "purge", 1).await;
