@@ -103,11 +103,8 @@ async fn push(target: &Target, s: PushSettings) -> Result<Report, BoxError> {
     if s.rate == 0 {
         while published < s.count {
             let n = (s.count - published).min(1000);
-            if send(n).await?.status().is_success() {
-                published += n
-            } else {
-                errors += 1
-            }
+            let ok = send(n).await?.status().is_success();
+            (published, errors) = (published + n * u64::from(ok), errors + u64::from(!ok));
         }
         began = now_ms();
         subscribe().await?;
@@ -122,11 +119,8 @@ async fn push(target: &Target, s: PushSettings) -> Result<Report, BoxError> {
         let until = Instant::now() + s.duration;
         while Instant::now() < until {
             ticks.tick().await;
-            if send(per_step).await?.status().is_success() {
-                published += per_step
-            } else {
-                errors += 1
-            }
+            let ok = send(per_step).await?.status().is_success();
+            (published, errors) = (published + per_step * u64::from(ok), errors + u64::from(!ok));
         }
         let publishing_s = (now_ms() - began).max(1) as f64 / 1000.0;
         offered = Some(published as f64 / publishing_s);
@@ -137,8 +131,7 @@ async fn push(target: &Target, s: PushSettings) -> Result<Report, BoxError> {
     // From the first publish (live) or the subscription's creation (backlog) to the last arrival.
     let elapsed = Duration::from_millis((received.last_ms - began).max(1) as u64);
     let delivered = received.ids.len() as u64;
-    let failure =
-        (delivered < published).then(|| format!("{} of {published} messages were never pushed", published - delivered));
+    let never = published.saturating_sub(delivered);
     Ok(Report {
         workload: "push",
         settings: json!({ "rate": s.rate, "max_batch": s.max_batch, "max_in_flight": s.max_in_flight, "event_size": s.event_size, "published": published }),
@@ -151,10 +144,10 @@ async fn push(target: &Target, s: PushSettings) -> Result<Report, BoxError> {
         latency_of: "message, publish to delivery",
         counts: vec![("deliveries", received.deliveries), ("duplicates", received.duplicates)],
         histograms: Vec::new(),
-        extra: offered
-            .map(|o| vec![("offered_per_sec", json!(o), vec![format!("{:<24}{:>14.0}", "offered events/s", o)])])
-            .unwrap_or_default(),
-        failure,
+        extra: Vec::from_iter(
+            offered.map(|o| ("offered_per_sec", json!(o), vec![format!("{:<24}{:>14.0}", "offered events/s", o)])),
+        ),
+        failure: (never > 0).then(|| format!("{never} of {published} messages were never pushed")),
     })
 }
 
