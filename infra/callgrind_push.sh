@@ -10,17 +10,7 @@
 # binary; KEEP=dir keeps the profile (callgrind_annotate dir/push.out). Needs valgrind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-n=${1:-200}
-command -v valgrind >/dev/null || { echo "callgrind: valgrind is not installed (apt-get install valgrind)"; exit 1; }
-if [ -z "${SLUICE_BIN:-}" ]; then cargo build --release --quiet -p sluice; fi
-bin=${SLUICE_BIN:-target/release/sluice}
-work=$(mktemp -d)
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$work/cg.%p" \
-    "$bin" serve --addr "127.0.0.1:$port" --data-dir "$work/data" >"$work/serve.log" 2>&1 &
-server=$!
-trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -rf "$work"' EXIT
-until curl -sf "http://127.0.0.1:$port/v1/topics" >/dev/null; do sleep 0.5; done
+source infra/callgrind_serve.sh "$@"
 python3 - "$port" "$n" "$server" "$work" <<'PY'
 import http.client, http.server, json, subprocess, sys, glob, os, threading, time
 port, n, pid, work = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
