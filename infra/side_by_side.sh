@@ -101,6 +101,10 @@ LUA
 
 for rep in $(seq 1 "$runs"); do
     record "$rep" "fsync" "$B" fsync --secs 5 --dir "$data" --mode append
+    # The same write in place: no file growth, so no ext4 journal commit in its fdatasync
+    # (what SQLite's WAL, rewritten in place after each checkpoint, pays). In a slow disk
+    # period the two have differed 25 ×: both are shown, both judged.
+    record "$rep" "fsync overwrite" "$B" fsync --secs 5 --dir "$data" --mode overwrite
     if have wrk "the HTTP ceiling and single-event publishes"; then
         hport=$(free_port)
         "$B" http-server --addr "127.0.0.1:$hport" 2>>"$OUT/stderr.log" &
@@ -160,6 +164,7 @@ for q in ("p50_us", "p99_us"):
     print(f"{'latency ' + q[:3] + ' (ms)':<34} " + " ".join(
         f"{show(None if med(c + ' w2', q) is None else med(c + ' w2', q) / 1000):>12}" for c in ("sluice", "nats-js", "redis-always")))
 fsync_p50, fsync_p99 = med("fsync", "p50_us"), med("fsync", "p99_us")
+ow_p50, ow_p99 = med("fsync overwrite", "p50_us"), med("fsync overwrite", "p99_us")
 ceiling, single = rate("http ceiling"), rate("sluice single")
 group_p99 = None
 for r in rows:
@@ -175,6 +180,7 @@ for r in rows:
 print(f"live push at 10,000 ev/s, batches of 10: {show(push_rate)} delivered/s of {show(push_offered)} offered, "
       f"publish to delivery p50 / p99 {show(push_p50)} / {show(push_p99)} ms, {push_dups} duplicates")
 print(f"4 KiB append + fdatasync p50 / p99: {show(fsync_p50 and fsync_p50 / 1000)} / {show(fsync_p99 and fsync_p99 / 1000)} ms")
+print(f"4 KiB overwrite + fdatasync p50 / p99: {show(ow_p50 and ow_p50 / 1000)} / {show(ow_p99 and ow_p99 / 1000)} ms")
 print(f"HTTP ceiling (wrk, 64 connections): {show(ceiling)} requests/s; Sluice single-event publish: {show(single)} ev/s")
 
 # Issue 48's targets (the ratio is met at 1 for "≤" targets: the bound over the figure).
@@ -185,6 +191,8 @@ targets = [
     ("work queue b100 ≥ 1.2 × JetStream", ratio(rate("sluice w4 b100"), rate("nats-js w4 b100")), 1.2),
     ("latency p50 ≤ 1.5 × fdatasync", ratio(fsync_p50 and 1.5 * fsync_p50, med("sluice w2", "p50_us")), 1.0),
     ("latency p99 ≤ 2 × fdatasync", ratio(fsync_p99 and 2 * fsync_p99, med("sluice w2", "p99_us")), 1.0),
+    ("latency p50 ≤ 1.5 × overwrite fdatasync", ratio(ow_p50 and 1.5 * ow_p50, med("sluice w2", "p50_us")), 1.0),
+    ("latency p99 ≤ 2 × overwrite fdatasync", ratio(ow_p99 and 2 * ow_p99, med("sluice w2", "p99_us")), 1.0),
     ("single publish ≥ ½ HTTP ceiling", ratio(single, ceiling), 0.5),
     ("group publish-to-delivery p99 ≤ 5 ms", ratio(5.0, group_p99), 1.0),
     ("live push keeps up (≥ 0.95 of offered)", ratio(push_rate, push_offered), 0.95),
