@@ -26,6 +26,7 @@ use crate::ports::objects::ObjectStore;
 use crate::ports::state::{Expect, Query, StateStore, WriteOp, MAX_WRITE_OPS};
 use crate::segment::{encode_parts, Record};
 use crate::upkeep::collect::{object_ops, removing, ObjectChanges};
+use crate::upkeep::retention::remove_segments;
 use crate::StorageError;
 
 /// Segments merged per swap: each costs its index item, its object's count and perhaps a free-list entry.
@@ -74,6 +75,17 @@ pub async fn compact(
         // item back to learn whether it landed, and must find it as it wrote it (or moved alone,
         // saying where from: see `SegmentRecord::moved_from`).
         let newest = segments.pop_if(|s| s.record.next >= head.next);
+        // A stale committer's write-out over a run merged meanwhile (docs/DESIGN.md, "One
+        // partition, one write"): its events are the merged segment's, so it goes, before any
+        // run could take it in and leave two merged segments overlapping (whose bytes retention
+        // would then take off the head's count twice).
+        let covered = covered(&segments);
+        if !covered.is_empty() {
+            let dups = segments.into_iter().enumerate().filter(|(i, _)| covered.contains(i)).map(|(_, s)| s).collect();
+            report.segments_merged = remove_segments(store, topic.id, partition, dups, now_ms).await?;
+            report.more = true;
+            return Ok(report);
+        }
         let last_page = newest.as_ref().filter(|_| !more_pages);
         if let Some(run) = next_rewrite(&segments, last_page, target_bytes, settle) {
             if merge(store, objects, Rewrite { topic, partition, run, now_ms, part_bytes }).await? {
@@ -110,13 +122,28 @@ fn next_rewrite<'a>(
     }
 }
 
+/// The items of a page (in base order) whose offsets an earlier item of the page holds whole.
+fn covered(segments: &[Segment]) -> Vec<usize> {
+    let mut end = 0;
+    let mut out = Vec::new();
+    for (i, s) in segments.iter().enumerate() {
+        if i > 0 && s.record.next <= end {
+            out.push(i);
+        }
+        end = end.max(s.record.next);
+    }
+    out
+}
+
 /// Runs of at least two adjacent small segments, each at most `target_bytes` and [`MAX_RUN`] long.
 fn runs(segments: &[Segment], target_bytes: u64) -> Vec<std::ops::Range<usize>> {
     let small = |s: &Segment| s.record.len < target_bytes / 2;
     let mut runs = Vec::new();
     let mut i = 0;
     while i < segments.len() {
-        if !small(&segments[i]) {
+        // One overlapping the segment before it (left by a build that merged stale write-outs)
+        // starts no run: merging it would carry the overlap on.
+        if !small(&segments[i]) || (i > 0 && segments[i].base < segments[i - 1].record.next) {
             i += 1;
             continue;
         }
@@ -289,5 +316,16 @@ mod tests {
         // The target bounds a run's bytes.
         let many: Vec<Segment> = (0..10).map(|i| seg(i, i + 1, 300)).collect();
         assert_eq!(runs(&many, 1000), vec![0..3, 3..6, 6..9]);
+    }
+
+    #[test]
+    fn a_write_out_a_merged_item_holds_is_covered_and_an_overlapping_item_starts_no_run() {
+        // 0..4 merged; 2..3 a stale write-out inside it; 5..6 inside 4..8 (a page may hold several).
+        let segs = vec![seg(0, 4, 40), seg(2, 3, 10), seg(3, 4, 10), seg(4, 8, 40), seg(5, 6, 10), seg(8, 9, 10)];
+        assert_eq!(covered(&segs), vec![1, 2, 4]);
+        assert!(covered(&[seg(0, 4, 40), seg(4, 5, 10)]).is_empty(), "adjacent is not covered");
+        // Left by an older build: 2..6 overlaps 0..4 in part; merged with 6..7 it would carry the overlap on.
+        let partial = vec![seg(0, 4, 40), seg(2, 6, 40), seg(6, 7, 10), seg(7, 8, 10)];
+        assert_eq!(runs(&partial, 1000), vec![2..4]);
     }
 }
