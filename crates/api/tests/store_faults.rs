@@ -201,3 +201,92 @@ async fn given_a_deadline_when_a_long_poll_asks_to_wait_past_it_then_it_answers_
     let (status, _, answer) = send(&app, request.body(Body::from(too_long)).unwrap()).await;
     assert_eq!((status, answer["error"]["code"].as_str()), (StatusCode::BAD_REQUEST, Some("invalid_wait")));
 }
+
+/// What a log reader of a failed publish needs: the fault's event inside a `publish` span that
+/// names the topic and the request's trace (the span is made only for a refusal).
+#[tokio::test]
+async fn given_a_store_unavailable_when_a_publish_fails_then_its_fault_is_logged_with_the_topic_and_trace() {
+    let clock: Arc<dyn sluice_core::Clock> = Arc::new(sluice_core::SteppingClock::new(1_767_225_600_000));
+    let store = Arc::new(Layered::new(Arc::new(MemStore::new(clock.clone())), Faulty::default()));
+    let objects = Arc::new(MemObjects::new(clock.clone()));
+    let log = sluice_core::Log::new(store.clone(), objects, clock, sluice_core::LogConfig::default());
+    let app = sluice_api::router(log);
+    assert_eq!(call(&app, Method::PUT, "/v1/topics/t", r#"{"partitions": 2}"#).await.0, StatusCode::CREATED);
+    let logs = Arc::new(logs::Captured::default());
+    let _logging = tracing::subscriber::set_default(logs::Capture(logs.clone()));
+    store.0.store(UNAVAILABLE, Ordering::SeqCst);
+    let trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let request = Request::builder().method(Method::POST).uri("/v1/topics/t/events").header("traceparent", trace);
+    let body = Body::from(r#"{"events": [{"value": 1}]}"#);
+    assert_eq!(send(&app, request.body(body).unwrap()).await.0, StatusCode::SERVICE_UNAVAILABLE);
+    let events = logs.events.lock().unwrap();
+    let fault = events.iter().find(|(message, _)| message == "storage unavailable");
+    let (_, spans) = fault.unwrap_or_else(|| panic!("no fault logged: {events:?}"));
+    let publish = spans.iter().find(|(name, _)| name == "publish").unwrap_or_else(|| panic!("no span: {spans:?}"));
+    let field = |name: &str| publish.1.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+    assert_eq!((field("topic"), field("trace_id")), (Some("t"), Some("\"4bf92f3577b34da6a3ce929d0e0e4736\"")));
+}
+
+/// A subscriber that keeps each event's message with the spans it was logged in (name and
+/// fields, innermost last), on the thread that set it.
+mod logs {
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use tracing::field::{Field, Visit};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Metadata, Subscriber};
+
+    type Span = (String, Vec<(String, String)>);
+
+    #[derive(Default)]
+    pub struct Captured {
+        next: AtomicU64,
+        spans: Mutex<HashMap<u64, Span>>,
+        entered: Mutex<Vec<u64>>,
+        pub events: Mutex<Vec<(String, Vec<Span>)>>,
+    }
+
+    struct Fields(Vec<(String, String)>);
+
+    impl Visit for Fields {
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            self.0.push((field.name().to_owned(), format!("{value:?}")));
+        }
+    }
+
+    pub struct Capture(pub Arc<Captured>);
+
+    impl Subscriber for Capture {
+        fn enabled(&self, _: &Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, span: &Attributes<'_>) -> Id {
+            let id = self.0.next.fetch_add(1, Ordering::SeqCst) + 1;
+            let mut fields = Fields(Vec::new());
+            span.record(&mut fields);
+            self.0.spans.lock().unwrap().insert(id, (span.metadata().name().to_owned(), fields.0));
+            Id::from_u64(id)
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, event: &Event<'_>) {
+            let mut fields = Fields(Vec::new());
+            event.record(&mut fields);
+            let message = fields.0.iter().find(|(n, _)| n == "message").map(|(_, v)| v.clone()).unwrap_or_default();
+            let spans = self.0.spans.lock().unwrap();
+            let within = self.0.entered.lock().unwrap().iter().filter_map(|id| spans.get(id).cloned()).collect();
+            self.0.events.lock().unwrap().push((message, within));
+        }
+        fn enter(&self, span: &Id) {
+            self.0.entered.lock().unwrap().push(span.into_u64());
+        }
+        fn exit(&self, span: &Id) {
+            let mut entered = self.0.entered.lock().unwrap();
+            if let Some(at) = entered.iter().rposition(|id| *id == span.into_u64()) {
+                entered.remove(at);
+            }
+        }
+    }
+}

@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Condvar, Mutex};
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, CachedStatement, Connection, OptionalExtension};
 use sluice_core::ports::state::{Expect, Key, WriteOp};
 use sluice_core::StorageError;
 use tokio::sync::oneshot;
@@ -263,54 +263,42 @@ fn holds(expect: Expect, current: Option<u64>) -> bool {
 /// before does not bear on them); the caller then drops `tx`, which rolls back the ops
 /// already applied.
 fn apply(tx: &Connection, ops: &[WriteOp], now_ms: i64) -> Result<(), StorageError> {
+    let mut statements = Statements { conn: tx, held: Default::default() };
     for (i, op) in ops.iter().enumerate() {
         let held = match op {
             WriteOp::Put { key, value, expires_at_ms, expect: Expect::Absent } => {
                 // Inserts, or replaces an expired row (which counts as absent).
-                tx.prepare_cached(
-                    "INSERT INTO items (pk, sk, value, version, expires_ms) VALUES (?1, ?2, ?3, 1, ?4)
-                     ON CONFLICT (pk, sk) DO UPDATE SET
-                        value = excluded.value, version = 1, expires_ms = excluded.expires_ms
-                     WHERE items.expires_ms IS NOT NULL AND items.expires_ms <= ?5",
-                )
-                .and_then(|mut s| s.execute(params![key.pk, key.sk, value.as_ref(), expires_at_ms, now_ms]))
-                .map_err(db)?
+                statements
+                    .get(Statement::Create)?
+                    .execute(params![key.pk, key.sk, value.as_ref(), expires_at_ms, now_ms])
+                    .map_err(db)?
                     == 1
             }
             WriteOp::Put { key, value, expires_at_ms, expect: Expect::Version(n) } => {
-                tx.prepare_cached(
-                    "UPDATE items SET value = ?3, version = ?4 + 1, expires_ms = ?5
-                     WHERE pk = ?1 AND sk = ?2 AND version = ?4 AND (expires_ms IS NULL OR expires_ms > ?6)",
-                )
-                .and_then(|mut s| s.execute(params![key.pk, key.sk, value.as_ref(), *n as i64, expires_at_ms, now_ms]))
-                .map_err(db)?
+                statements
+                    .get(Statement::Replace)?
+                    .execute(params![key.pk, key.sk, value.as_ref(), *n as i64, expires_at_ms, now_ms])
+                    .map_err(db)?
                     == 1
             }
             WriteOp::Put { key, value, expires_at_ms, expect: Expect::Any } => {
-                tx.prepare_cached(
-                    "INSERT INTO items (pk, sk, value, version, expires_ms) VALUES (?1, ?2, ?3, 1, ?4)
-                     ON CONFLICT (pk, sk) DO UPDATE SET
-                        value = excluded.value, version = items.version + 1, expires_ms = excluded.expires_ms",
-                )
-                .and_then(|mut s| s.execute(params![key.pk, key.sk, value.as_ref(), expires_at_ms]))
-                .map_err(db)?;
+                statements
+                    .get(Statement::Upsert)?
+                    .execute(params![key.pk, key.sk, value.as_ref(), expires_at_ms])
+                    .map_err(db)?;
                 true
             }
             WriteOp::Delete { key, expect: Expect::Version(n) } => {
-                tx.prepare_cached(
-                    "DELETE FROM items
-                     WHERE pk = ?1 AND sk = ?2 AND version = ?3 AND (expires_ms IS NULL OR expires_ms > ?4)",
-                )
-                .and_then(|mut s| s.execute(params![key.pk, key.sk, *n as i64, now_ms]))
-                .map_err(db)?
+                statements
+                    .get(Statement::DeleteVersion)?
+                    .execute(params![key.pk, key.sk, *n as i64, now_ms])
+                    .map_err(db)?
                     == 1
             }
             WriteOp::Delete { key, expect } => {
                 let ok = *expect == Expect::Any || live_version(tx, key, now_ms)?.is_none();
                 if ok {
-                    tx.prepare_cached("DELETE FROM items WHERE pk = ?1 AND sk = ?2")
-                        .and_then(|mut s| s.execute([&key.pk, &key.sk]))
-                        .map_err(db)?;
+                    statements.get(Statement::Delete)?.execute([&key.pk, &key.sk]).map_err(db)?;
                 }
                 ok
             }
@@ -327,6 +315,63 @@ fn apply(tx: &Connection, ops: &[WriteOp], now_ms: i64) -> Result<(), StorageErr
         }
     }
     Ok(())
+}
+
+/// The statements [`apply`] runs, one per kind of op.
+#[derive(Clone, Copy)]
+enum Statement {
+    Create,
+    Replace,
+    Upsert,
+    DeleteVersion,
+    Delete,
+}
+
+impl Statement {
+    fn sql(self) -> &'static str {
+        match self {
+            Self::Create => {
+                "INSERT INTO items (pk, sk, value, version, expires_ms) VALUES (?1, ?2, ?3, 1, ?4)
+                 ON CONFLICT (pk, sk) DO UPDATE SET
+                    value = excluded.value, version = 1, expires_ms = excluded.expires_ms
+                 WHERE items.expires_ms IS NOT NULL AND items.expires_ms <= ?5"
+            }
+            Self::Replace => {
+                "UPDATE items SET value = ?3, version = ?4 + 1, expires_ms = ?5
+                 WHERE pk = ?1 AND sk = ?2 AND version = ?4 AND (expires_ms IS NULL OR expires_ms > ?6)"
+            }
+            Self::Upsert => {
+                "INSERT INTO items (pk, sk, value, version, expires_ms) VALUES (?1, ?2, ?3, 1, ?4)
+                 ON CONFLICT (pk, sk) DO UPDATE SET
+                    value = excluded.value, version = items.version + 1, expires_ms = excluded.expires_ms"
+            }
+            Self::DeleteVersion => {
+                "DELETE FROM items
+                 WHERE pk = ?1 AND sk = ?2 AND version = ?3 AND (expires_ms IS NULL OR expires_ms > ?4)"
+            }
+            Self::Delete => "DELETE FROM items WHERE pk = ?1 AND sk = ?2",
+        }
+    }
+}
+
+/// [`apply`]'s statements, each taken from the connection's cache at its first use in a
+/// write and kept for the write's other ops of its kind: a group commit's write holds a
+/// head and a segment item per partition, and each trip through rusqlite's cache hashes
+/// the statement's text on the way out and again on the way back. (`execute` resets a
+/// statement after its step, so one held between ops holds no lock or cursor.)
+struct Statements<'c> {
+    conn: &'c Connection,
+    held: [Option<CachedStatement<'c>>; 5],
+}
+
+impl<'c> Statements<'c> {
+    fn get(&mut self, which: Statement) -> Result<&mut CachedStatement<'c>, StorageError> {
+        let slot = &mut self.held[which as usize];
+        if slot.is_none() {
+            *slot = Some(self.conn.prepare_cached(which.sql()).map_err(db)?);
+        }
+        slot.as_mut().ok_or_else(|| StorageError::Corrupt("a statement just prepared is missing".into()))
+    }
 }
 
 /// The version of the unexpired item at `key`, if any.
