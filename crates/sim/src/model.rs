@@ -99,6 +99,8 @@ pub(crate) struct Delivery {
     pub(crate) end_seq: u64,
     /// A lower bound of when its window ends (clock ms).
     pub(crate) until_lo: i64,
+    /// When its receive was answered (clock ms).
+    pub(crate) end_ms: i64,
     /// The start seq of the first release-like op on it (ack, nack, visibility 0), if any.
     pub(crate) release_seq: Option<u64>,
     /// The start seq of the first ack of it, whatever its answer.

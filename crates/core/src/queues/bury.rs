@@ -45,7 +45,7 @@ impl Queues {
             }
         }
         let cursor = CursorRecord { dead: state.cursor.dead + buried, ..state.cursor };
-        let ops = super::inline::fold(state, sub.record.id, partition, Some(cursor), ops, false);
+        let ops = super::inline::fold(state, sub.record.id, partition, Some(cursor), ops, Vec::new());
         if let Err(e) = self.write_on(sub, ops).await? {
             return Ok(Err(e));
         }

@@ -32,20 +32,21 @@ const INLINE_OVERHEAD: usize = 26;
 /// The write of one partition whose state was read as `state`: `ops`, and the cursor item
 /// if the write sets the cursor (`cursor`) or changes its inline leases. Every op on an
 /// inline lease is folded into that one write of the cursor item, conditional on the
-/// version read; with `new_inline`, the leases created held by a receiver also go inline
-/// while they fit (only a take's: their nonces are new, so their keys are). The other ops
-/// are kept, in order, and the cursor's write comes last. `ops` never write the cursor
-/// item themselves: the cursor is encoded once, here, with the leases it keeps.
+/// version read. `fresh`: the leases a take creates, by due time, as records (only a
+/// take's: their nonces are new, so their keys are); those held by a receiver go inline
+/// while they fit, the others are created as items of their own after `ops`. The other
+/// ops are kept, in order, and the cursor's write comes last. `ops` never write the
+/// cursor item themselves: the cursor is encoded once, here, with the leases it keeps.
 pub(super) fn fold(
     state: &QueueState,
     sub_id: u64,
     partition: u32,
     cursor: Option<CursorRecord>,
     mut ops: Vec<WriteOp>,
-    new_inline: bool,
+    fresh: Vec<(i64, LeaseRecord)>,
 ) -> Vec<WriteOp> {
     let inline = || state.leases.iter().filter(|l| l.inline);
-    if !new_inline && !state.inline_changed && inline().next().is_none() {
+    if fresh.is_empty() && !state.inline_changed && inline().next().is_none() {
         if let Some(c) = cursor {
             ops.push(state.cursor_item_write(sub_id, partition, c, Vec::new(), &ops));
         }
@@ -55,7 +56,7 @@ pub(super) fn fold(
     let mut set: BTreeMap<String, InlineLease> = inline().map(|l| (l.key.sk.clone(), l.to_inline())).collect();
     let mut bytes: Option<usize> = None;
     let mut changed = state.inline_changed;
-    let mut out = Vec::with_capacity(ops.len() + 1);
+    let mut out = Vec::with_capacity(ops.len() + fresh.len() + 1);
     for op in ops {
         let sk = (op.key().pk == pk).then(|| op.key().sk.as_str());
         debug_assert_ne!(sk, Some(CURSOR_SK), "the cursor is written from `cursor`");
@@ -76,21 +77,20 @@ pub(super) fn fold(
                 bytes = None;
                 changed = true;
             }
-            (WriteOp::Put { value, expect: Expect::Absent, .. }, Some(sk)) if new_inline && !set.contains_key(sk) => {
-                let due = parse_lease_sk(sk).ok();
-                let record = layout::decode::<LeaseRecord>("lease", value).ok();
-                let used = *bytes.get_or_insert_with(|| set.values().map(size).sum());
-                let fits = set.len() < MAX_INLINE_LEASES && used + value.len() + INLINE_OVERHEAD <= MAX_INLINE_BYTES;
-                match (due, record) {
-                    (Some(due), Some(record)) if fits && record.held_until.is_some() => {
-                        bytes = Some(used + value.len() + INLINE_OVERHEAD);
-                        set.insert(sk.to_owned(), InlineLease { due, record });
-                        changed = true;
-                    }
-                    _ => out.push(op),
-                }
-            }
             _ => out.push(op),
+        }
+    }
+    for (due, record) in fresh {
+        // Encoded once: its size decides, and what does not go inline is written so.
+        let (key, value) = (lease_key(sub_id, partition, due, record.nonce), layout::encode(&record));
+        let used = *bytes.get_or_insert_with(|| set.values().map(size).sum());
+        let fits = set.len() < MAX_INLINE_LEASES && used + value.len() + INLINE_OVERHEAD <= MAX_INLINE_BYTES;
+        if fits && record.held_until.is_some() && !set.contains_key(&key.sk) {
+            bytes = Some(used + value.len() + INLINE_OVERHEAD);
+            set.insert(key.sk, InlineLease { due, record });
+            changed = true;
+        } else {
+            out.push(WriteOp::create(key, value));
         }
     }
     if changed || cursor.is_some() {
@@ -189,8 +189,8 @@ mod tests {
     fn a_held_lease_created_by_a_take_goes_into_the_cursor_write() {
         let s = state(vec![]);
         let new = record(11, true, 40..50);
-        let ops = vec![create(900, &new)];
-        let (cursor, others) = written(&fold(&s, SUB, 0, Some(CursorRecord { next: 50, ..s.cursor }), ops, true));
+        let fresh = vec![(900, new.clone())];
+        let (cursor, others) = written(&fold(&s, SUB, 0, Some(CursorRecord { next: 50, ..s.cursor }), vec![], fresh));
         let (item, expect) = cursor.expect("a cursor write");
         assert_eq!(item.next, 50);
         assert_eq!(item.leases, vec![InlineLease { due: 900, record: new }]);
@@ -201,16 +201,17 @@ mod tests {
     #[test]
     fn parked_large_or_overflowing_leases_stay_items() {
         let s = state((0..MAX_INLINE_LEASES as u64).map(|n| lease(100, record(n, true, n..n + 1), true)).collect());
-        let ops = vec![create(900, &record(20, true, 40..41))];
-        assert_eq!(fold(&s, SUB, 0, None, ops.clone(), true), ops, "no room for a fifth lease");
+        let new = record(20, true, 40..41);
+        let fresh = vec![(900, new.clone())];
+        assert_eq!(fold(&s, SUB, 0, None, vec![], fresh), vec![create(900, &new)], "no room for a fifth lease");
 
         let s = state(vec![]);
         for new in [record(21, false, 40..41), record(22, true, 40..140)] {
-            let ops = vec![create(900, &new)];
-            assert_eq!(fold(&s, SUB, 0, None, ops.clone(), true), ops, "parked, or too large");
+            let fresh = vec![(900, new.clone())];
+            assert_eq!(fold(&s, SUB, 0, None, vec![], fresh), vec![create(900, &new)], "parked, or too large");
         }
         let ops = vec![create(900, &record(23, true, 40..41))];
-        assert_eq!(fold(&s, SUB, 0, None, ops.clone(), false), ops, "only a take inlines new leases");
+        assert_eq!(fold(&s, SUB, 0, None, ops.clone(), Vec::new()), ops, "only a take inlines new leases");
     }
 
     #[test]
@@ -224,7 +225,7 @@ mod tests {
             shrink(&s.leases[1], &HashSet::from([3, 4])),
             shrink(&item, &HashSet::from([5])),
         ];
-        let (cursor, others) = written(&fold(&s, SUB, 0, None, ops, false));
+        let (cursor, others) = written(&fold(&s, SUB, 0, None, ops, Vec::new()));
         let (written, expect) = cursor.expect("a cursor write");
         assert_eq!(written.leases, vec![InlineLease { due: 100, record: shrunk }], "one shrunk, one gone");
         assert_eq!(written.next, 40, "the cursor itself as read");
@@ -237,7 +238,7 @@ mod tests {
         let item = lease(300, record(3, true, 5..6), false);
         let s = state(vec![item.clone()]);
         let ops = vec![shrink(&item, &HashSet::from([5]))];
-        assert_eq!(fold(&s, SUB, 0, None, ops.clone(), false), ops);
+        assert_eq!(fold(&s, SUB, 0, None, ops.clone(), Vec::new()), ops);
     }
 
     #[test]
@@ -247,7 +248,7 @@ mod tests {
         let ops = vec![WriteOp::Delete { key: item.key.clone(), expect: Expect::Version(2) }, moved.clone()];
         for keyed in [false, true] {
             let s = QueueState { keyed, ..state(vec![item.clone()]) };
-            let (cursor, others) = written(&fold(&s, SUB, 0, Some(s.cursor), ops.clone(), false));
+            let (cursor, others) = written(&fold(&s, SUB, 0, Some(s.cursor), ops.clone(), Vec::new()));
             let named = if keyed { vec![moved.key().sk.clone()] } else { Vec::new() };
             assert_eq!(cursor.expect("a cursor write").0.written, named, "keyed: {keyed}");
             assert_eq!(others.len(), 2, "the delete and the put, kept");
@@ -261,7 +262,8 @@ mod tests {
         let op = s.cursor_write(SUB, 0, CursorRecord { dead: 3, ..s.cursor }, &[]);
         let (cursor, _) = written(&[op]);
         assert_eq!(cursor.expect("a cursor write").0.leases, vec![InlineLease { due: 100, record: a.clone() }]);
-        let (cursor, others) = written(&fold(&s, SUB, 0, Some(CursorRecord { dead: 3, ..s.cursor }), vec![], false));
+        let (cursor, others) =
+            written(&fold(&s, SUB, 0, Some(CursorRecord { dead: 3, ..s.cursor }), vec![], Vec::new()));
         let (item, expect) = cursor.expect("a cursor write");
         assert_eq!((item.dead, item.leases), (3, vec![InlineLease { due: 100, record: a }]));
         assert_eq!(expect, Expect::Version(5));
@@ -280,7 +282,7 @@ mod tests {
 
         let mut s = read();
         assert!(ack(&mut s, &[receipt(0, 100, 1), receipt(3, 200, 2)]));
-        let (cursor, others) = written(&fold(&s, SUB, 0, None, Vec::new(), false));
+        let (cursor, others) = written(&fold(&s, SUB, 0, None, Vec::new(), Vec::new()));
         let (written, expect) = cursor.expect("the acks written alone: a cursor write");
         let left = LeaseRecord { msgs: a.msgs[1..].to_vec(), ..a.clone() };
         assert_eq!(written.leases, vec![InlineLease { due: 100, record: left }], "one shrunk, one gone");

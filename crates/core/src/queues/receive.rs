@@ -1,8 +1,10 @@
 //! Receiving: visiting partitions, taking due leases and new messages under conditional
 //! writes, burying what exhausted its receives, and answering only live windows.
 
+use super::cache::LookHeads;
 use super::rate::Gate;
 use super::take::{self, Plan};
+use super::turns::Idle;
 use super::*;
 use crate::log::read::Lookup;
 use crate::metrics;
@@ -94,8 +96,10 @@ impl Queues {
         let visibility = req.visibility_timeout_ms.unwrap_or(sub.record.spec.visibility_timeout_ms);
         let receipt_key = self.receipt_key().await?;
         let deadline = self.now() + req.wait_ms as i64;
-        // A push receive's first look may take heads this process read a moment ago.
+        // A pull receive's first look reads the head of the partition it takes from alone
+        // (`LookHeads`); a push receive's may take heads this process read a moment ago.
         let mut recent = sub.record.spec.push.is_some();
+        let mut alone = !recent;
         loop {
             // With a rate, tokens first: a receive that finds none visits no partition.
             let (want, tokens) = match self.rate_gate(sub, req.max_messages).await? {
@@ -110,8 +114,11 @@ impl Queues {
                     continue;
                 }
             };
-            let heads = self.heads_of(&sub.topic, std::mem::take(&mut recent)).await?;
-            let visited = self.visit(sub, &heads, (want, visibility), receipt_key, riding.as_deref_mut()).await;
+            let mut heads = match std::mem::take(&mut alone) {
+                true => LookHeads::first(),
+                false => LookHeads::every(self.heads_of(&sub.topic, std::mem::take(&mut recent)).await?),
+            };
+            let visited = self.visit(sub, &mut heads, (want, visibility), receipt_key, riding.as_deref_mut()).await;
             if let Some((rate, taken)) = tokens {
                 let used = visited.as_ref().map_or(0, |v| v.messages.len());
                 self.give_back_tokens(sub, rate, taken.saturating_sub(used)).await;
@@ -134,7 +141,7 @@ impl Queues {
     async fn visit(
         &self,
         sub: &Sub,
-        heads: &[(HeadRecord, u64)],
+        heads: &mut LookHeads,
         (max_messages, visibility): (usize, u64),
         receipt_key: &ReceiptKey,
         mut riding: Option<&mut Riding>,
@@ -156,12 +163,20 @@ impl Queues {
             if messages.len() >= max_messages || bytes_left == 0 || (one_partition && !messages.is_empty()) {
                 break;
             }
-            let head = heads.get(p as usize).map(|(h, _)| *h).unwrap_or_default();
             let acks = riding.as_deref_mut().filter(|r| r.partition == p && r.results.is_none());
             // A partition this process saw idle, its head not moved since: not read.
-            if let Some(hint) = turns.idle(sub.record.id, p, head.next, self.now()).filter(|_| acks.is_none()) {
-                waiting((&mut v.wake_at, &mut v.idle), &sub.topic, p, hint.wake_at, Some(hint.cursor));
-                continue;
+            let hint = if acks.is_some() { Ok(None) } else { self.idle_hint(heads, sub, p).await };
+            match hint {
+                Ok(Some(hint)) => {
+                    waiting((&mut v.wake_at, &mut v.idle), &sub.topic, p, hint.wake_at, Some(hint.cursor));
+                    continue;
+                }
+                Ok(None) => {}
+                Err(e) if !messages.is_empty() => {
+                    tracing::warn!(error = %e, partition = p, "receive stopped early");
+                    break;
+                }
+                Err(e) => return Err(e),
             }
             let turn =
                 if first_pass { turns.try_now(sub.record.id, p) } else { Some(turns.wait(sub.record.id, p).await) };
@@ -171,7 +186,12 @@ impl Queues {
             };
             let want = max_messages - messages.len();
             let first = messages.is_empty();
-            let took = self.take(sub, &turn, head, want, visibility, receipt_key, &mut bytes_left, first, acks).await;
+            let took = match self.head_in(heads, &sub.topic, p, true).await {
+                Ok(head) => {
+                    self.take(sub, &turn, head, want, visibility, receipt_key, &mut bytes_left, first, acks).await
+                }
+                Err(e) => Err(e),
+            };
             let taken = match took {
                 Ok(taken) => taken,
                 // Messages already taken from other partitions are answered, not stranded.
@@ -191,6 +211,18 @@ impl Queues {
             waiting((&mut v.wake_at, &mut v.idle), &sub.topic, p, taken.wake_at, taken.idle_at);
         }
         Ok(v)
+    }
+
+    /// Partition `p`'s idle hint if it serves this look, its head not moved since: then the
+    /// look passes over it unread. Only a hinted partition's head is needed here, but
+    /// passing over it means going on to another: every head is read.
+    async fn idle_hint(&self, heads: &mut LookHeads, sub: &Sub, p: u32) -> Result<Option<Idle>, Error> {
+        let turns = &self.local.turns;
+        if turns.idle(sub.record.id, p, 0, self.now()).is_none() {
+            return Ok(None);
+        }
+        let head = self.head_in(heads, &sub.topic, p, false).await?;
+        Ok(turns.idle(sub.record.id, p, head.next, self.now()))
     }
 
     /// Acks that found no write to ride on are written before the answer or a wait; if

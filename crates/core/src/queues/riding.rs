@@ -121,7 +121,7 @@ impl Queues {
         riding: &mut Option<&mut Riding>,
         attempt: &mut usize,
     ) -> Result<bool, Error> {
-        let ops = super::inline::fold(state, sub.record.id, partition, None, Vec::new(), false);
+        let ops = super::inline::fold(state, sub.record.id, partition, None, Vec::new(), Vec::new());
         match self.write_on_deferred(sub, ops).await? {
             Ok(()) => {
                 written(riding, true);

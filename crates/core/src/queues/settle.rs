@@ -173,7 +173,7 @@ impl Queues {
                 // new key may name an item this settle did not read, whose create must fail.
                 // A keyed settle rewrites the cursor: a keyed receiver that read the leases
                 // before this write then fails its own.
-                round.ops = super::inline::fold(&state, sub.record.id, partition, cursor, round.ops, false);
+                round.ops = super::inline::fold(&state, sub.record.id, partition, cursor, round.ops, Vec::new());
                 // An ack or a release lost to a power cut only delivers its messages again,
                 // or later (at least once); a visibility change lost so would end a window
                 // its holder was told runs longer, so it is durable before it is answered.

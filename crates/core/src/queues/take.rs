@@ -460,7 +460,7 @@ pub(super) fn write(
         let first_ms = if c.msg.first_ms == 0 { now } else { c.msg.first_ms };
         by_receives.entry(c.receives + 1).or_default().push(LeaseMsg { first_ms, ..c.msg });
     }
-    let mut delivered = Vec::new();
+    let (mut delivered, mut fresh) = (Vec::new(), Vec::new());
     for (receives, msgs) in by_receives {
         let nonce = nonce();
         let due = held_until.saturating_add(sub.record.spec.backoff_ms(receives));
@@ -477,11 +477,11 @@ pub(super) fn write(
             redriven: false,
             scheduled: false,
         };
-        ops.push(new_lease(sub, partition, due, lease));
+        fresh.push((due, lease));
     }
     waiting_leases(at, pick.parked, pick.delayed, pick.scheduled, now, &mut nonce, &mut ops);
-    let ops =
-        names_cursor(state, sub.record.id, partition, inline::fold(state, sub.record.id, partition, cursor, ops, true));
+    let ops = inline::fold(state, sub.record.id, partition, cursor, ops, fresh);
+    let ops = names_cursor(state, sub.record.id, partition, ops);
     Write { ops, delivered, checks_sub }
 }
 

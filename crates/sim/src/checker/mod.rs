@@ -342,17 +342,8 @@ impl World {
                     problems.push(("two-holders", format!("delivery {nonce:x} handed out twice")));
                     continue;
                 }
-                // One holder per window: the earlier delivery's window surely outlasts this receive.
-                if d.end_ms < prev.until_lo && prev.release_seq.is_none_or(|r| r > d.end_seq) {
-                    problems.push((
-                        "two-holders",
-                        format!(
-                            "delivered #{count} while #{} holds it until at least {} (now {})",
-                            prev.count,
-                            prev.until_lo - T0,
-                            d.end_ms - T0
-                        ),
-                    ));
+                if let Some(detail) = two_holders(prev, d, count, visibility, redriven) {
+                    problems.push(("two-holders", detail));
                 }
                 if prev.acked_ok.is_some() {
                     problems.push(("acked-redelivered", format!("delivered #{count} after #{} was acked", prev.count)));
@@ -380,6 +371,7 @@ impl World {
             start_seq: d.start_seq,
             end_seq: d.end_seq,
             until_lo: d.start_ms + visibility as i64,
+            end_ms: d.end_ms,
             release_seq: None,
             ack_seq: None,
             acked_ok: None,
@@ -463,4 +455,21 @@ impl World {
             })
             .collect()
     }
+}
+
+/// How `prev` and a delivery `d` of the same message (#`count`, its window `visibility`) had
+/// two holders at once, if they surely did: the delivery taken first still held the message
+/// when the other's receive answered. Answers need not come in the order of the takes (a
+/// receive answers a window of 0 after it ended, `answerable`): of two overlapping receives,
+/// the lower count was taken first (no seek or redrive between: the caller's filter, `redriven`).
+fn two_holders(prev: &Delivery, d: &Done, count: u32, visibility: u64, redriven: bool) -> Option<String> {
+    if count < prev.count && !redriven && prev.end_seq > d.start_seq {
+        let until = d.start_ms + visibility as i64;
+        let (answered, until_t) = (prev.end_ms - T0, until - T0);
+        return (prev.end_ms < until)
+            .then(|| format!("#{} answered at {answered} while #{count} held it until {until_t}", prev.count));
+    }
+    let held = d.end_ms < prev.until_lo && prev.release_seq.is_none_or(|r| r > d.end_seq);
+    let (until, now) = (prev.until_lo - T0, d.end_ms - T0);
+    held.then(|| format!("delivered #{count} while #{} holds it until at least {until} (now {now})", prev.count))
 }

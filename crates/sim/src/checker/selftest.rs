@@ -156,3 +156,35 @@ fn given_an_earlier_message_of_the_key_a_dead_letter_in_the_store_then_the_check
         assert!(world.violation.is_none(), "{:?}", world.violation);
     });
 }
+
+/// Two overlapping receives of SUB_QK's 0@0 answered out of the order of their takes: #1
+/// (window `first_window`, seqs 1..4) answered at +20 ms, after #2 (seqs 2..3, window 10 s)
+/// was answered at +10 ms.
+fn answered_out_of_order(world: &mut World, first_window: u64) {
+    let sub_id = world.learn_sub(SUB_QK).expect("SUB_QK exists");
+    let now = world.clock.now_ms();
+    let receive = |window, seqs: (u64, u64), end_ms| Done {
+        start_seq: seqs.0,
+        end_seq: seqs.1,
+        ..done(Act::Receive { sub: SUB_QK, visibility: window }, 0, now, end_ms, Res::Crashed)
+    };
+    world.check_delivery(&receive(10_000, (2, 3), now + 10), sub_id, 0, 0, 8, 2, 10_000);
+    world.check_delivery(&receive(first_window, (1, 4), now + 20), sub_id, 0, 0, 7, 1, first_window);
+}
+
+#[test]
+fn given_a_window_of_0_answered_after_the_next_take_then_the_checker_allows_it() {
+    in_a_world(async |world| {
+        answered_out_of_order(world, 0);
+        assert!(world.violation.is_none(), "{:?}", world.violation);
+    });
+}
+
+#[test]
+fn given_a_window_still_open_when_the_next_take_answered_then_the_checker_flags_it() {
+    in_a_world(async |world| {
+        answered_out_of_order(world, 10_000);
+        let v = world.violation.clone().expect("#2 answered inside #1's window is flagged");
+        assert_eq!(v.property, "two-holders", "{v:?}");
+    });
+}
