@@ -56,8 +56,8 @@ pub(super) struct Batch {
 }
 
 impl Groups {
-    /// Reads the topics `names` (each must be live), the group's collection, its offsets if
-    /// `offsets`, and the heads of each topic: one batch, then whatever it could not answer.
+    /// Reads the topics `names` (the live ones kept), the group's collection, its offsets if
+    /// `offsets`, and the heads of each live topic: one batch, then whatever it could not answer.
     pub(super) async fn read_batch(&self, group: &str, names: &[&str], offsets: bool) -> Result<Batch, Error> {
         let guesses: Vec<(usize, u64)> =
             names.iter().enumerate().filter_map(|(i, name)| Some((i, self.ids.guess(name)?))).collect();
