@@ -6,7 +6,9 @@
 //! default in the port too ([`StateStore::write_deferred`], [`ObjectStore::retire`]), is
 //! forwarded to the inner store's own implementation, never to the port's default. So a
 //! layer that overrides `write` does not see `write_deferred`: it overrides that as well
-//! when it should (e.g. by calling its own `write`).
+//! when it should (e.g. by calling its own `write`). One exception, [`StateStore::read_many`]:
+//! by default a layer makes its reads one by one through its own `get` and `query`, so a
+//! layer that changes reads (faults, namespaces, counts) changes batched reads alike.
 //!
 //! A layered store derefs to its layer, so a double's own knobs and counters (a script's
 //! rules, the deletes it counted) are called on the store a case holds.
@@ -17,7 +19,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 use sluice_core::ports::objects::ObjectInfo;
-use sluice_core::ports::state::{Item, Key, Page, Query, StateStore, WriteOp};
+use sluice_core::ports::state::{Found, Item, Key, Page, Query, Read, StateStore, WriteOp};
 use sluice_core::{BlobRef, ObjectStore, StorageError};
 
 /// What a state-store double changes. Each method gets the inner store; by default it
@@ -30,6 +32,18 @@ pub trait StateLayer: Send + Sync + 'static {
 
     async fn query(&self, inner: &dyn StateStore, query: &Query) -> Result<Page, StorageError> {
         inner.query(query).await
+    }
+
+    /// The reads one by one through this layer's own `get` and `query` (see the module doc).
+    async fn read_many(&self, inner: &dyn StateStore, reads: &[Read]) -> Result<Vec<Found>, StorageError> {
+        let mut found = Vec::with_capacity(reads.len());
+        for read in reads {
+            found.push(match read {
+                Read::Get(key) => Found::Item(self.get(inner, key).await?),
+                Read::Query(query) => Found::Page(self.query(inner, query).await?),
+            });
+        }
+        Ok(found)
     }
 
     async fn write(&self, inner: &dyn StateStore, ops: Vec<WriteOp>) -> Result<(), StorageError> {
@@ -121,6 +135,10 @@ impl<L: StateLayer> StateStore for Layered<L> {
 
     async fn query(&self, query: &Query) -> Result<Page, StorageError> {
         self.layer.query(&*self.inner, query).await
+    }
+
+    async fn read_many(&self, reads: &[Read]) -> Result<Vec<Found>, StorageError> {
+        self.layer.read_many(&*self.inner, reads).await
     }
 
     async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {

@@ -52,6 +52,7 @@ macro_rules! store_conformance_suite {
             given_100_ops_when_write_then_all_applied,
             given_bounds_when_query_then_inclusive_range_in_either_direction,
             given_limit_when_paging_with_next_then_collection_walked_exactly_once_in_order,
+            given_reads_when_read_many_then_each_answered_in_order_as_a_get_or_query_alone,
             given_expiry_passed_then_item_invisible_and_absent_put_recreates_it_at_version_1,
             given_expired_items_among_live_ones_when_paging_then_only_live_items_and_walk_completes,
             given_60_keys_when_delete_many_then_all_gone_and_other_items_kept,

@@ -1,6 +1,7 @@
 //! Queries: bounds in either direction, and paging.
 
-use sluice_core::ports::state::{Page, Query, WriteOp};
+use sluice_core::ports::state::{Expect, Found, Page, Query, Read, WriteOp};
+use sluice_core::Clock;
 
 use super::fixtures::*;
 use crate::{unique_topic, Backend};
@@ -79,4 +80,55 @@ pub async fn given_limit_when_paging_with_next_then_collection_walked_exactly_on
     assert_eq!(walk(store, bounded(false, 20)).await, backward[7..=19]);
     assert_eq!(walk(store, bounded(true, 17)).await, Vec::<String>::new());
     assert_eq!(walk(store, bounded(false, 5)).await, Vec::<String>::new());
+}
+
+/// A batched read answers each read in its place as a get or a query alone would: what a
+/// write answered before it left, expired items hidden, pages bounded with where to go on.
+pub async fn given_reads_when_read_many_then_each_answered_in_order_as_a_get_or_query_alone(backend: &dyn Backend) {
+    let clock = manual_clock();
+    let (store, _) = backend.open_with(clock.clone()).await;
+    let store = store.as_ref();
+    let (pk, other) = (unique_topic("many"), unique_topic("many-other"));
+    fill(store, &pk, 5).await;
+    fill(store, &other, 3).await;
+    let brief = key(&other, "brief");
+    store.write(vec![put_expiring(&brief, "b", clock.now_ms() + 10, Expect::Absent)]).await.expect("brief");
+    store.write(vec![put(&key(&pk, &sk(1)), "v2", Expect::Version(1))]).await.expect("replace");
+    clock.advance(10);
+    let reads = [
+        Read::Query(query(&pk, None, None, true, 3)),
+        Read::Get(key(&pk, &sk(1))),
+        Read::Get(key(&pk, "absent")),
+        Read::Query(Query::all(&other, 10)),
+        Read::Get(brief.clone()),
+        Read::Query(query(&pk, Some(2), None, false, 10)),
+        Read::Get(key(&other, &sk(2))),
+    ];
+    let found = store.read_many(&reads).await.expect("read_many");
+    assert_eq!(found.len(), reads.len(), "one answer per read");
+    for (read, found) in reads.iter().zip(found) {
+        let alone = match read {
+            Read::Get(k) => Found::Item(store.get(k).await.expect("get")),
+            Read::Query(q) => Found::Page(store.query(q).await.expect("query")),
+        };
+        assert_eq!(found, alone, "{read:?}");
+    }
+    // And what they are, so a store answering every read alike wrongly fails too.
+    let found = store.read_many(&reads).await.expect("read_many");
+    let page = |i: usize| match &found[i] {
+        Found::Page(p) => p.clone(),
+        other => panic!("a query answered {other:?}"),
+    };
+    let item = |i: usize| match &found[i] {
+        Found::Item(item) => item.as_ref().map(|i| (i.value.clone(), i.version)),
+        other => panic!("a get answered {other:?}"),
+    };
+    assert_eq!(sks(&page(0)), [sk(0), sk(1), sk(2)]);
+    assert!(page(0).next.is_some(), "more to read");
+    assert_eq!(item(1), Some((bytes("v2"), 2)), "the write answered before it");
+    assert_eq!((item(2), item(4)), (None, None), "absent, and expired");
+    assert_eq!(sks(&page(3)), [sk(0), sk(1), sk(2)], "the expired item left out");
+    assert_eq!((sks(&page(5)), page(5).next), (vec![sk(4), sk(3), sk(2)], None));
+    assert_eq!(item(6), Some((bytes(&sk(2)), 1)));
+    assert_eq!(store.read_many(&[]).await.expect("no reads"), Vec::new());
 }

@@ -1,5 +1,6 @@
 //! Committing offsets: fenced by generation and ownership, applied in one write.
 
+use super::read;
 use super::*;
 
 /// A commit write lost a race with another write to the group: read again.
@@ -24,8 +25,13 @@ impl Groups {
                 format!("one commit carries at most {MAX_COMMIT_OFFSETS} offsets"),
             ));
         }
+        let mut names: Vec<&str> = offsets.iter().map(|o| o.topic.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
         for _ in 0..MAX_ATTEMPTS {
-            let state = self.state(group).await?;
+            // The group, the topics, the committed offsets and the heads: one batch.
+            let read::Batch { topics: topics_read, state, offsets: current, heads } =
+                self.read_batch(group, &names, true).await?;
             if state.unborn() {
                 return Err(Error::GroupNotFound(group.to_owned()));
             }
@@ -42,14 +48,12 @@ impl Groups {
                     format!("generation {generation} is stale: group '{group}' is at {}", state.record.generation),
                 ));
             }
-            let mut topics_read = BTreeMap::new();
             for o in offsets {
                 if !topics_read.contains_key(&o.topic) {
-                    topics_read.insert(o.topic.clone(), topics::live(self.store(), &o.topic).await?);
+                    return Err(Error::TopicNotFound(o.topic.clone()));
                 }
             }
             // An offset past the end would freeze the partition's committed offset (they never go back).
-            let heads = self.heads(topics_read.values()).await?;
             for o in offsets {
                 let Some(topic) = topics_read.get(&o.topic) else { continue };
                 let head = head_of(&heads, topic.id, o.partition);
@@ -61,7 +65,7 @@ impl Groups {
                     });
                 }
             }
-            let current = self.offsets(group).await?;
+            let current = current.unwrap_or_default();
             match self.write_commit(group, &state, member_id, *member_version, &topics_read, &current, offsets).await {
                 Ok(Err(Raced)) => continue,
                 Ok(Ok(())) => return Ok(()),

@@ -46,6 +46,7 @@ mod expiry;
 mod membership;
 mod plan;
 mod poll;
+mod read;
 mod removal;
 mod seek;
 
@@ -63,7 +64,7 @@ use crate::layout::{self, HeadRecord};
 use crate::log::topics;
 use crate::log::Log;
 use crate::model::{Event, OffsetQuery, TopicConfig};
-use crate::ports::state::{Expect, Key, Query, StateStore, WriteOp, MAX_WRITE_OPS};
+use crate::ports::state::{Expect, Key, Page, Query, StateStore, WriteOp, MAX_WRITE_OPS};
 use crate::Code;
 use crate::{names, Error, StorageError};
 
@@ -316,6 +317,7 @@ fn conflict(code: Code, message: impl Into<String>) -> Error {
 }
 
 /// What one read of a group's collection found.
+#[derive(Default)]
 struct GroupState {
     record: GroupRecord,
     /// 0 when the group has no record yet.
@@ -336,10 +338,16 @@ impl GroupState {
 
 /// Reads a group's collection: its record, live members and activity.
 async fn read_state(store: &dyn StateStore, group: &str) -> Result<GroupState, StorageError> {
-    let mut state = GroupState { record: GroupRecord::default(), version: 0, members: BTreeMap::new(), activity: None };
+    let first = store.query(&Query::all(group_pk(group), 1000)).await?;
+    read_state_from(store, group, first).await
+}
+
+/// [`read_state`] from its first page, already read (as a query of 1,000 items).
+async fn read_state_from(store: &dyn StateStore, group: &str, first: Page) -> Result<GroupState, StorageError> {
+    let mut state = GroupState::default();
     let mut query = Query::all(group_pk(group), 1000);
+    let mut page = first;
     loop {
-        let page = store.query(&query).await?;
         for item in page.items {
             if item.key.sk == GROUP_META_SK {
                 state.record = layout::decode("group", &item.value)?;
@@ -355,6 +363,7 @@ async fn read_state(store: &dyn StateStore, group: &str) -> Result<GroupState, S
             Some(after) => query.after = Some(after),
             None => return Ok(state),
         }
+        page = store.query(&query).await?;
     }
 }
 
@@ -363,6 +372,8 @@ async fn read_state(store: &dyn StateStore, group: &str) -> Result<GroupState, S
 pub struct Groups {
     log: Log,
     config: GroupsConfig,
+    /// Where this process last saw each topic's heads (see `read`).
+    ids: read::TopicIds,
 }
 
 impl Groups {
@@ -372,7 +383,7 @@ impl Groups {
     }
 
     pub fn with_config(log: Log, config: GroupsConfig) -> Self {
-        Self { log, config }
+        Self { log, config, ids: read::TopicIds::default() }
     }
 
     /// The log these groups read.
@@ -428,10 +439,20 @@ async fn read_offsets(
     store: &dyn StateStore,
     group: &str,
 ) -> Result<BTreeMap<String, (OffsetRecord, u64)>, StorageError> {
+    let first = store.query(&Query::all(offsets_pk(group), 1000)).await?;
+    read_offsets_from(store, group, first).await
+}
+
+/// [`read_offsets`] from its first page, already read (as a query of 1,000 items).
+async fn read_offsets_from(
+    store: &dyn StateStore,
+    group: &str,
+    first: Page,
+) -> Result<BTreeMap<String, (OffsetRecord, u64)>, StorageError> {
     let mut offsets = BTreeMap::new();
     let mut query = Query::all(offsets_pk(group), 1000);
+    let mut page = first;
     loop {
-        let page = store.query(&query).await?;
         for item in page.items {
             offsets.insert(item.key.sk.clone(), (layout::decode("offset", &item.value)?, item.version));
         }
@@ -439,6 +460,7 @@ async fn read_offsets(
             Some(after) => query.after = Some(after),
             None => return Ok(offsets),
         }
+        page = store.query(&query).await?;
     }
 }
 

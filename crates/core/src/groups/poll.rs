@@ -3,6 +3,7 @@
 
 use super::commit::commit_ops;
 use super::plan;
+use super::read;
 use super::*;
 use crate::log::read::Lookup;
 use crate::Code;
@@ -26,18 +27,18 @@ impl Groups {
     /// decisions are `plan.rs`'s; this reads what they need and writes what they answer.
     pub async fn poll(&self, req: &PollRequest) -> Result<PollAnswer, Error> {
         let bounds = plan::bounds(req, self.log.limits())?;
+        let names: Vec<&str> = bounds.subscribed.iter().map(String::as_str).collect();
         for _ in 0..MAX_ATTEMPTS {
-            let mut topics = BTreeMap::new();
-            for name in &bounds.subscribed {
-                topics.insert(name.clone(), topics::live(self.store(), name).await?);
+            // The topics, the group and the topics' heads (a superset of the member's): one batch.
+            let read::Batch { topics, state, heads, .. } = self.read_batch(&req.group, &names, false).await?;
+            if let Some(name) = names.iter().find(|name| !topics.contains_key(**name)) {
+                return Err(Error::TopicNotFound((*name).to_owned()));
             }
-            let state = self.state(&req.group).await?;
             let member_id = plan::member_id(req, &state, || self.log.random().next_u64())?;
             let all_topics = self.group_topics(&state, &member_id, topics).await?;
             let generation = plan::generation(&req.group, &state, &member_id, &bounds.subscribed, &all_topics)?;
             // Where to fetch each partition from; nothing is written before this can fail.
             let previous = state.members.get(&member_id).map(|(m, _, _)| m.clone()).unwrap_or_default();
-            let heads = self.heads(generation.mine.iter().map(|tp| &all_topics[&tp.topic])).await?;
             let resume = plan::Resume {
                 req,
                 generation: &generation,

@@ -130,6 +130,38 @@ pub struct Page {
     pub next: Option<String>,
 }
 
+/// One read of a [`StateStore::read_many`]: a [`StateStore::get`] or a [`StateStore::query`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Read {
+    Get(Key),
+    Query(Query),
+}
+
+/// What one [`Read`] found: a get's item (if any), a query's page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    Item(Option<Item>),
+    Page(Page),
+}
+
+impl Found {
+    /// A get's answer; [`StorageError::Invalid`] if this answers a query (a store's bug).
+    pub fn into_item(self) -> Result<Option<Item>, StorageError> {
+        match self {
+            Self::Item(item) => Ok(item),
+            Self::Page(_) => Err(StorageError::Invalid("a page answered a get".into())),
+        }
+    }
+
+    /// A query's answer; [`StorageError::Invalid`] if this answers a get (a store's bug).
+    pub fn into_page(self) -> Result<Page, StorageError> {
+        match self {
+            Self::Page(page) => Ok(page),
+            Self::Item(_) => Err(StorageError::Invalid("an item answered a query".into())),
+        }
+    }
+}
+
 /// Refuses a write that no backend may apply: more than [`MAX_WRITE_OPS`] operations,
 /// or two on one key. Adapters call it before sending anything.
 pub fn validate(ops: &[WriteOp]) -> Result<(), StorageError> {
@@ -164,6 +196,25 @@ pub trait StateStore: Send + Sync + 'static {
 
     /// Up to `query.limit` unexpired items of one collection within the bounds, in order.
     async fn query(&self, query: &Query) -> Result<Page, StorageError>;
+
+    /// Answers every read, in the order of `reads` (a [`Found::Item`] for a [`Read::Get`], a
+    /// [`Found::Page`] for a [`Read::Query`]), each as `get` or `query` would answer it at
+    /// some moment between the call and its answer: each sees every write answered before
+    /// the call. The moments may differ from read to read (this default makes the reads one
+    /// by one, in order; SQLite answers them all from one read transaction): a caller may
+    /// rely on neither, only on each answer's own consistency. An error answers nothing.
+    /// A store makes no request for it that the reads one by one would not make, and weakens
+    /// no read: it saves only the per-call overhead (a read transaction, a thread hop).
+    async fn read_many(&self, reads: &[Read]) -> Result<Vec<Found>, StorageError> {
+        let mut found = Vec::with_capacity(reads.len());
+        for read in reads {
+            found.push(match read {
+                Read::Get(key) => Found::Item(self.get(key).await?),
+                Read::Query(query) => Found::Page(self.query(query).await?),
+            });
+        }
+        Ok(found)
+    }
 
     /// Applies every operation or none, atomically with respect to every other
     /// read and write. At most [`MAX_WRITE_OPS`] operations, each on a different key

@@ -38,14 +38,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
-use sluice_core::ports::state::{Item, Key, Page, Query, StateStore, WriteOp};
+use rusqlite::{params, Connection, OpenFlags, Transaction, TransactionBehavior};
+use sluice_core::ports::state::{Found, Item, Key, Page, Query, Read, StateStore, WriteOp};
 use sluice_core::{Clock, StorageError};
 
 use crate::blobfs::{BlobFs, OsFs};
 use crate::blocking;
 use commit::{commit_until_closed, Queue, Writer};
-use sqlite::{connect, db, item_from_row, lock, query_sql};
+use sqlite::{connect, db, get_on, lock, query_on};
 pub(crate) use sync::spawn_deferred_sync;
 use sync::Wal;
 pub use sync::DEFAULT_SYNC_WINDOW_MS;
@@ -205,32 +205,33 @@ impl StateStore for SqliteStateStore {
     async fn get(&self, key: &Key) -> Result<Option<Item>, StorageError> {
         let key = key.clone();
         let now_ms = self.clock.now_ms();
-        self.read(move |conn| {
-            conn.prepare_cached(
-                "SELECT pk, sk, value, version, expires_ms FROM items
-                 WHERE pk = ?1 AND sk = ?2 AND (expires_ms IS NULL OR expires_ms > ?3)",
-            )
-            .and_then(|mut s| s.query_row(params![key.pk, key.sk, now_ms], item_from_row).optional())
-            .map_err(db)
-        })
-        .await
+        self.read(move |conn| get_on(conn, &key, now_ms)).await
     }
 
     #[tracing::instrument(level = "debug", skip(self))]
     async fn query(&self, query: &Query) -> Result<Page, StorageError> {
-        let limit = query.limit.max(1);
-        let (sql, values) = query_sql(query, self.clock.now_ms());
+        let query = query.clone();
+        let now_ms = self.clock.now_ms();
+        self.read(move |conn| query_on(conn, &query, now_ms)).await
+    }
+
+    /// All in one read transaction: one WAL snapshot, so one read-mark lock and one check
+    /// of the page cache for the lot, where each call on its own pays them.
+    #[tracing::instrument(level = "debug", skip_all, fields(reads = reads.len()))]
+    async fn read_many(&self, reads: &[Read]) -> Result<Vec<Found>, StorageError> {
+        let reads = reads.to_vec();
+        let now_ms = self.clock.now_ms();
         self.read(move |conn| {
-            let mut stmt = conn.prepare_cached(&sql).map_err(db)?;
-            let rows = stmt.query_map(rusqlite::params_from_iter(values), item_from_row).map_err(db)?;
-            let mut items = rows.collect::<Result<Vec<_>, _>>().map_err(db)?;
-            let next = if items.len() > limit {
-                items.truncate(limit);
-                items.last().map(|i| i.key.sk.clone())
-            } else {
-                None
-            };
-            Ok(Page { items, next })
+            let tx = conn.unchecked_transaction().map_err(db)?;
+            let found = reads
+                .iter()
+                .map(|read| match read {
+                    Read::Get(key) => get_on(&tx, key, now_ms).map(Found::Item),
+                    Read::Query(query) => query_on(&tx, query, now_ms).map(Found::Page),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            tx.commit().map_err(db)?;
+            Ok(found)
         })
         .await
     }

@@ -5,8 +5,8 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use bytes::Bytes;
-use rusqlite::{Connection, ErrorCode, OpenFlags, Row};
-use sluice_core::ports::state::{Item, Key, Query};
+use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, Row};
+use sluice_core::ports::state::{Item, Key, Page, Query};
 use sluice_core::StorageError;
 
 use super::BUSY_TIMEOUT;
@@ -48,6 +48,32 @@ pub(super) fn item_from_row(row: &Row<'_>) -> rusqlite::Result<Item> {
         version: row.get::<_, i64>(3)? as u64,
         expires_at_ms: row.get(4)?,
     })
+}
+
+/// The item at `key` on `conn`, unless absent or expired at `now_ms`.
+pub(super) fn get_on(conn: &Connection, key: &Key, now_ms: i64) -> Result<Option<Item>, StorageError> {
+    conn.prepare_cached(
+        "SELECT pk, sk, value, version, expires_ms FROM items
+         WHERE pk = ?1 AND sk = ?2 AND (expires_ms IS NULL OR expires_ms > ?3)",
+    )
+    .and_then(|mut s| s.query_row(params![key.pk, key.sk, now_ms], item_from_row).optional())
+    .map_err(db)
+}
+
+/// One page of `query` on `conn`, as unexpired at `now_ms`.
+pub(super) fn query_on(conn: &Connection, query: &Query, now_ms: i64) -> Result<Page, StorageError> {
+    let limit = query.limit.max(1);
+    let (sql, values) = query_sql(query, now_ms);
+    let mut stmt = conn.prepare_cached(&sql).map_err(db)?;
+    let rows = stmt.query_map(rusqlite::params_from_iter(values), item_from_row).map_err(db)?;
+    let mut items = rows.collect::<Result<Vec<_>, _>>().map_err(db)?;
+    let next = if items.len() > limit {
+        items.truncate(limit);
+        items.last().map(|i| i.key.sk.clone())
+    } else {
+        None
+    };
+    Ok(Page { items, next })
 }
 
 /// The `WHERE` clause and its parameters for `query` at `now_ms`, and its order.

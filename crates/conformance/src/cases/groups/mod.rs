@@ -60,6 +60,7 @@ macro_rules! group_conformance_suite {
             given_members_joining_and_leaving_then_the_assignment_is_sticky,
             given_a_group_with_a_live_member_then_delete_refused_and_once_it_left_deleted_with_its_offsets,
             given_segments_of_very_different_sizes_then_polls_of_any_size_deliver_every_offset_once_in_order,
+            given_a_topic_re_created_since_a_process_last_read_it_then_its_polls_and_commits_see_the_new_one,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn given_members_joining_and_leaving_while_publishers_write_then_every_acked_event_delivered() {

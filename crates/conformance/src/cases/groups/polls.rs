@@ -151,3 +151,34 @@ pub async fn given_segments_of_very_different_sizes_then_polls_of_any_size_deliv
     }
     assert_eq!(delivered, (0..total).collect::<Vec<u64>>(), "every offset once, in order");
 }
+
+/// A poll and a commit read a topic's heads at the id the process last saw it under, in the
+/// batch that reads the topic: after the topic is re-created (a new id) they must read the new
+/// incarnation's heads, not the old one's (2 events there, 5 here).
+pub async fn given_a_topic_re_created_since_a_process_last_read_it_then_its_polls_and_commits_see_the_new_one(
+    backend: &dyn Backend,
+) {
+    let clock = Arc::new(ManualClock::new(START_MS));
+    let (log, groups) = groups_on(backend, &clock).await;
+    // Two processes on the same stores, both of which see only the first incarnation.
+    let earlier = Groups::new(log.clone());
+    let (topic, group) = (unique_topic("recreated"), unique_topic("g"));
+    let spec = TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None };
+    log.create_topic(&topic, spec).await.unwrap();
+    publish(&log, &topic, 0, (0..2).map(|i| (format!("old{i}"), START_MS))).await;
+    let old = poll(&earlier, &group, None, &topic).await;
+    assert_eq!(old.events.len(), 2);
+    earlier.commit(&group, &old.member_id, old.generation, &[commit_of(&topic, 0, 2)]).await.unwrap();
+    let left = poll(&groups, &group, Some(&old.member_id), &topic).await;
+    assert!(left.events.is_empty());
+
+    log.delete_topic(&topic).await.unwrap();
+    log.create_topic(&topic, spec).await.unwrap();
+    publish(&log, &topic, 0, (0..5).map(|i| (format!("new{i}"), START_MS))).await;
+    let new = earlier.poll(&request(&group, Some(&old.member_id), &topic, 1000)).await.unwrap();
+    let values: Vec<&[u8]> = new.events.iter().map(|e| e.event.record.value.as_ref()).collect();
+    assert_eq!(values, [&b"new0"[..], b"new1", b"new2", b"new3", b"new4"], "every event of the new incarnation");
+    // `groups` still last saw the old incarnation: its commit of the new one's end is accepted.
+    groups.commit(&group, &new.member_id, new.generation, &[commit_of(&topic, 0, 5)]).await.unwrap();
+    assert_eq!(committed(&groups, &group, 0).await, Some(5));
+}
