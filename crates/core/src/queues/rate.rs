@@ -120,16 +120,21 @@ fn grant(stored: Option<RateRecord>, rate: Rate, (least, want): (usize, usize), 
     Grant { granted: 0, record, write: throttled > 0, next_at }
 }
 
-/// The bucket `stored` at `now` with `n` tokens given back (at most full).
-fn give_back(stored: Option<RateRecord>, rate: Rate, n: usize, now: i64) -> Option<RateRecord> {
-    let record = stored?.at(rate, now);
-    Some(RateRecord { tokens: record.tokens.saturating_add(n as u64 * MILLI).min(rate.size()), ..record })
+/// The bucket `stored` at `now` with `n` tokens taken at `taken_at` given back (at most
+/// full): less what the bucket refilled since, which it would have refilled anyway had it
+/// been full then (given back whole, tokens a receive held while another took the refill
+/// would pass the burst). `None`: nothing to give back.
+fn give_back(stored: Option<RateRecord>, rate: Rate, n: usize, (taken_at, now): (i64, i64)) -> Option<RateRecord> {
+    let refilled = now.saturating_sub(taken_at).max(0) as u64 * u64::from(rate.per_second);
+    let back = (n as u64 * MILLI).saturating_sub(refilled);
+    let record = stored.filter(|_| back > 0)?.at(rate, now);
+    Some(RateRecord { tokens: record.tokens.saturating_add(back).min(rate.size()), ..record })
 }
 
 /// Whether a receive may visit the partitions, and for how many messages.
 pub(super) enum Gate {
-    /// Up to this many; `Some` tokens were taken for them (those not used go back).
-    Open(usize, Option<(Rate, usize)>),
+    /// Up to this many; `Some` tokens were taken for them, at that time (those not used go back).
+    Open(usize, Option<(Rate, usize, i64)>),
     /// The bucket is empty until this time.
     Shut(i64),
 }
@@ -174,7 +179,7 @@ impl Queues {
                 }
             }
             if grant.granted > 0 {
-                return Ok(Gate::Open(grant.granted, Some((rate, grant.granted))));
+                return Ok(Gate::Open(grant.granted, Some((rate, grant.granted, now))));
             }
             return Ok(Gate::Shut(grant.next_at));
         }
@@ -203,14 +208,14 @@ impl Queues {
 
     /// Gives back `n` tokens a receive took and did not use. A failure only holds them back
     /// (the rate is an upper bound): logged, not answered.
-    pub(super) async fn give_back_tokens(&self, sub: &Sub, rate: Rate, n: usize) {
+    pub(super) async fn give_back_tokens(&self, sub: &Sub, rate: Rate, n: usize, taken_at: i64) {
         let key = rate_key(sub.record.id);
         let mut attempt = 0;
         while n > 0 && attempt < MAX_ATTEMPTS {
             let given = async {
                 let Some(item) = self.store().get(&key).await? else { return Ok(Ok(())) };
                 let stored = layout::decode::<RateRecord>("rate", &item.value)?;
-                let Some(record) = give_back(Some(stored), rate, n, self.now()) else { return Ok(Ok(())) };
+                let Some(record) = give_back(Some(stored), rate, n, (taken_at, self.now())) else { return Ok(Ok(())) };
                 let op = WriteOp::replace(key.clone(), layout::encode(&record), Some(item.version));
                 Ok::<_, Error>(self.store().write(vec![op]).await)
             };
@@ -302,9 +307,20 @@ mod tests {
 
     #[test]
     fn tokens_given_back_fill_the_bucket_to_its_size_at_most() {
-        assert_eq!(give_back(bucket(1_000, 0), RATE, 2, 0).map(|r| r.tokens), Some(3_000));
-        assert_eq!(give_back(bucket(4_000, 0), RATE, 3, 0).map(|r| r.tokens), Some(5_000));
-        assert_eq!(give_back(None, RATE, 3, 0), None, "no bucket: it is full");
+        assert_eq!(give_back(bucket(1_000, 0), RATE, 2, (0, 0)).map(|r| r.tokens), Some(3_000));
+        assert_eq!(give_back(bucket(4_000, 0), RATE, 3, (0, 0)).map(|r| r.tokens), Some(5_000));
+        assert_eq!(give_back(None, RATE, 3, (0, 0)), None, "no bucket: it is full");
+    }
+
+    #[test]
+    fn tokens_given_back_late_come_back_less_what_the_bucket_refilled_meanwhile() {
+        // 4 taken at 0 from a full bucket; by 1,000 ms it refilled, and another receive took 4.
+        let refilled = RATE.per_second as i64;
+        let later = bucket(1_000, 1_000);
+        let back = |at: i64| give_back(later, RATE, 4, (at, 1_000)).map(|r| r.tokens);
+        assert_eq!(back(1_000), Some(5_000), "given back at once: whole");
+        assert_eq!(back(1_000 - 1_000 / refilled), Some(4_000), "one token refilled since");
+        assert_eq!(back(0), None, "all of it refilled since: nothing comes back");
     }
 
     #[test]

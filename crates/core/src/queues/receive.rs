@@ -119,9 +119,9 @@ impl Queues {
                 false => LookHeads::every(self.heads_of(&sub.topic, std::mem::take(&mut recent)).await?),
             };
             let visited = self.visit(sub, &mut heads, (want, visibility), receipt_key, riding.as_deref_mut()).await;
-            if let Some((rate, taken)) = tokens {
+            if let Some((rate, taken, at)) = tokens {
                 let used = visited.as_ref().map_or(0, |v| v.messages.len());
-                self.give_back_tokens(sub, rate, taken.saturating_sub(used)).await;
+                self.give_back_tokens(sub, rate, taken.saturating_sub(used), at).await;
             }
             let Visit { messages, held, wake_at, idle, blocked } = visited?;
             self.settle_unridden(sub, riding.as_deref_mut(), receipt_key).await?;

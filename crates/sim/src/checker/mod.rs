@@ -38,21 +38,7 @@ impl World {
             if seg.next <= head.start {
                 continue;
             }
-            match expect {
-                None if base > head.start => {
-                    problems.push(format!("first segment at {base} above start {}", head.start))
-                }
-                // A stale committer's entry written out again over offsets a merge holds
-                // (docs/DESIGN.md, "One partition, one write"): the same events, tolerated.
-                // Never partly: merged with a neighbour, its bytes would be counted twice.
-                Some(e) if base < e && seg.next > e => {
-                    problems.push(format!("segment {base}..{} overlaps the one before it, ending at {e}", seg.next))
-                }
-                Some(e) if base < e => self.stat("overlapping_index_items"),
-                Some(e) if e != base => problems.push(format!("segment at {base} where {e} was expected")),
-                _ => {}
-            }
-            let overlap = expect.is_some_and(|e| base < e);
+            let overlap = self.tiles(expect, (base, seg.next), head.start, &mut problems);
             expect = expect.max(Some(seg.next));
             if base == head.start {
                 self.first_segments.insert((topic_id, partition), (seg.next, seg.counted_bytes(), seg.max_ts));
@@ -108,6 +94,24 @@ impl World {
             self.violate("index-tiles", format!("topic {topic_id:x}/{partition}: {}", problems.join("; ")));
         }
         (head, out)
+    }
+
+    /// Whether the segment `base..next` overlaps the one before it (ending at `expect`), with
+    /// what that says of how the index tiles the partition added to `problems`.
+    fn tiles(&mut self, expect: Option<u64>, (base, next): (u64, u64), start: u64, problems: &mut Vec<String>) -> bool {
+        match expect {
+            None if base > start => problems.push(format!("first segment at {base} above start {start}")),
+            // A stale committer's entry written out again over offsets a merge holds
+            // (docs/DESIGN.md, "One partition, one write"): the same events, tolerated.
+            // Never partly: merged with a neighbour, its bytes would be counted twice.
+            Some(e) if base < e && next > e => {
+                problems.push(format!("segment {base}..{next} overlaps the one before it, ending at {e}"))
+            }
+            Some(e) if base < e => self.stat("overlapping_index_items"),
+            Some(e) if e != base => problems.push(format!("segment at {base} where {e} was expected")),
+            _ => {}
+        }
+        expect.is_some_and(|e| base < e)
     }
 
     /// The partition's index entries by base: its index items, then the newest entry if the
