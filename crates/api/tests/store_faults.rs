@@ -66,6 +66,15 @@ impl StateLayer for Faulty {
     }
 }
 
+/// A router on an in-memory store behind [`Faulty`], its clock stepping (waits take no time).
+fn faulty_app() -> (Arc<sluice_core::SteppingClock>, Arc<Layered<Faulty>>, Router) {
+    let clock = Arc::new(sluice_core::SteppingClock::new(1_767_225_600_000));
+    let store = Arc::new(Layered::new(Arc::new(MemStore::new(clock.clone())), Faulty::default()));
+    let objects = Arc::new(MemObjects::new(clock.clone()));
+    let log = sluice_core::Log::new(store.clone(), objects, clock.clone(), sluice_core::LogConfig::default());
+    (clock, store, sluice_api::router(log))
+}
+
 async fn call(app: &Router, method: Method, path: &str, body: &str) -> (StatusCode, Option<String>, Value) {
     let request = Request::builder().method(method).uri(path).header("content-type", "application/json");
     send(app, request.body(Body::from(body.to_owned())).unwrap()).await
@@ -82,11 +91,7 @@ async fn send(app: &Router, request: Request<Body>) -> (StatusCode, Option<Strin
 #[tokio::test]
 async fn given_a_store_unavailable_or_throttled_then_503_or_429_with_retry_after_and_nothing_changes() {
     // Waiting takes no time: the core's retries of a busy store back off without sleeping.
-    let clock: Arc<dyn sluice_core::Clock> = Arc::new(sluice_core::SteppingClock::new(1_767_225_600_000));
-    let store = Arc::new(Layered::new(Arc::new(MemStore::new(clock.clone())), Faulty::default()));
-    let objects = Arc::new(MemObjects::new(clock.clone()));
-    let log = sluice_core::Log::new(store.clone(), objects, clock, sluice_core::LogConfig::default());
-    let app = sluice_api::router(log);
+    let (_, store, app) = faulty_app();
     assert_eq!(call(&app, Method::PUT, "/v1/topics/t", r#"{"partitions": 2}"#).await.0, StatusCode::CREATED);
     let publish = r#"{"events": [{"value": 1}]}"#;
     assert_eq!(call(&app, Method::POST, "/v1/topics/t/events", publish).await.0, StatusCode::OK);
@@ -125,11 +130,7 @@ async fn given_a_store_unavailable_or_throttled_then_503_or_429_with_retry_after
 /// `Retry-After` before the deadline, not a function stopped mid-retry (a platform error).
 #[tokio::test]
 async fn given_a_deadline_when_the_commit_keeps_being_refused_then_503_with_retry_after_before_it() {
-    let clock = Arc::new(sluice_core::SteppingClock::new(1_767_225_600_000));
-    let store = Arc::new(Layered::new(Arc::new(MemStore::new(clock.clone())), Faulty::default()));
-    let objects = Arc::new(MemObjects::new(clock.clone()));
-    let log = sluice_core::Log::new(store.clone(), objects, clock.clone(), sluice_core::LogConfig::default());
-    let app = sluice_api::router(log);
+    let (clock, store, app) = faulty_app();
     assert_eq!(call(&app, Method::PUT, "/v1/topics/t", r#"{"partitions": 2}"#).await.0, StatusCode::CREATED);
     store.0.store(WRITES_THROTTLED, Ordering::SeqCst);
 
@@ -153,11 +154,7 @@ async fn given_a_deadline_when_the_commit_keeps_being_refused_then_503_with_retr
 
 #[tokio::test]
 async fn given_a_store_unavailable_then_readyz_answers_503_and_healthz_still_200() {
-    let clock: Arc<dyn sluice_core::Clock> = Arc::new(sluice_core::SteppingClock::new(1_767_225_600_000));
-    let store = Arc::new(Layered::new(Arc::new(MemStore::new(clock.clone())), Faulty::default()));
-    let objects = Arc::new(MemObjects::new(clock.clone()));
-    let app =
-        sluice_api::router(sluice_core::Log::new(store.clone(), objects, clock, sluice_core::LogConfig::default()));
+    let (_, store, app) = faulty_app();
     let (ready, _, answer) = call(&app, Method::GET, "/readyz", "").await;
     assert_eq!((ready, answer["status"].as_str()), (StatusCode::OK, Some("ready")));
     store.0.store(UNAVAILABLE, Ordering::SeqCst);
@@ -173,11 +170,7 @@ async fn given_a_store_unavailable_then_readyz_answers_503_and_healthz_still_200
 /// route refuses without a deadline is refused with one.
 #[tokio::test]
 async fn given_a_deadline_when_a_long_poll_asks_to_wait_past_it_then_it_answers_by_the_deadline() {
-    let clock = Arc::new(sluice_core::SteppingClock::new(1_767_225_600_000));
-    let store = Arc::new(Layered::new(Arc::new(MemStore::new(clock.clone())), Faulty::default()));
-    let objects = Arc::new(MemObjects::new(clock.clone()));
-    let app =
-        sluice_api::router(sluice_core::Log::new(store, objects, clock.clone(), sluice_core::LogConfig::default()));
+    let (clock, _, app) = faulty_app();
     assert_eq!(call(&app, Method::PUT, "/v1/topics/t", r#"{"partitions": 1}"#).await.0, StatusCode::CREATED);
     let sub = r#"{"start": "earliest"}"#;
     assert_eq!(call(&app, Method::PUT, "/v1/topics/t/subscriptions/s", sub).await.0, StatusCode::CREATED);
@@ -206,11 +199,7 @@ async fn given_a_deadline_when_a_long_poll_asks_to_wait_past_it_then_it_answers_
 /// names the topic and the request's trace (the span is made only for a refusal).
 #[tokio::test]
 async fn given_a_store_unavailable_when_a_publish_fails_then_its_fault_is_logged_with_the_topic_and_trace() {
-    let clock: Arc<dyn sluice_core::Clock> = Arc::new(sluice_core::SteppingClock::new(1_767_225_600_000));
-    let store = Arc::new(Layered::new(Arc::new(MemStore::new(clock.clone())), Faulty::default()));
-    let objects = Arc::new(MemObjects::new(clock.clone()));
-    let log = sluice_core::Log::new(store.clone(), objects, clock, sluice_core::LogConfig::default());
-    let app = sluice_api::router(log);
+    let (_, store, app) = faulty_app();
     assert_eq!(call(&app, Method::PUT, "/v1/topics/t", r#"{"partitions": 2}"#).await.0, StatusCode::CREATED);
     let logs = Arc::new(logs::Captured::default());
     let _logging = tracing::subscriber::set_default(logs::Capture(logs.clone()));
