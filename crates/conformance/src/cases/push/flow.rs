@@ -212,27 +212,32 @@ pub async fn given_a_running_dispatcher_and_a_429_with_retry_after_then_nothing_
     backend: &dyn Backend,
 ) {
     let (clock, log, queues) = manual(backend).await;
-    let topic = new_topic(&log, "push-run-429", 2).await;
+    let (topic, beat) = (new_topic(&log, "push-run-429", 2).await, new_topic(&log, "push-beat", 1).await);
     let push = PushSpec { max_batch: 1, max_in_flight: 4, ..PushSpec::lambda("consumer") };
-    let sub = subscribe(&queues, &topic, push_spec(push, 3, 100)).await;
+    let sub = subscribe(&queues, &topic, push_spec(push.clone(), 3, 100)).await;
+    subscribe(&queues, &beat, push_spec(push, 3, 100)).await;
     let until_ms = clock.now_ms() + 30_000;
-    let c = clock.clone();
-    let receiver =
-        Receiver::new(move |_, _| if c.now_ms() < until_ms { status(429, Some(30_000)) } else { ok(json!({})) });
+    let (c, throttled_id) = (clock.clone(), format!("{topic}/"));
+    let receiver = Receiver::new(move |body, _| {
+        let throttled = items(body).iter().any(|m| m.0.starts_with(&throttled_id));
+        if throttled && c.now_ms() < until_ms {
+            status(429, Some(30_000))
+        } else {
+            ok(json!({}))
+        }
+    });
     let dispatcher = Dispatcher::new(queues.clone(), receiver.clone());
     let (stop, stopping) = tokio::sync::watch::channel(false);
-    let topics = Topics::Named(vec![topic.clone()]);
+    let topics = Topics::Named(vec![topic.clone(), beat.clone()]);
     let running = tokio::spawn(async move { dispatcher.run_on(&topics, stopping).await });
     let at = publish(&log, &topic, (0..8).map(|i| json_event(json!(i), None)).collect()).await;
     assert!(super::pause::until(&clock, 0, || !receiver.attempts().is_empty()).await, "nothing pushed");
-    // Idle waits end and scans come round many times over: nothing is received until
-    // Retry-After, so only the batches already out when the first 429 came are attempted
-    // (at most max_in_flight; on a slow store they may arrive after it).
-    for _ in 0..29 {
-        clock.advance(1_000);
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    let throttled = receiver.attempts().len();
+    // Idle waits end and scans come round many times over (each beat delivered proves one):
+    // nothing is received until Retry-After, so only the batches already out when the first
+    // 429 came are attempted (at most max_in_flight; on a slow store they may arrive after it).
+    super::pause::beats(&clock, &log, &beat, &receiver, 25, 1_000).await;
+    assert!(clock.now_ms() < until_ms, "the beats stayed inside the Retry-After");
+    let throttled = super::pause::attempts_of(&receiver, &topic).len();
     assert!(throttled <= 4, "{throttled} attempts before Retry-After: more than were out at the first 429");
     assert_eq!(queues.describe(&topic, &sub).await.unwrap().backlog.dead, 0);
 
