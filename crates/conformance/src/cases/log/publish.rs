@@ -164,7 +164,9 @@ pub async fn eight_concurrent_publishers_to_one_partition_get_dense_offsets(back
                 };
                 let values: Vec<String> =
                     batch.iter().map(|e| String::from_utf8_lossy(&e.value).into_owned()).collect();
-                let positions = tokio::time::timeout(Duration::from_secs(60), log.publish(&topic, batch, None))
+                // A guard against a hang, not a latency bound: on a serialized emulator and a
+                // loaded machine one publish losing race after race once took over 60 s.
+                let positions = tokio::time::timeout(Duration::from_secs(300), log.publish(&topic, batch, None))
                     .await
                     .expect("publish finished")
                     .expect("publish acknowledged");
