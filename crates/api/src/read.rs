@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use base64::Engine;
 use serde_json::{json, Value};
+use sluice_core::log::buffers::BufferPool;
 use sluice_core::schedule::DELIVER_AT_HEADER;
 use sluice_core::segment::Record;
 use sluice_core::{Log, OffsetQuery, ReadBatch, ReadRequest};
@@ -18,6 +19,10 @@ use crate::openapi::params::{OffsetsQuery, PartitionPath, ReadQuery};
 use crate::openapi::{errors, examples as ex};
 use crate::path::Path;
 use crate::ApiError;
+
+/// Replay answers' buffers kept for the next answers (see [`BufferPool`]): a few pages of
+/// 1,000 events of 1 KiB, about 1.5 MB each.
+static ANSWERS: BufferPool = BufferPool::new(64 << 10, 8 << 20);
 
 const DEFAULT_LIMIT: usize = 100;
 const DEFAULT_MAX_BYTES: usize = 1 << 20;
@@ -100,10 +105,10 @@ pub async fn events(
 }
 
 /// Renders a page by hand: JSON values are copied as stored (they were validated on publish)
-/// instead of being parsed and re-serialized.
-fn render(batch: &ReadBatch) -> Vec<u8> {
+/// instead of being parsed and re-serialized; into a kept buffer, whose pages are mapped.
+fn render(batch: &ReadBatch) -> bytes::Bytes {
     let size: usize = batch.events.iter().map(|e| e.record.approx_size() * 4 / 3 + 96).sum();
-    let mut out = Vec::with_capacity(size + 128);
+    let mut out = ANSWERS.take(size + 128);
     out.extend_from_slice(b"{\"events\":[");
     for (i, e) in batch.events.iter().enumerate() {
         if i > 0 {
@@ -122,7 +127,7 @@ fn render(batch: &ReadBatch) -> Vec<u8> {
         )
         .as_bytes(),
     );
-    out
+    ANSWERS.freeze(out)
 }
 
 pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {

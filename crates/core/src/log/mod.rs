@@ -2,6 +2,7 @@
 //! bytes and a [`StateStore`] for everything else (see [`crate::layout`]).
 
 mod admit;
+pub mod buffers;
 mod cache;
 pub(crate) mod commit;
 pub(crate) mod index;

@@ -3,6 +3,12 @@
 //! event landed once the segments' bases are known. Pure: the committer (`mod.rs`) does the I/O.
 
 use super::*;
+use crate::log::buffers::BufferPool;
+
+/// Blobs kept for the next groups' (see [`crate::log::buffers`]): a group of a burst of
+/// batched publishes is a few MB (a larger one is left to the allocator, and so is one
+/// under 256 KiB, which may go inline: `DEFAULT_INLINE_SEGMENT_BYTES`).
+static BLOBS: BufferPool = BufferPool::new(256 << 10, 16 << 20);
 
 /// The segments of a group, encoded into one blob.
 pub(super) struct Layout {
@@ -186,7 +192,7 @@ pub(super) fn layout(group: &[Pending], part_bytes: usize) -> Layout {
         }
     }
     let total: usize = group.iter().map(Pending::size).sum();
-    let mut blob = Vec::with_capacity(total + 64 * by_partition.len());
+    let mut blob = BLOBS.take(total + 64 * by_partition.len());
     let mut placement: Vec<Vec<(usize, u32)>> = group.iter().map(|p| vec![(0, 0); p.events.len()]).collect();
     let mut segments = Vec::with_capacity(by_partition.len());
     for (seg, ((topic, topic_id, partition), members)) in by_partition.into_iter().enumerate() {
@@ -207,5 +213,5 @@ pub(super) fn layout(group: &[Pending], part_bytes: usize) -> Layout {
             parts: parts.starts,
         });
     }
-    Layout { blob: Bytes::from(blob), segments, placement }
+    Layout { blob: BLOBS.freeze(blob), segments, placement }
 }
