@@ -14,8 +14,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::*;
-use crate::keys::{heads_pk, partition_of, topic_key};
-use crate::ports::state::{Item, Page, Read};
+use crate::keys::{heads_pk, topic_key};
+use crate::ports::state::{Item, Read};
 
 /// Topics whose ids one process remembers: beyond it the guesses start again (a few heads
 /// read a second time), so the memory stays bounded.
@@ -86,7 +86,7 @@ impl Groups {
             let page = found.next().ok_or_else(short)?.into_page()?;
             let Some(topic) = batch.topics.get(names[i]) else { continue };
             if topic.id == id {
-                if let Some(heads) = heads_of_page(topic, page)? {
+                if let Some(heads) = topics::heads_of_page(topic, &page)? {
                     batch.heads.insert(id, heads);
                 }
             }
@@ -108,20 +108,4 @@ fn live(name: &str, item: Option<Item>) -> Result<Option<TopicConfig>, StorageEr
     let Some(item) = item else { return Ok(None) };
     let record = layout::decode_topic(&item.value)?;
     Ok(record.deleted_ms.is_none().then(|| record.config(name, item.version)))
-}
-
-/// Every partition's head of `topic` from one page of its heads, as [`topics::heads`] reads
-/// them; `None` if the topic has more heads than one page holds (they are read on their own).
-fn heads_of_page(topic: &TopicConfig, page: Page) -> Result<Option<Vec<(HeadRecord, u64)>>, StorageError> {
-    if page.next.is_some() {
-        return Ok(None);
-    }
-    let mut heads = vec![(HeadRecord::default(), 0); topic.spec.partitions as usize];
-    for item in &page.items {
-        let p = partition_of(&item.key.sk)? as usize;
-        if let Some(slot) = heads.get_mut(p) {
-            *slot = (layout::decode::<HeadRecord>("head", &item.value)?, item.version);
-        }
-    }
-    Ok(Some(heads))
 }
