@@ -34,7 +34,6 @@ const DEFAULT_MAX_BYTES: usize = 1 << 20;
     request_body(content = Poll, example = ex::poll),
     responses((status = 200, description = "The member and its events", body = Polled, example = ex::polled),
         errors::Poll))]
-#[tracing::instrument(name = "poll", skip_all, fields(%group, trace_id = crate::trace::trace_id(&headers)))]
 pub async fn poll(
     State(groups): State<Groups>,
     Path(group): Path<String>,
@@ -85,9 +84,18 @@ pub async fn poll(
         positions,
         instance_id: req.instance_id,
     };
-    let answer = groups.poll(&request).await?;
+    let answer = groups.poll(&request).await.map_err(|e| refused(e, &request.group, &headers))?;
     crate::metrics::read("group", answer.events.iter().map(|e| (e.topic.as_str(), &e.event)));
     Ok(([(header::CONTENT_TYPE, "application/json")], render(&answer)).into_response())
+}
+
+/// The core's refusal of a poll as an answer, its fault logged (see [`ApiError`]'s `From`) in
+/// a `poll` span naming the group and the request's trace. Made only here, for a refusal, as
+/// publish's is: a span on every poll (its fields formatted into a string when made, then
+/// entered, left and freed) is paid by every member's every cycle for the logs of the few
+/// that fail. The checks before the core log nothing above `debug`.
+fn refused(e: sluice_core::Error, group: &str, headers: &axum::http::HeaderMap) -> ApiError {
+    tracing::info_span!("poll", %group, trace_id = crate::trace::trace_id(headers)).in_scope(|| ApiError::from(e))
 }
 
 fn assignment_json(parts: &[TopicPartition]) -> Value {

@@ -208,12 +208,27 @@ async fn given_a_store_unavailable_when_a_publish_fails_then_its_fault_is_logged
     let request = Request::builder().method(Method::POST).uri("/v1/topics/t/events").header("traceparent", trace);
     let body = Body::from(r#"{"events": [{"value": 1}]}"#);
     assert_eq!(send(&app, request.body(body).unwrap()).await.0, StatusCode::SERVICE_UNAVAILABLE);
-    let events = logs.events.lock().unwrap();
-    let fault = events.iter().find(|(message, _)| message == "storage unavailable");
-    let (_, spans) = fault.unwrap_or_else(|| panic!("no fault logged: {events:?}"));
-    let publish = spans.iter().find(|(name, _)| name == "publish").unwrap_or_else(|| panic!("no span: {spans:?}"));
-    let field = |name: &str| publish.1.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+    let fields = logs.fault_span("storage unavailable", "publish");
+    let field = |name: &str| fields.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
     assert_eq!((field("topic"), field("trace_id")), (Some("t"), Some("\"4bf92f3577b34da6a3ce929d0e0e4736\"")));
+}
+
+/// The same for a poll: its fault inside a `poll` span naming the group and the trace (the
+/// span is made only for a refusal, as publish's).
+#[tokio::test]
+async fn given_a_store_unavailable_when_a_poll_fails_then_its_fault_is_logged_with_the_group_and_trace() {
+    let (_, store, app) = faulty_app();
+    assert_eq!(call(&app, Method::PUT, "/v1/topics/t", r#"{"partitions": 2}"#).await.0, StatusCode::CREATED);
+    let logs = Arc::new(logs::Captured::default());
+    let _logging = tracing::subscriber::set_default(logs::Capture(logs.clone()));
+    store.0.store(UNAVAILABLE, Ordering::SeqCst);
+    let trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let request = Request::builder().method(Method::POST).uri("/v1/groups/g/poll").header("traceparent", trace);
+    let body = Body::from(r#"{"topics": ["t"], "wait_ms": 0}"#);
+    assert_eq!(send(&app, request.body(body).unwrap()).await.0, StatusCode::SERVICE_UNAVAILABLE);
+    let fields = logs.fault_span("storage unavailable", "poll");
+    let field = |name: &str| fields.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+    assert_eq!((field("group"), field("trace_id")), (Some("g"), Some("\"4bf92f3577b34da6a3ce929d0e0e4736\"")));
 }
 
 /// A subscriber that keeps each event's message with the spans it was logged in (name and
@@ -242,6 +257,17 @@ mod logs {
     impl Visit for Fields {
         fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
             self.0.push((field.name().to_owned(), format!("{value:?}")));
+        }
+    }
+
+    impl Captured {
+        /// The fields of the span named `span` that the event `message` was logged in.
+        pub fn fault_span(&self, message: &str, span: &str) -> Vec<(String, String)> {
+            let events = self.events.lock().unwrap();
+            let fault = events.iter().find(|(m, _)| m == message);
+            let (_, spans) = fault.unwrap_or_else(|| panic!("no fault logged: {events:?}"));
+            let found = spans.iter().find(|(name, _)| name == span).unwrap_or_else(|| panic!("no span: {spans:?}"));
+            found.1.clone()
         }
     }
 

@@ -46,6 +46,10 @@ pub trait StateLayer: Send + Sync + 'static {
         Ok(found)
     }
 
+    fn cheap_batched_reads(&self, inner: &dyn StateStore) -> bool {
+        inner.cheap_batched_reads()
+    }
+
     async fn write(&self, inner: &dyn StateStore, ops: Vec<WriteOp>) -> Result<(), StorageError> {
         inner.write(ops).await
     }
@@ -139,6 +143,10 @@ impl<L: StateLayer> StateStore for Layered<L> {
 
     async fn read_many(&self, reads: &[Read]) -> Result<Vec<Found>, StorageError> {
         self.layer.read_many(&*self.inner, reads).await
+    }
+
+    fn cheap_batched_reads(&self) -> bool {
+        self.layer.cheap_batched_reads(&*self.inner)
     }
 
     async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {

@@ -227,6 +227,31 @@ async fn group_polls((state, objects, log): &Counted, topic: &str) {
     per_request("group poll: idle member, nothing new", &idle, 1);
     assert_eq!(idle.get("dynamodb:UpdateItem"), None, "an idle poll early in its session writes nothing: {idle:?}");
     assert!(!idle.contains_key("s3:GetObject"));
+    spare_member(&groups, (state, objects), poll(None, 10)).await;
+}
+
+/// More members than partitions: the member assigned nothing reads the topic and the group,
+/// not the topic's heads (it fetches nothing).
+async fn spare_member(groups: &Groups, (state, objects): (&Billed, &S3ObjectStore), template: PollRequest) {
+    let topic = unique_topic("crowded");
+    let spec = TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None };
+    groups.log().create_topic(&topic, spec).await.unwrap();
+    let group = unique_topic("crowded");
+    let join = |member: Option<String>| PollRequest {
+        group: group.clone(),
+        member_id: member,
+        topics: vec![topic.clone()],
+        ..template.clone()
+    };
+    let a = groups.poll(&join(None)).await.unwrap().member_id;
+    let b = groups.poll(&join(None)).await.unwrap().member_id;
+    let (a, b) = (groups.poll(&join(Some(a))).await.unwrap(), groups.poll(&join(Some(b))).await.unwrap());
+    let spare = if a.assignment.is_empty() { a } else { b };
+    assert!(spare.assignment.is_empty());
+    let (_, idle) = counted!(state, objects, groups.poll(&join(Some(spare.member_id.clone()))).await.unwrap());
+    per_request("group poll: member assigned no partition", &idle, 1);
+    let expected = Counts::from([("dynamodb:GetItem", 1), ("dynamodb:Query", 1)]);
+    assert_eq!(requests(&idle), expected, "the topic and the group, no heads: {idle:?}");
 }
 
 /// Deleting a group whose offsets fit in one transaction, and one whose offsets do not (150

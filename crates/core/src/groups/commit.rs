@@ -30,8 +30,8 @@ impl Groups {
         names.dedup();
         for _ in 0..MAX_ATTEMPTS {
             // The group, the topics, the committed offsets and the heads: one batch.
-            let read::Batch { topics: topics_read, state, offsets: current, heads } =
-                self.read_batch(group, &names, true).await?;
+            let read::Batch { topics: topics_read, state, offsets: current, heads, .. } =
+                self.read_batch(group, &names, true, read::Heads::All, (&[], 0)).await?;
             if state.unborn() {
                 return Err(Error::GroupNotFound(group.to_owned()));
             }

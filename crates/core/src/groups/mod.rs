@@ -374,6 +374,8 @@ pub struct Groups {
     config: GroupsConfig,
     /// Where this process last saw each topic's heads (see `read`).
     ids: read::TopicIds,
+    /// Where each member this process answered fetches next (see `read`).
+    fetches: read::NextFetches,
 }
 
 impl Groups {
@@ -383,7 +385,7 @@ impl Groups {
     }
 
     pub fn with_config(log: Log, config: GroupsConfig) -> Self {
-        Self { log, config, ids: read::TopicIds::default() }
+        Self { log, config, ids: read::TopicIds::default(), fetches: read::NextFetches::default() }
     }
 
     /// The log these groups read.

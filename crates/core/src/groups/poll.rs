@@ -5,7 +5,7 @@ use super::commit::commit_ops;
 use super::plan;
 use super::read;
 use super::*;
-use crate::log::read::Lookup;
+use crate::log::index::decode_segments;
 use crate::Code;
 
 /// The most offsets a poll's auto-commit carries in its heartbeat's write: what one write
@@ -29,8 +29,8 @@ impl Groups {
         let bounds = plan::bounds(req, self.log.limits())?;
         let names: Vec<&str> = bounds.subscribed.iter().map(String::as_str).collect();
         for _ in 0..MAX_ATTEMPTS {
-            // The topics, the group and the topics' heads (a superset of the member's): one batch.
-            let read::Batch { topics, state, heads, .. } = self.read_batch(&req.group, &names, false).await?;
+            // The topics, the group and, if cheap, the heads and the index: one batch.
+            let read::Batch { topics, state, mut heads, index, .. } = self.poll_batch(req, &names).await?;
             if let Some(name) = names.iter().find(|name| !topics.contains_key(**name)) {
                 return Err(Error::TopicNotFound((*name).to_owned()));
             }
@@ -39,6 +39,7 @@ impl Groups {
             let generation = plan::generation(&req.group, &state, &member_id, &bounds.subscribed, &all_topics)?;
             // Where to fetch each partition from; nothing is written before this can fail.
             let previous = state.members.get(&member_id).map(|(m, _, _)| m.clone()).unwrap_or_default();
+            self.heads_of_mine(&mut heads, &generation.mine, &all_topics).await?;
             let resume = plan::Resume {
                 req,
                 generation: &generation,
@@ -78,17 +79,10 @@ impl Groups {
                     None => continue,
                 }
             }
-            let Some(events) = self.fetch_riding(&seat, &positions, heads, &bounds, &mut rider).await? else {
+            let Some(events) = self.fetch_riding(&seat, &positions, (heads, index), &bounds, &mut rider).await? else {
                 continue;
             };
-            // Per partition, the offset after its last event (one key formatted per partition).
-            let mut sent: BTreeMap<(&str, u32), u64> = BTreeMap::new();
-            for e in &events {
-                sent.insert((&e.topic, e.event.partition), e.event.offset + 1);
-            }
-            for ((topic, partition), next) in sent {
-                member.positions.insert(tp_key(topic, partition), next);
-            }
+            self.fetches.left(&req.group, &member_id, advance(&mut member, &positions, &events));
             // An idle poll whose member item already says all this, with more than half its
             // session left, needs no write at all: the common case of a long-polling idle member.
             let unchanged = !generation.rebalance
@@ -104,6 +98,19 @@ impl Groups {
             return Ok(PollAnswer { member_id, generation: generation.record.generation, assignment, events });
         }
         Err(too_busy(&req.group))
+    }
+
+    /// Adds the heads of the member's topics (`mine`) that the batch did not read.
+    async fn heads_of_mine(
+        &self,
+        heads: &mut read::HeadsById,
+        mine: &[TopicPartition],
+        all_topics: &BTreeMap<String, TopicConfig>,
+    ) -> Result<(), StorageError> {
+        let unread = mine.iter().filter_map(|tp| all_topics.get(&tp.topic)).filter(|t| !heads.contains_key(&t.id));
+        let unread: Vec<&TopicConfig> = unread.collect();
+        heads.extend(self.heads(unread.into_iter()).await?);
+        Ok(())
     }
 
     /// Every topic the group reads: the member's own (`topics`), and the other members'
@@ -224,13 +231,14 @@ impl Groups {
         &self,
         seat: &Seat<'_>,
         positions: &[(TopicConfig, u32, u64)],
-        heads: BTreeMap<u64, Vec<(HeadRecord, u64)>>,
+        (heads, mut index): (read::HeadsById, read::IndexPages),
         bounds: &plan::PollBounds,
         rider: &mut Vec<WriteOp>,
     ) -> Result<Option<Vec<GroupEvent>>, Error> {
         let (max_events, max_bytes, wait_ms) = (bounds.max_events, bounds.max_bytes, bounds.wait_ms);
         if !rider.is_empty() && wait_ms > 0 {
-            let events = self.fetch(positions, heads.clone(), max_events, max_bytes, 0).await?;
+            let index = std::mem::take(&mut index);
+            let events = self.fetch(positions, (heads.clone(), index), max_events, max_bytes, 0).await?;
             if !events.is_empty() {
                 return Ok(Some(events));
             }
@@ -243,7 +251,7 @@ impl Groups {
                 Err(e) => return Err(e.into()),
             }
         }
-        self.fetch(positions, heads, max_events, max_bytes, wait_ms).await.map(Some)
+        self.fetch(positions, (heads, index), max_events, max_bytes, wait_ms).await.map(Some)
     }
 
     /// The heartbeat: one small item, whatever happened to the group meanwhile (positions
@@ -315,11 +323,12 @@ impl Groups {
 
     /// Reads up to `max_events` from the positions, waiting up to `wait_ms` for the first
     /// event. The budget goes round the partitions from a random one, so a deep backlog on
-    /// one partition cannot starve the others.
+    /// one partition cannot starve the others. `index`: the batch's index items from where
+    /// fetches start (see `read`), for the first look only.
     async fn fetch(
         &self,
         positions: &[(TopicConfig, u32, u64)],
-        mut heads: BTreeMap<u64, Vec<(HeadRecord, u64)>>,
+        (mut heads, mut index): (read::HeadsById, read::IndexPages),
         max_events: usize,
         max_bytes: usize,
         wait_ms: u64,
@@ -349,11 +358,9 @@ impl Groups {
                 // Retention may move the log start past the position since the heads were read (the
                 // events in between are gone): the partition sits this poll out, and the next one
                 // applies the reset policy to it.
-                let batch = match self
-                    .log
-                    .read_at(topic, *partition, *offset, (events_left, bytes_left), head, Lookup::Onward)
-                    .await
-                {
+                let first = index.remove(&(topic.id, *partition, *offset)).map(decode_segments).transpose()?;
+                let bounds = (events_left, bytes_left);
+                let batch = match self.log.read_onward(topic, *partition, *offset, bounds, head, first).await {
                     Ok(batch) if batch.events.first().is_none_or(|e| e.offset == *offset) => batch,
                     Ok(_) | Err(Error::OffsetOutOfRange { .. }) => continue,
                     Err(e) => return Err(e),
@@ -374,11 +381,30 @@ impl Groups {
             if !events.is_empty() || wait_ms == 0 || round == 1 {
                 break;
             }
+            index.clear();
             self.log.wait_for_any(positions, wait_ms).await?;
             heads = self.heads(positions.iter().map(|(t, _, _)| t)).await?;
         }
         Ok(events)
     }
+}
+
+/// Moves the member's positions past the events answered (one key formatted per partition
+/// that had any) and answers where those partitions fetch next: where the next poll's
+/// events most likely are (a partition with nothing now costs its guess for nothing).
+fn advance(member: &mut MemberRecord, positions: &[(TopicConfig, u32, u64)], events: &[GroupEvent]) -> Vec<read::At> {
+    let mut sent: BTreeMap<(&str, u32), u64> = BTreeMap::new();
+    for e in events {
+        sent.insert((&e.topic, e.event.partition), e.event.offset + 1);
+    }
+    let mut next = Vec::with_capacity(sent.len());
+    for (topic, partition, _) in positions {
+        if let Some(&after) = sent.get(&(topic.name.as_str(), *partition)) {
+            member.positions.insert(tp_key(&topic.name, *partition), after);
+            next.push((topic.id, *partition, after));
+        }
+    }
+    next
 }
 
 /// What an auto-commit commits, as a commit request names it.

@@ -57,9 +57,38 @@ impl Log {
         topic: &TopicConfig,
         partition: u32,
         offset: u64,
+        bounds: (usize, usize),
+        head: HeadRecord,
+        lookup: Lookup,
+    ) -> Result<ReadBatch, Error> {
+        self.read_from(topic, partition, offset, bounds, head, (lookup, None)).await
+    }
+
+    /// [`Self::read_at`] with [`Lookup::Onward`], its first index query answered by `first`
+    /// if given (the index items from `offset` on, as a query read them at any moment since
+    /// the caller began: a group poll's batch) and one of them starts at `offset`.
+    pub(crate) async fn read_onward(
+        &self,
+        topic: &TopicConfig,
+        partition: u32,
+        offset: u64,
+        bounds: (usize, usize),
+        head: HeadRecord,
+        first: Option<Vec<Segment>>,
+    ) -> Result<ReadBatch, Error> {
+        let first = first.filter(|page| page.first().is_some_and(|s| s.base == offset));
+        self.read_from(topic, partition, offset, bounds, head, (Lookup::Onward, first)).await
+    }
+
+    /// [`Self::read_at`], the first page of the index given or not.
+    async fn read_from(
+        &self,
+        topic: &TopicConfig,
+        partition: u32,
+        offset: u64,
         (max_events, max_bytes): (usize, usize),
         head: HeadRecord,
-        mut lookup: Lookup,
+        (mut lookup, mut given): (Lookup, Option<Vec<Segment>>),
     ) -> Result<ReadBatch, Error> {
         let mut acc = Gather::new(offset, max_events, max_bytes, self.limits().max_response_bytes);
         // Second looks: at the index (a hole in a query), at an object gone under a reader.
@@ -70,10 +99,10 @@ impl Log {
             // After the first page, `next` is where a segment ends: the next one starts there.
             let store = self.inner.store.as_ref();
             let want = ((max_events - acc.events.len()) as u64).min(head.next - acc.next);
-            let page = if std::mem::replace(&mut lookup, Lookup::Forward) == Lookup::Holder {
-                segments_for_read(store, topic.id, partition, acc.next, want, INDEX_PAGE).await?
-            } else {
-                segments_from(store, topic.id, partition, acc.next, index_page(want, span, INDEX_PAGE)).await?
+            let this = std::mem::replace(&mut lookup, Lookup::Forward);
+            let page = match given.take() {
+                Some(page) => page,
+                None => self.index_at(topic.id, partition, acc.next, want, span, this).await?,
             };
             if let (Some(first), Some(last)) = (page.first(), page.last()) {
                 let mean = (last.record.next - first.base) / page.len() as u64;
@@ -131,6 +160,24 @@ impl Log {
             high_watermark: head.next.max(next),
             log_start_offset: head.start,
         })
+    }
+
+    /// The index items a read goes on from at `next`, for up to `want` events, as `lookup` says.
+    async fn index_at(
+        &self,
+        topic_id: u64,
+        partition: u32,
+        next: u64,
+        want: u64,
+        span: Option<u64>,
+        lookup: Lookup,
+    ) -> Result<Vec<Segment>, StorageError> {
+        let store = self.inner.store.as_ref();
+        if lookup == Lookup::Holder {
+            segments_for_read(store, topic_id, partition, next, want, INDEX_PAGE).await
+        } else {
+            segments_from(store, topic_id, partition, next, index_page(want, span, INDEX_PAGE)).await
+        }
     }
 
     /// The events per segment last seen on a partition, after noting `seen` if given.

@@ -4,7 +4,7 @@
 use crate::keys;
 use crate::layout::{self, HeadRecord, PurgeRecord, Tail, TopicRecord};
 use crate::model::{PartitionState, TopicConfig, TopicSpec};
-use crate::ports::state::{Expect, Item, Query, StateStore, WriteOp, MAX_WRITE_OPS};
+use crate::ports::state::{Expect, Item, Page, Query, StateStore, WriteOp, MAX_WRITE_OPS};
 use crate::retry::Backoff;
 use crate::{Clock, Error, Random, StorageError};
 
@@ -297,8 +297,38 @@ pub(crate) async fn head_with_tail(
 /// Only the heads are decoded (every receive reads its topic's): the entries some carry are
 /// skipped, unchecked, as [`layout::decode_head`] would decode and check them.
 pub(crate) async fn heads(store: &dyn StateStore, topic: &TopicConfig) -> Result<Vec<(HeadRecord, u64)>, StorageError> {
-    let decode = |value: &[u8]| layout::decode::<HeadRecord>("head", value);
-    read_heads(store, topic, (HeadRecord::default(), 0), |item| Ok((decode(&item.value)?, item.version))).await
+    read_heads(store, topic, (HeadRecord::default(), 0), head_only).await
+}
+
+/// [`heads`] from the first page of their query (`Query::all(heads_pk(topic.id), PAGE)`),
+/// read by the caller: `None` if the topic has more heads than the page holds.
+pub(crate) fn heads_of_page(topic: &TopicConfig, page: &Page) -> Result<Option<Vec<(HeadRecord, u64)>>, StorageError> {
+    if page.next.is_some() {
+        return Ok(None);
+    }
+    let mut heads = vec![(HeadRecord::default(), 0); topic.spec.partitions as usize];
+    place(&mut heads, page, head_only)?;
+    Ok(Some(heads))
+}
+
+/// A head item's head and version, the entry it may carry skipped (see [`heads`]).
+fn head_only(item: &Item) -> Result<(HeadRecord, u64), StorageError> {
+    Ok((layout::decode::<HeadRecord>("head", &item.value)?, item.version))
+}
+
+/// Puts each head item of `page` in its partition's slot of `heads`, as `decode` reads it.
+fn place<T>(
+    heads: &mut [T],
+    page: &Page,
+    decode: impl Fn(&Item) -> Result<T, StorageError>,
+) -> Result<(), StorageError> {
+    for item in &page.items {
+        let p = keys::partition_of(&item.key.sk)? as usize;
+        if let Some(slot) = heads.get_mut(p) {
+            *slot = decode(item)?;
+        }
+    }
+    Ok(())
 }
 
 /// [`heads`] with the entry each carries.
@@ -325,12 +355,7 @@ async fn read_heads<T: Clone>(
     let mut query = Query::all(keys::heads_pk(topic.id), PAGE);
     loop {
         let page = store.query(&query).await?;
-        for item in &page.items {
-            let p = keys::partition_of(&item.key.sk)? as usize;
-            if let Some(slot) = heads.get_mut(p) {
-                *slot = decode(item)?;
-            }
-        }
+        place(&mut heads, &page, &decode)?;
         match page.next {
             Some(after) => query.after = Some(after),
             None => return Ok(heads),

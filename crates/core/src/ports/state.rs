@@ -216,6 +216,16 @@ pub trait StateStore: Send + Sync + 'static {
         Ok(found)
     }
 
+    /// Whether a read added to a [`StateStore::read_many`] costs next to nothing beside the
+    /// batch's others (SQLite answers a batch from one read transaction; memory takes a
+    /// lock), so that a caller may add reads it may not need, such as a guessed key's.
+    /// `false`, this default: each read of a batch costs what it would alone (a DynamoDB
+    /// request, billed), so a caller asks only for what it needs. It changes no answer,
+    /// only which reads a caller chooses to make.
+    fn cheap_batched_reads(&self) -> bool {
+        false
+    }
+
     /// Applies every operation or none, atomically with respect to every other
     /// read and write. At most [`MAX_WRITE_OPS`] operations, each on a different key
     /// (otherwise [`StorageError::Invalid`] and nothing written).

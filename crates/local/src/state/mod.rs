@@ -236,6 +236,11 @@ impl StateStore for SqliteStateStore {
         .await
     }
 
+    /// One read transaction answers a batch: a read more in it is a B-tree lookup.
+    fn cheap_batched_reads(&self) -> bool {
+        true
+    }
+
     #[tracing::instrument(level = "debug", skip_all, fields(ops = ops.len()))]
     async fn write(&self, ops: Vec<WriteOp>) -> Result<(), StorageError> {
         self.group_write(ops, true).await

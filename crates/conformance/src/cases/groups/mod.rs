@@ -10,6 +10,7 @@ mod membership;
 mod never_committed;
 mod offsets;
 mod polls;
+mod reads;
 
 pub use assignment::*;
 pub use churn::*;
@@ -20,6 +21,7 @@ pub use membership::*;
 pub use never_committed::*;
 pub use offsets::*;
 pub use polls::*;
+pub use reads::*;
 
 /// Generates one `#[tokio::test]` per group case; `$backend` is an async expression yielding a [`Backend`](crate::Backend).
 #[macro_export]
@@ -61,6 +63,8 @@ macro_rules! group_conformance_suite {
             given_a_group_with_a_live_member_then_delete_refused_and_once_it_left_deleted_with_its_offsets,
             given_segments_of_very_different_sizes_then_polls_of_any_size_deliver_every_offset_once_in_order,
             given_a_topic_re_created_since_a_process_last_read_it_then_its_polls_and_commits_see_the_new_one,
+            given_a_member_polling_on_from_its_last_poll_then_its_reads_are_one_batch_where_batches_are_cheap,
+            given_more_members_than_partitions_then_one_assigned_nothing_reads_no_heads_where_reads_are_billed,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn given_members_joining_and_leaving_while_publishers_write_then_every_acked_event_delivered() {
