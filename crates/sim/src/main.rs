@@ -1,6 +1,9 @@
 //! `cargo run -p sluice-sim --profile sim -- --seeds 1000..1200 --steps 2000`: runs each seed,
 //! prints one line per seed, and on the first failure the seed, the step, the property and
-//! a one-line reproduction; exits non-zero if any seed failed.
+//! a one-line reproduction; exits non-zero if any seed failed. With `SLUICE_SIM_CALLS=1`,
+//! `--trace` also shows every store call and every write's items and conditions, and
+//! whether it applied (the same history otherwise): what tells which operation wrote an
+//! index item.
 //!
 //! `sluice-sim scale --workload publish|queue|group|push --partitions P --clients N --seconds S
 //! [--batch B] [--subscriptions K] [--rate R] [--seed X] [--trace]`: the scale model of the

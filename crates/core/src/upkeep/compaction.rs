@@ -65,8 +65,12 @@ pub async fn compact(
     if version == 0 {
         return Ok(report);
     }
+    // From the partition's first item, not its log start: an item may straddle the start (a
+    // run merged while retention advanced the start past its first segment), and what it
+    // holds above the start is what makes a stale write-out there covered.
     let mut query = Query::all(keys::segments_pk(topic.id, partition), PAGE);
-    query.from = Some(keys::offset_sk(head.start));
+    // The furthest offset the items of the pages before held.
+    let mut before = 0;
     loop {
         let page = store.query(&query).await?;
         let more_pages = page.next.is_some();
@@ -79,7 +83,7 @@ pub async fn compact(
         // partition, one write"): its events are the merged segment's, so it goes, before any
         // run could take it in and leave two merged segments overlapping (whose bytes retention
         // would then take off the head's count twice).
-        let covered = covered(&segments);
+        let covered = covered(&segments, before);
         if !covered.is_empty() {
             let dups = segments.into_iter().enumerate().filter(|(i, _)| covered.contains(i)).map(|(_, s)| s).collect();
             report.segments_merged = remove_segments(store, topic.id, partition, dups, now_ms).await?;
@@ -87,7 +91,7 @@ pub async fn compact(
             return Ok(report);
         }
         let last_page = newest.as_ref().filter(|_| !more_pages);
-        if let Some(run) = next_rewrite(&segments, last_page, target_bytes, settle) {
+        if let Some(run) = next_rewrite(&segments, last_page, (target_bytes, head.start, before), settle) {
             if merge(store, objects, Rewrite { topic, partition, run, now_ms, part_bytes }).await? {
                 report.segments_merged = run.len();
                 report.segments_written = 1;
@@ -96,6 +100,7 @@ pub async fn compact(
             report.more = true;
             return Ok(report);
         }
+        before = segments.iter().chain(&newest).map(|s| s.record.next).fold(before, u64::max);
         match page.next {
             Some(after) if more_pages => query.after = Some(after),
             _ => return Ok(report),
@@ -104,30 +109,32 @@ pub async fn compact(
 }
 
 /// What to write anew next, of a page of a partition's segments (`newest` given on the last
-/// page only): the first run of small ones; else, when settling, the first segment a commit
+/// page only), of those from the log `start` on, after pages whose items held offsets up to
+/// `before`: the first run of small ones; else, when settling, the first segment a commit
 /// wrote (not inline, not rewritten) alone; else the newest, alone, if a commit wrote it.
 fn next_rewrite<'a>(
     segments: &'a [Segment],
     newest: Option<&'a Segment>,
-    target_bytes: u64,
+    (target_bytes, start, before): (u64, u64, u64),
     settle: bool,
 ) -> Option<&'a [Segment]> {
-    if let Some(run) = runs(segments, target_bytes).into_iter().next() {
+    if let Some(run) = runs(segments, target_bytes, (start, before)).into_iter().next() {
         return Some(&segments[run]);
     }
-    let committed = |s: &Segment| settle && !s.record.inline && !s.record.rewritten;
+    let committed = |s: &Segment| settle && s.base >= start && !s.record.inline && !s.record.rewritten;
     match segments.iter().position(committed) {
         Some(i) => Some(&segments[i..=i]),
         None => newest.filter(|s| committed(s)).map(std::slice::from_ref),
     }
 }
 
-/// The items of a page (in base order) whose offsets an earlier item of the page holds whole.
-fn covered(segments: &[Segment]) -> Vec<usize> {
-    let mut end = 0;
+/// The items of a page (in base order) whose offsets an earlier item holds whole: one of the
+/// page, or one of the pages before, whose items held offsets up to `before`.
+fn covered(segments: &[Segment], before: u64) -> Vec<usize> {
+    let mut end = before;
     let mut out = Vec::new();
     for (i, s) in segments.iter().enumerate() {
-        if i > 0 && s.record.next <= end {
+        if s.record.next <= end {
             out.push(i);
         }
         end = end.max(s.record.next);
@@ -135,15 +142,20 @@ fn covered(segments: &[Segment]) -> Vec<usize> {
     out
 }
 
-/// Runs of at least two adjacent small segments, each at most `target_bytes` and [`MAX_RUN`] long.
-fn runs(segments: &[Segment], target_bytes: u64) -> Vec<std::ops::Range<usize>> {
+/// Runs of at least two adjacent small segments from the log `start` on, each at most
+/// `target_bytes` and [`MAX_RUN`] long, after items that held offsets up to `before`.
+fn runs(segments: &[Segment], target_bytes: u64, (start, before): (u64, u64)) -> Vec<std::ops::Range<usize>> {
     let small = |s: &Segment| s.record.len < target_bytes / 2;
     let mut runs = Vec::new();
+    let mut end = before;
     let mut i = 0;
     while i < segments.len() {
-        // One overlapping the segment before it (left by a build that merged stale write-outs)
-        // starts no run: merging it would carry the overlap on.
-        if !small(&segments[i]) || (i > 0 && segments[i].base < segments[i - 1].record.next) {
+        // One starting below the log start (retention's to remove), or overlapping an item
+        // before it (left by a build that merged stale write-outs), starts no run: merging it
+        // would carry the overlap on.
+        let s = &segments[i];
+        if !small(s) || s.base < start || s.base < end {
+            end = end.max(s.record.next);
             i += 1;
             continue;
         }
@@ -158,6 +170,7 @@ fn runs(segments: &[Segment], target_bytes: u64) -> Vec<std::ops::Range<usize>> 
             bytes += segments[j].record.len;
             j += 1;
         }
+        end = segments[j - 1].record.next;
         if j - i >= 2 {
             runs.push(i..j);
         }
@@ -302,30 +315,43 @@ mod tests {
             let segments: Vec<Segment> =
                 page.iter().enumerate().map(|(b, &(len, by))| made(b as u64, len, by)).collect();
             let newest = newest.map(|(len, by)| made(segments.len() as u64, len, by));
-            assert_eq!(bases(next_rewrite(&segments, newest.as_ref(), 1000, settle)), picked, "case {i}");
+            assert_eq!(bases(next_rewrite(&segments, newest.as_ref(), (1000, 0, 0), settle)), picked, "case {i}");
         }
     }
 
     #[test]
     fn runs_are_adjacent_small_segments_within_the_target() {
         let segs = vec![seg(0, 1, 10), seg(1, 2, 10), seg(2, 3, 600), seg(3, 4, 10), seg(4, 5, 10), seg(5, 6, 10)];
-        assert_eq!(runs(&segs, 1000), vec![0..2, 3..6]);
+        assert_eq!(runs(&segs, 1000, (0, 0)), vec![0..2, 3..6]);
         // A gap (a straddling segment cut away) ends a run; one small segment alone is no run.
         let gap = vec![seg(0, 1, 10), seg(2, 3, 10), seg(3, 4, 10)];
-        assert_eq!(runs(&gap, 1000), vec![1..3]);
+        assert_eq!(runs(&gap, 1000, (0, 0)), vec![1..3]);
         // The target bounds a run's bytes.
         let many: Vec<Segment> = (0..10).map(|i| seg(i, i + 1, 300)).collect();
-        assert_eq!(runs(&many, 1000), vec![0..3, 3..6, 6..9]);
+        assert_eq!(runs(&many, 1000, (0, 0)), vec![0..3, 3..6, 6..9]);
     }
 
     #[test]
     fn a_write_out_a_merged_item_holds_is_covered_and_an_overlapping_item_starts_no_run() {
         // 0..4 merged; 2..3 a stale write-out inside it; 5..6 inside 4..8 (a page may hold several).
         let segs = vec![seg(0, 4, 40), seg(2, 3, 10), seg(3, 4, 10), seg(4, 8, 40), seg(5, 6, 10), seg(8, 9, 10)];
-        assert_eq!(covered(&segs), vec![1, 2, 4]);
-        assert!(covered(&[seg(0, 4, 40), seg(4, 5, 10)]).is_empty(), "adjacent is not covered");
+        assert_eq!(covered(&segs, 0), vec![1, 2, 4]);
+        assert!(covered(&[seg(0, 4, 40), seg(4, 5, 10)], 0).is_empty(), "adjacent is not covered");
         // Left by an older build: 2..6 overlaps 0..4 in part; merged with 6..7 it would carry the overlap on.
         let partial = vec![seg(0, 4, 40), seg(2, 6, 40), seg(6, 7, 10), seg(7, 8, 10)];
-        assert_eq!(runs(&partial, 1000), vec![2..4]);
+        assert_eq!(runs(&partial, 1000, (0, 0)), vec![2..4]);
+    }
+
+    #[test]
+    fn an_item_straddling_the_log_start_covers_a_write_out_above_it_and_starts_no_run() {
+        // Retention moved the start to 6 past 4..6, whose removal lost to a merge into 4..8; a
+        // stale committer then wrote 6..8 out again, and 8..9, 9..10 follow.
+        let segs = vec![seg(4, 8, 40), seg(6, 8, 20), seg(8, 9, 10), seg(9, 10, 10)];
+        assert_eq!(covered(&segs, 0), vec![1]);
+        let left = vec![seg(4, 8, 40), seg(8, 9, 10), seg(9, 10, 10)];
+        assert_eq!(runs(&left, 1000, (6, 0)), vec![1..3], "the straddling item is no run's first");
+        // The item holding a page's first offsets may be on the page before.
+        assert_eq!(covered(&segs[1..], 8), vec![0]);
+        assert_eq!(runs(&segs[1..], 1000, (6, 8)), vec![1..3], "6..8 overlaps what came before");
     }
 }
