@@ -231,6 +231,31 @@ async fn given_a_store_unavailable_when_a_poll_fails_then_its_fault_is_logged_wi
     assert_eq!((field("group"), field("trace_id")), (Some("g"), Some("\"4bf92f3577b34da6a3ce929d0e0e4736\"")));
 }
 
+/// As a publish's: a refused receive's fault is logged inside a `receive` span that names the
+/// topic, the subscription and the request's trace (made only for a refusal), with acks
+/// riding on it or not.
+#[tokio::test]
+async fn given_a_store_unavailable_when_a_receive_fails_then_its_fault_is_logged_with_the_subscription_and_trace() {
+    let (_, store, app) = faulty_app();
+    assert_eq!(call(&app, Method::PUT, "/v1/topics/t", r#"{"partitions": 2}"#).await.0, StatusCode::CREATED);
+    assert_eq!(call(&app, Method::PUT, "/v1/topics/t/subscriptions/s", "{}").await.0, StatusCode::CREATED);
+    let logs = Arc::new(logs::Captured::default());
+    let _logging = tracing::subscriber::set_default(logs::Capture(logs.clone()));
+    store.0.store(UNAVAILABLE, Ordering::SeqCst);
+    let trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    for body in [r#"{"max_messages": 10}"#, r#"{"max_messages": 10, "ack": ["not-a-receipt"]}"#] {
+        logs.events.lock().unwrap().clear();
+        let request = Request::builder().method(Method::POST).uri("/v1/topics/t/subscriptions/s/receive");
+        let request = request.header("content-type", "application/json").header("traceparent", trace);
+        let (status, _, answer) = send(&app, request.body(Body::from(body)).unwrap()).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}: {answer}");
+        let fields = logs.fault_span("storage unavailable", "receive");
+        let field = |name: &str| fields.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+        let trace_id = Some("\"4bf92f3577b34da6a3ce929d0e0e4736\"");
+        assert_eq!((field("topic"), field("sub"), field("trace_id")), (Some("t"), Some("s"), trace_id), "{body}");
+    }
+}
+
 /// A subscriber that keeps each event's message with the spans it was logged in (name and
 /// fields, innermost last), on the thread that set it.
 mod logs {

@@ -3,6 +3,7 @@
 
 use axum::body::Body;
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Serialize;
 use sluice_core::queues::{Message, Queues, ReceiptError, ReceiveRequest};
@@ -26,12 +27,11 @@ use super::{json_response, parse_optional, SubPath, MAX_BODY};
     params(SubParams), request_body(content = Option<Receive>, example = ex::receive),
     responses((status = 200, description = "The messages (maybe none)", body = answers::Received,
         example = ex::received), errors::Receive))]
-#[tracing::instrument(name = "receive", skip_all, fields(%topic, %sub, trace_id = crate::trace::trace_id(&headers)))]
 pub async fn receive(
     State(queues): State<Queues>,
     Path((topic, sub)): SubPath,
     deadline: Option<axum::Extension<crate::Deadline>>,
-    headers: axum::http::HeaderMap,
+    headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let req: Receive = parse_optional(&read_body(body, MAX_BODY).await?)?;
@@ -46,14 +46,26 @@ pub async fn receive(
         ),
         visibility_timeout_ms: req.visibility_timeout_ms,
     };
+    let refused = |e| refused(e, &topic, &sub, &headers);
     if req.ack.is_empty() {
-        let messages = queues.receive(&topic, &sub, &request).await?;
+        let messages = queues.receive(&topic, &sub, &request).await.map_err(refused)?;
         received(&topic, &messages);
         return Ok(json_response(render_messages(&messages, None)));
     }
-    let (acks, messages) = queues.ack_and_receive(&topic, &sub, &req.ack, &request).await?;
+    let (acks, messages) = queues.ack_and_receive(&topic, &sub, &req.ack, &request).await.map_err(refused)?;
     received(&topic, &messages);
     Ok(json_response(render_messages(&messages, Some(&Results { receipts: &req.ack, outcomes: &acks }))))
+}
+
+/// The queues' refusal of a receive as an answer, its fault logged (see [`ApiError`]'s
+/// `From`) in a `receive` span naming the topic, the subscription and the request's trace.
+/// The span is made only here, for a refusal, as a publish's is (`publish.rs`: a span made
+/// for every request formats its fields and is entered, left and freed each time, for the
+/// logs of the few that fail). What the queues log on the way (a receive stopped early)
+/// names its topic and subscription itself.
+fn refused(e: sluice_core::Error, topic: &str, sub: &str, headers: &HeaderMap) -> ApiError {
+    tracing::info_span!("receive", %topic, %sub, trace_id = crate::trace::trace_id(headers))
+        .in_scope(|| ApiError::from(e))
 }
 
 /// Renders received messages by hand, as replay does: values are copied as stored; with

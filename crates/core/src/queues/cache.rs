@@ -53,28 +53,28 @@ pub(super) type Heads = Mutex<HashMap<u64, (Vec<(HeadRecord, u64)>, i64, u64)>>;
 /// its wake comes within microseconds of the commit, well inside this window).
 const HEADS_MS: i64 = 50;
 
-/// The heads one look at the partitions reads ([`Queues::visit`]). A pull receive's first
-/// look reads the head of the partition it takes from first alone (one point read, where
-/// every head is a query of the topic's collection); every head, in one query, once it
-/// goes on to another partition, or to one it may pass over by an idle hint (the hint's
-/// check needs the head, and passing over means going on). Push receives and later looks
+/// The heads one look at the partitions has read so far ([`Queues::visit`]). A pull
+/// receive's first look starts with none (`First`): the partition it takes from first reads
+/// its own head alone, in one batch with its queue state (`Queues::first_read`), where every
+/// head is a query of the topic's collection (`One`); every head, in one query, once it goes
+/// on to another partition, or to one it may pass over by an idle hint (the hint's check
+/// needs the head, and passing over means going on): `All`. Push receives and later looks
 /// read every head at once. A head only bounds what a take reads: one read later than
 /// another's is at worst older, which a take that finds its cursor past it reads again.
-pub(super) struct LookHeads {
-    all: Option<Vec<(HeadRecord, u64)>>,
-    one: Option<(u32, HeadRecord)>,
-    alone: bool,
+pub(super) enum LookHeads {
+    First,
+    One(u32, HeadRecord),
+    All(Vec<(HeadRecord, u64)>),
 }
 
 impl LookHeads {
-    /// A first look's: nothing read yet; the first partition taken from reads its own.
-    pub(super) fn first() -> Self {
-        Self { all: None, one: None, alone: true }
-    }
-
-    /// Every head, already read.
-    pub(super) fn every(heads: Vec<(HeadRecord, u64)>) -> Self {
-        Self { all: Some(heads), one: None, alone: false }
+    /// Partition `p`'s head, if this look has read it.
+    fn known(&self, p: u32) -> Option<HeadRecord> {
+        match self {
+            Self::One(q, head) if *q == p => Some(*head),
+            Self::All(all) => Some(all.get(p as usize).map(|(h, _)| *h).unwrap_or_default()),
+            _ => None,
+        }
     }
 }
 
@@ -138,27 +138,18 @@ impl Queues {
         Ok(heads)
     }
 
-    /// Partition `p`'s head in `heads`: read alone if `alone` and nothing was read yet
-    /// for a first look, else from every head (read now, in one query, if not yet).
+    /// Partition `p`'s head as this look read it, else every head, read now in one query.
     pub(super) async fn head_in(
         &self,
         heads: &mut LookHeads,
         topic: &TopicConfig,
         p: u32,
-        alone: bool,
     ) -> Result<HeadRecord, Error> {
-        if let Some((_, head)) = heads.one.filter(|(q, _)| *q == p) {
+        if let Some(head) = heads.known(p) {
             return Ok(head);
         }
-        if heads.all.is_none() {
-            if alone && heads.alone && heads.one.is_none() {
-                let head = topics::head(self.store(), topic.id, p).await?.0;
-                heads.one = Some((p, head));
-                return Ok(head);
-            }
-            heads.all = Some(self.heads_of(topic, false).await?);
-        }
-        Ok(heads.all.as_ref().and_then(|all| all.get(p as usize)).map(|(h, _)| *h).unwrap_or_default())
+        *heads = LookHeads::All(self.heads_of(topic, false).await?);
+        Ok(heads.known(p).unwrap_or_default())
     }
 
     pub(super) fn forget_sub(&self, topic: &str, name: &str) {

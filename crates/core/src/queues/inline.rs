@@ -19,6 +19,7 @@
 //! same conditional write that moves the cursor past its messages.
 
 use super::*;
+use bytes::Bytes;
 
 /// Leases one cursor item keeps at most.
 pub(super) const MAX_INLINE_LEASES: usize = 4;
@@ -48,12 +49,13 @@ pub(super) fn fold(
     let inline = || state.leases.iter().filter(|l| l.inline);
     if fresh.is_empty() && !state.inline_changed && inline().next().is_none() {
         if let Some(c) = cursor {
-            ops.push(state.cursor_item_write(sub_id, partition, c, Vec::new(), &ops));
+            ops.push(state.cursor_item_write(sub_id, partition, c, &[], &ops));
         }
         return ops;
     }
     let pk = queue_pk(sub_id, partition);
-    let mut set: BTreeMap<String, InlineLease> = inline().map(|l| (l.key.sk.clone(), l.to_inline())).collect();
+    let mut set: BTreeMap<String, Kept> =
+        inline().map(|l| (l.key.sk.clone(), Kept { due: l.due, record: l.record.clone(), encoded: None })).collect();
     let mut bytes: Option<usize> = None;
     let mut changed = state.inline_changed;
     let mut out = Vec::with_capacity(ops.len() + fresh.len() + 1);
@@ -72,7 +74,7 @@ pub(super) fn fold(
                     continue;
                 };
                 if let Some(lease) = set.get_mut(sk) {
-                    lease.record = record;
+                    (lease.record, lease.encoded) = (record, Some(value.clone()));
                 }
                 bytes = None;
                 changed = true;
@@ -83,21 +85,40 @@ pub(super) fn fold(
     for (due, record) in fresh {
         // Encoded once: its size decides, and what does not go inline is written so.
         let (key, value) = (lease_key(sub_id, partition, due, record.nonce), layout::encode(&record));
-        let used = *bytes.get_or_insert_with(|| set.values().map(size).sum());
+        let used = *bytes.get_or_insert_with(|| set.values_mut().map(Kept::size).sum());
         let fits = set.len() < MAX_INLINE_LEASES && used + value.len() + INLINE_OVERHEAD <= MAX_INLINE_BYTES;
         if fits && record.held_until.is_some() && !set.contains_key(&key.sk) {
             bytes = Some(used + value.len() + INLINE_OVERHEAD);
-            set.insert(key.sk, InlineLease { due, record });
+            set.insert(key.sk, Kept { due, record, encoded: Some(value) });
             changed = true;
         } else {
             out.push(WriteOp::create(key, value));
         }
     }
     if changed || cursor.is_some() {
-        let leases = set.into_values().collect();
-        out.push(state.cursor_item_write(sub_id, partition, cursor.unwrap_or(state.cursor), leases, &out));
+        let leases: Vec<(i64, Bytes)> = set.into_values().map(Kept::encoded).collect();
+        out.push(state.cursor_item_write(sub_id, partition, cursor.unwrap_or(state.cursor), &leases, &out));
     }
     out
+}
+
+/// A lease the cursor item [`fold`] writes keeps, with its record's encoding once made:
+/// made once, for its size or as a lease item's value, and copied into the cursor item.
+struct Kept {
+    due: i64,
+    record: LeaseRecord,
+    encoded: Option<Bytes>,
+}
+
+impl Kept {
+    /// Its share of the cursor item.
+    fn size(&mut self) -> usize {
+        self.encoded.get_or_insert_with(|| layout::encode(&self.record)).len() + INLINE_OVERHEAD
+    }
+
+    fn encoded(self) -> (i64, Bytes) {
+        (self.due, self.encoded.unwrap_or_else(|| layout::encode(&self.record)))
+    }
 }
 
 /// Acks `receipts` (all of one partition) on `state` as read, in memory: each message
@@ -122,11 +143,6 @@ pub(super) fn ack(state: &mut QueueState, receipts: &[(usize, Receipt)]) -> bool
     });
     state.inline_changed = true;
     true
-}
-
-/// A lease's share of the cursor item.
-fn size(lease: &InlineLease) -> usize {
-    layout::encode(&lease.record).len() + INLINE_OVERHEAD
 }
 
 #[cfg(test)]

@@ -130,7 +130,9 @@ mod tests {
     #[test]
     fn a_mark_changes_only_the_pause() {
         let with_lease = |paused| {
-            let leases = vec![state(false, Some(3)).leases[0].to_inline()];
+            let read = state(false, Some(3));
+            let lease = &read.leases[0];
+            let leases = vec![InlineLease { due: lease.due, record: lease.record.clone() }];
             let cursor = CursorRecord { next: 4, dead: 2, ..Default::default() };
             CursorItem { paused, ..CursorItem::new(cursor, leases, vec![]) }
         };
@@ -143,10 +145,17 @@ mod tests {
             (false, None, true, Some(item(4, true))),
             (false, None, false, None),
         ];
+        // The item as written reads as the one wanted (its fields' order is the encoder's).
+        let read = |op: WriteOp| match op {
+            WriteOp::Put { key, value, expect, .. } => {
+                (key, layout::decode::<CursorItem>("cursor", &value).unwrap(), expect)
+            }
+            op => panic!("not a put: {op:?}"),
+        };
         for (paused, version, to, want) in cases {
             let op = mark(&mut state(paused, version), 7, 0, to);
-            let want = want.map(|item| WriteOp::replace(cursor_key(7, 0), item.encode(), version));
-            assert_eq!(op, want, "paused {paused}, version {version:?} → paused {to}");
+            let want = want.map(|item| read(WriteOp::replace(cursor_key(7, 0), item.encode(), version)));
+            assert_eq!(op.map(read), want, "paused {paused}, version {version:?} → paused {to}");
         }
     }
 

@@ -3,6 +3,7 @@
 
 use super::cache::LookHeads;
 use super::rate::Gate;
+use super::state::{load_limit, Start};
 use super::take::{self, Plan};
 use super::turns::Idle;
 use super::*;
@@ -15,7 +16,7 @@ use crate::Code;
 /// earlier one's window) would otherwise hand out messages another receive may hold by then;
 /// those are left as a lost answer leaves them, held by nobody, due again. A window of 0
 /// (SQS's) asked for exactly that: the messages are answered, and visible to others at once.
-fn answerable(messages: Vec<Message>, held: &[(usize, i64)], now: i64, visibility: u64) -> Vec<Message> {
+fn answerable(sub: &Sub, messages: Vec<Message>, held: &[(usize, i64)], now: i64, visibility: u64) -> Vec<Message> {
     if visibility == 0 || held.iter().all(|(_, until)| *until > now) {
         return messages;
     }
@@ -28,7 +29,9 @@ fn answerable(messages: Vec<Message>, held: &[(usize, i64)], now: i64, visibilit
             out.extend(take);
         } else {
             let dropped = take.count();
-            tracing::warn!(dropped, "receive answered after its visibility window ended; those messages are due again");
+            let (topic, subscription) = (&sub.topic.name, &sub.name);
+            let why = "receive answered after its visibility window ended; those messages are due again";
+            tracing::warn!(%topic, %subscription, dropped, "{why}");
         }
         start = end;
     }
@@ -96,10 +99,11 @@ impl Queues {
         let visibility = req.visibility_timeout_ms.unwrap_or(sub.record.spec.visibility_timeout_ms);
         let receipt_key = self.receipt_key().await?;
         let deadline = self.now() + req.wait_ms as i64;
-        // A pull receive's first look reads the head of the partition it takes from alone
-        // (`LookHeads`); a push receive's may take heads this process read a moment ago.
+        // A pull receive's first look reads the head of the partition it takes from with
+        // that partition's queue state (`LookHeads`); a push receive's may take heads this
+        // process read a moment ago.
         let mut recent = sub.record.spec.push.is_some();
-        let mut alone = !recent;
+        let mut first = !recent;
         loop {
             // With a rate, tokens first: a receive that finds none visits no partition.
             let (want, tokens) = match self.rate_gate(sub, req.max_messages).await? {
@@ -114,9 +118,9 @@ impl Queues {
                     continue;
                 }
             };
-            let mut heads = match std::mem::take(&mut alone) {
-                true => LookHeads::first(),
-                false => LookHeads::every(self.heads_of(&sub.topic, std::mem::take(&mut recent)).await?),
+            let mut heads = match std::mem::take(&mut first) {
+                true => LookHeads::First,
+                false => LookHeads::All(self.heads_of(&sub.topic, std::mem::take(&mut recent)).await?),
             };
             let visited = self.visit(sub, &mut heads, (want, visibility), receipt_key, riding.as_deref_mut()).await;
             if let Some((rate, taken, at)) = tokens {
@@ -127,7 +131,7 @@ impl Queues {
             self.settle_unridden(sub, riding.as_deref_mut(), receipt_key).await?;
             let now = self.now();
             if !messages.is_empty() {
-                return Ok(answerable(messages, &held, now, visibility));
+                return Ok(answerable(sub, messages, &held, now, visibility));
             }
             if now >= deadline || stop.is_some_and(|s| *s.borrow()) {
                 return Ok(messages);
@@ -173,7 +177,7 @@ impl Queues {
                 }
                 Ok(None) => {}
                 Err(e) if !messages.is_empty() => {
-                    tracing::warn!(error = %e, partition = p, "receive stopped early");
+                    receive_stopped(sub, p, &e);
                     break;
                 }
                 Err(e) => return Err(e),
@@ -186,9 +190,9 @@ impl Queues {
             };
             let want = max_messages - messages.len();
             let first = messages.is_empty();
-            let took = match self.head_in(heads, &sub.topic, p, true).await {
-                Ok(head) => {
-                    self.take(sub, &turn, head, want, visibility, receipt_key, &mut bytes_left, first, acks).await
+            let took = match self.take_start(heads, sub, p, want).await {
+                Ok(start) => {
+                    self.take(sub, &turn, start, want, visibility, receipt_key, &mut bytes_left, first, acks).await
                 }
                 Err(e) => Err(e),
             };
@@ -196,7 +200,7 @@ impl Queues {
                 Ok(taken) => taken,
                 // Messages already taken from other partitions are answered, not stranded.
                 Err(e) if !messages.is_empty() => {
-                    tracing::warn!(error = %e, partition = p, "receive stopped early");
+                    receive_stopped(sub, p, &e);
                     break;
                 }
                 Err(e) => return Err(e),
@@ -221,7 +225,7 @@ impl Queues {
         if turns.idle(sub.record.id, p, 0, self.now()).is_none() {
             return Ok(None);
         }
-        let head = self.head_in(heads, &sub.topic, p, false).await?;
+        let head = self.head_in(heads, &sub.topic, p).await?;
         Ok(turns.idle(sub.record.id, p, head.next, self.now()))
     }
 
@@ -307,7 +311,7 @@ impl Queues {
         &self,
         sub: &Sub,
         turn: &Turn,
-        mut head: HeadRecord,
+        mut start: Start,
         want: usize,
         visibility: u64,
         receipt_key: &ReceiptKey,
@@ -316,11 +320,10 @@ impl Queues {
         mut riding: Option<&mut Riding>,
     ) -> Result<Taken, Error> {
         let (spec, filter) = (&sub.record.spec, sub.filter()?);
-        let (mut attempt, mut burials, mut passes, mut scheduling) = (0, 0, 0, false);
-        let partition = turn.partition();
+        let (partition, mut attempt, mut burials, mut passes, mut scheduling) = (turn.partition(), 0, 0, 0, false);
         while attempt < MAX_ATTEMPTS {
             let now = self.now();
-            let read = self.read_take(sub, turn, want, &mut head, &mut riding, receipt_key).await?;
+            let read = self.read_take(sub, turn, want, &mut start, &mut riding, receipt_key).await?;
             let Some((state, carried)) = read else { continue };
             if state.paused || state.marks.config > sub.record.config {
                 if !carried || self.acks_alone(sub, partition, &state, &mut riding, &mut attempt).await? {
@@ -338,8 +341,9 @@ impl Queues {
                 continue;
             }
             let (at, passing) = (Target { sub, partition, receipt_key }, (&dead[..], filter.as_ref(), scheduling));
-            let Some(choice) =
-                self.choose(&at, &state, passing, &mut head, (want, *bytes_left, first), now, &mut attempt).await?
+            let Some(choice) = self
+                .choose(&at, &state, passing, &mut start.head, (want, *bytes_left, first), now, &mut attempt)
+                .await?
             else {
                 continue;
             };
@@ -354,7 +358,7 @@ impl Queues {
                 continue;
             }
             if nothing {
-                return Ok(nothing_taken(&plan, &state, &dead, head, now));
+                return Ok(nothing_taken(&plan, &state, &dead, start.head, now));
             }
             if only_expired && passes == MAX_PASSES {
                 return Ok(Taken { blocked: true, ..Taken::default() });
@@ -384,29 +388,32 @@ impl Queues {
         Ok(Taken { blocked: true, ..Taken::default() })
     }
 
-    /// A take's read of the partition `turn` is on: unordered, the cursor and the leases due soonest are
-    /// enough (one past `want` tells when the next one is due); keyed, every lease's keys
-    /// matter. With the acks `riding` applied to it (`true`) if their leases are inline; if
-    /// not, they are settled on their own and `None` says read again. `head` is read again
-    /// if another receiver took events published after it was read.
+    /// A take's read of the partition `turn` is on ([`load_limit`]), unless `start` holds
+    /// it (a first look's, for the first attempt). With the acks `riding` applied to it
+    /// (`true`) if their leases are inline; if not, they are settled on their own and `None`
+    /// says read again. The head is read again if another receiver took events published
+    /// after it was read.
     async fn read_take(
         &self,
         sub: &Sub,
         turn: &Turn,
         want: usize,
-        head: &mut HeadRecord,
+        start: &mut Start,
         riding: &mut Option<&mut Riding>,
         receipt_key: &ReceiptKey,
     ) -> Result<Option<(QueueState, bool)>, Error> {
-        let (keyed, partition) = (sub.record.spec.ordering == Ordering::Key, turn.partition());
-        let mut state = self.load(sub, partition, if keyed { None } else { Some(want + 2) }).await?;
+        let partition = turn.partition();
+        let mut state = match start.state.take() {
+            Some(state) => state,
+            None => self.load(sub, partition, load_limit(sub, want)).await?,
+        };
         let carried = riding.as_deref().is_some_and(|acks| super::inline::ack(&mut state, &acks.receipts));
         if let Some(acks) = riding.take_if(|_| !carried) {
             self.settle_riding(sub, turn, acks, receipt_key).await?;
             return Ok(None);
         }
-        if state.cursor.next > head.next {
-            *head = topics::head(self.store(), sub.topic.id, partition).await?.0;
+        if state.cursor.next > start.head.next {
+            start.head = topics::head(self.store(), sub.topic.id, partition).await?.0;
         }
         Ok(Some((state, carried)))
     }
@@ -486,6 +493,12 @@ impl Queues {
             Err(e) => Err(e),
         }
     }
+}
+
+/// A receive that answers what it took so far, its next partition having failed it.
+fn receive_stopped(sub: &Sub, partition: u32, e: &Error) {
+    let (topic, subscription) = (&sub.topic.name, &sub.name);
+    tracing::warn!(%topic, %subscription, partition, error = %e, "receive stopped early");
 }
 
 /// Adds to what a receive with nothing to answer waits for: when something of partition

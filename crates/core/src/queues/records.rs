@@ -138,6 +138,37 @@ impl CursorItem {
     }
 
     pub fn encode(&self) -> bytes::Bytes {
+        self.encode_vec(!self.leases.is_empty()).into()
+    }
+
+    /// [`Self::encode`] of this item holding `leases` (each a due time and its
+    /// [`LeaseRecord`] as [`layout::encode`] wrote it) where [`Self::leases`] is empty: each
+    /// record's bytes are copied in, not encoded a second time (the caller encoded them to
+    /// size them, or had them as a lease item's value).
+    pub fn encode_with(&self, leases: &[(i64, bytes::Bytes)]) -> bytes::Bytes {
+        debug_assert!(self.leases.is_empty(), "the leases are those given");
+        let mut out = self.encode_vec(!leases.is_empty());
+        // A JSON object with at least its `n` (`N`): the leases go before its closing brace.
+        if leases.is_empty() || out.pop() != Some(b'}') {
+            return out.into();
+        }
+        out.extend_from_slice(b",\"l\":[");
+        for (i, (due, record)) in leases.iter().enumerate() {
+            out.extend_from_slice(if i == 0 { b"{\"d\":" } else { b",{\"d\":" });
+            // An integer into a Vec: this cannot fail.
+            let _ = serde_json::to_writer(&mut out, due);
+            out.extend_from_slice(b",\"r\":");
+            out.extend_from_slice(record);
+            out.push(b'}');
+        }
+        out.extend_from_slice(b"]}");
+        out.into()
+    }
+
+    /// The item's encoding, `leases` saying whether it holds any (in [`Self::leases`] or
+    /// given to [`Self::encode_with`]).
+    fn encode_vec(&self, leases: bool) -> Vec<u8> {
+        // Serializing these plain records into a Vec cannot fail (as in `layout::encode`).
         if self.deleted || self.paused || self.config > 0 {
             // A fence names `next` `N`: a binary from before the fences reads `n`, would
             // ignore `x`, `p` and `c` and write the item back without them (receiving from
@@ -150,11 +181,11 @@ impl CursorItem {
                     fields.insert("N".into(), next);
                 }
             }
-            layout::encode(&value)
-        } else if self.leases.is_empty() && self.written.is_empty() && self.sought == 0 {
-            layout::encode(&self.cursor())
+            serde_json::to_vec(&value).unwrap_or_default()
+        } else if !leases && self.written.is_empty() && self.sought == 0 {
+            serde_json::to_vec(&self.cursor()).unwrap_or_default()
         } else {
-            layout::encode(self)
+            serde_json::to_vec(self).unwrap_or_default()
         }
     }
 }
@@ -304,5 +335,44 @@ mod tests {
         let plain = CursorItem::new(cursor, Vec::new(), Vec::new());
         let back: CursorItem = layout::decode("cursor", &plain.encode()).unwrap();
         assert_eq!(back, plain);
+    }
+
+    #[test]
+    fn a_cursor_item_encoded_with_its_leases_encoded_reads_as_the_item_holding_them() {
+        let cursor = CursorRecord { next: 7, dead: 2, expired: 1, filtered: 0 };
+        let msg = |offset| LeaseMsg { offset, first_ms: 1_733_300_000_000, key: Some(9) };
+        let record = |nonce, msgs| LeaseRecord {
+            nonce,
+            receives: 1,
+            held_until: Some(1_000),
+            delivered_ms: 5,
+            msgs,
+            redriven: false,
+            scheduled: false,
+        };
+        let leases = [
+            InlineLease { due: -3, record: record(1, vec![msg(4)]) },
+            InlineLease { due: 1_733_300_000_123, record: record(u64::MAX, vec![msg(5), msg(6)]) },
+        ];
+        let encoded: Vec<_> = leases.iter().map(|l| (l.due, layout::encode(&l.record))).collect();
+        let plain = CursorItem::new(cursor, Vec::new(), Vec::new());
+        let items = [
+            plain.clone(),
+            CursorItem { written: vec!["l#1".into()], sought: 3, ..plain.clone() },
+            CursorItem { paused: true, config: 2, filter_since: vec![[2, 4]], ..plain.clone() },
+        ];
+        for item in items {
+            for n in 0..=leases.len() {
+                let bytes = item.encode_with(&encoded[..n]);
+                let holding = CursorItem { leases: leases[..n].to_vec(), ..item.clone() };
+                let back: CursorItem = layout::decode("cursor", &bytes).unwrap();
+                assert_eq!(back, holding, "{}", String::from_utf8_lossy(&bytes));
+                // The shape `encode` gives it: with leases, not readable as a plain cursor.
+                let as_plain = layout::decode::<CursorRecord>("cursor", &bytes).is_ok();
+                assert_eq!(as_plain, layout::decode::<CursorRecord>("cursor", &holding.encode()).is_ok());
+                let unfenced = serde_json::from_slice::<BeforeFences>(&bytes).is_ok();
+                assert_eq!(unfenced, serde_json::from_slice::<BeforeFences>(&holding.encode()).is_ok());
+            }
+        }
     }
 }

@@ -197,10 +197,10 @@ impl Queues {
             }));
         }
         let cursor = CursorRecord { next: to, expired: state.cursor.expired + counts.expired, ..state.cursor };
-        let kept = dead.iter().filter(|l| l.inline).map(|l| l.to_inline()).collect();
+        let kept: Vec<_> = dead.iter().filter(|l| l.inline).map(|l| l.encoded()).collect();
         let mut state = state;
         state.marks.sought = to;
-        let mut ops = vec![state.cursor_item_write(sub.record.id, partition, cursor, kept, &deletes)];
+        let mut ops = vec![state.cursor_item_write(sub.record.id, partition, cursor, &kept, &deletes)];
         ops.extend(deletes);
         Ok(Change::Write(ops, answer))
     }

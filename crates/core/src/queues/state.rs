@@ -2,7 +2,10 @@
 //! cursor item (`inline.rs`) among those kept as items of their own, and the lease that
 //! holds a receipt's message (what settling and acks riding on a receive both look for).
 
+use super::cache::LookHeads;
 use super::*;
+use crate::ports::state::{Page, Read};
+use bytes::Bytes;
 
 #[derive(Clone)]
 pub(super) struct Lease {
@@ -62,19 +65,19 @@ impl QueueState {
     /// the inline leases as read (a write that changes them goes through [`inline::fold`]);
     /// `with` are the other ops of its write.
     pub(super) fn cursor_write(&self, sub_id: u64, partition: u32, cursor: CursorRecord, with: &[WriteOp]) -> WriteOp {
-        let leases = self.leases.iter().filter(|l| l.inline).map(Lease::to_inline).collect();
-        self.cursor_item_write(sub_id, partition, cursor, leases, with)
+        let leases: Vec<(i64, Bytes)> = self.leases.iter().filter(|l| l.inline).map(Lease::encoded).collect();
+        self.cursor_item_write(sub_id, partition, cursor, &leases, with)
     }
 
-    /// The write of the cursor item as `cursor` holding `leases`, conditional on the
-    /// version read; keyed, it names the lease items the other ops of its write (`with`)
-    /// put.
+    /// The write of the cursor item as `cursor` holding `leases` (each a due time and its
+    /// record as encoded, [`CursorItem::encode_with`]), conditional on the version read;
+    /// keyed, it names the lease items the other ops of its write (`with`) put.
     pub(super) fn cursor_item_write(
         &self,
         sub_id: u64,
         partition: u32,
         cursor: CursorRecord,
-        leases: Vec<InlineLease>,
+        leases: &[(i64, Bytes)],
         with: &[WriteOp],
     ) -> WriteOp {
         let key = cursor_key(sub_id, partition);
@@ -84,9 +87,9 @@ impl QueueState {
             config: self.marks.config,
             filter_since: self.marks.filter_since.clone(),
             sought: self.marks.sought,
-            ..CursorItem::new(cursor, leases, written)
+            ..CursorItem::new(cursor, Vec::new(), written)
         };
-        WriteOp::replace(key, item.encode(), self.cursor_version)
+        WriteOp::replace(key, item.encode_with(leases), self.cursor_version)
     }
 }
 
@@ -107,8 +110,9 @@ impl Lease {
         Ok(Self { key: item.key, due, version: item.version, record, inline: false })
     }
 
-    pub(super) fn to_inline(&self) -> InlineLease {
-        InlineLease { due: self.due, record: self.record.clone() }
+    /// Its due time and its record encoded, as a cursor item keeps it ([`CursorItem::encode_with`]).
+    pub(super) fn encoded(&self) -> (i64, Bytes) {
+        (self.due, layout::encode(&self.record))
     }
 }
 
@@ -117,6 +121,63 @@ impl Queues {
     /// with every lease the cursor item names as written confirmed) or the first `limit`
     /// items, which are the cursor and the leases due soonest.
     pub(super) async fn load(&self, sub: &Sub, partition: u32, limit: Option<usize>) -> Result<QueueState, Error> {
+        let query = Query::all(queue_pk(sub.record.id, partition), limit.unwrap_or(PAGE));
+        let first = self.store().query(&query).await?;
+        self.load_from(sub, partition, limit, query, first).await
+    }
+
+    /// A take's first read of partition `p` on a pull receive's first look: its head and
+    /// its queue state (as [`Self::load`] reads it with `limit`) in one batch of the state
+    /// store ([`StateStore::read_many`]: one read transaction on SQLite, where the two calls
+    /// paid one each). Nothing is guessed: the keys are the subscription's, as every read of
+    /// the take names them, and each answer is as fresh as a read of its own, so a take
+    /// decides from them what it decided from the two reads (a head older than the cursor
+    /// is read again, `Queues::read_take`).
+    pub(super) async fn first_read(
+        &self,
+        sub: &Sub,
+        partition: u32,
+        limit: Option<usize>,
+    ) -> Result<(HeadRecord, QueueState), Error> {
+        let query = Query::all(queue_pk(sub.record.id, partition), limit.unwrap_or(PAGE));
+        let reads = [Read::Get(keys::head_key(sub.topic.id, partition)), Read::Query(query.clone())];
+        let mut found = self.store().read_many(&reads).await?.into_iter();
+        let short = || StorageError::Invalid("a batched read answered fewer reads than asked".into());
+        let head = match found.next().ok_or_else(short)?.into_item()? {
+            Some(item) => layout::decode("head", &item.value)?,
+            None => HeadRecord::default(),
+        };
+        let first = found.next().ok_or_else(short)?.into_page()?;
+        Ok((head, self.load_from(sub, partition, limit, query, first).await?))
+    }
+
+    /// What a take on partition `p` starts from: its head as this look read it (every head,
+    /// read now, if it has not), or on a first look its head and queue state, read together
+    /// ([`Self::first_read`]), the state for the take's first attempt.
+    pub(super) async fn take_start(
+        &self,
+        heads: &mut LookHeads,
+        sub: &Sub,
+        p: u32,
+        want: usize,
+    ) -> Result<Start, Error> {
+        if !matches!(heads, LookHeads::First) {
+            return Ok(Start { head: self.head_in(heads, &sub.topic, p).await?, state: None });
+        }
+        let (head, state) = self.first_read(sub, p, load_limit(sub, want)).await?;
+        *heads = LookHeads::One(p, head);
+        Ok(Start { head, state: Some(state) })
+    }
+
+    /// [`Self::load`] from the first page of `query`, its own first query's answer.
+    async fn load_from(
+        &self,
+        sub: &Sub,
+        partition: u32,
+        limit: Option<usize>,
+        mut query: Query,
+        first: Page,
+    ) -> Result<QueueState, Error> {
         let mut state = QueueState {
             cursor: CursorRecord { next: sub.start(partition), ..CursorRecord::default() },
             cursor_version: None,
@@ -127,9 +188,8 @@ impl Queues {
             paused: false,
             marks: Marks::default(),
         };
-        let mut query = Query::all(queue_pk(sub.record.id, partition), limit.unwrap_or(PAGE));
+        let mut page = first;
         loop {
-            let page = self.store().query(&query).await?;
             for item in page.items {
                 if item.key.sk == CURSOR_SK {
                     let stored: CursorItem = layout::decode("cursor", &item.value)?;
@@ -160,6 +220,7 @@ impl Queues {
                 (Some(after), None) => query.after = Some(after),
                 _ => break,
             }
+            page = self.store().query(&query).await?;
         }
         let whole = state.keyed && limit.is_none();
         let confirmed = if whole { self.confirm_written(&query.pk, &mut state).await? } else { 0 };
@@ -190,6 +251,20 @@ impl Queues {
         }
         Ok(joined)
     }
+}
+
+/// How much of a partition's queue a take of up to `want` messages reads: unordered, the
+/// cursor and the leases due soonest are enough (one past `want` tells when the next one is
+/// due); keyed, every lease's keys matter.
+pub(super) fn load_limit(sub: &Sub, want: usize) -> Option<usize> {
+    (sub.record.spec.ordering != Ordering::Key).then_some(want + 2)
+}
+
+/// What a take starts from ([`Queues::take_start`]): the partition's head, and its queue
+/// state if a first look read it with the head.
+pub(super) struct Start {
+    pub(super) head: HeadRecord,
+    pub(super) state: Option<QueueState>,
 }
 
 /// The lease holding a receipt's message under the receipt's delivery (same nonce and
