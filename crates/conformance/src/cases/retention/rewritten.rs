@@ -14,23 +14,14 @@ use sluice_core::upkeep::{JanitorConfig, STEP_BUDGET};
 use sluice_core::{Log, LogConfig, ManualClock, TopicSpec};
 
 use super::fixtures::*;
-use crate::{unique_topic, Backend};
+use crate::{unique_topic, Backend, Stores};
 
 pub async fn given_a_stale_committer_rewriting_an_entry_compaction_merged_then_reads_stay_dense_and_exact(
     backend: &dyn Backend,
 ) {
     let _turn = ONE_JANITOR_AT_A_TIME.lock().await;
     let t0 = real_now();
-    let clock = Arc::new(ManualClock::new(t0));
-    let stores = backend.open_with(clock.clone()).await;
-    let other = log_at(stores.clone(), &clock);
-    let config = LogConfig {
-        inline_segment_bytes: 4 << 10,
-        single_write_commits: true,
-        topic_cache_ttl: Duration::from_secs(600),
-        ..crate::log_config()
-    };
-    let stale = Log::new(stores.0.clone(), stores.1.clone(), clock.clone(), config);
+    let (clock, stores, other, stale) = two_committers(backend, t0).await;
     let topic = unique_topic("rewritten");
     let spec = TopicSpec { partitions: 1, retention_ms: Some(HOUR), retention_bytes: None };
     other.create_topic(&topic, spec).await.unwrap();
@@ -92,16 +83,7 @@ pub async fn given_a_write_out_covered_by_an_item_straddling_the_log_start_then_
 ) {
     let _turn = ONE_JANITOR_AT_A_TIME.lock().await;
     let t0 = real_now();
-    let clock = Arc::new(ManualClock::new(t0));
-    let stores = backend.open_with(clock.clone()).await;
-    let other = log_at(stores.clone(), &clock);
-    let config = LogConfig {
-        inline_segment_bytes: 4 << 10,
-        single_write_commits: true,
-        topic_cache_ttl: Duration::from_secs(600),
-        ..crate::log_config()
-    };
-    let stale = Log::new(stores.0.clone(), stores.1.clone(), clock.clone(), config);
+    let (clock, stores, other, stale) = two_committers(backend, t0).await;
     let topic = unique_topic("straddled");
     let spec = TopicSpec { partitions: 1, retention_ms: Some(HOUR), retention_bytes: None };
     other.create_topic(&topic, spec).await.unwrap();
@@ -148,4 +130,20 @@ pub async fn given_a_write_out_covered_by_an_item_straddling_the_log_start_then_
     let read: Vec<(u64, String)> =
         read.into_iter().map(|(o, v)| (o, String::from_utf8_lossy(&v).into_owned())).collect();
     assert_eq!(read, expected, "dense, each event once");
+}
+
+/// A clock at `t0`, the stores, and two logs on them committing in one write: `other`, and
+/// `stale`, which keeps the heads it leaves (and the entries they carry) for ten minutes.
+async fn two_committers(backend: &dyn Backend, t0: i64) -> (Arc<ManualClock>, Stores, Log, Log) {
+    let clock = Arc::new(ManualClock::new(t0));
+    let stores = backend.open_with(clock.clone()).await;
+    let other = log_at(stores.clone(), &clock);
+    let config = LogConfig {
+        inline_segment_bytes: 4 << 10,
+        single_write_commits: true,
+        topic_cache_ttl: Duration::from_secs(600),
+        ..crate::log_config()
+    };
+    let stale = Log::new(stores.0.clone(), stores.1.clone(), clock.clone(), config);
+    (clock, stores, other, stale)
 }
