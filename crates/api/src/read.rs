@@ -20,9 +20,12 @@ use crate::openapi::{errors, examples as ex};
 use crate::path::Path;
 use crate::ApiError;
 
-/// Replay answers' buffers kept for the next answers (see [`BufferPool`]): a few pages of
-/// 1,000 events of 1 KiB, about 1.5 MB each.
-static ANSWERS: BufferPool = BufferPool::new(64 << 10, 8 << 20);
+/// Big answers' buffers kept for the next answers (see [`BufferPool`]), shared by replay
+/// and group poll under one budget of 8 MiB: a few pages of 1,000 events of 1 KiB, about
+/// 1.5 MB each. Smaller answers (below 64 KiB) are left to the allocator. Receive and peek
+/// (about 130 KB for 100 messages of 1 KiB) do not use it: measured, it did not help them
+/// (docs/PERFORMANCE.md, "Group poll answers in kept buffers").
+pub(crate) static ANSWERS: BufferPool = BufferPool::new(64 << 10, 8 << 20);
 
 const DEFAULT_LIMIT: usize = 100;
 const DEFAULT_MAX_BYTES: usize = 1 << 20;
