@@ -204,13 +204,8 @@ async fn given_a_store_unavailable_when_a_publish_fails_then_its_fault_is_logged
     let logs = Arc::new(logs::Captured::default());
     let _logging = tracing::subscriber::set_default(logs::Capture(logs.clone()));
     store.0.store(UNAVAILABLE, Ordering::SeqCst);
-    let trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-    let request = Request::builder().method(Method::POST).uri("/v1/topics/t/events").header("traceparent", trace);
-    let body = Body::from(r#"{"events": [{"value": 1}]}"#);
-    assert_eq!(send(&app, request.body(body).unwrap()).await.0, StatusCode::SERVICE_UNAVAILABLE);
-    let fields = logs.fault_span("storage unavailable", "publish");
-    let field = |name: &str| fields.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
-    assert_eq!((field("topic"), field("trace_id")), (Some("t"), Some("\"4bf92f3577b34da6a3ce929d0e0e4736\"")));
+    let fields = refused_in_span(&app, &logs, "/v1/topics/t/events", r#"{"events": [{"value": 1}]}"#, "publish").await;
+    assert_eq!((field(&fields, "topic"), field(&fields, "trace_id")), (Some("t"), Some(TRACE_ID)));
 }
 
 /// The same for a poll: its fault inside a `poll` span naming the group and the trace (the
@@ -222,13 +217,8 @@ async fn given_a_store_unavailable_when_a_poll_fails_then_its_fault_is_logged_wi
     let logs = Arc::new(logs::Captured::default());
     let _logging = tracing::subscriber::set_default(logs::Capture(logs.clone()));
     store.0.store(UNAVAILABLE, Ordering::SeqCst);
-    let trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-    let request = Request::builder().method(Method::POST).uri("/v1/groups/g/poll").header("traceparent", trace);
-    let body = Body::from(r#"{"topics": ["t"], "wait_ms": 0}"#);
-    assert_eq!(send(&app, request.body(body).unwrap()).await.0, StatusCode::SERVICE_UNAVAILABLE);
-    let fields = logs.fault_span("storage unavailable", "poll");
-    let field = |name: &str| fields.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
-    assert_eq!((field("group"), field("trace_id")), (Some("g"), Some("\"4bf92f3577b34da6a3ce929d0e0e4736\"")));
+    let fields = refused_in_span(&app, &logs, "/v1/groups/g/poll", r#"{"topics": ["t"], "wait_ms": 0}"#, "poll").await;
+    assert_eq!((field(&fields, "group"), field(&fields, "trace_id")), (Some("g"), Some(TRACE_ID)));
 }
 
 /// As a publish's: a refused receive's fault is logged inside a `receive` span that names the
@@ -242,18 +232,36 @@ async fn given_a_store_unavailable_when_a_receive_fails_then_its_fault_is_logged
     let logs = Arc::new(logs::Captured::default());
     let _logging = tracing::subscriber::set_default(logs::Capture(logs.clone()));
     store.0.store(UNAVAILABLE, Ordering::SeqCst);
-    let trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     for body in [r#"{"max_messages": 10}"#, r#"{"max_messages": 10, "ack": ["not-a-receipt"]}"#] {
-        logs.events.lock().unwrap().clear();
-        let request = Request::builder().method(Method::POST).uri("/v1/topics/t/subscriptions/s/receive");
-        let request = request.header("content-type", "application/json").header("traceparent", trace);
-        let (status, _, answer) = send(&app, request.body(Body::from(body)).unwrap()).await;
-        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}: {answer}");
-        let fields = logs.fault_span("storage unavailable", "receive");
-        let field = |name: &str| fields.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
-        let trace_id = Some("\"4bf92f3577b34da6a3ce929d0e0e4736\"");
-        assert_eq!((field("topic"), field("sub"), field("trace_id")), (Some("t"), Some("s"), trace_id), "{body}");
+        let fields = refused_in_span(&app, &logs, "/v1/topics/t/subscriptions/s/receive", body, "receive").await;
+        let got = (field(&fields, "topic"), field(&fields, "sub"), field(&fields, "trace_id"));
+        assert_eq!(got, (Some("t"), Some("s"), Some(TRACE_ID)), "{body}");
     }
+}
+
+/// The trace the refused requests carry, and its id as a span records it.
+const TRACE: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+const TRACE_ID: &str = "\"4bf92f3577b34da6a3ce929d0e0e4736\"";
+
+/// POSTs `body` to `uri` with [`TRACE`] while the store is unavailable, checks it is refused
+/// with a 503, and answers the fields of the span named `span` its fault was logged in.
+async fn refused_in_span(
+    app: &Router,
+    logs: &logs::Captured,
+    uri: &str,
+    body: &str,
+    span: &str,
+) -> Vec<(String, String)> {
+    logs.events.lock().unwrap().clear();
+    let request = Request::builder().method(Method::POST).uri(uri);
+    let request = request.header("content-type", "application/json").header("traceparent", TRACE);
+    let (status, _, answer) = send(app, request.body(Body::from(body.to_owned())).unwrap()).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}: {answer}");
+    logs.fault_span("storage unavailable", span)
+}
+
+fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    fields.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
 }
 
 /// A subscriber that keeps each event's message with the spans it was logged in (name and
