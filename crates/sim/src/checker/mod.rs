@@ -79,10 +79,10 @@ impl World {
         }
         if bytes != head.bytes {
             // The head counts each segment's bytes as published, a merged one's included
-            // (`SegmentRecord::counted`). Retention that removed a segment a compaction merged
-            // meanwhile, across the log start, took its bytes off once then and the merged
-            // segment's whole later (2 of seeds 1000..1400); it now removes the item ending at
-            // the start in the head's write, so no merge crosses the start.
+            // (`SegmentRecord::counted`). Retention whose removal of a segment lost to a merge of
+            // it across the log start took its bytes off then and the merged segment's whole
+            // later (seeds 1541, 1648, 1881, 2062; 3018 at 6,000 steps); it now removes the item
+            // ending at the start in the head's write, so no merge crosses the start.
             self.violate(
                 "head-bytes-exact",
                 format!(
