@@ -66,8 +66,8 @@ pub async fn compact(
         return Ok(report);
     }
     // From the partition's first item, not its log start: an item may straddle the start (a
-    // run merged while retention advanced the start past its first segment), and what it
-    // holds above the start is what makes a stale write-out there covered.
+    // run merged while an older build's retention advanced the start past its first segment),
+    // and what it holds above the start is what makes a stale write-out there covered.
     let mut query = Query::all(keys::segments_pk(topic.id, partition), PAGE);
     // The furthest offset the items of the pages before held.
     let mut before = 0;

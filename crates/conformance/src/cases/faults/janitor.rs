@@ -53,7 +53,7 @@ async fn assert_retained(world: &JanitorWorld, log: &Log) {
     world.assert_every_object_live().await;
 }
 
-/// Retention's head move (the log start advances) is applied but its answer lost: that
+/// Retention's head move (the log start advances, the item ending there removed with it) is applied but its answer lost: that
 /// partition's upkeep stops there; the next run removes the items below the start, the
 /// collector takes their objects, and replay answers every kept event once.
 pub async fn given_retentions_head_move_applied_but_its_answer_lost_then_the_next_run_finishes_and_replay_is_exact(
@@ -62,7 +62,10 @@ pub async fn given_retentions_head_move_applied_but_its_answer_lost_then_the_nex
     let world = JanitorWorld::new(backend, "lost-head-move", Some(HOUR)).await;
     let log = old_and_new(&world, backend).await;
     world.script.at(
-        |ops| ops.len() == 1 && puts_at(ops, sluice_core::keys::HEADS_PREFIX, ""),
+        // Retention's head write: it also deletes the segment item ending at the new start.
+        |ops| {
+            puts_at(ops, sluice_core::keys::HEADS_PREFIX, "") && deletes_at(ops, sluice_core::keys::SEGMENTS_PREFIX, "")
+        },
         Action::Fault(Fault::LoseAnswer),
     );
     let janitor = world.janitor(retention_only());
@@ -84,8 +87,10 @@ pub async fn given_retentions_item_removal_applied_but_its_answer_lost_then_the_
     let log = old_and_new(&world, backend).await;
     world.script.at(
         |ops| {
+            // Not the head's write (which removes the item ending at the new start), nor a swap.
             deletes_at(ops, sluice_core::keys::SEGMENTS_PREFIX, "")
                 && !puts_at(ops, sluice_core::keys::SEGMENTS_PREFIX, "")
+                && !puts_at(ops, sluice_core::keys::HEADS_PREFIX, "")
         },
         Action::Fault(Fault::LoseAnswer),
     );

@@ -5,6 +5,7 @@
 
 mod collection;
 mod compaction;
+mod counting;
 mod fixtures;
 mod janitor;
 mod limits;
@@ -13,6 +14,7 @@ mod torn;
 
 pub use collection::*;
 pub use compaction::*;
+pub use counting::*;
 pub use janitor::*;
 pub use limits::*;
 pub use rewritten::*;
@@ -27,6 +29,8 @@ macro_rules! retention_conformance_suite {
             given_retention_bytes_then_each_partition_stays_under_its_bound,
             given_many_one_event_segments_then_compaction_keeps_every_event_and_replay_reads_few_objects,
             given_a_compacted_run_removed_by_size_retention_then_the_byte_count_stays_exact,
+            given_a_merge_racing_retention_then_the_byte_count_stays_what_the_segments_hold,
+            given_a_write_out_inside_the_last_segment_retention_takes_then_no_merge_crosses_the_start,
             given_a_stale_committer_rewriting_an_entry_compaction_merged_then_reads_stay_dense_and_exact,
             given_a_write_out_covered_by_an_item_straddling_the_log_start_then_compaction_removes_it,
             given_orphan_blob_then_collected_after_the_grace_period_and_never_a_committed_one,

@@ -73,8 +73,9 @@ pub async fn given_a_stale_committer_rewriting_an_entry_compaction_merged_then_r
     assert_eq!(values(replay(&other, &topic, 0, 8).await.unwrap()), vec![(8, "after".to_string())]);
 }
 
-/// Retention advanced the log start past a segment whose removal then lost to a merge of
-/// that segment into a run (the merged item straddles the start, below it and above); a
+/// An older build's retention advanced the log start past a segment whose removal then lost
+/// to a merge of that segment into a run (the merged item straddles the start, below it and
+/// above: retention now removes that segment in the head's write, which such a merge fails); a
 /// stale committer then writes out again an entry of the run above the start. Compaction
 /// must find it covered by the straddling item, which it reads though it starts below the
 /// start, and not merge it with the segment after it: two merged items overlapping in part.
