@@ -11,7 +11,8 @@
 //!
 //! Small shared pieces stay flat: the clock and randomness, names, the
 //! partitioner (sluice-wire's), the segment codec, the stored records' layout, retries,
-//! and what an event costs a page (`page`: its bytes as Lambda carries the answer).
+//! what an event costs a page (`page`: its bytes as Lambda carries the answer), and the byte
+//! counts it and the publish's checks make at the CPU's widest vector lanes (`scan`).
 
 pub mod clock;
 pub mod error;
@@ -30,6 +31,7 @@ pub mod ports;
 pub mod push;
 pub mod queues;
 pub mod retry;
+pub(crate) mod scan;
 pub mod schedule;
 pub mod segment;
 pub mod trace;

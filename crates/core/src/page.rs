@@ -10,6 +10,7 @@
 //! whichever backend serves it, and a program tested on `serve` pages as it will on Lambda.
 //! It costs `serve` only smaller pages of quote-dense values (a request more per ~2.7 MB).
 
+use crate::scan::{self, Escapes};
 use crate::segment::Record;
 
 /// Bytes of the fields every event's rendering has beyond its key, headers and value, counted
@@ -37,23 +38,13 @@ fn carried_text(text: &[u8]) -> usize {
 
 /// The sum of `table` over `bytes`, for a table made by [`table()`]: 1 for every byte but
 /// the control characters, `"` and `\`. Every event published, read, polled or received is
-/// counted by it (its value most of all, a receive's twice), so it is written for the
-/// compiler to vectorize: the bytes escaped and the control characters among them counted
-/// by comparisons alone, in `u8` lanes [`ESCAPE_RUN`] bytes at a time (a table lookup per
-/// byte cannot be: 8 instructions a byte, two thirds of a replay read's). Control
-/// characters are rare: only a text holding some is read again, for the short escapes.
+/// counted by it (its value most of all, a receive's twice), so the bytes escaped and the
+/// control characters among them are counted at the CPU's widest vector lanes
+/// ([`scan::escapes`]; a table lookup per byte cannot be vectorized: 8 instructions a byte,
+/// two thirds of a replay read's). Control characters are rare: only a text holding some is
+/// read again, for the short escapes.
 fn escaped_by(bytes: &[u8], table: &[u8; 256]) -> usize {
-    let (mut escaped, mut control) = (0usize, 0usize);
-    for run in bytes.chunks(ESCAPE_RUN) {
-        let (mut e, mut c) = (0u8, 0u8);
-        for &b in run {
-            let ctl = u8::from(b < 0x20);
-            c += ctl;
-            e += ctl | u8::from(b == b'"') | u8::from(b == b'\\');
-        }
-        escaped += usize::from(e);
-        control += usize::from(c);
-    }
+    let Escapes { escaped, control } = scan::escapes(bytes);
     let excess = |b: u8| usize::from(table[usize::from(b)] - 1);
     let mut total = bytes.len() + (escaped - control) * excess(b'"');
     if control > 0 {
@@ -62,10 +53,6 @@ fn escaped_by(bytes: &[u8], table: &[u8; 256]) -> usize {
     }
     total
 }
-
-/// Bytes counted in one `u8` lane (one each at most, so at most 255; a multiple of the
-/// vector width, 192 measured fastest).
-const ESCAPE_RUN: usize = 192;
 
 /// The bytes an event takes in a page as Lambda carries it: exact for its key, headers and
 /// value, its numbers and field names counted at their longest.
