@@ -5,7 +5,7 @@
 //! Whole segments go, from the oldest end, in two steps: first the partition's
 //! log start advances past them (one conditional write of the head, which also
 //! removes the item ending at the new start, so that no merge can join it to what
-//! stays: see [`advance`]), so from then on no reader is told their offsets exist;
+//! stays: see `advance`), so from then on no reader is told their offsets exist;
 //! then the other index items are removed and their objects' counts lowered, in
 //! writes of their own. A step cut short between the two leaves index items below
 //! the log start, which the next step removes first.
