@@ -71,6 +71,8 @@ pub async fn compact(
     let mut query = Query::all(keys::segments_pk(topic.id, partition), PAGE);
     // The furthest offset the items of the pages before held.
     let mut before = 0;
+    // The log start runs start from: read again once a page offers a rewrite (see below).
+    let mut start = head.start;
     loop {
         let page = store.query(&query).await?;
         let more_pages = page.next.is_some();
@@ -91,7 +93,25 @@ pub async fn compact(
             return Ok(report);
         }
         let last_page = newest.as_ref().filter(|_| !more_pages);
-        if let Some(run) = next_rewrite(&segments, last_page, (target_bytes, head.start, before), settle) {
+        let mut picked = next_rewrite(&segments, last_page, (target_bytes, start, before), settle);
+        if picked.is_some() {
+            // The start again, read after this page's query: retention may have advanced it since
+            // the head was read, and a stale committer's write-out ending at the new start may have
+            // landed after retention's write (a key nobody holds any more). From a start read after
+            // the query, such a write-out starts no run; a query before retention's write shows
+            // the item ending at the start, whose version retention's write changes. One read per
+            // rewrite, not per page: most passes find none. The first read's `next` stays: a
+            // fresher one could expose the newest segment to a merge.
+            let (now, version) = topics::head(store, topic.id, partition).await?;
+            if version == 0 {
+                return Ok(report);
+            }
+            if now.start != start {
+                start = now.start;
+                picked = next_rewrite(&segments, last_page, (target_bytes, start, before), settle);
+            }
+        }
+        if let Some(run) = picked {
             if merge(store, objects, Rewrite { topic, partition, run, now_ms, part_bytes }).await? {
                 report.segments_merged = run.len();
                 report.segments_written = 1;

@@ -114,7 +114,9 @@ pub async fn retain(
 /// would be taken off whole later, its part below the start a second time. The caller makes
 /// that impossible by deleting, in the head's own conditional write, every item read that
 /// ends at the new start: a merge crossing the start holds one of them, and its swap is
-/// conditional on that item's version (docs/DESIGN.md, "Retention").
+/// conditional on that item's version. A stale write-out ending there that lands after the
+/// head's write is none of them: compaction chooses its runs from a start read after its
+/// index query, below which such a write-out starts none (docs/DESIGN.md, "Retention").
 fn advance<'a>(
     mut head: HeadRecord,
     segments: impl Iterator<Item = &'a Segment>,

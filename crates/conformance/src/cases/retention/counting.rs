@@ -62,16 +62,18 @@ pub async fn given_a_merge_racing_retention_then_the_byte_count_stays_what_the_s
 /// write-out alone and merge it with the next segment across the new log start. With `before`
 /// 0 the write-out is on retention's page, which must remove it in the head's write; with
 /// `before` 98 the segment is the last item of a full page and the write-out on the next
-/// page, so retention must leave that segment to its next step.
+/// page, so retention must leave that segment to its next step. Late, the write-out lands
+/// after retention's head write (a create of a key nobody holds) and before the compaction's
+/// query: that compaction must read the log start again after its query.
 pub async fn given_a_write_out_inside_the_last_segment_retention_takes_then_no_merge_crosses_the_start(
     backend: &dyn Backend,
 ) {
-    for before in [0, 98] {
-        write_out_inside_the_last_segment_taken(backend, before).await;
+    for (before, late) in [(0, false), (98, false), (0, true)] {
+        write_out_inside_the_last_segment_taken(backend, before, late).await;
     }
 }
 
-async fn write_out_inside_the_last_segment_taken(backend: &dyn Backend, before: u64) {
+async fn write_out_inside_the_last_segment_taken(backend: &dyn Backend, before: u64, late: bool) {
     let _turn = ONE_JANITOR_AT_A_TIME.lock().await;
     let t0 = real_now();
     let clock = Arc::new(ManualClock::new(t0));
@@ -104,8 +106,14 @@ async fn write_out_inside_the_last_segment_taken(backend: &dyn Backend, before: 
     let donor_id = log.describe_topic(&donor).await.unwrap().0.id;
     let config = log.describe_topic(&topic).await.unwrap().0;
     let item = stores.0.get(&keys::segment_key(donor_id, 0, at)).await.unwrap().expect("the donor's item");
-    stores.0.write(vec![WriteOp::create(keys::segment_key(config.id, 0, at), item.value)]).await.unwrap();
-    race_retention_into_a_compaction(&stores, &config, t0).await;
+    let write_out = WriteOp::create(keys::segment_key(config.id, 0, at), item.value);
+    let late = if late {
+        Some(write_out)
+    } else {
+        stores.0.write(vec![write_out]).await.unwrap();
+        None
+    };
+    race_retention_into_a_compaction(&stores, &config, t0, late).await;
     let start = log.describe_topic(&topic).await.unwrap().1[0].log_start_offset;
     for (base, record) in entries(stores.0.as_ref(), config.id, 0).await {
         assert!(base >= start || record.next <= start, "{base}..{} straddles the log start {start}", record.next);
@@ -113,25 +121,41 @@ async fn write_out_inside_the_last_segment_taken(backend: &dyn Backend, before: 
     assert_count_exact_once_all_but_one_expired(&log, &stores, &clock, &topic, (config.id, t0)).await;
 }
 
-/// A compaction reads the partition's head; retention then runs up to its head's write; the
-/// compaction reads the index and does what it does; then retention goes on.
-async fn race_retention_into_a_compaction(stores: &crate::Stores, config: &sluice_core::TopicConfig, t0: i64) {
-    let (written, compacted) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+/// A compaction reads the partition's head; retention then runs up to its head's write (after
+/// which `late`, a write-out, lands); the compaction reads the index and does what it does;
+/// then retention goes on.
+async fn race_retention_into_a_compaction(
+    stores: &crate::Stores,
+    config: &sluice_core::TopicConfig,
+    t0: i64,
+    late: Option<WriteOp>,
+) {
+    let (read, written, compacted) = (Arc::new(Notify::new()), Arc::new(Notify::new()), Arc::new(Notify::new()));
     let for_retention = Scripted::new(stores.0.clone());
     let head_pk = keys::head_key(config.id, 0).pk;
-    let (w, c) = (written.clone(), compacted.clone());
+    let (w, c, state) = (written.clone(), compacted.clone(), stores.0.clone());
     let pause = Box::pin(async move {
+        if let Some(write_out) = late {
+            state.write(vec![write_out]).await.unwrap();
+        }
         w.notify_one();
         c.notified().await;
     });
     for_retention.at(move |ops| puts_at(ops, &head_pk, ""), Action::After(pause));
     let for_compaction = Scripted::new(stores.0.clone());
-    let w = written.clone();
-    for_compaction
-        .at_query(keys::segments_pk(config.id, 0), QueryAction::Before(Box::pin(async move { w.notified().await })));
+    let (r, w) = (read.clone(), written.clone());
+    // At its query, the compaction has read the head: retention starts only then.
+    let at_query = Box::pin(async move {
+        r.notify_one();
+        w.notified().await
+    });
+    for_compaction.at_query(keys::segments_pk(config.id, 0), QueryAction::Before(at_query));
     let default_ms = JanitorConfig::default().default_retention_ms;
     let sizes = (2 << 10, sluice_core::segment::PART_BYTES);
-    let retention = retention::retain(for_retention.as_ref(), config, 0, t0, default_ms);
+    let retention = async {
+        read.notified().await;
+        retention::retain(for_retention.as_ref(), config, 0, t0, default_ms).await
+    };
     let compaction = async {
         compaction::compact(for_compaction.as_ref(), stores.1.as_ref(), config, 0, t0, sizes, false).await.unwrap();
         compacted.notify_one();
