@@ -113,10 +113,14 @@ pub fn parse_object_ranged<T: DeserializeOwned>(body: &[u8], ranges: &[(&str, St
 }
 
 /// The body as text (JSON is UTF-8), checked once in one pass: `serde_json::from_slice`
-/// would check each string and each raw value on its own, at about twice the cost.
+/// would check each string and each raw value on its own, at about twice the cost. The pass
+/// is `simdutf8`'s, 32 bytes at a time with AVX2 (chosen at run time) or 16 with NEON, where
+/// std's goes a word at a time; only a body that fails is checked again by std, for the byte
+/// to name (`simdutf8::basic` says only that it failed).
 fn utf8(body: &[u8]) -> Result<&str, ApiError> {
-    std::str::from_utf8(body).map_err(|e| {
-        ApiError::bad_request(Code::InvalidJson, format!("malformed JSON: not UTF-8 at byte {}", e.valid_up_to()))
+    simdutf8::basic::from_utf8(body).map_err(|_| {
+        let at = std::str::from_utf8(body).err().map_or(body.len(), |e| e.valid_up_to());
+        ApiError::bad_request(Code::InvalidJson, format!("malformed JSON: not UTF-8 at byte {at}"))
     })
 }
 

@@ -325,4 +325,145 @@ mod tests {
         assert_eq!(events[1].key.as_deref(), Some(&b"k\"2"[..]));
         assert_eq!(events[1].value, r#""v""#);
     }
+
+    /// Text inside a JSON string that serde_json takes: plain, multi-byte, escaped (lone
+    /// surrogates too: a raw value keeps them as sent).
+    const IN_STRING: &[&str] = &[
+        "a",
+        " ",
+        "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+        "é",
+        "😀",
+        "\\n",
+        "\\\"",
+        "\\\\",
+        "\\/",
+        "\\u0041",
+        "\\ud800",
+        "\\udc00",
+        "\\ud83d\\ude00",
+        "\u{7f}",
+        "\u{ffff}",
+    ];
+    /// Numbers and literals serde_json takes as a value.
+    const LEAVES: &[&str] = &["0", "-0", "1.5", "1e999", "-1E+2", "123456789012345678901234567890", "true", "null"];
+    /// What spoils a body wherever it lands: control bytes, UTF-8 cut short, overlong or
+    /// encoding a surrogate or a code point past U+10FFFF, bad escapes and numbers, brackets.
+    const SPOILERS: &[&[u8]] = &[
+        b"\x00",
+        b"\x1f",
+        b"\t",
+        b"\n",
+        b"\xc3",
+        b"\x80",
+        b"\xc0\xaf",
+        b"\xed\xa0\x80",
+        b"\xf4\x90\x80\x80",
+        b"\xf0\x9f\x98",
+        b"\\u12",
+        b"\\x",
+        b"\\",
+        b"\"",
+        b"01",
+        b".5",
+        b"1.",
+        b"-",
+        b"nul",
+        b"[",
+        b"]",
+        b"{",
+        b"}",
+        b",",
+        b":",
+    ];
+
+    /// A JSON string made of [`IN_STRING`].
+    fn strings() -> impl proptest::strategy::Strategy<Value = String> + Clone {
+        use proptest::prelude::*;
+        proptest::collection::vec(proptest::sample::select(IN_STRING), 0..40)
+            .prop_map(|t| format!("\"{}\"", t.concat()))
+    }
+
+    /// Any JSON value made of the pieces above, nested up to 140 deep (past serde_json's
+    /// limit of 128) in places.
+    fn values() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let string = strings();
+        let leaf = prop_oneof![string.clone(), proptest::sample::select(LEAVES).prop_map(str::to_owned)];
+        let deep = (120usize..140).prop_map(|n| format!("{}{}", "[".repeat(n), "]".repeat(n)));
+        let leaf = prop_oneof![20 => leaf, 1 => deep];
+        leaf.prop_recursive(4, 24, 4, move |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(|v| format!("[{}]", v.join(","))),
+                proptest::collection::vec((string.clone(), inner), 0..4).prop_map(|fields| {
+                    let fields: Vec<String> = fields.into_iter().map(|(k, v)| format!("{k}:{v}")).collect();
+                    format!("{{{}}}", fields.join(","))
+                }),
+            ]
+        })
+    }
+
+    /// A body of the publish's shape, as is or spoiled: a piece of [`SPOILERS`] put in, or
+    /// a byte taken out, anywhere, so that it lands anywhere in a vector's lanes.
+    fn bodies() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        let key = proptest::option::of(prop_oneof![3 => strings(), 1 => values()]);
+        let event = (values(), key).prop_map(|(value, key)| match key {
+            Some(key) => format!("{{\"key\":{key},\"value\":{value}}}"),
+            None => format!("{{\"value\":{value}}}"),
+        });
+        let body = proptest::collection::vec(event, 1..4).prop_map(|e| format!("{{\"events\":[{}]}}", e.join(",")));
+        let spoil = proptest::option::of((
+            any::<proptest::sample::Index>(),
+            proptest::option::of(proptest::sample::select(SPOILERS)),
+        ));
+        (body, spoil).prop_map(|(body, spoil)| {
+            let mut body = body.into_bytes();
+            match spoil {
+                Some((at, Some(piece))) => {
+                    let at = at.index(body.len() + 1);
+                    body.splice(at..at, piece.iter().copied());
+                }
+                Some((at, None)) => {
+                    body.remove(at.index(body.len()));
+                }
+                None => {}
+            }
+            body
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4000))]
+        /// The publish's parse (the body's UTF-8 checked at once, then parsed as text) takes
+        /// exactly the bodies `serde_json::from_slice` takes, with the same keys and values,
+        /// and refuses the others as malformed JSON where serde_json finds them malformed.
+        #[test]
+        fn the_parse_takes_and_refuses_what_serde_json_does(body in bodies()) {
+            use proptest::prop_assert_eq;
+            let ours = parse_json::<Object<Batch<'_>>>(&body);
+            let theirs = serde_json::from_slice::<Object<Batch<'_>>>(&body);
+            match (ours, theirs) {
+                (Ok(Object(ours)), Ok(Object(theirs))) => {
+                    let texts = |b: Batch<'_>| -> Vec<(Option<String>, Option<String>)> {
+                        b.events.into_iter().map(|Object(e)| (e.key.map(Into::into), e.value.map(|v| v.get().to_owned()))).collect()
+                    };
+                    prop_assert_eq!(texts(ours), texts(theirs));
+                }
+                // serde_json meets bad UTF-8 only where it reads it, after a field of the
+                // wrong shape before it perhaps; ours is seen first, and named.
+                (Err(ours), Err(theirs)) => match std::str::from_utf8(&body) {
+                    Err(e) => {
+                        let want = format!("malformed JSON: not UTF-8 at byte {}", e.valid_up_to());
+                        prop_assert_eq!((ours.code, ours.message), (Code::InvalidJson, want));
+                    }
+                    Ok(_) => {
+                        prop_assert_eq!(ours.code == Code::InvalidJson, !theirs.is_data(), "{} / {}", ours.message, theirs)
+                    }
+                },
+                (ours, theirs) => proptest::prop_assert!(false, "ours {:?}, serde_json's {:?}: {}",
+                    ours.map(|_| ()).map_err(|e| e.message), theirs.map(|_| ()), String::from_utf8_lossy(&body)),
+            }
+        }
+    }
 }
