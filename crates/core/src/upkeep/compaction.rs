@@ -55,7 +55,8 @@ pub struct Rewriting<'a> {
     pub part_bytes: usize,
     /// Whether a segment a commit wrote and no run takes in is moved alone (see [`compact`]).
     pub settle: bool,
-    /// What a rewrite waits for before it reads the log start again and writes ([`Pacer`]).
+    /// What a rewrite waits for before it reads the log start again and writes ([`Pacer`]):
+    /// the head read again and the swap's conditions then judge what changed meanwhile.
     pub pacer: Option<&'a dyn Pacer>,
 }
 
@@ -110,8 +111,6 @@ pub async fn compact(
         let last_page = newest.as_ref().filter(|_| !more_pages);
         let mut picked = next_rewrite(&segments, last_page, (target_bytes, start, before), settle);
         if let (Some(pacer), Some(_)) = (pacer, picked) {
-            // Held back while live requests keep coming; the reads below and the swap's
-            // conditions then judge what changed meanwhile.
             pacer.until_quiet().await;
         }
         if picked.is_some() {
