@@ -6,6 +6,7 @@ use std::time::Duration;
 use clap::Parser;
 
 use sluice_core::groups::GroupsConfig;
+use sluice_core::upkeep::pace::PaceSettings;
 use sluice_core::upkeep::JanitorConfig;
 use sluice_core::{Limits, LogConfig, AWS_INLINE_SEGMENT_BYTES, DEFAULT_INLINE_SEGMENT_BYTES};
 
@@ -74,6 +75,15 @@ pub struct Config {
     /// How often `serve` runs the janitor (purges, retention, compaction, collection).
     #[arg(long, env = "SLUICE_JANITOR_INTERVAL_MS", default_value_t = 60_000)]
     pub janitor_interval_ms: u64,
+    /// How often `serve` checks, between and during janitor rounds, for partitions over their
+    /// `retention_bytes`, and applies retention to them (again at once while it removes
+    /// something); 0 leaves retention to the rounds.
+    #[arg(long, env = "SLUICE_RETENTION_INTERVAL_MS", default_value_t = 250)]
+    pub retention_interval_ms: u64,
+    /// The longest `serve`'s janitor holds back a compaction rewrite while requests keep
+    /// coming (more than one in 50 ms); 0 never holds one back.
+    #[arg(long, env = "SLUICE_JANITOR_YIELD_MS", default_value_t = PaceSettings::default().max_wait_ms)]
+    pub janitor_yield_ms: u64,
     /// Retention of topics created without `retention_ms`.
     #[arg(long, env = "SLUICE_DEFAULT_RETENTION_MS", default_value_t = JanitorConfig::default().default_retention_ms)]
     pub default_retention_ms: i64,
@@ -117,6 +127,12 @@ impl Config {
             offsets_retention_ms: self.offsets_retention_ms,
             ..JanitorConfig::default()
         }
+    }
+
+    /// How `serve`'s janitor paces its rewrites against live requests: `None` if it does not.
+    pub fn pace_settings(&self) -> Option<PaceSettings> {
+        (self.janitor_yield_ms > 0)
+            .then(|| PaceSettings { max_wait_ms: self.janitor_yield_ms, ..PaceSettings::default() })
     }
 
     /// The consumer groups' configuration.

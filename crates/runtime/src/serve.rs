@@ -4,6 +4,8 @@
 
 use std::future::Future;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -14,9 +16,11 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use sluice_core::upkeep::pace::TrafficPacer;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tower::util::MapRequestLayer;
 use tower::ServiceExt;
 use tower_http::timeout::TimeoutBody;
 
@@ -39,13 +43,20 @@ pub struct Opened {
     app: App,
     upkeep: JoinHandle<()>,
     dispatcher: sluice_core::push::Dispatcher,
+    /// Requests served, counted for the janitor's pacer.
+    requests: Arc<AtomicU64>,
 }
 
 impl Opened {
     /// Opens the embedded backend of `config` and starts its janitor.
     pub async fn open(config: &Config) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
         let log = open_embedded(config)?;
-        let janitor = janitor(config, &log)?;
+        let requests = Arc::new(AtomicU64::new(0));
+        let mut janitor = janitor(config, &log)?;
+        if let Some(settings) = config.pace_settings() {
+            // Compaction's rewrites share the disk and the SQLite writer with the requests.
+            janitor = janitor.with_pacer(Arc::new(TrafficPacer::new(requests.clone(), log.clock().clone(), settings)));
+        }
         let mut app = App::new(log, config.groups_config());
         // One process answers every request: its receives and settles keep their subscription.
         app.queues = sluice_core::queues::Queues::caching_subscriptions(app.log.clone());
@@ -55,16 +66,22 @@ impl Opened {
         }
         // Push subscriptions are delivered by this process, with the queues the API serves.
         let dispatcher = dispatcher(config, app.queues.clone(), None).await?;
-        let upkeep = tokio::spawn(janitor.run_forever(config.janitor_interval_ms));
-        Ok(Self { app, upkeep, dispatcher })
+        let upkeep = tokio::spawn(janitor.run_forever(config.janitor_interval_ms, config.retention_interval_ms));
+        Ok(Self { app, upkeep, dispatcher, requests })
     }
 
     /// Serves on `listener` until `shutdown` resolves, as [`serve`].
     pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) {
-        let Self { app, upkeep, dispatcher } = self;
+        let Self { app, upkeep, dispatcher, requests } = self;
         let (stop, stopping) = tokio::sync::watch::channel(false);
         let pushing = tokio::spawn(async move { dispatcher.run(stopping).await });
-        let routes = sluice_api::router(app.clone()).merge(crate::metrics::router(app)).merge(crate::ui::router());
+        let routes = sluice_api::router(app.clone())
+            .merge(crate::metrics::router(app))
+            .merge(crate::ui::router())
+            .layer(MapRequestLayer::new(move |r: Request| {
+                requests.fetch_add(1, Ordering::Relaxed);
+                r
+            }));
         serve_http(listener, routes, shutdown).await;
         // Deliveries under way finish and are settled; nothing new is received.
         let _ = stop.send(true);

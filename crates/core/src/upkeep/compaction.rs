@@ -26,6 +26,7 @@ use crate::ports::objects::ObjectStore;
 use crate::ports::state::{Expect, Query, StateStore, WriteOp, MAX_WRITE_OPS};
 use crate::segment::{encode_parts, Record};
 use crate::upkeep::collect::{object_ops, removing, ObjectChanges};
+use crate::upkeep::pace::Pacer;
 use crate::upkeep::retention::remove_segments;
 use crate::StorageError;
 
@@ -45,21 +46,36 @@ pub struct CompactionReport {
     pub more: bool,
 }
 
-/// Merges the first run of small segments of a partition found from its log start, if any.
-/// A segment is small below half of `target_bytes`; a run is at most `target_bytes`, written
-/// in parts of about `part_bytes`. With `settle` (the embedded backend, whose commits share a
-/// blob file among partitions), a segment a commit wrote and no run takes in is moved alone
-/// to an object of its own, the partition's newest too: so that retention, removing a
-/// partition's segments, frees whole files.
+/// How compaction rewrites a partition's segments.
+#[derive(Clone, Copy)]
+pub struct Rewriting<'a> {
+    /// A segment is small below half of it; a run is at most this many bytes.
+    pub target_bytes: u64,
+    /// A merged segment is written in parts of about this many bytes.
+    pub part_bytes: usize,
+    /// Whether a segment a commit wrote and no run takes in is moved alone (see [`compact`]).
+    pub settle: bool,
+    /// What a rewrite waits for before it reads the log start again and writes ([`Pacer`]):
+    /// the head read again and the swap's conditions then judge what changed meanwhile.
+    pub pacer: Option<&'a dyn Pacer>,
+}
+
+/// Merges the first run of small segments of a partition found from its log start, if any,
+/// as `how` says: a segment is small below half of its `target_bytes`; a run is at most
+/// `target_bytes`, written in parts of about `part_bytes`. With `settle` (the embedded
+/// backend, whose commits share a blob file among partitions), a segment a commit wrote and
+/// no run takes in is moved alone to an object of its own, the partition's newest too: so
+/// that retention, removing a partition's segments, frees whole files. A rewrite first waits
+/// for `how.pacer`, if any.
 pub async fn compact(
     store: &dyn StateStore,
     objects: &dyn ObjectStore,
     topic: &TopicConfig,
     partition: u32,
     now_ms: i64,
-    (target_bytes, part_bytes): (u64, usize),
-    settle: bool,
+    how: Rewriting<'_>,
 ) -> Result<CompactionReport, StorageError> {
+    let Rewriting { target_bytes, part_bytes, settle, pacer } = how;
     let mut report = CompactionReport::default();
     let (head, version) = topics::head(store, topic.id, partition).await?;
     if version == 0 {
@@ -94,6 +110,9 @@ pub async fn compact(
         }
         let last_page = newest.as_ref().filter(|_| !more_pages);
         let mut picked = next_rewrite(&segments, last_page, (target_bytes, start, before), settle);
+        if let (Some(pacer), Some(_)) = (pacer, picked) {
+            pacer.until_quiet().await;
+        }
         if picked.is_some() {
             // The start again, read after this page's query: retention may have advanced it since
             // the head was read, and a stale committer's write-out ending at the new start may have

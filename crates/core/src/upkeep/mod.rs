@@ -6,8 +6,10 @@
 //! runs them in a background task. Each step is bounded and keeps its progress in
 //! the store, so a step cut short (a timeout, a crash) is continued by the next.
 
+mod cadence;
 pub mod collect;
 pub mod compaction;
+pub mod pace;
 pub mod retention;
 
 use std::sync::Arc;
@@ -21,7 +23,8 @@ use crate::log::topics;
 use crate::ports::drain::drain;
 use crate::ports::objects::ObjectStore;
 use crate::ports::state::{Expect, Query, StateStore, WriteOp};
-use crate::upkeep::compaction::compact;
+use crate::upkeep::compaction::{compact, Rewriting};
+use crate::upkeep::pace::Pacer;
 use crate::upkeep::retention::{remove_segments, retain, SEGMENTS_PER_WRITE};
 use crate::{Clock, StorageError, TopicConfig};
 
@@ -201,9 +204,14 @@ impl UpkeepReport {
     /// Counts this run in the janitor's metrics ([`crate::metrics`]): its work, and its
     /// outcome (`failed` when a partition's upkeep failed, though the others went on).
     pub fn record(&self) {
-        use crate::metrics as m;
         let outcome = if self.partitions_failed > 0 { "failed" } else { "ok" };
-        metrics::counter!(m::JANITOR_RUNS, "outcome" => outcome).increment(1);
+        metrics::counter!(crate::metrics::JANITOR_RUNS, "outcome" => outcome).increment(1);
+        self.record_work();
+    }
+
+    /// Counts this run's work alone (a retention pass between rounds is no run).
+    fn record_work(&self) {
+        use crate::metrics as m;
         metrics::counter!(m::JANITOR_SEGMENTS_EXPIRED).increment(self.segments_expired as u64);
         metrics::counter!(m::JANITOR_SEGMENTS_MERGED).increment(self.segments_merged as u64);
         metrics::counter!(m::JANITOR_BYTES_FREED).increment(self.bytes_expired + self.gc.bytes_deleted);
@@ -262,6 +270,7 @@ pub struct Janitor {
     objects: Arc<dyn ObjectStore>,
     clock: Arc<dyn Clock>,
     config: JanitorConfig,
+    pacer: Option<Arc<dyn Pacer>>,
 }
 
 impl Janitor {
@@ -271,7 +280,13 @@ impl Janitor {
         clock: Arc<dyn Clock>,
         config: JanitorConfig,
     ) -> Self {
-        Self { store, objects, clock, config }
+        Self { store, objects, clock, config, pacer: None }
+    }
+
+    /// This janitor with each compaction rewrite held back by `pacer` (`serve`: while live
+    /// requests keep coming; see [`pace`]).
+    pub fn with_pacer(self, pacer: Arc<dyn Pacer>) -> Self {
+        Self { pacer: Some(pacer), ..self }
     }
 
     /// One bounded step: purges first; then retention and compaction of up to
@@ -338,16 +353,7 @@ impl Janitor {
                     report.partitions_failed += 1;
                 }
             }
-            report.segments_expired += changed.segments_expired as usize;
-            report.bytes_expired += changed.bytes_expired;
-            report.segments_merged += changed.segments_merged as usize;
-            report.segments_written += changed.segments_written as usize;
-            if changed != UpkeepRecord::default() {
-                tracing::info!(topic = %topic.name, ?changed, "janitor changed the topic");
-                if let Err(e) = record_upkeep(store, &topic, changed, now).await {
-                    tracing::warn!(topic = %topic.name, error = %e, "recording the topic's upkeep failed");
-                }
-            }
+            self.account(&topic, changed, report, now).await;
             cursor.after = if done && i + 1 == count { None } else { Some(topic.name.clone()) };
             match pass {
                 Pass::Stored => {
@@ -372,15 +378,31 @@ impl Janitor {
         Ok(done)
     }
 
-    /// Retention, then compaction, of one partition, within [`PARTITION_STEPS`] each.
-    async fn keep(
+    /// Adds what a pass did to `topic` to `report` and, if it did anything, to the topic's
+    /// upkeep record.
+    async fn account(&self, topic: &TopicConfig, changed: UpkeepRecord, report: &mut UpkeepReport, now: i64) {
+        report.segments_expired += changed.segments_expired as usize;
+        report.bytes_expired += changed.bytes_expired;
+        report.segments_merged += changed.segments_merged as usize;
+        report.segments_written += changed.segments_written as usize;
+        if changed != UpkeepRecord::default() {
+            tracing::info!(topic = %topic.name, ?changed, "janitor changed the topic");
+            if let Err(e) = record_upkeep(self.store.as_ref(), topic, changed, now).await {
+                tracing::warn!(topic = %topic.name, error = %e, "recording the topic's upkeep failed");
+            }
+        }
+    }
+
+    /// Retention of one partition, in up to [`PARTITION_STEPS`] steps while one leaves more;
+    /// then the time index trimmed to the log start. Answers the log start.
+    async fn retain_partition(
         &self,
         topic: &crate::TopicConfig,
         partition: u32,
         now: i64,
         done: &mut UpkeepRecord,
         report: &mut UpkeepReport,
-    ) -> Result<(), StorageError> {
+    ) -> Result<u64, StorageError> {
         let store = self.store.as_ref();
         let mut left = true;
         let (mut log_start, mut trimmed) = (0, false);
@@ -400,12 +422,29 @@ impl Janitor {
             crate::log::timeindex::trim(store, topic.id, partition, log_start).await?;
         }
         report.partitions_left |= left;
-        left = true;
+        Ok(log_start)
+    }
+
+    /// Retention, then compaction, of one partition, within [`PARTITION_STEPS`] each.
+    async fn keep(
+        &self,
+        topic: &crate::TopicConfig,
+        partition: u32,
+        now: i64,
+        done: &mut UpkeepRecord,
+        report: &mut UpkeepReport,
+    ) -> Result<(), StorageError> {
+        let store = self.store.as_ref();
+        let log_start = self.retain_partition(topic, partition, now, done, report).await?;
+        let mut left = true;
+        let how = Rewriting {
+            target_bytes: self.config.compaction_target_bytes,
+            part_bytes: self.config.part_bytes,
+            settle: self.config.settle_commit_segments,
+            pacer: self.pacer.as_deref(),
+        };
         for _ in 0..PARTITION_STEPS {
-            let target = self.config.compaction_target_bytes;
-            let sizes = (target, self.config.part_bytes);
-            let settle = self.config.settle_commit_segments;
-            let c = compact(store, self.objects.as_ref(), topic, partition, now, sizes, settle).await?;
+            let c = compact(store, self.objects.as_ref(), topic, partition, now, how).await?;
             done.segments_merged += c.segments_merged as u64;
             done.segments_written += c.segments_written as u64;
             if !c.more {
@@ -445,26 +484,6 @@ impl Janitor {
             total.add(&report);
             if !report.more() || self.clock.now_ms() >= deadline_ms {
                 return Ok(total);
-            }
-        }
-    }
-
-    /// Runs a round every `interval_ms` of the clock's time, forever: `serve`'s background upkeep.
-    /// A failed round is logged and retried at the next.
-    pub async fn run_forever(self, interval_ms: u64) {
-        loop {
-            self.clock.sleep(interval_ms).await;
-            match self.run(STEP_BUDGET).await {
-                Ok(report) => {
-                    report.record();
-                    if report.did_something() {
-                        tracing::info!(?report, "janitor round");
-                    }
-                }
-                Err(e) => {
-                    UpkeepReport::record_failure();
-                    tracing::warn!(error = %e, "janitor round failed; retrying next round");
-                }
             }
         }
     }

@@ -36,8 +36,8 @@ pub async fn given_a_merge_racing_retention_then_the_byte_count_stays_what_the_s
     let merge = {
         let (state, objects, config) = (stores.0.clone(), stores.1.clone(), config.clone());
         Box::pin(async move {
-            let sizes = (8 << 20, sluice_core::segment::PART_BYTES);
-            let done = compaction::compact(state.as_ref(), objects.as_ref(), &config, 0, t0, sizes, false).await;
+            let how = rewriting(8 << 20);
+            let done = compaction::compact(state.as_ref(), objects.as_ref(), &config, 0, t0, how).await;
             assert_eq!(done.unwrap().segments_written, 1, "the rival merged 0..2");
         })
     };
@@ -151,13 +151,13 @@ async fn race_retention_into_a_compaction(
     });
     for_compaction.at_query(keys::segments_pk(config.id, 0), QueryAction::Before(at_query));
     let default_ms = JanitorConfig::default().default_retention_ms;
-    let sizes = (2 << 10, sluice_core::segment::PART_BYTES);
+    let how = rewriting(2 << 10);
     let retention = async {
         read.notified().await;
         retention::retain(for_retention.as_ref(), config, 0, t0, default_ms).await
     };
     let compaction = async {
-        compaction::compact(for_compaction.as_ref(), stores.1.as_ref(), config, 0, t0, sizes, false).await.unwrap();
+        compaction::compact(for_compaction.as_ref(), stores.1.as_ref(), config, 0, t0, how).await.unwrap();
         compacted.notify_one();
     };
     let (retained, ()) = tokio::join!(retention, compaction);

@@ -74,3 +74,13 @@ pub(super) async fn replay(
 pub(super) fn retention_only() -> JanitorConfig {
     JanitorConfig { compaction_target_bytes: 1, grace_ms: 0, ..JanitorConfig::default() }
 }
+
+/// Compaction to `target_bytes` in the default parts, not settling, unpaced.
+pub(super) fn rewriting(target_bytes: u64) -> sluice_core::upkeep::compaction::Rewriting<'static> {
+    sluice_core::upkeep::compaction::Rewriting {
+        target_bytes,
+        part_bytes: sluice_core::segment::PART_BYTES,
+        settle: false,
+        pacer: None,
+    }
+}

@@ -1,4 +1,5 @@
-//! A janitor pass racing a topic purge, and a janitor run to a deadline.
+//! A janitor pass racing a topic purge, a janitor run to a deadline, and `serve`'s size
+//! retention between rounds.
 
 use std::sync::Arc;
 
@@ -87,4 +88,84 @@ pub async fn given_a_deadline_when_the_janitor_runs_until_it_then_it_stops_there
         first.purge.items_deleted + rest.purge.items_deleted > items,
         "{items} index items and a head: {first:?} {rest:?}"
     );
+}
+
+/// `serve`'s schedule ([`Janitor::run_forever`]): while events keep coming into a partition
+/// bounded by `retention_bytes`, each retention interval brings it back within its bound,
+/// though the next round is an hour away (under sustained intake a round, busy compacting,
+/// came too seldom: docs/PERFORMANCE.md, "Upkeep that yields to live traffic").
+pub async fn given_intake_past_a_bytes_bound_when_a_retention_interval_passes_then_the_partition_is_within_it_before_any_round(
+    backend: &dyn Backend,
+) {
+    use crate::cases::support::clock::WatchedClock;
+
+    const BOUND: i64 = 8 << 10;
+    let _turn = ONE_JANITOR_AT_A_TIME.lock().await;
+    let t0 = real_now();
+    let clock = Arc::new(ManualClock::new(t0));
+    let stores = backend.open_with(clock.clone()).await;
+    let log = log_at(stores.clone(), &clock);
+    let topic = unique_topic("held-bound");
+    let spec = TopicSpec { partitions: 1, retention_ms: None, retention_bytes: Some(BOUND) };
+    log.create_topic(&topic, spec).await.unwrap();
+    // The janitor's own clock, so that the sleeps counted are its loops' (a store may sleep
+    // on its clock too); the events' times do not matter to a bound by bytes.
+    let janitor_clock = Arc::new(WatchedClock::new(t0));
+    let janitor = Janitor::new(stores.0.clone(), stores.1.clone(), janitor_clock.clone(), retention_only());
+    let upkeep = tokio::spawn(janitor.run_forever(3_600_000, 1_000));
+    // Both loops wait on the clock: the rounds' and retention's.
+    janitor_clock.slept_more_than(1).await;
+    for intake in 0..3 {
+        // Forty segments of about 1 KiB: five times the bound.
+        for i in 0..40 {
+            log.publish(&topic, vec![event(format!("{intake}.{i}:{}", "v".repeat(1000)), 0, None)], None)
+                .await
+                .unwrap();
+        }
+        let bytes = log.describe_topic(&topic).await.unwrap().1[0].bytes;
+        assert!(bytes > 4 * BOUND as u64, "intake {intake}: {bytes} bytes");
+        let before = janitor_clock.sleeps();
+        janitor_clock.clock.advance(1_000);
+        // Retention ran, and waits for its next interval.
+        janitor_clock.slept_more_than(before).await;
+        let (_, states) = log.describe_topic(&topic).await.unwrap();
+        assert!(states[0].bytes <= BOUND as u64, "intake {intake}: {} bytes, over the bound", states[0].bytes);
+        assert!(states[0].log_start_offset > 0, "intake {intake}: retention advanced the start");
+    }
+    upkeep.abort();
+}
+
+/// A pacer that counts the rewrites it let go.
+struct CountingPacer(std::sync::atomic::AtomicUsize);
+
+impl sluice_core::upkeep::pace::Pacer for CountingPacer {
+    fn until_quiet(&self) -> sluice_core::clock::Sleep {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Box::pin(std::future::ready(()))
+    }
+}
+
+/// Compaction's rewrites wait for the janitor's pacer (`serve`'s holds them back while requests
+/// keep coming): every merge asks it first.
+pub async fn given_a_pacer_when_the_janitor_compacts_then_every_rewrite_waits_for_it_first(backend: &dyn Backend) {
+    let _turn = ONE_JANITOR_AT_A_TIME.lock().await;
+    let t0 = real_now();
+    let clock = Arc::new(ManualClock::new(t0));
+    let stores = backend.open_with(clock.clone()).await;
+    let log = log_at(stores.clone(), &clock);
+    let topic = unique_topic("paced");
+    log.create_topic(&topic, TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None }).await.unwrap();
+    for i in 0..40 {
+        log.publish(&topic, vec![event(format!("e{i}:{}", "z".repeat(200)), 0, Some(t0 + i))], None).await.unwrap();
+    }
+    let pacer = Arc::new(CountingPacer(Default::default()));
+    let config = JanitorConfig { compaction_target_bytes: 2 << 10, ..retention_only() };
+    let paced = janitor(&stores, &clock, config).with_pacer(pacer.clone());
+    paced.run(STEP_BUDGET).await.unwrap();
+    let config = log.describe_topic(&topic).await.unwrap().0;
+    let written = log.upkeep_of(&config).await.unwrap().segments_written;
+    let asked = pacer.0.load(std::sync::atomic::Ordering::SeqCst) as u64;
+    assert!(written >= 4, "forty small segments merge in runs of 2 KiB: {written} written");
+    // Other cases' topics on a shared backend may have merges of their own in this round.
+    assert!(asked >= written, "{asked} rewrites paced of {written} written");
 }

@@ -40,6 +40,8 @@ macro_rules! retention_conformance_suite {
             given_a_later_index_page_torn_by_a_swap_then_offset_by_time_still_answers_exactly,
             given_a_topic_purged_during_a_janitor_pass_then_the_pass_leaves_none_of_its_items,
             given_a_deadline_when_the_janitor_runs_until_it_then_it_stops_there_and_the_next_run_finishes,
+            given_intake_past_a_bytes_bound_when_a_retention_interval_passes_then_the_partition_is_within_it_before_any_round,
+            given_a_pacer_when_the_janitor_compacts_then_every_rewrite_waits_for_it_first,
         );
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn given_readers_replaying_during_compaction_and_retention_then_no_error_no_gap_same_bytes() {
