@@ -271,8 +271,10 @@ impl Cache {
     /// and keep nothing, as while this store's own commit is landing (the header moved, the
     /// cache not yet written through) or when the header cannot be read.
     pub(super) fn look<T>(&self, f: impl FnOnce(&Held, u64) -> T) -> Option<T> {
-        let header = self.header();
+        // Read under the lock: a header read before this store's commit recorded its own
+        // would look like another process's commit, and drop the cache for nothing.
         let mut held = lock(&self.held);
+        let header = self.header();
         if header.is_none() || header != held.base {
             if held.committing {
                 return None;
