@@ -12,19 +12,23 @@
 //!   change counter, last frame and checksums). The cache holds the header as it was after
 //!   this store's last commit (`base`); every read that would be served here reads the
 //!   header first (one `pread`) and, if it moved while this store was not committing, drops
-//!   the whole cache. A write of another store commits holding the `-commit` file's lock,
-//!   which this store's writer holds from its commit until it has read the header after it,
-//!   so no other commit can slip into the header this store takes as its own.
-//! - **Reads racing writes.** A collection loaded by a read is kept only if no write was
-//!   applied (and nothing dropped) since that read began (`seq`): otherwise the load may
-//!   miss a write this process already answered.
+//!   the whole cache. This store's writer reads the header under SQLite's write lock just
+//!   before its `COMMIT`, and takes the header after as its own only if the change counter
+//!   (`iChange`) moved by exactly its commit: a writer of any kind (another store, the
+//!   sqlite3 CLI) that commits between that `COMMIT` and the read after moves it further,
+//!   and the cache is dropped. No lock of this store's own is needed for that.
+//! - **Reads racing writes.** A collection loaded by a read is kept only if no commit began,
+//!   no write was applied and nothing was dropped since that read began (`seq`), and no
+//!   commit is landing: otherwise the load may miss a write this process already answered,
+//!   or hold one the cache is about to apply.
 //! - **Doubt.** A write refused on a condition drops its collections (a stale copy heals at
 //!   once); a commit whose outcome is unknown, or a purge of expired rows (which rows is
 //!   not said), drops everything.
 //!
 //! Memory is bounded: a collection over [`PART_ITEMS`] rows or [`PART_BYTES`] is not held
-//! (and remembered as too big until the next drop), and holding more than [`CACHE_BYTES`]
-//! in all lets go of other collections first.
+//! (and remembered as too big until the next drop), and each collection costs its rows,
+//! its key and a fixed overhead (an empty one too), so that past [`CACHE_BYTES`] in all,
+//! whether by a load or by a write, the collections used least recently are let go.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
@@ -48,6 +52,8 @@ pub(super) const CACHE_BYTES: usize = 24 << 20;
 const TOO_BIG_KEPT: usize = 4096;
 /// What a row costs beyond its value and sort key, for the bounds.
 const ROW_OVERHEAD: usize = 64;
+/// What a collection held costs beyond its rows and its key (the map's entry, the tree).
+const PART_OVERHEAD: usize = 128;
 /// The WAL-index header's first copy (`WalIndexHdr`, 48 bytes at offset 0 of the `-shm`).
 const HEADER: usize = 48;
 
@@ -81,6 +87,8 @@ fn cost(sk: &str, row: &Row) -> usize {
 pub(super) struct Part {
     rows: BTreeMap<String, Row>,
     bytes: usize,
+    /// The cache's tick at this collection's last use.
+    used: u64,
 }
 
 impl Part {
@@ -191,13 +199,31 @@ pub(super) struct Held {
     parts: HashMap<String, Part>,
     /// Collections found over the bounds, not loaded again until the next drop.
     too_big: HashSet<String>,
+    /// What the collections held cost ([`charge`]): never over [`CACHE_BYTES`] once a
+    /// keep or a commit is done with the cache.
     bytes: usize,
-    /// Changes at every write applied and every drop: a load begun before is not kept.
+    /// Changes at every commit begun, every write applied and every drop: a load begun
+    /// before is not kept.
     seq: u64,
+    /// Counts the cache's uses: each collection's last (`Part::used`) says which to let go first.
+    tick: u64,
     /// The WAL-index header as this store's last commit (or the last drop) left it.
     base: Option<Header>,
-    /// This store's writer is between its check of the header and its record of it.
-    committing: bool,
+    /// The header under SQLite's write lock just before this store's commit, while it lands.
+    landing: Option<Option<Header>>,
+}
+
+/// What holding `part` as `pk` costs against [`CACHE_BYTES`]: its rows, its key and the
+/// map's entry, so an empty collection (a read of one that does not exist) is not free.
+fn charge(pk: &str, part: &Part) -> usize {
+    pk.len() + part.bytes + PART_OVERHEAD
+}
+
+/// The header's `iChange` (bytes 8..12, in the host's byte order): SQLite adds 1 at every
+/// commit that writes to the WAL (`sqlite3WalFrames`), and nothing else moves it but a
+/// recovery of the WAL-index, which starts it again from 0.
+fn changes(header: &Header) -> u32 {
+    u32::from_ne_bytes([header[8], header[9], header[10], header[11]])
 }
 
 impl Held {
@@ -217,7 +243,51 @@ impl Held {
 
     fn drop_part(&mut self, pk: &str) {
         if let Some(part) = self.parts.remove(pk) {
-            self.bytes -= part.bytes;
+            self.bytes -= charge(pk, &part);
+        }
+    }
+
+    fn hold(&mut self, pk: String, mut part: Part) {
+        self.tick += 1;
+        part.used = self.tick;
+        self.bytes += charge(&pk, &part);
+        if let Some(old) = self.parts.insert(pk.clone(), part) {
+            self.bytes -= charge(&pk, &old);
+        }
+    }
+
+    /// Back within [`CACHE_BYTES`] if over it: lets go of the collections used least
+    /// recently, down to three quarters of the budget (so one sort serves many evictions),
+    /// never `keep` (the collection just written or loaded).
+    fn shrink(&mut self, keep: &str) {
+        if self.bytes <= CACHE_BYTES {
+            return;
+        }
+        let mut by_use: Vec<(u64, String)> =
+            self.parts.iter().filter(|(pk, _)| *pk != keep).map(|(pk, p)| (p.used, pk.clone())).collect();
+        by_use.sort_unstable();
+        for (_, pk) in by_use {
+            if self.bytes <= CACHE_BYTES / 4 * 3 {
+                break;
+            }
+            self.drop_part(&pk);
+        }
+        if self.bytes > CACHE_BYTES {
+            self.drop_part(keep);
+        }
+    }
+
+    /// The collection `pk` if held (now its most recent use), or whether it is known too
+    /// big to hold.
+    pub(super) fn part(&mut self, pk: &str) -> Result<&Part, bool> {
+        self.tick += 1;
+        let tick = self.tick;
+        match self.parts.get_mut(pk) {
+            Some(part) => {
+                part.used = tick;
+                Ok(part)
+            }
+            None => Err(self.too_big.contains(pk)),
         }
     }
 }
@@ -227,33 +297,17 @@ pub(super) struct Cache {
     held: Mutex<Held>,
     /// The `-shm` file, open for reading its header.
     shm: File,
-    /// The `-commit` file, whose lock every store's writer holds over its commit.
-    commit_lock: File,
-}
-
-/// The file every store's writer locks over its commit and its read of the header after.
-pub(super) fn commit_lock_path(db: &Path) -> PathBuf {
-    let mut name = db.as_os_str().to_owned();
-    name.push("-commit");
-    PathBuf::from(name)
 }
 
 impl Cache {
     /// A cache for the database at `db`, whose `-shm` file must exist (the store has a
     /// connection open in WAL mode).
     pub(super) fn open(db: &Path) -> Result<Self, StorageError> {
-        let lock_path = commit_lock_path(db);
-        let commit_lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| StorageError::unavailable(format!("open {}", lock_path.display()), e))?;
         let mut name = db.as_os_str().to_owned();
         name.push("-shm");
         let path = PathBuf::from(name);
         let shm = File::open(&path).map_err(|e| StorageError::unavailable(format!("open {}", path.display()), e))?;
-        Ok(Self { held: Mutex::new(Held::default()), shm, commit_lock })
+        Ok(Self { held: Mutex::new(Held::default()), shm })
     }
 
     fn header(&self) -> Option<Header> {
@@ -270,13 +324,13 @@ impl Cache {
     /// begun now must find still current to be kept ([`Self::keep`]). `None`: read SQLite
     /// and keep nothing, as while this store's own commit is landing (the header moved, the
     /// cache not yet written through) or when the header cannot be read.
-    pub(super) fn look<T>(&self, f: impl FnOnce(&Held, u64) -> T) -> Option<T> {
+    pub(super) fn look<T>(&self, f: impl FnOnce(&mut Held, u64) -> T) -> Option<T> {
         // Read under the lock: a header read before this store's commit recorded its own
         // would look like another process's commit, and drop the cache for nothing.
         let mut held = lock(&self.held);
         let header = self.header();
         if header.is_none() || header != held.base {
-            if held.committing {
+            if held.landing.is_some() {
                 return None;
             }
             held.drop_all();
@@ -284,13 +338,15 @@ impl Cache {
             header?;
         }
         let seq = held.seq;
-        Some(f(&held, seq))
+        Some(f(&mut held, seq))
     }
 
-    /// Keeps the collections a read loaded, unless a write or a drop came since it began.
+    /// Keeps the collections a read loaded, unless a commit began, a write was applied or
+    /// the cache dropped since it began, or a commit is landing (its snapshot may hold that
+    /// commit, which [`CommitGuard::committed`] would then apply a second time).
     pub(super) fn keep(&self, seq: u64, loaded: Vec<(String, Option<Part>)>) {
         let mut held = lock(&self.held);
-        if held.seq != seq {
+        if held.seq != seq || held.landing.is_some() {
             return;
         }
         for (pk, part) in loaded {
@@ -298,14 +354,8 @@ impl Cache {
                 held.mark_too_big(pk);
                 continue;
             };
-            while held.bytes + part.bytes > CACHE_BYTES {
-                let Some(other) = held.parts.keys().next().cloned() else { break };
-                held.drop_part(&other);
-            }
-            held.bytes += part.bytes;
-            if let Some(old) = held.parts.insert(pk, part) {
-                held.bytes -= old.bytes;
-            }
+            held.hold(pk.clone(), part);
+            held.shrink(&pk);
         }
     }
 
@@ -319,62 +369,72 @@ impl Cache {
     }
 
     /// Before this store's commit, with its write lock held (no other process can commit):
-    /// drops the cache if the header moved since this store's last commit, and marks the
-    /// commit as landing. Answers the lock to hold over the commit (see [`Self::committed`]).
-    pub(super) fn committing(&self) -> Result<CommitGuard<'_>, StorageError> {
+    /// drops the cache if the header moved since this store's last commit, notes the header
+    /// the commit starts from, and marks the commit as landing (no load begun before it, or
+    /// while it lands, is kept).
+    pub(super) fn committing(&self) -> CommitGuard<'_> {
         let header = self.header();
-        {
-            let mut held = lock(&self.held);
-            if header.is_none() || header != held.base {
-                held.drop_all();
-            }
-            held.committing = true;
+        let mut held = lock(&self.held);
+        if header.is_none() || header != held.base {
+            held.drop_all();
         }
-        loop {
-            match rustix::fs::flock(&self.commit_lock, rustix::fs::FlockOperation::LockExclusive) {
-                Ok(()) => return Ok(CommitGuard { cache: self }),
-                Err(rustix::io::Errno::INTR) => {}
-                Err(e) => {
-                    // No guard: the mark is taken back here, and the commit does not happen.
-                    lock(&self.held).committing = false;
-                    return Err(StorageError::unavailable("lock the commit file", std::io::Error::from(e)));
-                }
-            }
-        }
+        held.seq += 1;
+        held.landing = Some(header);
+        CommitGuard { cache: self }
     }
 }
 
-/// Held from before a commit until its outcome is in the cache: the `-commit` file's lock.
+/// Held from before a commit until its outcome is in the cache.
 pub(super) struct CommitGuard<'c> {
     cache: &'c Cache,
 }
 
 /// A commit's outcome for the cache: the writes it applied, or doubt.
 pub(super) enum Outcome<'w> {
-    /// Committed: every write listed applied; those refused on a condition drop their collections.
-    Applied { applied: Vec<&'w [WriteOp]>, refused: Vec<&'w [WriteOp]> },
+    /// Committed: every write listed applied; those refused on a condition drop their
+    /// collections. `changed`: the writes applied changed rows (so the commit wrote to the WAL).
+    Applied { applied: Vec<&'w [WriteOp]>, refused: Vec<&'w [WriteOp]>, changed: bool },
     /// Unknown (a failed commit, a purge whose rows are not named): everything is dropped.
     Doubt,
 }
 
+/// Whether the header went from `before` (under the write lock, before this store's commit)
+/// to `after` by that commit alone: `iChange` one on for a commit that changed rows, the
+/// header unmoved for one that did not. Anything else is another writer's commit too, one
+/// landed between this store's `COMMIT` and its read of the header after (the lock was
+/// released then): the cache, which holds none of its writes, must be dropped.
+fn only_ours(before: Option<Header>, after: Option<Header>, changed: bool) -> bool {
+    match (before, after) {
+        (Some(before), Some(after)) if changed => changes(&after) == changes(&before).wrapping_add(1),
+        (Some(before), Some(after)) => before == after,
+        _ => false,
+    }
+}
+
 impl CommitGuard<'_> {
-    /// Writes a commit's outcome through, records the header it left, and lets other
-    /// stores commit again. Before any write of it is answered.
+    /// Writes a commit's outcome through and records the header it left. Before any write
+    /// of it is answered.
     pub(super) fn committed(self, outcome: Outcome<'_>) {
         let header = self.cache.header();
         let mut held = lock(&self.cache.held);
+        let before = held.landing.take().flatten();
         match outcome {
-            Outcome::Applied { applied, refused } => {
+            Outcome::Applied { applied, refused, changed } if only_ours(before, header, changed) => {
                 for op in applied.into_iter().flatten() {
                     let pk = &op.key().pk;
+                    held.tick += 1;
+                    let tick = held.tick;
                     let Some(part) = held.parts.get_mut(pk) else { continue };
-                    let before = part.bytes;
+                    part.used = tick;
+                    let before = charge(pk, part);
                     part.apply(op);
-                    let after = part.bytes;
+                    let after = charge(pk, part);
                     held.bytes = held.bytes + after - before;
-                    if after > PART_BYTES || held.parts.get(pk).is_some_and(|p| p.rows.len() > PART_ITEMS) {
+                    if held.parts.get(pk).is_some_and(|p| p.bytes > PART_BYTES || p.rows.len() > PART_ITEMS) {
                         held.drop_part(pk);
                         held.mark_too_big(pk.clone());
+                    } else {
+                        held.shrink(pk);
                     }
                 }
                 for op in refused.into_iter().flatten() {
@@ -382,32 +442,20 @@ impl CommitGuard<'_> {
                 }
                 held.seq += 1;
             }
-            Outcome::Doubt => held.drop_all(),
+            _ => held.drop_all(),
         }
         held.base = header;
-        held.committing = false;
     }
 }
 
 impl Drop for CommitGuard<'_> {
     fn drop(&mut self) {
-        // Answered `committed` or not (a panic): the lock goes, and so does the mark. Without
-        // `committed`, nothing is known of the commit: drop everything.
+        // Without `committed` (a panic), nothing is known of the commit: drop everything.
         let mut held = lock(&self.cache.held);
-        if held.committing {
+        if held.landing.take().is_some() {
             held.drop_all();
             held.base = None;
-            held.committing = false;
         }
-        drop(held);
-        let _ = rustix::fs::flock(&self.cache.commit_lock, rustix::fs::FlockOperation::Unlock);
-    }
-}
-
-impl Held {
-    /// The collection `pk` if held, or whether it is known too big to hold.
-    pub(super) fn part(&self, pk: &str) -> Result<&Part, bool> {
-        self.parts.get(pk).ok_or_else(|| self.too_big.contains(pk))
     }
 }
 
@@ -416,12 +464,12 @@ mod tests {
     use std::sync::Arc;
 
     use bytes::Bytes;
-    use sluice_core::ports::state::{Key, Query, StateStore, WriteOp};
+    use sluice_core::ports::state::{Expect, Key, Query, StateStore, WriteOp};
     use sluice_core::{StorageError, SystemClock};
 
     use super::super::sqlite::lock;
     use super::super::SqliteStateStore;
-    use super::Part;
+    use super::{only_ours, Outcome, Part, CACHE_BYTES, HEADER};
 
     fn put(sk: &str, value: &'static str, version: Option<u64>) -> Vec<WriteOp> {
         vec![WriteOp::replace(Key::new("p", sk), Bytes::from_static(value.as_bytes()), version)]
@@ -527,7 +575,7 @@ mod tests {
                 key: Key::new("p", format!("{:02}", i * 2)),
                 value: Bytes::from(vec![b'v'; i]),
                 expires_at_ms: (i % 5 == 3).then_some(if i < 6 { 1_000 } else { i64::MAX }),
-                expect: sluice_core::ports::state::Expect::Absent,
+                expect: Expect::Absent,
             })
             .collect();
         store.write(ops).await.expect("write");
@@ -563,6 +611,131 @@ mod tests {
                 part.get("p", sk, 2_000),
                 super::super::sqlite::get_on(&conn, &Key::new("p", sk), 2_000).expect("get")
             );
+        }
+    }
+
+    /// Commits on `conn` (another connection, as this store's own `COMMIT` or another
+    /// writer's, which takes no lock of this store's) the change of `p/a` to `value`.
+    fn commit_on(conn: &rusqlite::Connection, value: &str, version: u64) {
+        conn.execute(
+            "UPDATE items SET value = ?1, version = ?2 WHERE pk = 'p' AND sk = 'a'",
+            rusqlite::params![value.as_bytes(), version as i64],
+        )
+        .expect("a commit");
+    }
+
+    /// A read whose snapshot begins after this store's `COMMIT` but whose load is offered to
+    /// the cache before the commit is written through: it holds the write already, so keeping
+    /// it would have the write applied twice (the cache a version ahead of SQLite).
+    #[tokio::test]
+    async fn given_a_load_that_saw_a_landing_commit_then_the_commit_is_not_applied_twice() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("state.db");
+        let store = SqliteStateStore::open(&path, Arc::new(SystemClock)).expect("open");
+        store.write(put("a", "1", None)).await.expect("write");
+        let seq = store.cache.look(|_, seq| seq).expect("the cache serves");
+        let conn = rusqlite::Connection::open(&path).expect("a connection");
+        let guard = store.cache.committing();
+        commit_on(&conn, "2", 2);
+        let loaded = Part::load(&conn, "p").expect("load");
+        store.cache.keep(seq, vec![("p".into(), loaded)]);
+        let ops = vec![WriteOp::Put {
+            key: Key::new("p", "a"),
+            value: Bytes::from_static(b"2"),
+            expires_at_ms: None,
+            expect: Expect::Any,
+        }];
+        guard.committed(Outcome::Applied { applied: vec![&ops], refused: Vec::new(), changed: true });
+        let a = store.get(&Key::new("p", "a")).await.expect("get").expect("present");
+        assert_eq!((a.value, a.version), (Bytes::from_static(b"2"), 2), "the cache is ahead of SQLite");
+    }
+
+    /// A writer that takes no lock of this store's (an older build, the sqlite3 CLI) commits
+    /// between this store's `COMMIT` and its read of the header after: the header then moved
+    /// by two commits, not one, and the next read sees the other writer's change.
+    #[tokio::test]
+    async fn given_a_commit_between_this_stores_commit_and_its_header_read_then_the_next_read_sees_it() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("state.db");
+        let store = SqliteStateStore::open(&path, Arc::new(SystemClock)).expect("open");
+        store.write(put("a", "1", None)).await.expect("write");
+        values(&store).await;
+        assert!(held(&store));
+        let conn = rusqlite::Connection::open(&path).expect("a connection");
+        let guard = store.cache.committing();
+        commit_on(&conn, "2", 2); // this store's own commit
+        commit_on(&conn, "3", 3); // the other writer's, in the window
+        let ops = put("a", "2", Some(1));
+        guard.committed(Outcome::Applied { applied: vec![&ops], refused: Vec::new(), changed: true });
+        let a = store.get(&Key::new("p", "a")).await.expect("get").expect("present");
+        assert_eq!((a.value, a.version), (Bytes::from_static(b"3"), 3), "the other writer's commit is missed");
+    }
+
+    /// The header after a commit is this store's alone only as `iChange` (bytes 8..12) says.
+    #[test]
+    fn a_header_is_taken_as_this_stores_commit_only_if_its_change_counter_moved_as_the_commit_did() {
+        let at = |change: u32, frame: u8| {
+            let mut header = [0u8; HEADER];
+            header[8..12].copy_from_slice(&change.to_ne_bytes());
+            header[16] = frame;
+            Some(header)
+        };
+        let cases = [
+            (at(7, 1), at(8, 2), true, true),
+            (at(u32::MAX, 1), at(0, 2), true, true),
+            (at(7, 1), at(9, 3), true, false),
+            (at(7, 1), at(7, 1), true, false),
+            (at(7, 1), at(7, 1), false, true),
+            (at(7, 1), at(8, 2), false, false),
+            (at(7, 1), at(7, 2), false, false),
+            (None, at(8, 2), true, false),
+            (at(7, 1), None, false, false),
+        ];
+        for (i, (before, after, changed, ours)) in cases.into_iter().enumerate() {
+            assert_eq!(only_ours(before, after, changed), ours, "case {i}");
+        }
+    }
+
+    /// What the cache holds, as it accounts it and as its collections add up.
+    fn accounted(store: &SqliteStateStore) -> (usize, usize, usize) {
+        let held = lock(&store.cache.held);
+        let sum = held.parts.iter().map(|(pk, part)| super::charge(pk, part)).sum();
+        (held.bytes, sum, held.parts.len())
+    }
+
+    /// Reads of many collections that do not exist (names a client chooses), then
+    /// collections loaded small and grown by this store's writes: the cache stays within
+    /// its budget, letting go of those used least recently (not one read all along).
+    #[tokio::test]
+    async fn given_many_collections_read_and_written_then_the_cache_stays_within_its_budget() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let store = SqliteStateStore::open(&dir.path().join("state.db"), Arc::new(SystemClock)).expect("open");
+        let seq = store.cache.look(|_, seq| seq).expect("the cache serves");
+        store.cache.keep(seq, vec![("hot".into(), Some(Part::default()))]);
+        let name = "n".repeat(1000);
+        for chunk in 0..200 {
+            let seq = store.cache.look(|held, seq| held.part("hot").map(drop).map(|()| seq));
+            let seq = seq.expect("the cache serves").expect("the collection read all along is held");
+            let absent = (0..1000).map(|i| (format!("{name}-{chunk}-{i}"), Some(Part::default()))).collect();
+            store.cache.keep(seq, absent);
+        }
+        let (bytes, sum, parts) = accounted(&store);
+        assert!(bytes <= CACHE_BYTES && bytes == sum, "{bytes} bytes accounted, {sum} held");
+        assert!(parts < 200_000, "every empty collection held: {parts}");
+        let grown: Vec<String> = (0..200).map(|i| format!("grown-{i:03}")).collect();
+        let seq = store.cache.look(|_, seq| seq).expect("the cache serves");
+        store.cache.keep(seq, grown.iter().map(|pk| (pk.clone(), Some(Part::default()))).collect());
+        let value = Bytes::from(vec![b'v'; 200 << 10]);
+        for round in 0..4 {
+            let ops: Vec<WriteOp> = grown
+                .iter()
+                .map(|pk| WriteOp::replace(Key::new(pk.clone(), format!("{round}")), value.clone(), None))
+                .collect();
+            // Written through without SQLite: the header does not move, as for no change.
+            let guard = store.cache.committing();
+            guard.committed(Outcome::Applied { applied: vec![&ops], refused: Vec::new(), changed: false });
+            let (bytes, sum, _) = accounted(&store);
+            assert!(bytes <= CACHE_BYTES && bytes == sum, "round {round}: {bytes} bytes accounted, {sum} held");
         }
     }
 }

@@ -200,7 +200,7 @@ fn commit_writes(conn: &mut Connection, mut batch: Vec<PendingWrite>, synced: bo
         let _ = batch.into_iter().next().expect("one write").done.send(refused);
         return;
     }
-    let committed = commit_through(tx, &batch, &outcomes, synced, cache);
+    let committed = commit_through(tx, &batch, &outcomes, (synced, changed), cache);
     // Before any answer, so a deferred write answered is one the next tick syncs.
     let committed = committed.and_then(|()| wal.committed(synced, changed));
     for (w, outcome) in batch.into_iter().zip(outcomes) {
@@ -215,16 +215,17 @@ fn commit_writes(conn: &mut Connection, mut batch: Vec<PendingWrite>, synced: bo
 }
 
 /// Commits `tx` and tells `cache` its outcome: each write of `batch` applied or refused as
-/// `outcomes` say, or doubt if the commit failed. The cache's commit lock is taken while
-/// SQLite's write lock is held (no other process commits) and kept until then.
+/// `outcomes` say (`changed`: those applied changed rows), or doubt if the commit failed.
+/// The cache is told the commit is landing while SQLite's write lock is held (no other
+/// process commits), so it notes the header the commit starts from.
 fn commit_through(
     tx: GroupTx<'_>,
     batch: &[PendingWrite],
     outcomes: &[Result<(), StorageError>],
-    synced: bool,
+    (synced, changed): (bool, bool),
     cache: &Cache,
 ) -> Result<(), StorageError> {
-    let guard = cache.committing()?;
+    let guard = cache.committing();
     // A synced commit is the fsync of the WAL (`synchronous=FULL`).
     let started = std::time::Instant::now();
     let committed = tx.commit().map_err(|e| classify(&e));
@@ -237,6 +238,7 @@ fn commit_through(
             Outcome::Applied {
                 applied: applied.into_iter().map(|(w, _)| w.ops.as_slice()).collect(),
                 refused: refused.into_iter().map(|(w, _)| w.ops.as_slice()).collect(),
+                changed,
             }
         }
         Err(_) => Outcome::Doubt,

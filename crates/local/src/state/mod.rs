@@ -190,14 +190,15 @@ impl SqliteStateStore {
             let changes = writer.conn.total_changes();
             let tx = writer.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db)?;
             let out = f(&tx)?;
-            let guard = cache.committing()?;
+            let guard = cache.committing();
             let committed = tx.commit();
+            let changed = writer.conn.total_changes() != changes;
             guard.committed(match (&committed, &through) {
-                (Ok(()), Some(ops)) => Outcome::Applied { applied: vec![ops.as_slice()], refused: Vec::new() },
+                (Ok(()), Some(ops)) => Outcome::Applied { applied: vec![ops.as_slice()], refused: Vec::new(), changed },
                 _ => Outcome::Doubt,
             });
             committed.map_err(db)?;
-            writer.wal.committed(true, writer.conn.total_changes() != changes)?;
+            writer.wal.committed(true, changed)?;
             Ok(out)
         })
         .await
