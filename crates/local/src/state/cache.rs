@@ -29,6 +29,12 @@
 //! (and remembered as too big until the next drop), and each collection costs its rows,
 //! its key and a fixed overhead (an empty one too), so that past [`CACHE_BYTES`] in all,
 //! whether by a load or by a write, the collections used least recently are let go.
+//!
+//! Where another process commits all the time (two busy processes on one data directory),
+//! each of its commits drops what this one loaded before it served: after such a drop the
+//! cache loads nothing for a number of reads (answered by SQLite alone) that doubles while
+//! such drops keep coming before the cache served more reads than it loaded collections,
+//! up to [`SKIP_MOST`], so that setup costs about what no cache would.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
@@ -50,6 +56,8 @@ pub(super) const PART_BYTES: usize = 1 << 20;
 pub(super) const CACHE_BYTES: usize = 24 << 20;
 /// Most collections remembered as too big (forgotten all at once beyond).
 const TOO_BIG_KEPT: usize = 4096;
+/// Most loads skipped after a drop another process's commit caused ([`Held::skip`]).
+const SKIP_MOST: u32 = 1024;
 /// What a row costs beyond its value and sort key, for the bounds.
 const ROW_OVERHEAD: usize = 64;
 /// What a collection held costs beyond its rows and its key (the map's entry, the tree).
@@ -211,6 +219,16 @@ pub(super) struct Held {
     base: Option<Header>,
     /// The header under SQLite's write lock just before this store's commit, while it lands.
     landing: Option<Option<Header>>,
+    /// Loads still to skip (their reads answered by SQLite alone) since the last drop
+    /// another process's commit caused: where another process commits all the time, a
+    /// collection loaded is dropped before it serves, and loading it costs more than no cache.
+    skip: u32,
+    /// What the next such drop sets `skip` to: doubled at each drop that came before the
+    /// cache served more reads than it loaded collections since the last, halved otherwise.
+    backoff: u32,
+    /// Reads served and collections loaded since the last drop another process caused.
+    served: u64,
+    loaded: u64,
 }
 
 /// What holding `part` as `pk` costs against [`CACHE_BYTES`]: its rows, its key and the
@@ -232,6 +250,19 @@ impl Held {
         self.too_big.clear();
         self.bytes = 0;
         self.seq += 1;
+    }
+
+    /// Drops everything for another process's commit (none if no header was known: the
+    /// first read, or after a header that could not be read), and backs off loading.
+    fn drop_foreign(&mut self) {
+        self.drop_all();
+        if self.base.is_none() {
+            return;
+        }
+        self.backoff =
+            if self.served > self.loaded { self.backoff / 2 } else { (self.backoff * 2).clamp(1, SKIP_MOST) };
+        self.skip = self.backoff;
+        (self.served, self.loaded) = (0, 0);
     }
 
     fn mark_too_big(&mut self, pk: String) {
@@ -277,17 +308,26 @@ impl Held {
         }
     }
 
-    /// The collection `pk` if held (now its most recent use), or whether it is known too
-    /// big to hold.
+    /// The collection `pk` if held (now its most recent use), or whether to load it: not
+    /// if known too big, nor while loads are skipped (this read is counted against them).
     pub(super) fn part(&mut self, pk: &str) -> Result<&Part, bool> {
         self.tick += 1;
         let tick = self.tick;
         match self.parts.get_mut(pk) {
             Some(part) => {
                 part.used = tick;
+                self.served += 1;
                 Ok(part)
             }
-            None => Err(self.too_big.contains(pk)),
+            None if self.too_big.contains(pk) => Err(false),
+            None if self.skip > 0 => {
+                self.skip -= 1;
+                Err(false)
+            }
+            None => {
+                self.loaded += 1;
+                Err(true)
+            }
         }
     }
 }
@@ -333,7 +373,7 @@ impl Cache {
             if held.landing.is_some() {
                 return None;
             }
-            held.drop_all();
+            held.drop_foreign();
             held.base = header;
             header?;
         }
@@ -376,7 +416,7 @@ impl Cache {
         let header = self.header();
         let mut held = lock(&self.held);
         if header.is_none() || header != held.base {
-            held.drop_all();
+            held.drop_foreign();
         }
         held.seq += 1;
         held.landing = Some(header);
@@ -442,7 +482,8 @@ impl CommitGuard<'_> {
                 }
                 held.seq += 1;
             }
-            _ => held.drop_all(),
+            Outcome::Applied { .. } => held.drop_foreign(),
+            Outcome::Doubt => held.drop_all(),
         }
         held.base = header;
     }
@@ -737,5 +778,30 @@ mod tests {
             let (bytes, sum, _) = accounted(&store);
             assert!(bytes <= CACHE_BYTES && bytes == sum, "round {round}: {bytes} bytes accounted, {sum} held");
         }
+    }
+
+    /// Another process commits between every two reads of this store's: each load would be
+    /// dropped before it serves, so the cache stops loading (backing off in reads, doubling
+    /// while such commits keep coming) and loads again once they stop.
+    #[tokio::test]
+    async fn given_another_process_committing_between_reads_then_the_cache_stops_loading_until_they_stop() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("state.db");
+        let first = SqliteStateStore::open(&path, Arc::new(SystemClock)).expect("open");
+        let second = SqliteStateStore::open(&path, Arc::new(SystemClock)).expect("open");
+        first.write(put("a", "1", None)).await.expect("write");
+        let mut loads = 0;
+        for i in 0..20 {
+            second.write(vec![WriteOp::create(Key::new("q", format!("{i}")), Bytes::new())]).await.expect("write");
+            first.get(&Key::new("p", "a")).await.expect("get").expect("present");
+            loads += usize::from(held(&first));
+        }
+        assert!(loads <= 2, "loaded {loads} times in 20 reads, each dropped by the next commit");
+        let mut reads = 0;
+        while !held(&first) && reads < 2 * super::SKIP_MOST {
+            first.get(&Key::new("p", "a")).await.expect("get").expect("present");
+            reads += 1;
+        }
+        assert!(held(&first), "the cache never loads again once the other process stops");
     }
 }

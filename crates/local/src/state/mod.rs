@@ -208,7 +208,8 @@ impl SqliteStateStore {
 impl SqliteStateStore {
     /// Answers `reads` (as [`StateStore::read_many`]) from the cache where it holds their
     /// collections, the rest from SQLite in one read transaction, loading each collection
-    /// they name whole into the cache on the way (one not known to be too big).
+    /// they name whole into the cache on the way (unless known too big, or while the cache
+    /// skips loads after another process's commits).
     async fn read_through(&self, reads: Vec<Read>) -> Result<Vec<Found>, StorageError> {
         let now_ms = self.clock.now_ms();
         let served = self.cache.look(|held, seq| {
@@ -217,8 +218,8 @@ impl SqliteStateStore {
                 .iter()
                 .map(|read| match held.part(read_pk(read)) {
                     Ok(part) => Some(answer(part, read, now_ms)),
-                    Err(too_big) => {
-                        if !too_big && !load.iter().any(|pk| pk == read_pk(read)) {
+                    Err(load_it) => {
+                        if load_it && !load.iter().any(|pk| pk == read_pk(read)) {
                             load.push(read_pk(read).to_owned());
                         }
                         None
