@@ -432,8 +432,9 @@ pub(super) struct CommitGuard<'c> {
 /// A commit's outcome for the cache: the writes it applied, or doubt.
 pub(super) enum Outcome<'w> {
     /// Committed: every write listed applied; those refused on a condition drop their
-    /// collections. `changed`: the writes applied changed rows (so the commit wrote to the WAL).
-    Applied { applied: Vec<&'w [WriteOp]>, refused: Vec<&'w [WriteOp]>, changed: bool },
+    /// collections. `wrote`: the transaction changed rows, kept or rolled back to a
+    /// savepoint (either way the commit wrote to the WAL and moved the header).
+    Applied { applied: Vec<&'w [WriteOp]>, refused: Vec<&'w [WriteOp]>, wrote: bool },
     /// Unknown (a failed commit, a purge whose rows are not named): everything is dropped.
     Doubt,
 }
@@ -459,7 +460,7 @@ impl CommitGuard<'_> {
         let mut held = lock(&self.cache.held);
         let before = held.landing.take().flatten();
         match outcome {
-            Outcome::Applied { applied, refused, changed } if only_ours(before, header, changed) => {
+            Outcome::Applied { applied, refused, wrote } if only_ours(before, header, wrote) => {
                 for op in applied.into_iter().flatten() {
                     let pk = &op.key().pk;
                     held.tick += 1;
@@ -486,6 +487,14 @@ impl CommitGuard<'_> {
             Outcome::Doubt => held.drop_all(),
         }
         held.base = header;
+    }
+}
+
+#[cfg(test)]
+impl Cache {
+    /// Whether the collection `pk` is held.
+    pub(super) fn holds(&self, pk: &str) -> bool {
+        lock(&self.held).parts.contains_key(pk)
     }
 }
 
@@ -686,7 +695,7 @@ mod tests {
             expires_at_ms: None,
             expect: Expect::Any,
         }];
-        guard.committed(Outcome::Applied { applied: vec![&ops], refused: Vec::new(), changed: true });
+        guard.committed(Outcome::Applied { applied: vec![&ops], refused: Vec::new(), wrote: true });
         let a = store.get(&Key::new("p", "a")).await.expect("get").expect("present");
         assert_eq!((a.value, a.version), (Bytes::from_static(b"2"), 2), "the cache is ahead of SQLite");
     }
@@ -707,7 +716,7 @@ mod tests {
         commit_on(&conn, "2", 2); // this store's own commit
         commit_on(&conn, "3", 3); // the other writer's, in the window
         let ops = put("a", "2", Some(1));
-        guard.committed(Outcome::Applied { applied: vec![&ops], refused: Vec::new(), changed: true });
+        guard.committed(Outcome::Applied { applied: vec![&ops], refused: Vec::new(), wrote: true });
         let a = store.get(&Key::new("p", "a")).await.expect("get").expect("present");
         assert_eq!((a.value, a.version), (Bytes::from_static(b"3"), 3), "the other writer's commit is missed");
     }
@@ -774,7 +783,7 @@ mod tests {
                 .collect();
             // Written through without SQLite: the header does not move, as for no change.
             let guard = store.cache.committing();
-            guard.committed(Outcome::Applied { applied: vec![&ops], refused: Vec::new(), changed: false });
+            guard.committed(Outcome::Applied { applied: vec![&ops], refused: Vec::new(), wrote: false });
             let (bytes, sum, _) = accounted(&store);
             assert!(bytes <= CACHE_BYTES && bytes == sum, "round {round}: {bytes} bytes accounted, {sum} held");
         }

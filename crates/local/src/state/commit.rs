@@ -155,6 +155,9 @@ fn commit_writes(conn: &mut Connection, mut batch: Vec<PendingWrite>, synced: bo
             return;
         }
     };
+    // Rows changed by any write, kept or rolled back to its savepoint (whose pages SQLite
+    // still writes to the WAL): whether the commit moves the WAL-index header, for the cache.
+    let began = tx.conn.total_changes();
     // A write alone needs no savepoint: if its condition fails, the whole transaction goes.
     let alone = batch.len() == 1;
     let mut outcomes = Vec::with_capacity(batch.len());
@@ -200,7 +203,8 @@ fn commit_writes(conn: &mut Connection, mut batch: Vec<PendingWrite>, synced: bo
         let _ = batch.into_iter().next().expect("one write").done.send(refused);
         return;
     }
-    let committed = commit_through(tx, &batch, &outcomes, (synced, changed), cache);
+    let wrote = tx.conn.total_changes() != began;
+    let committed = commit_through(tx, &batch, &outcomes, (synced, wrote), cache);
     // Before any answer, so a deferred write answered is one the next tick syncs.
     let committed = committed.and_then(|()| wal.committed(synced, changed));
     for (w, outcome) in batch.into_iter().zip(outcomes) {
@@ -215,14 +219,14 @@ fn commit_writes(conn: &mut Connection, mut batch: Vec<PendingWrite>, synced: bo
 }
 
 /// Commits `tx` and tells `cache` its outcome: each write of `batch` applied or refused as
-/// `outcomes` say (`changed`: those applied changed rows), or doubt if the commit failed.
+/// `outcomes` say (`wrote`: its writes changed rows, kept or not), or doubt if the commit failed.
 /// The cache is told the commit is landing while SQLite's write lock is held (no other
 /// process commits), so it notes the header the commit starts from.
 fn commit_through(
     tx: GroupTx<'_>,
     batch: &[PendingWrite],
     outcomes: &[Result<(), StorageError>],
-    (synced, changed): (bool, bool),
+    (synced, wrote): (bool, bool),
     cache: &Cache,
 ) -> Result<(), StorageError> {
     let guard = cache.committing();
@@ -238,7 +242,7 @@ fn commit_through(
             Outcome::Applied {
                 applied: applied.into_iter().map(|(w, _)| w.ops.as_slice()).collect(),
                 refused: refused.into_iter().map(|(w, _)| w.ops.as_slice()).collect(),
-                changed,
+                wrote,
             }
         }
         Err(_) => Outcome::Doubt,

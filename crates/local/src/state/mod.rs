@@ -194,7 +194,9 @@ impl SqliteStateStore {
             let committed = tx.commit();
             let changed = writer.conn.total_changes() != changes;
             guard.committed(match (&committed, &through) {
-                (Ok(()), Some(ops)) => Outcome::Applied { applied: vec![ops.as_slice()], refused: Vec::new(), changed },
+                (Ok(()), Some(ops)) => {
+                    Outcome::Applied { applied: vec![ops.as_slice()], refused: Vec::new(), wrote: changed }
+                }
                 _ => Outcome::Doubt,
             });
             committed.map_err(db)?;
@@ -569,5 +571,38 @@ mod tests {
         for mut answer in answers {
             assert!(matches!(answer.try_recv(), Ok(Ok(()))));
         }
+    }
+
+    /// A group whose only rows changed were rolled back (a write refused on its second op
+    /// after its first wrote; the other write changes nothing): SQLite still writes the
+    /// pages to the WAL and moves the header's change counter, and the cache takes that
+    /// commit for its own rather than drop what it holds.
+    #[tokio::test]
+    async fn given_a_group_whose_changes_were_rolled_back_then_the_cache_takes_its_commit_for_its_own() {
+        let (_dir, store) = open();
+        store.write(create("x")).await.expect("write");
+        store.write(vec![WriteOp::create(Key::new("q", "taken"), Bytes::from_static(b"v"))]).await.expect("write");
+        store.get(&Key::new("p", "x")).await.expect("get");
+        assert!(store.cache.holds("p"));
+        let mut answers = Vec::new();
+        {
+            let mut writer = lock(&store.writer);
+            let refused = vec![
+                WriteOp::create(Key::new("q", "new"), Bytes::from_static(b"v")),
+                WriteOp::create(Key::new("q", "taken"), Bytes::from_static(b"v")),
+            ];
+            let nothing = vec![WriteOp::Delete { key: Key::new("r", "absent"), expect: Expect::Any }];
+            let mut batch = Vec::new();
+            for ops in [refused, nothing] {
+                let (done, answer) = oneshot::channel();
+                batch.push(PendingWrite { ops, now_ms: 0, durable: true, done });
+                answers.push(answer);
+            }
+            commit_group(&mut writer, batch);
+        }
+        let outcomes: Vec<_> = answers.into_iter().map(|mut a| a.try_recv().expect("answered")).collect();
+        assert!(matches!(outcomes[0], Err(StorageError::ConditionFailed { op: 1, .. })), "{outcomes:?}");
+        assert!(outcomes[1].is_ok(), "{outcomes:?}");
+        assert!(store.cache.holds("p"), "the cache dropped for its own commit");
     }
 }
