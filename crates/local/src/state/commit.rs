@@ -8,6 +8,7 @@ use sluice_core::ports::state::{Expect, Key, WriteOp};
 use sluice_core::StorageError;
 use tokio::sync::oneshot;
 
+use super::cache::{Cache, Outcome};
 use super::sqlite::{classify, db, lock};
 use super::sync::Wal;
 use super::SqliteStateStore;
@@ -31,6 +32,8 @@ pub(super) struct Writer {
     pub(super) synced: Option<bool>,
     /// The WAL, told of each commit (see [`Wal::committed`]) before any write of it is answered.
     pub(super) wal: Arc<Wal>,
+    /// Told of each commit's outcome before any write of it is answered (`cache.rs`).
+    pub(super) cache: Arc<Cache>,
 }
 
 impl Writer {
@@ -128,7 +131,7 @@ pub(super) fn commit_group(writer: &mut Writer, batch: Vec<PendingWrite>) {
         }
         return;
     }
-    commit_writes(&mut writer.conn, batch, synced, &writer.wal);
+    commit_writes(&mut writer.conn, batch, synced, &writer.wal, &writer.cache);
 }
 
 /// Applies each write of `batch` in a savepoint of one transaction, commits once, and
@@ -142,7 +145,7 @@ pub(super) fn commit_group(writer: &mut Writer, batch: Vec<PendingWrite>) {
 /// so one write's failure is never its neighbours'. (Each pass drops the write that
 /// failed, so a fault that fails every write ends after one pass per write.) A failed
 /// `COMMIT` is the group's: every write of it is answered that error, its outcome unknown.
-fn commit_writes(conn: &mut Connection, mut batch: Vec<PendingWrite>, synced: bool, wal: &Wal) {
+fn commit_writes(conn: &mut Connection, mut batch: Vec<PendingWrite>, synced: bool, wal: &Wal, cache: &Cache) {
     let tx = match GroupTx::begin(conn) {
         Ok(tx) => tx,
         Err(e) => {
@@ -152,6 +155,9 @@ fn commit_writes(conn: &mut Connection, mut batch: Vec<PendingWrite>, synced: bo
             return;
         }
     };
+    // Rows changed by any write, kept or rolled back to its savepoint (whose pages SQLite
+    // still writes to the WAL): whether the commit moves the WAL-index header, for the cache.
+    let began = tx.conn.total_changes();
     // A write alone needs no savepoint: if its condition fails, the whole transaction goes.
     let alone = batch.len() == 1;
     let mut outcomes = Vec::with_capacity(batch.len());
@@ -184,7 +190,7 @@ fn commit_writes(conn: &mut Connection, mut batch: Vec<PendingWrite>, synced: bo
                 drop(tx);
                 let _ = batch.remove(i).done.send(Err(e));
                 if !batch.is_empty() {
-                    commit_writes(conn, batch, synced, wal);
+                    commit_writes(conn, batch, synced, wal, cache);
                 }
                 return;
             }
@@ -192,16 +198,13 @@ fn commit_writes(conn: &mut Connection, mut batch: Vec<PendingWrite>, synced: bo
     }
     if alone && outcomes[0].is_err() {
         drop(tx); // rolled back: nothing to make durable
+        cache.refused(&batch[0].ops);
         let refused = outcomes.pop().expect("one outcome");
         let _ = batch.into_iter().next().expect("one write").done.send(refused);
         return;
     }
-    // A synced commit is the fsync of the WAL (`synchronous=FULL`).
-    let started = std::time::Instant::now();
-    let committed = tx.commit().map_err(|e| classify(&e));
-    if synced {
-        metrics::histogram!(sluice_core::metrics::FSYNC, "file" => "state").record(started.elapsed().as_secs_f64());
-    }
+    let wrote = tx.conn.total_changes() != began;
+    let committed = commit_through(tx, &batch, &outcomes, (synced, wrote), cache);
     // Before any answer, so a deferred write answered is one the next tick syncs.
     let committed = committed.and_then(|()| wal.committed(synced, changed));
     for (w, outcome) in batch.into_iter().zip(outcomes) {
@@ -213,6 +216,38 @@ fn commit_writes(conn: &mut Connection, mut batch: Vec<PendingWrite>, synced: bo
         };
         let _ = w.done.send(answer);
     }
+}
+
+/// Commits `tx` and tells `cache` its outcome: each write of `batch` applied or refused as
+/// `outcomes` say (`wrote`: its writes changed rows, kept or not), or doubt if the commit failed.
+/// The cache is told the commit is landing while SQLite's write lock is held (no other
+/// process commits), so it notes the header the commit starts from.
+fn commit_through(
+    tx: GroupTx<'_>,
+    batch: &[PendingWrite],
+    outcomes: &[Result<(), StorageError>],
+    (synced, wrote): (bool, bool),
+    cache: &Cache,
+) -> Result<(), StorageError> {
+    let guard = cache.committing();
+    // A synced commit is the fsync of the WAL (`synchronous=FULL`).
+    let started = std::time::Instant::now();
+    let committed = tx.commit().map_err(|e| classify(&e));
+    if synced {
+        metrics::histogram!(sluice_core::metrics::FSYNC, "file" => "state").record(started.elapsed().as_secs_f64());
+    }
+    guard.committed(match committed {
+        Ok(()) => {
+            let (applied, refused): (Vec<_>, Vec<_>) = batch.iter().zip(outcomes).partition(|(_, o)| o.is_ok());
+            Outcome::Applied {
+                applied: applied.into_iter().map(|(w, _)| w.ops.as_slice()).collect(),
+                refused: refused.into_iter().map(|(w, _)| w.ops.as_slice()).collect(),
+                wrote,
+            }
+        }
+        Err(_) => Outcome::Doubt,
+    });
+    committed
 }
 
 /// The group commit's `BEGIN IMMEDIATE` transaction, run with cached statements:

@@ -39,17 +39,19 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OpenFlags, Transaction, TransactionBehavior};
-use sluice_core::ports::state::{Found, Item, Key, Page, Query, Read, StateStore, WriteOp};
+use sluice_core::ports::state::{Expect, Found, Item, Key, Page, Query, Read, StateStore, WriteOp};
 use sluice_core::{Clock, StorageError};
 
 use crate::blobfs::{BlobFs, OsFs};
 use crate::blocking;
+use cache::{Cache, Outcome};
 use commit::{commit_until_closed, Queue, Writer};
 use sqlite::{connect, db, get_on, lock, query_on};
 pub(crate) use sync::spawn_deferred_sync;
 use sync::Wal;
 pub use sync::DEFAULT_SYNC_WINDOW_MS;
 
+mod cache;
 mod commit;
 mod sqlite;
 mod sync;
@@ -80,6 +82,8 @@ pub struct SqliteStateStore {
     wal: Arc<Wal>,
     /// How long a deferred write may wait for its fsync, in ms of `clock`; 0: none waits.
     sync_window_ms: u64,
+    /// The collections read and written here, kept in memory (`cache.rs`).
+    cache: Arc<Cache>,
 }
 
 impl SqliteStateStore {
@@ -128,7 +132,9 @@ impl SqliteStateStore {
             .map(|_| connect(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX).map(Mutex::new))
             .collect::<Result<Vec<_>, _>>()?;
         let wal = Arc::new(Wal::new(path, fs));
-        let writer = Arc::new(Mutex::new(Writer { conn: writer, synced: Some(true), wal: wal.clone() }));
+        let cache = Arc::new(Cache::open(path)?);
+        let writer =
+            Arc::new(Mutex::new(Writer { conn: writer, synced: Some(true), wal: wal.clone(), cache: cache.clone() }));
         let queue = Arc::new(Queue::default());
         let writer_thread = std::thread::Builder::new()
             .name("sluice-sqlite-writer".into())
@@ -146,6 +152,7 @@ impl SqliteStateStore {
             clock,
             wal,
             sync_window_ms,
+            cache,
         })
     }
 
@@ -168,8 +175,9 @@ impl SqliteStateStore {
         blocking(move || f(&readers[i].lock().unwrap_or_else(|p| p.into_inner()))).await
     }
 
-    /// Runs `f` in one `BEGIN IMMEDIATE` transaction, committed if `f` succeeds.
-    async fn transaction<T, F>(&self, f: F) -> Result<T, StorageError>
+    /// Runs `f` in one `BEGIN IMMEDIATE` transaction, committed if `f` succeeds; `through`:
+    /// what it changes, for the cache (`None`: not said, so the cache is dropped).
+    async fn transaction<T, F>(&self, through: Option<Vec<WriteOp>>, f: F) -> Result<T, StorageError>
     where
         F: FnOnce(&Transaction<'_>) -> Result<T, StorageError> + Send + 'static,
         T: Send + 'static,
@@ -178,14 +186,99 @@ impl SqliteStateStore {
         blocking(move || {
             let mut writer = writer.lock().unwrap_or_else(|p| p.into_inner());
             writer.sync_commits(true).map_err(db)?;
+            let cache = writer.cache.clone();
             let changes = writer.conn.total_changes();
             let tx = writer.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db)?;
             let out = f(&tx)?;
-            tx.commit().map_err(db)?;
-            writer.wal.committed(true, writer.conn.total_changes() != changes)?;
+            let guard = cache.committing();
+            let committed = tx.commit();
+            let changed = writer.conn.total_changes() != changes;
+            guard.committed(match (&committed, &through) {
+                (Ok(()), Some(ops)) => {
+                    Outcome::Applied { applied: vec![ops.as_slice()], refused: Vec::new(), wrote: changed }
+                }
+                _ => Outcome::Doubt,
+            });
+            committed.map_err(db)?;
+            writer.wal.committed(true, changed)?;
             Ok(out)
         })
         .await
+    }
+}
+
+impl SqliteStateStore {
+    /// Answers `reads` (as [`StateStore::read_many`]) from the cache where it holds their
+    /// collections, the rest from SQLite in one read transaction, loading each collection
+    /// they name whole into the cache on the way (unless known too big, or while the cache
+    /// skips loads after another process's commits).
+    async fn read_through(&self, reads: Vec<Read>) -> Result<Vec<Found>, StorageError> {
+        let now_ms = self.clock.now_ms();
+        let served = self.cache.look(|held, seq| {
+            let mut load = Vec::new();
+            let found: Vec<Option<Found>> = reads
+                .iter()
+                .map(|read| match held.part(read_pk(read)) {
+                    Ok(part) => Some(answer(part, read, now_ms)),
+                    Err(load_it) => {
+                        if load_it && !load.iter().any(|pk| pk == read_pk(read)) {
+                            load.push(read_pk(read).to_owned());
+                        }
+                        None
+                    }
+                })
+                .collect();
+            (found, load, seq)
+        });
+        let (mut found, load, seq) = match served {
+            Some(served) => (served.0, served.1, Some(served.2)),
+            None => (vec![None; reads.len()], Vec::new(), None),
+        };
+        if found.iter().all(Option::is_some) {
+            return Ok(found.into_iter().flatten().collect());
+        }
+        let (found, loaded) = self
+            .read(move |conn| {
+                // One statement needs no transaction of its own; more share one snapshot.
+                let tx = if reads.len() > 1 { Some(conn.unchecked_transaction().map_err(db)?) } else { None };
+                let on: &Connection = tx.as_deref().unwrap_or(conn);
+                let mut loaded = Vec::with_capacity(load.len());
+                for pk in load {
+                    let part = cache::Part::load(on, &pk)?;
+                    loaded.push((pk, part));
+                }
+                for (read, found) in reads.iter().zip(found.iter_mut()).filter(|(_, f)| f.is_none()) {
+                    let part = loaded.iter().find(|(pk, _)| pk == read_pk(read)).and_then(|(_, p)| p.as_ref());
+                    *found = Some(match (part, read) {
+                        (Some(part), read) => answer(part, read, now_ms),
+                        (None, Read::Get(key)) => Found::Item(get_on(on, key, now_ms)?),
+                        (None, Read::Query(query)) => Found::Page(query_on(on, query, now_ms)?),
+                    });
+                }
+                if let Some(tx) = tx {
+                    tx.commit().map_err(db)?;
+                }
+                Ok((found.into_iter().flatten().collect::<Vec<_>>(), loaded))
+            })
+            .await?;
+        if let Some(seq) = seq {
+            self.cache.keep(seq, loaded);
+        }
+        Ok(found)
+    }
+}
+
+fn read_pk(read: &Read) -> &str {
+    match read {
+        Read::Get(key) => &key.pk,
+        Read::Query(query) => &query.pk,
+    }
+}
+
+fn answer(part: &cache::Part, read: &Read, now_ms: i64) -> Found {
+    match read {
+        Read::Get(key) => Found::Item(part.get(&key.pk, &key.sk, now_ms)),
+        Read::Query(query) => Found::Page(part.query(query, now_ms)),
     }
 }
 
@@ -203,37 +296,22 @@ impl Drop for SqliteStateStore {
 impl StateStore for SqliteStateStore {
     #[tracing::instrument(level = "debug", skip(self))]
     async fn get(&self, key: &Key) -> Result<Option<Item>, StorageError> {
-        let key = key.clone();
-        let now_ms = self.clock.now_ms();
-        self.read(move |conn| get_on(conn, &key, now_ms)).await
+        let found = self.read_through(vec![Read::Get(key.clone())]).await?;
+        found.into_iter().next().ok_or_else(|| StorageError::Corrupt("a read answered nothing".into()))?.into_item()
     }
 
     #[tracing::instrument(level = "debug", skip(self))]
     async fn query(&self, query: &Query) -> Result<Page, StorageError> {
-        let query = query.clone();
-        let now_ms = self.clock.now_ms();
-        self.read(move |conn| query_on(conn, &query, now_ms)).await
+        let found = self.read_through(vec![Read::Query(query.clone())]).await?;
+        found.into_iter().next().ok_or_else(|| StorageError::Corrupt("a read answered nothing".into()))?.into_page()
     }
 
     /// All in one read transaction: one WAL snapshot, so one read-mark lock and one check
-    /// of the page cache for the lot, where each call on its own pays them.
+    /// of the page cache for the lot, where each call on its own pays them; none for the
+    /// reads the cache answers.
     #[tracing::instrument(level = "debug", skip_all, fields(reads = reads.len()))]
     async fn read_many(&self, reads: &[Read]) -> Result<Vec<Found>, StorageError> {
-        let reads = reads.to_vec();
-        let now_ms = self.clock.now_ms();
-        self.read(move |conn| {
-            let tx = conn.unchecked_transaction().map_err(db)?;
-            let found = reads
-                .iter()
-                .map(|read| match read {
-                    Read::Get(key) => get_on(&tx, key, now_ms).map(Found::Item),
-                    Read::Query(query) => query_on(&tx, query, now_ms).map(Found::Page),
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            tx.commit().map_err(db)?;
-            Ok(found)
-        })
-        .await
+        self.read_through(reads.to_vec()).await
     }
 
     /// One read transaction answers a batch: a read more in it is a B-tree lookup.
@@ -256,7 +334,8 @@ impl StateStore for SqliteStateStore {
         if keys.is_empty() {
             return Ok(());
         }
-        self.transaction(move |tx| {
+        let through = keys.iter().map(|key| WriteOp::Delete { key: key.clone(), expect: Expect::Any }).collect();
+        self.transaction(Some(through), move |tx| {
             let mut delete = tx.prepare_cached("DELETE FROM items WHERE pk = ?1 AND sk = ?2").map_err(db)?;
             for key in &keys {
                 delete.execute([&key.pk, &key.sk]).map_err(db)?;
@@ -270,7 +349,7 @@ impl StateStore for SqliteStateStore {
     async fn purge_expired(&self, limit: usize) -> Result<usize, StorageError> {
         let now_ms = self.clock.now_ms();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.transaction(move |tx| {
+        self.transaction(None, move |tx| {
             tx.prepare_cached(
                 "DELETE FROM items WHERE (pk, sk) IN (
                     SELECT pk, sk FROM items WHERE expires_ms <= ?1 LIMIT ?2)",
@@ -492,5 +571,38 @@ mod tests {
         for mut answer in answers {
             assert!(matches!(answer.try_recv(), Ok(Ok(()))));
         }
+    }
+
+    /// A group whose only rows changed were rolled back (a write refused on its second op
+    /// after its first wrote; the other write changes nothing): SQLite still writes the
+    /// pages to the WAL and moves the header's change counter, and the cache takes that
+    /// commit for its own rather than drop what it holds.
+    #[tokio::test]
+    async fn given_a_group_whose_changes_were_rolled_back_then_the_cache_takes_its_commit_for_its_own() {
+        let (_dir, store) = open();
+        store.write(create("x")).await.expect("write");
+        store.write(vec![WriteOp::create(Key::new("q", "taken"), Bytes::from_static(b"v"))]).await.expect("write");
+        store.get(&Key::new("p", "x")).await.expect("get");
+        assert!(store.cache.holds("p"));
+        let mut answers = Vec::new();
+        {
+            let mut writer = lock(&store.writer);
+            let refused = vec![
+                WriteOp::create(Key::new("q", "new"), Bytes::from_static(b"v")),
+                WriteOp::create(Key::new("q", "taken"), Bytes::from_static(b"v")),
+            ];
+            let nothing = vec![WriteOp::Delete { key: Key::new("r", "absent"), expect: Expect::Any }];
+            let mut batch = Vec::new();
+            for ops in [refused, nothing] {
+                let (done, answer) = oneshot::channel();
+                batch.push(PendingWrite { ops, now_ms: 0, durable: true, done });
+                answers.push(answer);
+            }
+            commit_group(&mut writer, batch);
+        }
+        let outcomes: Vec<_> = answers.into_iter().map(|mut a| a.try_recv().expect("answered")).collect();
+        assert!(matches!(outcomes[0], Err(StorageError::ConditionFailed { op: 1, .. })), "{outcomes:?}");
+        assert!(outcomes[1].is_ok(), "{outcomes:?}");
+        assert!(store.cache.holds("p"), "the cache dropped for its own commit");
     }
 }
