@@ -521,6 +521,13 @@ mod tests {
     use super::super::SqliteStateStore;
     use super::{only_ours, Outcome, Part, CACHE_BYTES, HEADER};
 
+    /// A store on a new database in a directory of its own (kept alive by the caller).
+    fn fresh() -> (tempfile::TempDir, SqliteStateStore) {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let store = SqliteStateStore::open(&dir.path().join("state.db"), Arc::new(SystemClock)).expect("open");
+        (dir, store)
+    }
+
     fn put(sk: &str, value: &'static str, version: Option<u64>) -> Vec<WriteOp> {
         vec![WriteOp::replace(Key::new("p", sk), Bytes::from_static(value.as_bytes()), version)]
     }
@@ -585,9 +592,8 @@ mod tests {
     /// older copy in the cache after it.
     #[tokio::test]
     async fn given_a_load_begun_before_a_write_then_its_copy_is_not_kept() {
-        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (dir, store) = fresh();
         let path = dir.path().join("state.db");
-        let store = SqliteStateStore::open(&path, Arc::new(SystemClock)).expect("open");
         store.write(put("a", "1", None)).await.expect("write");
         let seq = store.cache.look(|_, seq| seq).expect("the cache serves");
         let conn = rusqlite::Connection::open(&path).expect("a connection");
@@ -617,9 +623,8 @@ mod tests {
     /// continuation, direction, limits and expired rows.
     #[tokio::test]
     async fn a_held_collection_answers_every_query_as_sqlite_does() {
-        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (dir, store) = fresh();
         let path = dir.path().join("state.db");
-        let store = SqliteStateStore::open(&path, Arc::new(SystemClock)).expect("open");
         let ops = (0..12)
             .map(|i| WriteOp::Put {
                 key: Key::new("p", format!("{:02}", i * 2)),
@@ -679,9 +684,8 @@ mod tests {
     /// it would have the write applied twice (the cache a version ahead of SQLite).
     #[tokio::test]
     async fn given_a_load_that_saw_a_landing_commit_then_the_commit_is_not_applied_twice() {
-        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (dir, store) = fresh();
         let path = dir.path().join("state.db");
-        let store = SqliteStateStore::open(&path, Arc::new(SystemClock)).expect("open");
         store.write(put("a", "1", None)).await.expect("write");
         let seq = store.cache.look(|_, seq| seq).expect("the cache serves");
         let conn = rusqlite::Connection::open(&path).expect("a connection");
@@ -705,9 +709,8 @@ mod tests {
     /// by two commits, not one, and the next read sees the other writer's change.
     #[tokio::test]
     async fn given_a_commit_between_this_stores_commit_and_its_header_read_then_the_next_read_sees_it() {
-        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (dir, store) = fresh();
         let path = dir.path().join("state.db");
-        let store = SqliteStateStore::open(&path, Arc::new(SystemClock)).expect("open");
         store.write(put("a", "1", None)).await.expect("write");
         values(&store).await;
         assert!(held(&store));
