@@ -5,7 +5,7 @@
 n=${1:-200}
 command -v valgrind >/dev/null || { echo "callgrind: valgrind is not installed (apt-get install valgrind)"; exit 1; }
 if [ -z "${SLUICE_BIN:-}" ]; then cargo build --release --quiet -p sluice; fi
-bin=${SLUICE_BIN:-target/release/sluice}
+bin=${SLUICE_BIN:-${CARGO_TARGET_DIR:-target}/release/sluice}
 work=$(mktemp -d)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$work/cg.%p" \

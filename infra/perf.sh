@@ -8,8 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-5}
 if [ -z "${SLUICE_BIN:-}" ] || [ -z "${SLUICE_BENCH_BIN:-}" ]; then cargo build --release --quiet -p sluice -p sluice-bench; fi
-bin=${SLUICE_BIN:-target/release/sluice}
-bench=${SLUICE_BENCH_BIN:-target/release/sluice-bench}
+bin=${SLUICE_BIN:-${CARGO_TARGET_DIR:-target}/release/sluice}
+bench=${SLUICE_BENCH_BIN:-${CARGO_TARGET_DIR:-target}/release/sluice-bench}
 data=$(mktemp -d)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 url=http://127.0.0.1:$port

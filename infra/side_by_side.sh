@@ -30,8 +30,8 @@ fi
 runs=${1:-1}
 MAXMSGS=${MAXMSGS:-200000} MAXSECS=${MAXSECS:-20} LATSECS=${LATSECS:-10}
 if [ -z "${SLUICE_BIN:-}" ] || [ -z "${SLUICE_BENCH_BIN:-}" ]; then cargo build --release -q -p sluice -p sluice-bench; fi
-sluice_bin=$(realpath "${SLUICE_BIN:-target/release/sluice}")
-bench_bin=$(realpath "${SLUICE_BENCH_BIN:-target/release/sluice-bench}")
+sluice_bin=$(realpath "${SLUICE_BIN:-${CARGO_TARGET_DIR:-target}/release/sluice}")
+bench_bin=$(realpath "${SLUICE_BENCH_BIN:-${CARGO_TARGET_DIR:-target}/release/sluice-bench}")
 peers=${PEERS:-1}
 cargo build --release -q --manifest-path "$pb/Cargo.toml" --target-dir target/peerbench
 B=$root/target/peerbench/release/peerbench
