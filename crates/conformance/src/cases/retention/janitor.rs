@@ -21,11 +21,7 @@ pub async fn given_a_topic_purged_during_a_janitor_pass_then_the_pass_leaves_non
     let clock = Arc::new(ManualClock::new(t0));
     let stores = backend.open_with(clock.clone()).await;
     let log = log_at(stores.clone(), &clock);
-    let topic = unique_topic("purged-mid-pass");
-    log.create_topic(&topic, TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None }).await.unwrap();
-    for i in 0..40 {
-        log.publish(&topic, vec![event(format!("e{i}:{}", "z".repeat(200)), 0, Some(t0 + i))], None).await.unwrap();
-    }
+    let topic = small_segments(&log, "purged-mid-pass", t0).await;
     let (config, _) = log.describe_topic(&topic).await.unwrap();
     let script = Scripted::new(stores.0.clone());
     let rival = {
@@ -153,11 +149,7 @@ pub async fn given_a_pacer_when_the_janitor_compacts_then_every_rewrite_waits_fo
     let clock = Arc::new(ManualClock::new(t0));
     let stores = backend.open_with(clock.clone()).await;
     let log = log_at(stores.clone(), &clock);
-    let topic = unique_topic("paced");
-    log.create_topic(&topic, TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None }).await.unwrap();
-    for i in 0..40 {
-        log.publish(&topic, vec![event(format!("e{i}:{}", "z".repeat(200)), 0, Some(t0 + i))], None).await.unwrap();
-    }
+    let topic = small_segments(&log, "paced", t0).await;
     let pacer = Arc::new(CountingPacer(Default::default()));
     let config = JanitorConfig { compaction_target_bytes: 2 << 10, ..retention_only() };
     let paced = janitor(&stores, &clock, config).with_pacer(pacer.clone());
@@ -168,4 +160,15 @@ pub async fn given_a_pacer_when_the_janitor_compacts_then_every_rewrite_waits_fo
     assert!(written >= 4, "forty small segments merge in runs of 2 KiB: {written} written");
     // Other cases' topics on a shared backend may have merges of their own in this round.
     assert!(asked >= written, "{asked} rewrites paced of {written} written");
+}
+
+/// A new one-partition topic (no retention) holding 40 events of ~200 bytes, each its own
+/// segment, timestamped `t0`, `t0 + 1`, ...: small segments for compaction to merge.
+async fn small_segments(log: &sluice_core::Log, name: &str, t0: i64) -> String {
+    let topic = unique_topic(name);
+    log.create_topic(&topic, TopicSpec { partitions: 1, retention_ms: None, retention_bytes: None }).await.unwrap();
+    for i in 0..40 {
+        log.publish(&topic, vec![event(format!("e{i}:{}", "z".repeat(200)), 0, Some(t0 + i))], None).await.unwrap();
+    }
+    topic
 }
